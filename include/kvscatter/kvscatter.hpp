@@ -1,0 +1,10 @@
+// The whole C++ API in one include.
+#pragma once
+
+#include "kvscatter/dtype.h"
+#include "kvscatter/error.h"
+#include "kvscatter/formats.h"
+#include "kvscatter/kv_cache_update.h"
+#include "kvscatter/runtime.h"
+#include "kvscatter/tensor.h"
+#include "kvscatter/version.h"

@@ -1,0 +1,96 @@
+#include "core/check.h"
+
+#include <limits>
+
+namespace kvscatter::detail {
+
+void fail(Status status, const std::string& message) { throw Error(status, message); }
+
+std::string shape_str(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(t.dim(i));
+  }
+  return s + "]";
+}
+
+void require_data(const TensorView& t, std::string_view name) {
+  if (t.data != nullptr) return;
+  bool empty = false;
+  for (int i = 0; i < t.rank; ++i) empty = empty || t.dim(i) == 0;
+  if (!empty) fail(Status::null_pointer, cat(name, " has a null data pointer"));
+}
+
+void require_rank(const TensorView& t, std::string_view name, int rank, std::string_view dims) {
+  if (t.rank != rank) {
+    invalid(name, " must be ", rank, "-D ", dims, ", got ", t.rank, "-D ", shape_str(t));
+  }
+}
+
+void require_dtype(const TensorView& t, std::string_view name,
+                   std::initializer_list<DType> allowed) {
+  for (DType d : allowed) {
+    if (t.dtype == d) return;
+  }
+  std::string list;
+  for (DType d : allowed) {
+    if (!list.empty()) list += ", ";
+    list += dtype_name(d);
+  }
+  invalid(name, " dtype must be one of {", list, "}, got ", dtype_name(t.dtype));
+}
+
+void require_same_dtype(const TensorView& a, std::string_view a_name, const TensorView& b,
+                        std::string_view b_name) {
+  if (a.dtype != b.dtype) {
+    invalid(b_name, " dtype must match ", a_name, " (", dtype_name(a.dtype), "), got ",
+            dtype_name(b.dtype));
+  }
+}
+
+void require_dim(const TensorView& t, std::string_view name, int axis, std::int64_t expected,
+                 std::string_view why) {
+  if (t.dim(axis) != expected) {
+    invalid(name, ".shape[", axis, "] must be ", expected, " (", why, "), got ", t.dim(axis),
+            " (shape ", shape_str(t), ")");
+  }
+}
+
+void require_sane_layout(const TensorView& t, std::string_view name) {
+  if (t.rank < 0 || t.rank > kMaxRank) invalid(name, " rank must be in [0, 8], got ", t.rank);
+  std::int64_t last = 0;  // highest element offset
+  bool empty = false;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.dim(i) < 0) invalid(name, ".shape[", i, "] must be >= 0, got ", t.dim(i));
+    if (t.stride(i) < 0) invalid(name, ".strides[", i, "] must be >= 0, got ", t.stride(i));
+    empty = empty || t.dim(i) == 0;
+  }
+  if (empty) return;
+  for (int i = 0; i < t.rank; ++i) {
+    last = checked_add(last, checked_mul(t.dim(i) - 1, t.stride(i), name), name);
+  }
+  checked_mul(checked_add(last, 1, name), static_cast<std::int64_t>(t.element_size()), name);
+}
+
+void require_index(const TensorView& t, std::string_view name) {
+  require_dtype(t, name, {DType::int32, DType::int64});
+}
+
+std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    invalid(what, ": size ", a, " x ", b, " overflows 64 bits");
+  }
+  return r;
+}
+
+std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view what) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) {
+    invalid(what, ": size ", a, " + ", b, " overflows 64 bits");
+  }
+  return r;
+}
+
+}  // namespace kvscatter::detail

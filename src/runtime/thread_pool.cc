@@ -1,0 +1,158 @@
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <sched.h>
+
+#include "kvscatter/runtime.h"
+#include "runtime/parallel.h"
+
+namespace kvscatter {
+namespace detail {
+namespace {
+
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    const int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  const unsigned hc = std::thread::hardware_concurrency();
+  return hc > 0 ? static_cast<int>(hc) : 1;
+}
+
+int default_threads() {
+  if (const char* env = std::getenv("KVSCATTER_NUM_THREADS")) {
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v > 0 && v <= 1024) return static_cast<int>(v);
+  }
+  return cores_available();
+}
+
+thread_local bool t_in_parallel = false;
+
+class Pool {
+ public:
+  ~Pool() { resize(1); }
+
+  int threads() const { return target_.load(std::memory_order_relaxed); }
+
+  void set_threads(int n) {
+    if (n <= 0) n = default_threads();
+    std::lock_guard<std::mutex> run(run_mutex_);  // never resize under a running job
+    target_.store(n, std::memory_order_relaxed);
+  }
+
+  void run(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx) {
+    grain = std::max<std::int64_t>(grain, 1);
+    const std::int64_t chunks = (n + grain - 1) / grain;
+    std::unique_lock<std::mutex> run(run_mutex_, std::try_to_lock);
+    if (chunks < 2 || t_in_parallel || !run.owns_lock() || threads() < 2) {
+      if (run.owns_lock()) run.unlock();
+      fn(ctx, 0, n);
+      return;
+    }
+    resize(threads());
+    const int workers = static_cast<int>(workers_.size());
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      job_ = Job{fn, ctx, n, grain, chunks};
+      next_.store(0, std::memory_order_relaxed);
+      pending_.store(std::min<std::int64_t>(workers, chunks - 1), std::memory_order_relaxed);
+      active_ = static_cast<int>(std::min<std::int64_t>(workers, chunks - 1));
+      ++generation_;
+    }
+    cv_.notify_all();
+    t_in_parallel = true;
+    work();
+    t_in_parallel = false;
+    // Wait for the workers that joined this generation.
+    while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+  }
+
+ private:
+  struct Job {
+    RangeFn fn = nullptr;
+    void* ctx = nullptr;
+    std::int64_t n = 0, grain = 1, chunks = 0;
+  };
+
+  void work() {
+    for (;;) {
+      const std::int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+      if (c >= job_.chunks) return;
+      const std::int64_t b = c * job_.grain;
+      job_.fn(job_.ctx, b, std::min(job_.n, b + job_.grain));
+    }
+  }
+
+  void worker_loop(int index) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mutex_);
+        cv_.wait(lk, [&] { return stop_ || (generation_ != seen && index < active_); });
+        if (stop_) return;
+        seen = generation_;
+      }
+      t_in_parallel = true;
+      work();
+      t_in_parallel = false;
+      pending_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  // Grows or shrinks the worker set to n - 1 threads (the caller is the n-th).
+  void resize(int n) {
+    const std::size_t want = static_cast<std::size_t>(std::max(n, 1) - 1);
+    if (workers_.size() == want) return;
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    stop_ = false;
+    for (std::size_t i = 0; i < want; ++i) {
+      workers_.emplace_back([this, i] { worker_loop(static_cast<int>(i)); });
+    }
+  }
+
+  std::mutex run_mutex_;  // one job at a time; other callers run inline
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<std::thread> workers_;
+  std::atomic<int> target_{default_threads()};
+  Job job_;
+  std::atomic<std::int64_t> next_{0};
+  std::atomic<std::int64_t> pending_{0};
+  std::uint64_t generation_ = 0;
+  int active_ = 0;
+  bool stop_ = false;
+};
+
+Pool& pool() {
+  static Pool p;
+  return p;
+}
+
+}  // namespace
+
+void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx) {
+  if (n <= 0) return;
+  pool().run(n, grain, fn, ctx);
+}
+
+}  // namespace detail
+
+void set_num_threads(int n) { detail::pool().set_threads(n); }
+int get_num_threads() { return detail::pool().threads(); }
+
+}  // namespace kvscatter
