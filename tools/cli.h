@@ -1,0 +1,38 @@
+// The kvscatter command-line program is assembled from parts: each operator adds a section to
+// `kvscatter demo` and a table to `kvscatter bench <name>` by defining a static registrar in
+// its own tools/*.cc file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace kvscatter::cli {
+
+struct DemoPart {
+  std::string name;                            // e.g. "paged"
+  int order = 100;                             // parts run in ascending order
+  std::function<void(CLI::App&)> add_flags;    // options on the `demo` command (may be empty)
+  std::function<bool()> run;                   // prints its report; false if verification failed
+};
+
+struct BenchPart {
+  std::string name;                            // `kvscatter bench <name>`
+  std::string description;
+  std::function<void(CLI::App&)> add_flags;    // options on its subcommand (may be empty)
+  std::function<int()> run;                    // prints its table; returns an exit code
+};
+
+std::vector<DemoPart>& demo_parts();
+std::vector<BenchPart>& bench_parts();
+
+struct RegisterDemo {
+  explicit RegisterDemo(DemoPart part) { demo_parts().push_back(std::move(part)); }
+};
+struct RegisterBench {
+  explicit RegisterBench(BenchPart part) { bench_parts().push_back(std::move(part)); }
+};
+
+}  // namespace kvscatter::cli
