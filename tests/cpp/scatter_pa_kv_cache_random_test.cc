@@ -431,5 +431,110 @@ TEST(ScatterPaKvCacheThreads, ResultIndependentOfThreadCount) {
   }
 }
 
+// ---- guard test: an independent model of which bytes a call may write ----------------------
+
+std::int64_t read_index_buf(const Buf& b, std::int64_t i) {
+  return b.dtype == DType::int32 ? b.get<std::int32_t>(i) : b.get<std::int64_t>(i);
+}
+
+// Marks the bytes of every destination row of one cache; for slot modes also returns, per slot,
+// the last token writing it.
+void mark_written(Call call, bool value_side, std::vector<std::uint8_t>& mask,
+                  std::vector<std::int64_t>* last_writer) {
+  const ScatterPaKvCachePlan p = call.plan();
+  const Buf& cache = value_side ? call.value_cache : call.key_cache;
+  const auto es = static_cast<std::int64_t>(dtype_size(cache.dtype));
+  const std::int64_t d = value_side ? p.value_head_size : p.key_head_size;
+  const std::int64_t bstride = cache.strides[0] * es, bs = p.block_size, nh = p.num_heads;
+  mask.assign(cache.bytes.size(), 0);
+  auto mark = [&](std::int64_t off, std::int64_t n) {
+    for (std::int64_t i = 0; i < n; ++i) mask[cache.offset + off + i] = 1;
+  };
+  auto row_at = [&](std::int64_t s) { return (s / bs) * bstride; };
+  if (call.seq_lens) {
+    std::int64_t runs = p.batch * nh;
+    for (std::int64_t i = 0; i < runs; ++i) {
+      const std::int64_t l = read_index_buf(*call.seq_lens, i / nh);
+      const std::int64_t w = read_index_buf(*call.compress_lens, i);
+      const std::int64_t o = call.compress_seq_offsets ? read_index_buf(*call.compress_seq_offsets, i) : 0;
+      const std::int64_t start = read_index_buf(call.slot, i);
+      const Kind kind = p.scatter_mode == ScatterMode::Alibi ? Kind::Alibi3
+                        : p.scatter_mode == ScatterMode::Omni ? Kind::Omni3 : Kind::Rope3;
+      if (start < 0) continue;
+      for (std::int64_t r = start; r < start + run_rows(kind, l, w, o); ++r) {
+        mark(row_at(r) + (r % bs) * d * es, d * es);
+      }
+    }
+    return;
+  }
+  if (last_writer) last_writer->assign(static_cast<std::size_t>(p.num_slots), -1);
+  for (std::int64_t t = 0; t < p.num_tokens; ++t) {
+    const std::int64_t s = read_index_buf(call.slot, t);
+    if (s < 0) continue;
+    if (last_writer) (*last_writer)[s] = t;
+    const std::int64_t o = s % bs;
+    if (p.cache_mode == CacheMode::PA_NZ) {
+      for (std::int64_t c = 0; c < nh * d * es / 32; ++c) mark(row_at(s) + c * bs * 32 + o * 32, 32);
+    } else if (p.scatter_mode == ScatterMode::NHSD) {
+      for (std::int64_t h = 0; h < nh; ++h) mark(row_at(s) + h * bs * d * es + o * d * es, d * es);
+    } else {
+      mark(row_at(s) + o * nh * d * es, nh * d * es);
+    }
+  }
+}
+
+TEST(ScatterPaKvCacheGuard, EveryByteOutsideTheWrittenRowsIsUnchanged) {
+  Gen g(base_seed() + 11);
+  for (Kind kind : kKinds) {
+    for (int i = 0; i < 25; ++i) {
+      Case c = make_case(g, kind);
+      SCOPED_TRACE(c.desc);
+      Call out = c.call;
+      out.run();
+      for (bool value_side : {false, true}) {
+        if (value_side && !c.call.has_value) continue;
+        const Buf& before = value_side ? c.call.value_cache : c.call.key_cache;
+        const Buf& after = value_side ? out.value_cache : out.key_cache;
+        std::vector<std::uint8_t> mask;
+        std::vector<std::int64_t> last;
+        mark_written(c.call, value_side, mask, &last);
+        std::size_t changed_outside = 0;
+        for (std::size_t b = 0; b < mask.size(); ++b) {
+          changed_outside += mask[b] == 0 && before.bytes[b] != after.bytes[b];
+        }
+        EXPECT_EQ(changed_outside, 0u) << (value_side ? "value_cache" : "key_cache");
+        if (c.call.seq_lens || kind == Kind::Nct) continue;
+        // Read back: each slot holds its last writer's row (heads in order, Norm/NHSD/PA_NZ
+        // chunking undone by the same independent model).
+        const ScatterPaKvCachePlan p = out.plan();
+        const Buf& src = value_side ? c.call.value : c.call.key;
+        const auto es = static_cast<std::int64_t>(dtype_size(src.dtype));
+        const std::int64_t d = value_side ? p.value_head_size : p.key_head_size;
+        const std::int64_t bs = p.block_size, bstride = after.strides[0] * es;
+        for (std::int64_t s = 0; s < static_cast<std::int64_t>(last.size()); ++s) {
+          const std::int64_t t = last[s];
+          if (t < 0) continue;
+          for (std::int64_t h = 0; h < p.num_heads; ++h) {
+            for (std::int64_t e = 0; e < d * es; ++e) {
+              const unsigned char want =
+                  src.bytes[src.offset + (t * src.strides[0] + h * src.strides[1]) * es + e];
+              std::int64_t at = (s / bs) * bstride;
+              if (p.cache_mode == CacheMode::PA_NZ) {
+                const std::int64_t f = h * d * es + e;
+                at += (f / 32) * bs * 32 + (s % bs) * 32 + f % 32;
+              } else if (p.scatter_mode == ScatterMode::NHSD) {
+                at += h * bs * d * es + (s % bs) * d * es + e;
+              } else {
+                at += (s % bs) * p.num_heads * d * es + h * d * es + e;
+              }
+              ASSERT_EQ(after.bytes[after.offset + at], want) << "slot " << s << " token " << t;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter::testing
