@@ -2,6 +2,7 @@
 // destinations deterministic (G4), and splits the rows over the thread pool. The bytes are moved
 // by kernel_hwy.cc.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -114,11 +115,11 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
   return j;
 }
 
-// Rows of at least this many bytes in calls writing at least kStreamMinBytes use non-temporal
-// stores: such a call evicts the last-level cache anyway, and skipping the read-for-ownership of
-// every destination line saves a third of the memory traffic.
+// Calls writing at least stream_min_bytes use non-temporal stores for Norm rows of at least
+// kStreamMinRow bytes and for PA_NZ groups: such a call evicts the last-level cache anyway, and
+// skipping the read-for-ownership of every destination line saves memory traffic.
 constexpr std::int64_t kStreamMinRow = 512;
-constexpr std::int64_t kStreamMinBytes = std::int64_t{64} << 20;
+std::atomic<std::int64_t> g_stream_min_bytes{std::int64_t{64} << 20};
 
 void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
@@ -134,15 +135,20 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   job.slots = slots.data();
   if (mark_overwritten(slots, sc)) job.skip = sc.skip.data();
 
+  // Layouts whose slot rows are split into pieces far apart (PA_NZ chunks, NHSD heads) gain
+  // from writing consecutive slots piece by piece.
+  job.group = p.cache_mode == CacheMode::PA_NZ || p.scatter_mode == ScatterMode::NHSD;
   std::int64_t token_bytes = 0;
-  bool long_rows = true;
+  bool long_runs = true;
   for (int k = 0; k < job.num_sides; ++k) {
     const SideJob& s = job.side[k];
     token_bytes += s.num_heads * s.head_bytes;
-    long_rows = long_rows && s.chunk_pitch == 0 && s.merged &&
-                s.num_heads * s.head_bytes >= kStreamMinRow;
+    // Norm rows are long contiguous runs; PA_NZ groups write whole 32-byte-aligned lines.
+    long_runs = long_runs && (s.chunk_pitch == 0 ? s.merged && s.num_heads * s.head_bytes >= kStreamMinRow
+                                                 : true);
   }
-  job.stream = long_rows && token_bytes * p.num_tokens >= kStreamMinBytes;
+  job.stream = long_runs && p.scatter_mode != ScatterMode::NHSD &&
+               token_bytes * p.num_tokens >= g_stream_min_bytes.load(std::memory_order_relaxed);
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
 }
@@ -247,6 +253,10 @@ void int_mean(const unsigned char* src, std::int64_t stride, std::int64_t w, std
 }
 
 }  // namespace
+
+std::int64_t set_stream_min_bytes(std::int64_t bytes) {
+  return g_stream_min_bytes.exchange(bytes, std::memory_order_relaxed);
+}
 
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t w,
                    std::int64_t n, unsigned char* dst) {

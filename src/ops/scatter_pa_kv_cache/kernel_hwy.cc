@@ -110,11 +110,97 @@ HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64
   }
 }
 
+template <bool kStream>
+HWY_INLINE void Put32(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src) {
+  const hn::CappedTag<std::uint8_t, 32> d;
+  const std::size_t N = hn::Lanes(d);
+  for (std::size_t k = 0; k < 32; k += N) {
+    if constexpr (kStream) {
+      hn::Stream(hn::LoadU(d, src + k), d, dst + k);
+    } else {
+      hn::StoreU(hn::LoadU(d, src + k), d, dst + k);
+    }
+  }
+}
+
+// PA_NZ pieces 0 .. pieces-1 (32 bytes each, contiguous in every source row) of n tokens whose
+// rows are src_token apart, to destination runs `pitch` apart (n x 32 contiguous bytes each).
+// Pieces go in pairs so every 64-byte source line is read once, and the line of the next pair
+// is prefetched: the n source rows are n separate streams the hardware prefetcher cannot follow.
+template <bool kStream>
+HWY_INLINE void NzPieces(unsigned char* dst, std::int64_t pitch, const unsigned char* src,
+                         std::int64_t src_token, std::int64_t pieces, std::int64_t n) {
+  std::int64_t c = 0;
+  for (; c + 2 <= pieces; c += 2) {
+    unsigned char* d0 = dst + c * pitch;
+    unsigned char* d1 = d0 + pitch;
+    const unsigned char* s0 = src + c * 32;
+    const bool more = c + 2 < pieces;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const unsigned char* p = s0 + i * src_token;
+      if (more) hwy::Prefetch(p + 64);
+      Put32<kStream>(d0 + i * 32, p);
+      Put32<kStream>(d1 + i * 32, p + 32);
+    }
+  }
+  if (c < pieces) {
+    for (std::int64_t i = 0; i < n; ++i) Put32<kStream>(dst + c * pitch + i * 32, src + c * 32 + i * src_token);
+  }
+}
+
+// n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block. Each destination
+// piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run, so the
+// pieces are written piece-major: sequential stores instead of n strided rows (and one page at a
+// time instead of one page per piece per token).
+HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64_t t,
+                           std::int64_t slot, std::int64_t n, bool stream) {
+  unsigned char* dst =
+      j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
+  const unsigned char* src = j.src + t * j.src_token;
+  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
+    for (std::int64_t h = 0; h < j.num_heads; ++h) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        CopyBytes(dst + h * j.head_pitch + i * j.head_bytes, src + i * j.src_token + h * j.src_head,
+                  static_cast<std::size_t>(j.head_bytes));
+      }
+    }
+    return;
+  }
+  // Non-temporal stores need 32-byte aligned destinations; every piece shares dst's alignment.
+  const bool nt = stream && (reinterpret_cast<std::uintptr_t>(dst) & 31) == 0 &&
+                  (j.chunk_pitch & 31) == 0 && (j.head_pitch & 31) == 0;
+  const std::int64_t heads = j.merged ? 1 : j.num_heads;
+  const std::int64_t pieces = (j.merged ? j.num_heads * j.head_bytes : j.head_bytes) / 32;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    if (nt) {
+      NzPieces<true>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
+                     pieces, n);
+    } else {
+      NzPieces<false>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
+                      pieces, n);
+    }
+  }
+}
+
 void ScatterTokenRange(const RowJob& job, std::int64_t begin, std::int64_t end) {
+  const std::int64_t bs = job.block_size;
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t s = job.slots[t];
     if (s < 0 || (job.skip != nullptr && job.skip[t] != 0)) continue;
-    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], job.block_size, t, s, job.stream);
+    std::int64_t n = 1;
+    if (job.group) {
+      // Tokens filling the next slots of the same block (a prefill) form one group.
+      while (t + n < end && job.slots[t + n] == s + n && (s + n) % bs != 0 &&
+             (job.skip == nullptr || job.skip[t + n] == 0)) {
+        ++n;
+      }
+    }
+    if (n > 1) {
+      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n, job.stream);
+      t += n - 1;
+      continue;
+    }
+    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s, job.stream);
   }
   if (job.stream) hwy::FlushStream();
 }
