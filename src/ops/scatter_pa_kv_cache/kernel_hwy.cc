@@ -235,6 +235,58 @@ void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t e
   }
 }
 
+// Row of run r fed by source position p, or -1 (outside the run, or inside a Rope window, whose
+// mean row is written separately).
+HWY_INLINE std::int64_t RowOf(ScatterMode mode, const CompressRun& r, std::int64_t p) {
+  if (mode == ScatterMode::Alibi) {
+    const std::int64_t j = p - (r.seq_len - r.window);
+    return j >= 0 ? j : -1;
+  }
+  if (r.window == 0 || p < r.offset) return p;
+  if (p < r.offset + r.window) return -1;
+  return mode == ScatterMode::Rope ? p - r.window + 1 : p - r.window;
+}
+
+// Reads the source in order (each token's heads are adjacent there) and writes each head to its
+// run: one pass over the key instead of one strided pass per head.
+void CompressTokenRange(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  std::int64_t b = 0;
+  if (job.packed) {
+    std::int64_t lo = 0, hi = job.batch - 1;  // last batch whose first token <= begin
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi + 1) / 2;
+      if (job.batch_first[mid] <= begin) lo = mid; else hi = mid - 1;
+    }
+    b = lo;
+  }
+  for (std::int64_t g = begin; g < end; ++g) {
+    std::int64_t p = 0;
+    if (job.packed) {
+      while (g >= job.batch_first[b + 1]) ++b;
+      p = g - job.batch_first[b];
+    } else {
+      b = g / job.seq_len;
+      p = g % job.seq_len;
+    }
+    const CompressRun* runs = job.all_runs + b * job.num_heads;
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
+      const CompressRun& run = runs[h];
+      if (run.rows == 0 || p >= run.seq_len) continue;
+      const std::int64_t j = RowOf(job.mode, run, p);
+      if (j < 0) continue;
+      const std::int64_t row = run.start + j;
+      for (int k = 0; k < job.num_sides; ++k) {
+        const CompressSide& s = job.side[k];
+        unsigned char* dst =
+            s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
+        const unsigned char* src = s.src + h * s.src_head +
+                                   (job.packed ? g * s.src_token : b * s.src_batch + p * s.src_token);
+        CopyBytes(dst, src, static_cast<std::size_t>(s.row_bytes));
+      }
+    }
+  }
+}
+
 }  // namespace kvscatter::detail::scatter::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -243,6 +295,7 @@ namespace kvscatter::detail::scatter {
 
 HWY_EXPORT(ScatterTokenRange);
 HWY_EXPORT(CompressRowRange);
+HWY_EXPORT(CompressTokenRange);
 
 void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(ScatterTokenRange)(job, begin, end);
@@ -250,6 +303,10 @@ void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end
 
 void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(CompressRowRange)(job, begin, end);
+}
+
+void compress_token_range(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(CompressTokenRange)(job, begin, end);
 }
 
 }  // namespace kvscatter::detail::scatter
