@@ -34,11 +34,12 @@ struct KVSCATTER_API ScatterPaKvCachePlan {
   std::optional<TensorView> value, value_cache;  // absent: key-only call (S5)
   std::optional<TensorView> compress_lens, compress_seq_offsets, seq_lens;
   CacheMode cache_mode = CacheMode::Norm;
-  ScatterMode scatter_mode = ScatterMode::None;
-  std::array<std::int64_t, 2> strides{0, 0};
-  std::array<std::int64_t, 2> offsets{0, 0};
+  ScatterMode scatter_mode = ScatterMode::None;  // resolved: a 4-D key gives Rope or Alibi
+  std::array<std::int64_t, 2> strides{0, 0};     // Nct: resolved {strideK, strideV}
+  std::array<std::int64_t, 2> offsets{0, 0};     // Nct: resolved {offsetK, offsetV}
   // Resolved geometry (filled by plan_scatter_pa_kv_cache).
   std::int64_t num_tokens = 0, num_heads = 0, key_head_size = 0, value_head_size = 0;
+  // num_tokens is B * S for a 4-D key; batch is set by the compress modes, seq_len (S) by 4-D keys.
   std::int64_t num_blocks = 0, block_size = 0, batch = 0, seq_len = 0;
   std::int64_t num_slots = 0;  // num_blocks * block_size
 };
