@@ -157,7 +157,9 @@ std::int64_t budget(Gen& g) {
   return 20'000;
 }
 
-Case slot_case(Gen& g, Kind kind) {
+// Edge shapes forced every few cases: 0 none, 1 the most tokens, 2 the largest head, 3 the
+// largest block, 4 one-slot blocks.
+Case slot_case(Gen& g, Kind kind, int edge) {
   Case c;
   std::ostringstream d;
   Call& call = c.call;
@@ -173,9 +175,19 @@ Case slot_case(Gen& g, Kind kind) {
   std::int64_t dv = g.chance(0.5) ? (nz ? lv * g.log_uniform(1, 576 / lv) : g.log_uniform(1, 576))
                                   : (nz ? std::max<std::int64_t>(lv, dk / lv * lv) : dk);
   std::int64_t nh = g.log_uniform(1, 16);
+  if (edge == 1) {
+    t = 4096;
+    dk = dv = nz ? std::max(lk, lv) : g.uniform(1, 8);
+    nh = 1;
+  }
+  if (edge == 2) {
+    dk = 576;
+    dv = nz ? 576 : g.uniform(1, 576);
+    t = g.uniform(1, 40);
+  }
   while (nh > 1 && t * nh * std::max(dk, dv) > lim) --nh;
-  while (t > 1 && t * nh * std::max(dk, dv) > lim) t = t * 2 / 3;
-  const std::int64_t bs = g.log_uniform(1, 256);
+  while (edge != 1 && t > 1 && t * nh * std::max(dk, dv) > lim) t = t * 2 / 3;
+  const std::int64_t bs = edge == 3 ? 256 : edge == 4 ? 1 : g.log_uniform(1, 256);
   const std::int64_t nb = (t * g.uniform(10, 30) / 10 + bs - 1) / bs + g.uniform(0, 2);
   const std::int64_t ns = nb * bs;
   const bool with_value = g.chance(0.8);
@@ -329,12 +341,12 @@ Case compress_case(Gen& g, Kind kind) {
   return c;
 }
 
-Case make_case(Gen& g, Kind kind) {
+Case make_case(Gen& g, Kind kind, int i = 0) {
   switch (kind) {
     case Kind::Alibi3: case Kind::Rope3: case Kind::Omni3: case Kind::Alibi4: case Kind::Rope4:
       return compress_case(g, kind);
     default:
-      return slot_case(g, kind);
+      return slot_case(g, kind, i % 10 < 5 ? i % 10 : 0);
   }
 }
 
@@ -347,7 +359,7 @@ TEST_P(ScatterPaKvCacheGrid, OptimizedMatchesReferenceByteForByte) {
   const std::uint64_t seed = base_seed() * 131 + static_cast<std::uint64_t>(kind);
   Gen g(seed);
   for (int i = 0; i < kCasesPerKind; ++i) {
-    Case c = make_case(g, kind);
+    Case c = make_case(g, kind, i);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " case " << i << ": " << c.desc);
     Call opt = c.call, ref = c.call;
     ASSERT_NO_THROW(opt.run());
