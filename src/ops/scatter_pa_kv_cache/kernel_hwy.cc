@@ -90,25 +90,28 @@ HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64
 // n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block (a prefill). Each
 // destination piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run,
 // so pieces are written piece-major: sequential stores filling whole lines, instead of one
-// 32-byte store per token on every one of NH*D/L pages. PA_NZ goes in tiles of kTile tokens,
-// whose rows stay in L1 while their pieces are distributed.
+// 32-byte store per token on every one of NH*D/L pages. Tokens go in tiles of kTile, whose
+// rows stay in L1 while their pieces are distributed.
 HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64_t t,
                            std::int64_t slot, std::int64_t n) {
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
+  constexpr std::int64_t kTile = 8;
   if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
-    for (std::int64_t h = 0; h < j.num_heads; ++h) {
-      for (std::int64_t i = 0; i < n; ++i) {
-        CopyBytes(dst + h * j.head_pitch + i * j.head_bytes, src + i * j.src_token + h * j.src_head,
-                  static_cast<std::size_t>(j.head_bytes));
+    for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
+      const std::int64_t m = std::min(kTile, n - i0);
+      for (std::int64_t h = 0; h < j.num_heads; ++h) {
+        for (std::int64_t i = i0; i < i0 + m; ++i) {
+          CopyBytes(dst + h * j.head_pitch + i * j.head_bytes,
+                    src + i * j.src_token + h * j.src_head, static_cast<std::size_t>(j.head_bytes));
+        }
       }
     }
     return;
   }
   const hn::CappedTag<std::uint8_t, 32> d32;
   const std::size_t N = hn::Lanes(d32);
-  constexpr std::int64_t kTile = 8;
   const std::int64_t heads = j.merged ? 1 : j.num_heads;
   const std::int64_t pieces = (j.merged ? j.num_heads * j.head_bytes : j.head_bytes) / 32;
   for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
