@@ -20,6 +20,7 @@
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "ops/quant_common/slots.h"
 
 namespace kvscatter {
 namespace {
@@ -665,16 +666,24 @@ void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
       const char* name;
       void (*simd)(const float*, std::uint8_t*, std::size_t);
       std::uint8_t (*scalar)(float);
+      bool skip_nan;  // the fast variants leave NaN inputs unspecified
     } cases[] = {
-        {"e4m3", detail::simd_encode_e4m3_clamped, scalar_e4m3},
-        {"e2m1", detail::simd_encode_e2m1_from_product, scalar_e2m1},
+        {"e4m3", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e4m3_clamped(i, o, n, false); }, scalar_e4m3, false},
+        {"e4m3 finite", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e4m3_clamped(i, o, n, true); }, scalar_e4m3, true},
+        {"e2m1", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e2m1_from_product(i, o, n, false); }, scalar_e2m1, false},
+        {"e2m1 finite", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e2m1_from_product(i, o, n, true); }, scalar_e2m1, true},
         {"hif8", detail::simd_encode_hifloat8_sat,
-         [](float x) { return formats::encode_hifloat8(x, true); }},
+         [](float x) { return formats::encode_hifloat8(x, true); }, false},
     };
     for (const auto& c : cases) {
       c.simd(in.data(), out.data(), in.size());
       std::size_t bad = 0;
       for (std::size_t i = 0; i < in.size(); ++i) {
+        if (c.skip_nan && std::isnan(in[i])) continue;
         const std::uint8_t want = c.scalar(in[i]);
         if (out[i] != want && bad++ < 5) {
           std::uint32_t b;
@@ -816,6 +825,28 @@ TEST(KvCompressEpilogRandom, OptimizedMatchesReference) {
     }
   }
   hwy::SetSupportedTargetsForTest(0);
+}
+
+// Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over
+// large ones) against the obvious quadratic rule.
+TEST(KvCompressEpilogRandom, KeepLastWriters) {
+  std::mt19937_64 rng(3);
+  for (std::int64_t num_slots : {std::int64_t{50}, std::int64_t{1} << 40}) {
+    for (int iter = 0; iter < 20; ++iter) {
+      std::vector<std::int64_t> slots(1 + rng() % 300);
+      for (auto& s : slots) {
+        s = rng() % 4 == 0 ? -1 : static_cast<std::int64_t>(rng() % 60) * (num_slots / 60);
+      }
+      std::vector<std::int64_t> want = slots;
+      for (std::size_t t = 0; t < want.size(); ++t) {
+        for (std::size_t u = t + 1; u < want.size(); ++u) {
+          if (want[t] >= 0 && slots[u] == want[t]) want[t] = -1;
+        }
+      }
+      detail::keep_last_writers(slots, num_slots);
+      EXPECT_EQ(slots, want) << "num_slots " << num_slots;
+    }
+  }
 }
 
 // Enough rows to split across threads, with many repeated slots: the last writer in token

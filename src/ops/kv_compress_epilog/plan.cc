@@ -146,7 +146,7 @@ void execute(const KvCompressEpilogPlan& plan) {
   const std::int64_t grain = detail::grain_for_bytes(2 * plan.d + plan.row_bytes);
   // Threads split rows; dropping earlier writers of a repeated slot makes the chunks write
   // disjoint rows and keeps the last writer in token order (G4).
-  if (plan.rows > grain) detail::keep_last_writers(slots);
+  if (plan.rows > grain) detail::keep_last_writers(slots, plan.num_slots);
   detail::parallel_for(plan.rows, grain, [&](std::int64_t begin, std::int64_t end) {
     detail::kv_compress_epilog_cpu(plan, slots.data(), begin, end);
   });

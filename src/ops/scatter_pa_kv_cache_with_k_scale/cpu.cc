@@ -33,7 +33,7 @@ void scatter_pa_kv_cache_with_k_scale_cpu(const ScatterPaKvCacheWithKScalePlan& 
   const std::int64_t bytes_per_token =
       2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
   const std::int64_t grain = grain_for_bytes(bytes_per_token);
-  if (p.num_tokens > grain) keep_last_writers(slots);
+  if (p.num_tokens > grain) keep_last_writers(slots, p.num_slots);
 
   const auto* key = static_cast<const std::uint8_t*>(p.key.data);
   const auto* value = static_cast<const std::uint8_t*>(p.value.data);
