@@ -219,41 +219,90 @@ HWY_INLINE void PutBf16(std::uint8_t* out, std::uint16_t code) {
   out[1] = static_cast<std::uint8_t>(code >> 8);
 }
 
+// 2L elements (one 32-bit word pair): q = v / k (kDivide) or v * k, then e4m3.
+template <bool kDivide, bool kFinite>
+HWY_INLINE void Fp8Chunk(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
+                         VF k) {
+  const DF df;
+  const DU du;
+  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x));
+  const VF ve = hn::BitCast(df, hn::ShiftLeft<16>(w));
+  const VF vo = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
+  const VF qe = kDivide ? hn::Div(ve, k) : hn::Mul(ve, k);
+  const VF qo = kDivide ? hn::Div(vo, k) : hn::Mul(vo, k);
+#if HWY_TARGET == HWY_SCALAR  // one lane cannot be split into halves
+  if (kFinite) {
+    StoreBytePairs(EncodeE4M3Finite(qe), EncodeE4M3Finite(qo), out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#else
+  if (kFinite) {
+    const hn::Repartition<std::uint16_t, DU> dw;
+    const hn::Rebind<std::uint8_t, decltype(dw)> db;
+    // s > 0, so each code takes the sign of its input: bits 15 and 31 of w land on bits 7
+    // and 23, next to the even code (byte 0) and the odd code (byte 2).
+    const VU sign = hn::And(hn::ShiftRight<8>(w), hn::Set(du, 0x00800080u));
+    const VU both = hn::Or(
+        hn::Or(EncodeE4M3Magnitude(qe), hn::ShiftLeft<16>(EncodeE4M3Magnitude(qo))), sign);
+    hn::StoreU(hn::TruncateTo(db, hn::BitCast(dw, both)), db, out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#endif
+}
+
 // One group of 64: q = v / k (kDivide) or v * k, then e4m3.
 template <bool kDivide, bool kFinite>
 HWY_INLINE void Fp8Group(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
                          float scalar) {
   const DF df;
-  const DU du;
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const VF k = hn::Set(df, scalar);
   for (std::int64_t i = 0; i < 64; i += step) {
-    const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(xg + i));
-    const VF ve = hn::BitCast(df, hn::ShiftLeft<16>(w));
-    const VF vo = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
-    const VF qe = kDivide ? hn::Div(ve, k) : hn::Mul(ve, k);
-    const VF qo = kDivide ? hn::Div(vo, k) : hn::Mul(vo, k);
-#if HWY_TARGET == HWY_SCALAR  // one lane cannot be split into halves
-    if (kFinite) {
-      StoreBytePairs(EncodeE4M3Finite(qe), EncodeE4M3Finite(qo), data + i);
-    } else {
-      StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), data + i);
-    }
-#else
-    if (kFinite) {
-      const hn::Repartition<std::uint16_t, DU> dw;
-      const hn::Rebind<std::uint8_t, decltype(dw)> db;
-      // s > 0, so each code takes the sign of its input: bits 15 and 31 of w land on bits 7
-      // and 23, next to the even code (byte 0) and the odd code (byte 2).
-      const VU sign = hn::And(hn::ShiftRight<8>(w), hn::Set(du, 0x00800080u));
-      const VU both = hn::Or(hn::Or(EncodeE4M3Magnitude(qe), hn::ShiftLeft<16>(EncodeE4M3Magnitude(qo))),
-                             sign);
-      hn::StoreU(hn::TruncateTo(db, hn::BitCast(dw, both)), db, data + i);
-    } else {
-      StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), data + i);
-    }
-#endif
+    Fp8Chunk<kDivide, kFinite>(xg + i, data + i, k);
   }
+}
+
+// One finite group of 64 with s = 2^(e - 127) (round_scale). q = v * 2^(127 - e) is exact,
+// so wherever q lands in e4m3's normal range its bf16 bits are v's with the exponent field
+// lowered by e - 127: the code is computed on 16-bit lanes, twice as many per vector. Chunks
+// holding a nonzero q below 2^-6 (e4m3 subnormals, bf16 subnormal inputs) take the f32 path.
+HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg,
+                             std::uint8_t* HWY_RESTRICT data, std::uint32_t e) {
+#if HWY_TARGET == HWY_SCALAR
+  Fp8Group<false, true>(xg, data, f32_from_bits((254u - e) << 23));
+#else
+  const DF df;
+  const hn::Repartition<std::uint16_t, DU> dw;  // 2L lanes: the elements of one f32 pair
+  const hn::RebindToSigned<decltype(dw)> dwi;
+  const hn::Rebind<std::uint8_t, decltype(dw)> db;
+  const std::int64_t step = static_cast<std::int64_t>(hn::Lanes(dw));
+  const VF inv = hn::Set(df, f32_from_bits((254u - e) << 23));
+  // (e - 127) << 7 modulo 2^16; |e - 127| <= 127 keeps every finite q of the group in range.
+  const auto shift = hn::Set(dw, static_cast<std::uint16_t>((e - 127u) << 7));
+  const auto max448 = hn::Set(dwi, std::int16_t{0x43E0});     // bf16 bits of 448
+  const auto min_normal = hn::Set(dwi, std::int16_t{0x3C7F});  // just below 2^-6
+  for (std::int64_t i = 0; i < 64; i += step) {
+    const auto w = hn::LoadU(dw, xg + i);
+    const auto a = hn::And(w, hn::Set(dw, std::uint16_t{0x7FFF}));
+    const auto is_zero = hn::Eq(a, hn::Zero(dw));
+    const auto aq = hn::Min(hn::BitCast(dwi, hn::Sub(a, shift)), max448);  // |q|, clamped
+    const auto ok = hn::Or(hn::RebindMask(dw, hn::Gt(aq, min_normal)), is_zero);
+    if (HWY_UNLIKELY(!hn::AllTrue(dw, ok))) {
+      Fp8Chunk<false, true>(xg + i, data + i, inv);
+      continue;
+    }
+    // 7 mantissa bits -> 3, nearest even, rebiasing 127 -> 7 (a multiple of the unit).
+    const auto u = hn::BitCast(dw, aq);
+    const auto odd = hn::And(hn::ShiftRight<4>(u), hn::Set(dw, std::uint16_t{1}));
+    const auto normal = hn::ShiftRight<4>(
+        hn::Add(hn::Add(u, odd), hn::Set(dw, static_cast<std::uint16_t>(0x7u - (120u << 7)))));
+    const auto sign = hn::ShiftRight<8>(hn::And(w, hn::Set(dw, std::uint16_t{0x8000})));
+    const auto code = hn::Or(hn::IfThenZeroElse(is_zero, normal), sign);
+    hn::StoreU(hn::TruncateTo(db, code), db, data + i);
+  }
+#endif
 }
 
 // Group amax of every group of a row first: the scale of a group then never waits on its own
@@ -291,11 +340,10 @@ void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
       s = f32_from_bits(e << 23);
       // s = 2^(e - 127) (or +inf), so 1/s = 2^(127 - e) is exact (or 0) and v * (1/s) == v / s
       // bit for bit; forming it from the exponent avoids a scalar division per group.
-      const float inv = e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23);
       if (finite) {
-        Fp8Group<false, true>(xg, data, inv);
+        Fp8GroupPow2(xg, data, e);
       } else {
-        Fp8Group<false, false>(xg, data, inv);
+        Fp8Group<false, false>(xg, data, e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23));
       }
     } else if (finite) {
       Fp8Group<true, true>(xg, data, s);
