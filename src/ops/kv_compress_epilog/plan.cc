@@ -48,9 +48,8 @@ KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache, const Tens
     invalid("x must be at least 2-D [..., d], got ", x.rank, "-D ", detail::shape_str(x));
   }
   if (slot_mapping.rank != x.rank - 1) {
-    invalid("slot_mapping must have rank x.rank - 1 = ", x.rank - 1, " (the shape of x without d ",
-            "is ", detail::shape_str(x), " minus its last axis), got ", slot_mapping.rank, "-D ",
-            detail::shape_str(slot_mapping));
+    invalid("slot_mapping must be ", x.rank - 1, "-D (the leading dims of x ", detail::shape_str(x),
+            "), got ", slot_mapping.rank, "-D ", detail::shape_str(slot_mapping));
   }
   for (int a = 0; a < slot_mapping.rank; ++a) {
     detail::require_dim(slot_mapping, "slot_mapping", a, x.dim(a), "leading dims of x");
