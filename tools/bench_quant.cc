@@ -49,7 +49,8 @@ double seconds_per_call(F&& fn, int reps) {
 }
 
 double memcpy_seconds(std::int64_t traffic, int reps) {
-  std::vector<std::uint8_t> src(static_cast<std::size_t>(std::max<std::int64_t>(traffic / 2, 1)), 1);
+  std::vector<std::uint8_t> src(static_cast<std::size_t>(std::max<std::int64_t>(traffic / 2, 1)),
+                                1);
   std::vector<std::uint8_t> dst(src.size());
   return seconds_per_call([&] { std::memcpy(dst.data(), src.data(), src.size()); }, reps);
 }
@@ -121,10 +122,11 @@ void bench_epilog(QuantMode mode) {
 void bench_scatter() {
   const BenchQuantConfig& c = g_bq;
   const std::int64_t H = c.heads, D = c.head_size;
-  std::printf("scatter_pa_kv_cache_with_k_scale  float8_e4m3fn, %lld heads x %lld, BNBD blocks "
-              "of %lld, %d threads\n",
-              static_cast<long long>(H), static_cast<long long>(D),
-              static_cast<long long>(c.block_size), get_num_threads());
+  std::printf(
+      "scatter_pa_kv_cache_with_k_scale  float8_e4m3fn, %lld heads x %lld, BNBD blocks "
+      "of %lld, %d threads\n",
+      static_cast<long long>(H), static_cast<long long>(D), static_cast<long long>(c.block_size),
+      get_num_threads());
   print_header();
   for (std::int64_t tokens : c.tokens) {
     const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
@@ -160,7 +162,8 @@ const RegisterBench kRegisterQuantBench{BenchPart{
           ->check(CLI::Range(1, 1024));
       app.add_option("--head-size", g_bq.head_size, "ScatterPaKvCacheWithKScale head size")
           ->check(CLI::Range(1, 65536));
-      app.add_option("--reps", g_bq.reps, "timed batches per cell (median)")->check(CLI::Range(1, 1000));
+      app.add_option("--reps", g_bq.reps, "timed batches per cell (median)")
+          ->check(CLI::Range(1, 1000));
     },
     [] {
       bench_epilog(QuantMode::fp8_bf16);

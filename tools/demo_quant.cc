@@ -52,7 +52,8 @@ struct BlockTable {
   }
   std::int64_t slot(int b, std::int64_t pos) const {
     return table[static_cast<std::size_t>(b)][static_cast<std::size_t>(pos / block_size)] *
-               block_size + pos % block_size;
+               block_size +
+           pos % block_size;
   }
 };
 
@@ -75,11 +76,12 @@ bool demo_mla() {
   const QuantConfig& c = g_qcfg;
   constexpr std::int64_t d = 576;
   const BlockTable bt(c.batch, c.prompt + c.generate, c.block_size);
-  std::printf("== MLA latent cache: %d layers, d = %lld (512 latent + 64 rope), fp8_e8m0, batch "
-              "%d, prompt %d, generate %d, %lld blocks of %d, %d threads, %s ==\n",
-              c.layers, static_cast<long long>(d), c.batch, c.prompt, c.generate,
-              static_cast<long long>(bt.num_blocks), c.block_size, get_num_threads(),
-              simd_target().c_str());
+  std::printf(
+      "== MLA latent cache: %d layers, d = %lld (512 latent + 64 rope), fp8_e8m0, batch "
+      "%d, prompt %d, generate %d, %lld blocks of %d, %d threads, %s ==\n",
+      c.layers, static_cast<long long>(d), c.batch, c.prompt, c.generate,
+      static_cast<long long>(bt.num_blocks), c.block_size, get_num_threads(),
+      simd_target().c_str());
   // Activations: a pool of bfloat16 values with a per-channel spread, as latent vectors have.
   std::vector<std::uint16_t> pool(static_cast<std::size_t>(c.batch * c.prompt * d) + 8192);
   std::mt19937 rng(11);
@@ -109,8 +111,8 @@ bool demo_mla() {
         const auto plan = plan_kv_compress_epilog(
             TensorView(cache.data(), DType::uint8, {bt.num_blocks, c.block_size, 1, row}),
             TensorView(const_cast<std::uint16_t*>(x), DType::bfloat16, {c.batch, len, d}),
-            TensorView(slots.data(), DType::int64, {c.batch, len}), 64, QuantMode::fp8_e8m0,
-            true, 1.0f);
+            TensorView(slots.data(), DType::int64, {c.batch, len}), 64, QuantMode::fp8_e8m0, true,
+            1.0f);
         if (pass <= 0) {
           execute(plan);
         } else {
@@ -134,7 +136,8 @@ bool demo_mla() {
     for (int g = 0; g < 8; ++g) {
       const float scale = std::ldexp(1.0f, static_cast<int>(r[128 + 512 + g]) - 127);
       float amax = 0;
-      for (int k = 0; k < 64; ++k) amax = std::max(amax, std::fabs(formats::decode_bfloat16(x[64 * g + k])));
+      for (int k = 0; k < 64; ++k)
+        amax = std::max(amax, std::fabs(formats::decode_bfloat16(x[64 * g + k])));
       for (int k = 0; k < 64; ++k) {
         const float back = formats::decode_float8_e4m3fn(r[128 + 64 * g + k]) * scale;
         const double err = std::fabs(back - formats::decode_bfloat16(x[64 * g + k])) / amax;
@@ -150,13 +153,15 @@ bool demo_mla() {
               (c.batch * c.prompt - 5) * c.layers * (in_bytes + out_bytes) / prefill_s / 1e9);
   std::printf("decode:  %d steps, %.2f us per step for %d layers\n", c.generate,
               decode_s / c.generate * 1e6, c.layers);
-  std::printf("size:    %lld bytes of bfloat16 per token -> %lld-byte rows (%.1f%%), %lld rows "
-              "written\n",
-              static_cast<long long>(2 * d), static_cast<long long>(row), 100.0 * row / (2.0 * d),
-              static_cast<long long>(written));
-  std::printf("error:   dequantized latent vs input, relative to the group amax: mean %.4f, max "
-              "%.4f\n",
-              sum / static_cast<double>(count), worst);
+  std::printf(
+      "size:    %lld bytes of bfloat16 per token -> %lld-byte rows (%.1f%%), %lld rows "
+      "written\n",
+      static_cast<long long>(2 * d), static_cast<long long>(row), 100.0 * row / (2.0 * d),
+      static_cast<long long>(written));
+  std::printf(
+      "error:   dequantized latent vs input, relative to the group amax: mean %.4f, max "
+      "%.4f\n",
+      sum / static_cast<double>(count), worst);
   std::printf("verify:  caches %s the reference kernel (%d layers x %zu bytes)\n",
               ok ? "match" : "DIFFER FROM", c.layers, cache_bytes);
   return ok;
@@ -166,10 +171,11 @@ bool demo_fp8_bnbd() {
   const QuantConfig& c = g_qcfg;
   constexpr std::int64_t heads = 8, head = 128;
   const BlockTable bt(c.batch, c.prompt + c.generate, c.block_size);
-  std::printf("== FP8 BNBD cache: %d layers, %lld KV heads x %lld, float8_e4m3fn K/V + float32 "
-              "scales, batch %d, prompt %d, generate %d ==\n",
-              c.layers, static_cast<long long>(heads), static_cast<long long>(head), c.batch,
-              c.prompt, c.generate);
+  std::printf(
+      "== FP8 BNBD cache: %d layers, %lld KV heads x %lld, float8_e4m3fn K/V + float32 "
+      "scales, batch %d, prompt %d, generate %d ==\n",
+      c.layers, static_cast<long long>(heads), static_cast<long long>(head), c.batch, c.prompt,
+      c.generate);
   const std::int64_t NB = bt.num_blocks, BS = c.block_size;
   const std::size_t kv_bytes = static_cast<std::size_t>(NB * heads * BS * head);
   const std::size_t sc_elems = static_cast<std::size_t>(NB * heads * BS);
@@ -177,17 +183,18 @@ bool demo_fp8_bnbd() {
     std::vector<std::uint8_t> k, v;
     std::vector<float> s;
   };
-  std::vector<Caches> fast(static_cast<std::size_t>(c.layers),
-                           Caches{std::vector<std::uint8_t>(kv_bytes, 0),
-                                  std::vector<std::uint8_t>(kv_bytes, 0),
-                                  std::vector<float>(sc_elems, 0.0f)});
+  std::vector<Caches> fast(
+      static_cast<std::size_t>(c.layers),
+      Caches{std::vector<std::uint8_t>(kv_bytes, 0), std::vector<std::uint8_t>(kv_bytes, 0),
+             std::vector<float>(sc_elems, 0.0f)});
   auto ref = fast;
   // New keys/values arrive already in e4m3 with a per-(token, head) scale.
   const std::size_t max_tokens = static_cast<std::size_t>(c.batch * c.prompt);
   std::vector<std::uint8_t> kv_pool(max_tokens * heads * head + 4096);
   std::vector<float> scale_pool(max_tokens * heads + 512);
   std::mt19937 rng(5);
-  for (auto& b : kv_pool) b = formats::encode_float8_e4m3fn(std::normal_distribution<float>(0, 64)(rng));
+  for (auto& b : kv_pool)
+    b = formats::encode_float8_e4m3fn(std::normal_distribution<float>(0, 64)(rng));
   for (auto& f : scale_pool) f = std::uniform_real_distribution<float>(0.001f, 0.05f)(rng);
   double prefill_s = 0, decode_s = 0;
   for (int step = 0; step <= c.generate; ++step) {
@@ -207,8 +214,7 @@ bool demo_fp8_bnbd() {
             TensorView(v, DType::float8_e4m3fn, {T, heads, head}),
             TensorView(cc.k.data(), DType::float8_e4m3fn, {NB, heads, BS, head}),
             TensorView(cc.v.data(), DType::float8_e4m3fn, {NB, heads, BS, head}),
-            TensorView(slots.data(), DType::int64, {T}),
-            TensorView(s, DType::float32, {T, heads}),
+            TensorView(slots.data(), DType::int64, {T}), TensorView(s, DType::float32, {T, heads}),
             TensorView(cc.s.data(), DType::float32, {NB, heads, BS, 1}));
         if (pass <= 0) {
           execute(plan);
