@@ -1,0 +1,313 @@
+// Byte movers of the optimized ScatterPaKvCache kernel, compiled once per SIMD target (Highway
+// dynamic dispatch, chosen once per chunk of work). Every access is an unaligned vector load or
+// store of bytes (or memcpy), so rows at any address and of any length are safe.
+#include <cstdint>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/scatter_pa_kv_cache/kernel_hwy.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+#include <hwy/cache_control.h>
+
+#include "ops/scatter_pa_kv_cache/kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::detail::scatter::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using D8 = hn::ScalableTag<std::uint8_t>;
+
+// n contiguous bytes. Below one vector: memcpy (a few bytes); otherwise full vectors, the last
+// one overlapping the previous store so no scalar tail is needed.
+HWY_INLINE void CopyBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
+                          std::size_t n) {
+  const D8 d;
+  const std::size_t N = hn::Lanes(d);
+  if (n < N) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto a = hn::LoadU(d, src + i);
+    const auto b = hn::LoadU(d, src + i + N);
+    const auto c = hn::LoadU(d, src + i + 2 * N);
+    const auto e = hn::LoadU(d, src + i + 3 * N);
+    hn::StoreU(a, d, dst + i);
+    hn::StoreU(b, d, dst + i + N);
+    hn::StoreU(c, d, dst + i + 2 * N);
+    hn::StoreU(e, d, dst + i + 3 * N);
+  }
+  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
+  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
+}
+
+// Like CopyBytes but the vector-aligned body uses non-temporal stores, which skip reading the
+// destination lines first (large writes that would not stay in cache anyway).
+HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
+                            std::size_t n) {
+  const D8 d;
+  const std::size_t N = hn::Lanes(d);
+  if (n < 4 * N) {
+    CopyBytes(dst, src, n);
+    return;
+  }
+  // Unaligned head with one ordinary store, then aligned streaming stores.
+  hn::StoreU(hn::LoadU(d, src), d, dst);
+  const std::size_t mis = reinterpret_cast<std::uintptr_t>(dst) & (N - 1);
+  std::size_t i = mis == 0 ? N : N - mis;
+  for (; i + N <= n; i += N) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
+}
+
+// n chunks of 32 bytes: source contiguous, destination `pitch` bytes apart (PA_NZ).
+HWY_INLINE void Chunks32(unsigned char* HWY_RESTRICT dst, std::int64_t pitch,
+                         const unsigned char* HWY_RESTRICT src, std::int64_t n) {
+  const hn::CappedTag<std::uint8_t, 32> d;
+  constexpr std::size_t kMax = 32;
+  const std::size_t N = hn::Lanes(d);
+  if (N == kMax) {
+    for (std::int64_t c = 0; c < n; ++c) {
+      hn::StoreU(hn::LoadU(d, src + c * 32), d, dst + c * pitch);
+    }
+  } else {
+    for (std::int64_t c = 0; c < n; ++c) {
+      for (std::size_t k = 0; k < kMax; k += N) {
+        hn::StoreU(hn::LoadU(d, src + c * 32 + k), d, dst + c * pitch + k);
+      }
+    }
+  }
+}
+
+HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64_t t,
+                           std::int64_t slot, bool stream) {
+  unsigned char* dst =
+      j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
+  const unsigned char* src = j.src + t * j.src_token;
+  if (j.chunk_pitch == 0) {
+    if (j.merged) {
+      const auto n = static_cast<std::size_t>(j.num_heads * j.head_bytes);
+      if (stream) {
+        StreamBytes(dst, src, n);
+      } else {
+        CopyBytes(dst, src, n);
+      }
+      return;
+    }
+    for (std::int64_t h = 0; h < j.num_heads; ++h) {
+      CopyBytes(dst + h * j.head_pitch, src + h * j.src_head,
+                static_cast<std::size_t>(j.head_bytes));
+    }
+    return;
+  }
+  if (j.merged) {
+    Chunks32(dst, j.chunk_pitch, src, j.num_heads * j.head_bytes / 32);
+    return;
+  }
+  for (std::int64_t h = 0; h < j.num_heads; ++h) {
+    Chunks32(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.head_bytes / 32);
+  }
+}
+
+template <bool kStream>
+HWY_INLINE void Put32(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src) {
+  const hn::CappedTag<std::uint8_t, 32> d;
+  const std::size_t N = hn::Lanes(d);
+  for (std::size_t k = 0; k < 32; k += N) {
+    if constexpr (kStream) {
+      hn::Stream(hn::LoadU(d, src + k), d, dst + k);
+    } else {
+      hn::StoreU(hn::LoadU(d, src + k), d, dst + k);
+    }
+  }
+}
+
+// PA_NZ pieces 0 .. pieces-1 (32 bytes each, contiguous in every source row) of n tokens whose
+// rows are src_token apart, to destination runs `pitch` apart (n x 32 contiguous bytes each).
+// Pieces go in pairs so every 64-byte source line is read once, and the line of the next pair
+// is prefetched: the n source rows are n separate streams the hardware prefetcher cannot follow.
+template <bool kStream>
+HWY_INLINE void NzPieces(unsigned char* dst, std::int64_t pitch, const unsigned char* src,
+                         std::int64_t src_token, std::int64_t pieces, std::int64_t n) {
+  std::int64_t c = 0;
+  for (; c + 2 <= pieces; c += 2) {
+    unsigned char* d0 = dst + c * pitch;
+    unsigned char* d1 = d0 + pitch;
+    const unsigned char* s0 = src + c * 32;
+    const bool more = c + 2 < pieces;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const unsigned char* p = s0 + i * src_token;
+      if (more) hwy::Prefetch(p + 64);
+      Put32<kStream>(d0 + i * 32, p);
+      Put32<kStream>(d1 + i * 32, p + 32);
+    }
+  }
+  if (c < pieces) {
+    for (std::int64_t i = 0; i < n; ++i) Put32<kStream>(dst + c * pitch + i * 32, src + c * 32 + i * src_token);
+  }
+}
+
+// n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block. Each destination
+// piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run, so the
+// pieces are written piece-major: sequential stores instead of n strided rows (and one page at a
+// time instead of one page per piece per token).
+HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64_t t,
+                           std::int64_t slot, std::int64_t n, bool stream) {
+  unsigned char* dst =
+      j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
+  const unsigned char* src = j.src + t * j.src_token;
+  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
+    for (std::int64_t h = 0; h < j.num_heads; ++h) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        CopyBytes(dst + h * j.head_pitch + i * j.head_bytes, src + i * j.src_token + h * j.src_head,
+                  static_cast<std::size_t>(j.head_bytes));
+      }
+    }
+    return;
+  }
+  // Non-temporal stores need 32-byte aligned destinations; every piece shares dst's alignment.
+  const bool nt = stream && (reinterpret_cast<std::uintptr_t>(dst) & 31) == 0 &&
+                  (j.chunk_pitch & 31) == 0 && (j.head_pitch & 31) == 0;
+  const std::int64_t heads = j.merged ? 1 : j.num_heads;
+  const std::int64_t pieces = (j.merged ? j.num_heads * j.head_bytes : j.head_bytes) / 32;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    if (nt) {
+      NzPieces<true>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
+                     pieces, n);
+    } else {
+      NzPieces<false>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
+                      pieces, n);
+    }
+  }
+}
+
+void ScatterTokenRange(const RowJob& job, std::int64_t begin, std::int64_t end) {
+  const std::int64_t bs = job.block_size;
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t s = job.slots[t];
+    if (s < 0 || (job.skip != nullptr && job.skip[t] != 0)) continue;
+    std::int64_t n = 1;
+    if (job.group) {
+      // Tokens filling the next slots of the same block (a prefill) form one group.
+      while (t + n < end && job.slots[t + n] == s + n && (s + n) % bs != 0 &&
+             (job.skip == nullptr || job.skip[t + n] == 0)) {
+        ++n;
+      }
+    }
+    if (n > 1) {
+      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n, job.stream);
+      t += n - 1;
+      continue;
+    }
+    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s, job.stream);
+  }
+  if (job.stream) hwy::FlushStream();
+}
+
+void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  // The run holding row `begin`: the last run whose first row is <= begin.
+  std::int64_t lo = 0, hi = job.num_runs - 1;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi + 1) / 2;
+    if (job.first_row[mid] <= begin) lo = mid; else hi = mid - 1;
+  }
+  std::int64_t r = lo;
+  for (std::int64_t g = begin; g < end; ++g) {
+    while (g >= job.first_row[r] + job.runs[r].rows) ++r;
+    const CompressRun& run = job.runs[r];
+    const std::int64_t j = g - job.first_row[r];
+    const std::int64_t row = run.start + j;
+    const std::int64_t pos = run_source(job.mode, run, j);
+    for (int k = 0; k < job.num_sides; ++k) {
+      const CompressSide& s = job.side[k];
+      unsigned char* dst =
+          s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
+      const unsigned char* tok0 = s.src + run.h * s.src_head +
+                                  (job.packed ? run.base * s.src_token : run.b * s.src_batch);
+      if (pos < 0) {
+        rope_mean_row(s.dtype, tok0 + run.offset * s.src_token, s.src_token, run.window,
+                      s.head_size, dst);
+      } else {
+        CopyBytes(dst, tok0 + pos * s.src_token, static_cast<std::size_t>(s.row_bytes));
+      }
+    }
+  }
+}
+
+// Row of run r fed by source position p, or -1 (outside the run, or inside a Rope window, whose
+// mean row is written separately).
+HWY_INLINE std::int64_t RowOf(ScatterMode mode, const CompressRun& r, std::int64_t p) {
+  if (mode == ScatterMode::Alibi) {
+    const std::int64_t j = p - (r.seq_len - r.window);
+    return j >= 0 ? j : -1;
+  }
+  if (r.window == 0 || p < r.offset) return p;
+  if (p < r.offset + r.window) return -1;
+  return mode == ScatterMode::Rope ? p - r.window + 1 : p - r.window;
+}
+
+// Reads the source in order (each token's heads are adjacent there) and writes each head to its
+// run: one pass over the key instead of one strided pass per head.
+void CompressTokenRange(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  std::int64_t b = 0;
+  if (job.packed) {
+    std::int64_t lo = 0, hi = job.batch - 1;  // last batch whose first token <= begin
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi + 1) / 2;
+      if (job.batch_first[mid] <= begin) lo = mid; else hi = mid - 1;
+    }
+    b = lo;
+  }
+  for (std::int64_t g = begin; g < end; ++g) {
+    std::int64_t p = 0;
+    if (job.packed) {
+      while (g >= job.batch_first[b + 1]) ++b;
+      p = g - job.batch_first[b];
+    } else {
+      b = g / job.seq_len;
+      p = g % job.seq_len;
+    }
+    const CompressRun* runs = job.all_runs + b * job.num_heads;
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
+      const CompressRun& run = runs[h];
+      if (run.rows == 0 || p >= run.seq_len) continue;
+      const std::int64_t j = RowOf(job.mode, run, p);
+      if (j < 0) continue;
+      const std::int64_t row = run.start + j;
+      for (int k = 0; k < job.num_sides; ++k) {
+        const CompressSide& s = job.side[k];
+        unsigned char* dst =
+            s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
+        const unsigned char* src = s.src + h * s.src_head +
+                                   (job.packed ? g * s.src_token : b * s.src_batch + p * s.src_token);
+        CopyBytes(dst, src, static_cast<std::size_t>(s.row_bytes));
+      }
+    }
+  }
+}
+
+}  // namespace kvscatter::detail::scatter::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvscatter::detail::scatter {
+
+HWY_EXPORT(ScatterTokenRange);
+HWY_EXPORT(CompressRowRange);
+HWY_EXPORT(CompressTokenRange);
+
+void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(ScatterTokenRange)(job, begin, end);
+}
+
+void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(CompressRowRange)(job, begin, end);
+}
+
+void compress_token_range(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(CompressTokenRange)(job, begin, end);
+}
+
+}  // namespace kvscatter::detail::scatter
+#endif  // HWY_ONCE
