@@ -428,11 +428,12 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
   const std::int64_t n = p.d - kRopeDim;
   const bool x_rows_dense = p.x.is_contiguous();
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
+  const SlotSplitter split(p.block_size);
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot == -1) continue;
     const std::uint16_t* xr = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
-    std::uint8_t* out = cache + cache_row_offset(p, slot);
+    std::uint8_t* out = cache + cache_row_offset(p, split, slot);
     switch (p.quant_mode) {
       case QuantMode::fp8_bf16:
         if (p.round_scale) {

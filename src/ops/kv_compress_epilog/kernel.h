@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvscatter/quant_ops.h"
+#include "ops/quant_common/slots.h"
 
 namespace kvscatter::detail {
 
@@ -33,8 +34,9 @@ inline std::int64_t x_row_offset(const TensorView& x, std::int64_t r) noexcept {
 }
 
 // Byte offset of the cache row of `slot` (spec section 4.3).
-inline std::int64_t cache_row_offset(const KvCompressEpilogPlan& p, std::int64_t slot) noexcept {
-  return (slot / p.block_size) * p.cache.stride(0) + (slot % p.block_size) * p.cache.stride(1);
+inline std::int64_t cache_row_offset(const KvCompressEpilogPlan& p, const SlotSplitter& split,
+                                     std::int64_t slot) noexcept {
+  return split.block(slot) * p.cache.stride(0) + split.offset(slot) * p.cache.stride(1);
 }
 
 // Reads slot_mapping and checks every value before anything is written (G1): -1 is kept as

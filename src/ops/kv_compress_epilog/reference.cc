@@ -136,7 +136,9 @@ void execute(const KvCompressEpilogPlan& p) {
     } else {
       fp8_row(p, xr, row.data());
     }
-    std::memcpy(cache + detail::cache_row_offset(p, slot), row.data(), row.size());
+    const std::int64_t offset =
+        (slot / p.block_size) * p.cache.stride(0) + (slot % p.block_size) * p.cache.stride(1);
+    std::memcpy(cache + offset, row.data(), row.size());
   }
 }
 

@@ -11,6 +11,27 @@
 
 namespace kvscatter::detail {
 
+// slot -> (block, offset) for a fixed block size; a shift and a mask when the block size is a
+// power of two (the usual case), which spares a 64-bit division per token.
+class SlotSplitter {
+ public:
+  explicit SlotSplitter(std::int64_t block_size) noexcept
+      : block_size_(block_size),
+        shift_(block_size > 0 && (block_size & (block_size - 1)) == 0
+                   ? __builtin_ctzll(static_cast<unsigned long long>(block_size))
+                   : -1) {}
+  std::int64_t block(std::int64_t slot) const noexcept {
+    return shift_ >= 0 ? slot >> shift_ : slot / block_size_;
+  }
+  std::int64_t offset(std::int64_t slot) const noexcept {
+    return shift_ >= 0 ? slot & (block_size_ - 1) : slot % block_size_;
+  }
+
+ private:
+  std::int64_t block_size_;
+  int shift_;
+};
+
 // Offset in elements of flat (row-major) element i of t, honouring every stride.
 std::int64_t flat_offset(const TensorView& t, std::int64_t i) noexcept;
 

@@ -66,13 +66,13 @@ void scatter_pa_kv_cache_with_k_scale_cpu(const ScatterPaKvCacheWithKScalePlan& 
   const auto ks = p.key_scale.strides;
   const auto sc = p.key_scale_cache.strides;
   const std::int64_t H = p.num_heads, Dk = p.key_head_size, Dv = p.value_head_size;
-  const std::int64_t BS = p.block_size;
+  const SlotSplitter split(p.block_size);
 
   parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t t = begin; t < end; ++t) {
       const std::int64_t slot = slots[static_cast<std::size_t>(t)];
       if (slot < 0) continue;
-      const std::int64_t blk = slot / BS, off = slot % BS;
+      const std::int64_t blk = split.block(slot), off = split.offset(slot);
       const std::uint8_t* krow = key + t * k[0];
       const std::uint8_t* vrow = value + t * v[0];
       std::uint8_t* kdst = key_cache + blk * kc[0] + off * kc[2];
