@@ -27,16 +27,25 @@ struct BenchQuantConfig {
 };
 BenchQuantConfig g_bq;
 
-// Median seconds per call, each timed batch sized to last about 20 ms.
-template <class F>
-double seconds_per_call(F&& fn, int reps) {
-  return time_per_call(fn, reps, calibrate(fn));
-}
+struct Timing {
+  double op_s, memcpy_s;  // median seconds per call
+};
 
-double memcpy_seconds(std::int64_t traffic, int reps) {
+// Times the operator and memcpy of the same traffic in alternating batches (each sized to last
+// about 20 ms), so that on a shared machine both see the same background load; medians.
+template <class F>
+Timing time_against_memcpy(F&& op, std::int64_t traffic, int reps) {
   MemcpyBaseline base(static_cast<std::size_t>(traffic));
-  return base.seconds(
-      reps, calibrate([&] { std::memcpy(base.dst.data(), base.src.data(), base.src.size()); }));
+  auto copy = [&] { std::memcpy(base.dst.data(), base.src.data(), base.src.size()); };
+  const int op_inner = calibrate(op), copy_inner = calibrate(copy);
+  std::vector<double> op_t, copy_t;
+  for (int r = 0; r < reps; ++r) {
+    op_t.push_back(time_per_call(op, 1, op_inner));
+    copy_t.push_back(time_per_call(copy, 1, copy_inner));
+  }
+  std::sort(op_t.begin(), op_t.end());
+  std::sort(copy_t.begin(), copy_t.end());
+  return {op_t[op_t.size() / 2], copy_t[copy_t.size() / 2]};
 }
 
 std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
@@ -82,7 +91,7 @@ void bench_epilog(QuantMode mode) {
                                 tx, ts, gs, mode, c.round_scale, 1.0f)
             .row_bytes;
     if (!header) {
-      std::printf("kv_compress_epilog  quant_mode %s%s, d = %lld, %lld-byte rows, %d threads, %s\n",
+      std::printf("kv_compress_epilog  quant_mode %s%s, d = %lld, %lld-byte rows, threads %d, %s\n",
                   names[static_cast<int>(mode)],
                   mode == QuantMode::hifloat8_fp4
                       ? (" (group " + std::to_string(gs) + ")").c_str()
@@ -97,8 +106,8 @@ void bench_epilog(QuantMode mode) {
         TensorView(cache.data(), DType::uint8, {blocks, c.block_size, 1, row}), tx, ts, gs, mode,
         c.round_scale, 1.0f);
     const std::int64_t traffic = tokens * (2 * c.d + 8 + row);
-    const double s = seconds_per_call([&] { execute(plan); }, c.reps);
-    print_row(tokens, s, traffic, memcpy_seconds(traffic, c.reps));
+    const Timing t = time_against_memcpy([&] { execute(plan); }, traffic, c.reps);
+    print_row(tokens, t.op_s, traffic, t.memcpy_s);
   }
   std::printf("\n");
 }
@@ -108,7 +117,7 @@ void bench_scatter() {
   const std::int64_t H = c.heads, D = c.head_size;
   std::printf(
       "scatter_pa_kv_cache_with_k_scale  float8_e4m3fn, %lld heads x %lld, BNBD blocks "
-      "of %lld, %d threads\n",
+      "of %lld, threads %d\n",
       static_cast<long long>(H), static_cast<long long>(D), static_cast<long long>(c.block_size),
       get_num_threads());
   print_header();
@@ -128,8 +137,8 @@ void bench_scatter() {
         TensorView(key_scale.data(), DType::float32, {tokens, H}),
         TensorView(sc.data(), DType::float32, {blocks, H, c.block_size, 1}));
     const std::int64_t traffic = tokens * (2 * (2 * H * D + 4 * H) + 8);
-    const double s = seconds_per_call([&] { execute(plan); }, c.reps);
-    print_row(tokens, s, traffic, memcpy_seconds(traffic, c.reps));
+    const Timing t = time_against_memcpy([&] { execute(plan); }, traffic, c.reps);
+    print_row(tokens, t.op_s, traffic, t.memcpy_s);
   }
   std::printf("\n");
 }
