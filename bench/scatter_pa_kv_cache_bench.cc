@@ -5,7 +5,7 @@
 // bytes into separate buffers, so both see the same machine state; the counters report
 //   GB/s        bytes read + written of the K/V elements per second (FlashInfer's convention)
 //   memcpy_us   the memcpy time per call, us
-//   ratio       memcpy time / scatter time (1.0 = as fast as memcpy)
+//   vs_memcpy   memcpy time / scatter time (1.0 = as fast as memcpy)
 //   bound_ok    1 if scatter time <= 2 x memcpy time + 2 us (the small-batch target)
 // BM_Memcpy runs the baseline alone. Run with --benchmark_repetitions=N and read the medians.
 #include <algorithm>
@@ -112,7 +112,7 @@ void run(benchmark::State& state, bool nz, bool with_value) {
   const double moved = 2.0 * static_cast<double>(s.bytes(with_value));  // read + write
   state.counters["GB/s"] = benchmark::Counter(moved * n / scatter_s / 1e9);
   state.counters["memcpy_us"] = benchmark::Counter(memcpy_s / n * 1e6);
-  state.counters["ratio"] = benchmark::Counter(memcpy_s / scatter_s);
+  state.counters["vs_memcpy"] = benchmark::Counter(memcpy_s / scatter_s);
   state.counters["bound_ok"] =
       benchmark::Counter(scatter_s / n <= 2 * memcpy_s / n + 2e-6 ? 1.0 : 0.0);
   state.SetBytesProcessed(static_cast<std::int64_t>(moved * n));
