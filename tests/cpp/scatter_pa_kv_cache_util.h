@@ -22,7 +22,8 @@ namespace kvscatter::testing {
 struct Buf {
   std::vector<unsigned char> bytes;
   DType dtype = DType::float32;
-  std::vector<std::int64_t> shape, strides;
+  std::vector<std::int64_t> shape, strides;  // strides empty: contiguous
+  std::size_t offset = 0;                     // bytes from the storage start to element 0
 
   Buf() = default;
   Buf(DType dt, std::vector<std::int64_t> shp, std::int64_t extra_elems = 0)
@@ -33,8 +34,8 @@ struct Buf {
   }
   std::int64_t elems() const { return static_cast<std::int64_t>(bytes.size() / dtype_size(dtype)); }
   TensorView view() {
-    if (strides.empty()) return TensorView(bytes.data(), dtype, shape);
-    return TensorView(bytes.data(), dtype, shape, strides);
+    if (strides.empty()) return TensorView(bytes.data() + offset, dtype, shape);
+    return TensorView(bytes.data() + offset, dtype, shape, strides);
   }
   template <class T>
   T get(std::int64_t i) const {

@@ -264,7 +264,12 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
         }
       }
       if (r.start >= 0) {
-        if (r.start >= ns || r.start + r.rows > ns) {
+        if (r.start >= ns) {
+          invalid("slot_mapping[", i, "] = ", r.start, " is out of range [0, ", ns, ") (batch ", b,
+                  ", head ", h, "; key_cache has ", p.num_blocks, " blocks of ", p.block_size,
+                  " slots; a negative start slot skips the run)");
+        }
+        if (r.start + r.rows > ns) {
           invalid("slot_mapping[", i, "] = ", r.start, " starts a run of ", r.rows,
                   " rows (batch ", b, ", head ", h, ") that ends at row ", r.start + r.rows - 1,
                   ", out of range [0, ", ns, ") (key_cache has ", p.num_blocks, " blocks of ",
