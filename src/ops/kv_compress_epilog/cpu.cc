@@ -1,8 +1,15 @@
 // Optimized CPU kernel of KvCompressEpilog: Highway SIMD with runtime dispatch, one row per
-// token. Group amax is an integer max over (bf16 bits & 0x7FFF) (ordered like the magnitudes,
-// NaN above infinity); scales are computed per group in scalar f32 exactly as the reference
-// does; the e4m3, e2m1 and HiFloat8 encoders are branch-free lane versions of the scalar rules
-// and are bit-identical to them (tests sweep them against kvscatter::formats).
+// token, bit-identical to the reference.
+//
+// - Inputs are read as 32-bit words holding two bf16 values: `w << 16` is the even element as
+//   f32 and `w & 0xFFFF0000` the odd one, so one load feeds two vectors and the two code
+//   vectors recombine in element order with a shift and an or.
+// - Group amax is an unsigned 16-bit max over (bits & 0x7FFF): ordered like the magnitudes,
+//   with every NaN above infinity, so "amax > 0x7F80" detects a NaN in the group.
+// - Scales are computed per group in scalar f32 exactly as the reference does.
+// - Groups whose quotients or products are all finite (the normal case) take fast encoders
+//   that skip NaN handling; the rare others take careful encoders with the reference's NaN
+//   rules. All encoders are lane forms of the scalar rules (tests sweep them).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -12,7 +19,6 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
-#include "kvscatter/formats.h"
 #include "ops/kv_compress_epilog/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -20,24 +26,42 @@ namespace kvscatter::detail {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// At most 16 lanes so that one vector never spans two groups of 16 (mode 2, gs = 16).
-using DF = hn::CappedTag<float, 16>;
+// At most 8 f32 lanes: one vector pair then covers at most 16 elements, the smallest group.
+using DF = hn::CappedTag<float, 8>;
 using DU = hn::RebindToUnsigned<DF>;
 using DI = hn::RebindToSigned<DF>;
-using DU16 = hn::Rebind<std::uint16_t, DF>;  // bf16 inputs, one per f32 lane
-using DU8 = hn::Rebind<std::uint8_t, DF>;    // one output byte per f32 lane
-using DA = hn::CappedTag<std::uint16_t, 16>;   // amax over raw bf16 bits
+using DU16 = hn::Rebind<std::uint16_t, DF>;   // two output bytes per f32 lane
+using DU8 = hn::Rebind<std::uint8_t, DF>;     // one output byte per f32 lane
+using DA = hn::CappedTag<std::uint16_t, 16>;  // amax over raw bf16 bits
 using VF = hn::Vec<DF>;
 using VU = hn::Vec<DU>;
 
-HWY_INLINE VF LoadBf16(const std::uint16_t* p) {
+// Elements 2i (even) and 2i+1 (odd) of 2L consecutive bf16 values, as f32.
+struct Pair {
+  VF even, odd;
+};
+HWY_INLINE Pair LoadPairs(const std::uint16_t* p) {
   const DF df;
   const DU du;
-  const DU16 d16;
-  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(p));
+  return {hn::BitCast(df, hn::ShiftLeft<16>(w)),
+          hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)))};
 }
 
-// Largest (bits & 0x7FFF) over count bf16 values; > 0x7F80 means the group holds a NaN.
+// Byte codes of the even and odd elements -> 2L bytes in element order.
+HWY_INLINE void StoreBytePairs(VU even, VU odd, std::uint8_t* out) {
+  const DU16 d16;
+  hn::StoreU(hn::TruncateTo(d16, hn::Or(even, hn::ShiftLeft<8>(odd))), d16,
+             reinterpret_cast<std::uint16_t*>(out));
+}
+
+// Nibble codes of the even and odd elements -> L bytes, the even element in the low nibble.
+HWY_INLINE void StoreNibblePairs(VU even, VU odd, std::uint8_t* out) {
+  const DU8 d8;
+  hn::StoreU(hn::TruncateTo(d8, hn::Or(even, hn::ShiftLeft<4>(odd))), d8, out);
+}
+
+// Largest (bits & 0x7FFF) over count bf16 values.
 HWY_INLINE std::uint32_t AmaxBits(const std::uint16_t* x, std::int64_t count) {
   const DA da;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(da));
@@ -47,46 +71,90 @@ HWY_INLINE std::uint32_t AmaxBits(const std::uint16_t* x, std::int64_t count) {
   return hn::GetLane(hn::MaxOfLanes(da, m));
 }
 
-// e4m3fn code of clamp(q, -448, 448) with RNE; NaN lanes give 0x7F.
-HWY_INLINE VU EncodeE4M3(VF q) {
-  const DF df;
-  const DU du;
-  const DI di;
-  const VU sign = hn::And(hn::ShiftRight<24>(hn::BitCast(du, q)), hn::Set(du, 0x80u));
-  const VF c = hn::Min(hn::Max(q, hn::Set(df, -448.0f)), hn::Set(df, 448.0f));
-  const VU a = hn::And(hn::BitCast(du, c), hn::Set(du, 0x7FFFFFFFu));
-  // Normal range: round the f32 mantissa to 3 bits (nearest even) and rebias 127 -> 7.
-  const VU odd = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
-  const VU normal = hn::Sub(hn::ShiftRight<20>(hn::Add(a, hn::Add(hn::Set(du, 0x7FFFFu), odd))),
-                            hn::Set(du, 960u));
-  // Below 2^-6: multiples of 2^-9, i.e. nearest-even integer of |q| * 512 (exact scaling).
-  const VU sub = hn::BitCast(
-      du, hn::ConvertTo(di, hn::Round(hn::Mul(hn::BitCast(df, a), hn::Set(df, 512.0f)))));
-  const auto is_sub = hn::RebindMask(du, hn::Lt(hn::BitCast(di, a), hn::Set(di, 0x3C800000)));
-  const VU code = hn::Or(hn::IfThenElse(is_sub, sub, normal), sign);
-  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(q)), hn::Set(du, 0x7Fu), code);
+// Scalar bf16 RNE (spec 2.2), inlined here for the per-group scales.
+HWY_INLINE std::uint16_t Bf16(float f) {
+  const std::uint32_t b = bits_of(f);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((b >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
 }
 
-// e2m1 nibble of clamp(bf16_RNE(p), -6, 6) with RNE; NaN lanes give 0.
-HWY_INLINE VU EncodeE2M1(VF p) {
+// bf16 RNE codes (in the low 16 bits) of non-NaN lanes.
+HWY_INLINE VU Bf16Lanes(VF f) {
+  const DU du;
+  const VU b = hn::BitCast(du, f);
+  return hn::ShiftRight<16>(
+      hn::Add(hn::Add(b, hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))), hn::Set(du, 0x7FFFu)));
+}
+
+// ---- float8_e4m3fn --------------------------------------------------------------------------
+
+// e4m3fn magnitude code (no sign) of min(|q|, 448), RNE; q must not be NaN.
+HWY_INLINE VU EncodeE4M3Magnitude(VF q) {
   const DF df;
   const DU du;
-  const DI di;
+  const VF af = hn::Min(hn::Abs(q), hn::Set(df, 448.0f));
+  const VU a = hn::BitCast(du, af);
+  // Normal (>= 2^-6): round the mantissa to 3 bits, nearest even, rebiasing 127 -> 7 on the way
+  // (the bias difference 120 << 23 is a multiple of the rounding unit, so it commutes).
+  const VU odd = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
+  const VU normal =
+      hn::ShiftRight<20>(hn::Add(hn::Add(a, odd), hn::Set(du, 0x7FFFFu - (120u << 23))));
+  // Subnormal: adding 2^14 leaves an ulp of 2^-9, the e4m3 subnormal step, so the f32 add
+  // rounds to it (nearest even) and the low bits count the steps (8 = the smallest normal).
+  const VU sub =
+      hn::Sub(hn::BitCast(du, hn::Add(af, hn::Set(df, 16384.0f))), hn::Set(du, 0x46800000u));
+  const auto is_sub = hn::RebindMask(du, hn::Lt(af, hn::Set(df, 0.015625f)));
+  return hn::IfThenElse(is_sub, sub, normal);
+}
+
+// e4m3fn code of clamp(q, -448, 448), RNE; q must not be NaN.
+HWY_INLINE VU EncodeE4M3Finite(VF q) {
+  const DU du;
+  const VU sign = hn::And(hn::ShiftRight<24>(hn::BitCast(du, q)), hn::Set(du, 0x80u));
+  return hn::Or(EncodeE4M3Magnitude(q), sign);
+}
+
+// As above, and NaN lanes give 0x7F.
+HWY_INLINE VU EncodeE4M3(VF q) {
+  const DU du;
+  const VF safe = hn::IfThenZeroElse(hn::IsNaN(q), q);
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(q)), hn::Set(du, 0x7Fu),
+                        EncodeE4M3Finite(safe));
+}
+
+// ---- float4_e2m1 ----------------------------------------------------------------------------
+
+// e2m1 nibble of clamp(bf16_RNE(p), -6, 6), RNE; p must not be NaN.
+HWY_INLINE VU EncodeE2M1Finite(VF p) {
+  const DF df;
+  const DU du;
   const VU b = hn::BitCast(du, p);
-  const VU odd16 = hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u));
-  const VU r = hn::And(hn::Add(b, hn::Add(hn::Set(du, 0x7FFFu), odd16)), hn::Set(du, 0xFFFF0000u));
+  // bf16 round to nearest even (p is finite or infinite; overflow rounds to infinity).
+  const VU r = hn::And(
+      hn::Add(hn::Add(b, hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))), hn::Set(du, 0x7FFFu)),
+      hn::Set(du, 0xFFFF0000u));
   const VU sign = hn::ShiftLeft<3>(hn::ShiftRight<31>(r));
   const VF af = hn::Min(hn::BitCast(df, hn::And(r, hn::Set(du, 0x7FFFFFFFu))), hn::Set(df, 6.0f));
   const VU a = hn::BitCast(du, af);
-  // [0, 1): steps of 0.5 -> nearest-even integer of 2|x|; [1, 6]: 1 mantissa bit, bias 1.
-  const VU small = hn::BitCast(du, hn::ConvertTo(di, hn::Round(hn::Add(af, af))));
+  // Below 1: steps of 0.5; 2^22 + af rounds to them (ulp 0.5), codes 0..2.
+  const VU small =
+      hn::Sub(hn::BitCast(du, hn::Add(af, hn::Set(df, 4194304.0f))), hn::Set(du, 0x4A800000u));
+  // [1, 6]: one mantissa bit, bias 1 (rebias 127 -> 1 is 126 << 23, i.e. 252 << 22).
   const VU odd = hn::And(hn::ShiftRight<22>(a), hn::Set(du, 1u));
-  const VU big = hn::Sub(hn::ShiftRight<22>(hn::Add(a, hn::Add(hn::Set(du, 0x1FFFFFu), odd))),
-                         hn::Set(du, 252u));
-  const VU code = hn::Or(hn::IfThenElse(hn::RebindMask(du, hn::Lt(af, hn::Set(df, 1.0f))), small, big),
-                         sign);
-  return hn::IfThenZeroElse(hn::RebindMask(du, hn::IsNaN(p)), code);
+  const VU big =
+      hn::ShiftRight<22>(hn::Add(hn::Add(a, odd), hn::Set(du, 0x1FFFFFu - (126u << 23))));
+  const auto is_small = hn::RebindMask(du, hn::Lt(af, hn::Set(df, 1.0f)));
+  return hn::Or(hn::IfThenElse(is_small, small, big), sign);
 }
+
+// As above, and NaN lanes give 0.
+HWY_INLINE VU EncodeE2M1(VF p) {
+  const DU du;
+  const auto nan = hn::IsNaN(p);
+  return hn::IfThenZeroElse(hn::RebindMask(du, nan), EncodeE2M1Finite(hn::IfThenZeroElse(nan, p)));
+}
+
+// ---- HiFloat8 -------------------------------------------------------------------------------
 
 // HiFloat8 code, round half away from zero, saturating: the lane form of spec section 2.7.
 HWY_INLINE VU EncodeHiF8(VF x) {
@@ -116,7 +184,7 @@ HWY_INLINE VU EncodeHiF8(VF x) {
   const VU m3 = hn::And(hn::ShiftRight<20>(r), hn::Set(du, 7u));
   const VU m2 = hn::And(hn::ShiftRight<21>(r), hn::Set(du, 3u));
   const VU m1 = hn::And(hn::ShiftRight<22>(r), hn::Set(du, 1u));
-  const VU neg = hn::BitCast(du, hn::ShiftRight<31>(hn::BitCast(du, e2)));  // 1 if e2 < 0
+  const VU neg = hn::ShiftRight<31>(hn::BitCast(du, e2));  // 1 if e2 < 0
   const VU n4 = hn::ShiftLeft<4>(neg);
   const VU c0 = hn::Or(hn::Set(du, 0x08u), m3);
   const VU c1 = hn::Or(hn::Or(hn::Set(du, 0x10u), hn::ShiftLeft<3>(neg)), m3);
@@ -134,50 +202,128 @@ HWY_INLINE VU EncodeHiF8(VF x) {
   const VU den = hn::BitCast(du, hn::Max(hn::Add(e2, hn::Set(di, 23)), hn::Set(di, 1)));
   c = hn::IfThenElse(hn::RebindMask(du, hn::Lt(e2, hn::Set(di, -15))), den, c);
   // Saturation: rounded magnitude >= 1.25 * 2^15 (or any e >= 16, infinities included).
-  const auto ovf = hn::Or(hn::Gt(e2, hn::Set(di, 15)),
-                          hn::And(hn::Eq(e2, hn::Set(di, 15)),
-                                  hn::RebindMask(di, hn::Ne(m1, hn::Zero(du)))));
+  const auto ovf =
+      hn::Or(hn::Gt(e2, hn::Set(di, 15)),
+             hn::And(hn::Eq(e2, hn::Set(di, 15)), hn::RebindMask(di, hn::Ne(m1, hn::Zero(du)))));
   c = hn::IfThenElse(hn::RebindMask(du, ovf), hn::Set(du, 0x6Eu), c);
   c = hn::Or(c, s);
   // |x| < 2^-23 rounds to the only zero (no -0); NaN saturates to 0x00.
-  const auto zero = hn::Or(hn::Lt(ai, hn::Set(di, 0x34000000)), hn::Gt(ai, hn::Set(di, 0x7F800000)));
+  const auto zero =
+      hn::Or(hn::Lt(ai, hn::Set(di, 0x34000000)), hn::Gt(ai, hn::Set(di, 0x7F800000)));
   return hn::IfThenZeroElse(hn::RebindMask(du, zero), c);
 }
 
-HWY_INLINE void StoreBytes(VU code, std::uint8_t* out) {
-  const DU8 d8;
-  hn::StoreU(hn::TruncateTo(d8, code), d8, out);
-}
-
-#if HWY_TARGET != HWY_SCALAR
-// Two adjacent lanes -> one byte, the even element in the low nibble.
-HWY_INLINE void StorePacked(VU code, std::uint8_t* out) {
-  const hn::Repartition<std::uint64_t, DU> d64;
-  const hn::Rebind<std::uint8_t, decltype(d64)> dp;
-  const auto w = hn::BitCast(d64, code);
-  hn::StoreU(hn::TruncateTo(dp, hn::Or(w, hn::ShiftRight<28>(w))), dp, out);
-}
-#endif
+// ---- rows -----------------------------------------------------------------------------------
 
 HWY_INLINE void PutBf16(std::uint8_t* out, std::uint16_t code) {
   out[0] = static_cast<std::uint8_t>(code & 0xFF);
   out[1] = static_cast<std::uint8_t>(code >> 8);
 }
 
+// 2L elements (one 32-bit word pair): q = v / k (kDivide) or v * k, then e4m3.
+template <bool kDivide, bool kFinite>
+HWY_INLINE void Fp8Chunk(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
+                         VF k) {
+  const DF df;
+  const DU du;
+  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x));
+  const VF ve = hn::BitCast(df, hn::ShiftLeft<16>(w));
+  const VF vo = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
+  const VF qe = kDivide ? hn::Div(ve, k) : hn::Mul(ve, k);
+  const VF qo = kDivide ? hn::Div(vo, k) : hn::Mul(vo, k);
+#if HWY_TARGET == HWY_SCALAR  // one lane cannot be split into halves
+  if (kFinite) {
+    StoreBytePairs(EncodeE4M3Finite(qe), EncodeE4M3Finite(qo), out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#else
+  if (kFinite) {
+    const hn::Repartition<std::uint16_t, DU> dw;
+    const hn::Rebind<std::uint8_t, decltype(dw)> db;
+    // s > 0, so each code takes the sign of its input: bits 15 and 31 of w land on bits 7
+    // and 23, next to the even code (byte 0) and the odd code (byte 2).
+    const VU sign = hn::And(hn::ShiftRight<8>(w), hn::Set(du, 0x00800080u));
+    const VU both =
+        hn::Or(hn::Or(EncodeE4M3Magnitude(qe), hn::ShiftLeft<16>(EncodeE4M3Magnitude(qo))), sign);
+    hn::StoreU(hn::TruncateTo(db, hn::BitCast(dw, both)), db, out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#endif
+}
+
+// One group of 64: q = v / k (kDivide) or v * k, then e4m3.
+template <bool kDivide, bool kFinite>
+HWY_INLINE void Fp8Group(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
+                         float scalar) {
+  const DF df;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
+  const VF k = hn::Set(df, scalar);
+  for (std::int64_t i = 0; i < 64; i += step) {
+    Fp8Chunk<kDivide, kFinite>(xg + i, data + i, k);
+  }
+}
+
+// One finite group of 64 with s = 2^(e - 127) (round_scale). q = v * 2^(127 - e) is exact,
+// so wherever q lands in e4m3's normal range its bf16 bits are v's with the exponent field
+// lowered by e - 127: the code is computed on 16-bit lanes, twice as many per vector. Chunks
+// holding a nonzero q below 2^-6 (e4m3 subnormals, bf16 subnormal inputs) take the f32 path.
+HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
+                             std::uint32_t e) {
+#if HWY_TARGET == HWY_SCALAR
+  Fp8Group<false, true>(xg, data, f32_from_bits((254u - e) << 23));
+#else
+  const DF df;
+  const hn::Repartition<std::uint16_t, DU> dw;  // 2L lanes: the elements of one f32 pair
+  const hn::RebindToSigned<decltype(dw)> dwi;
+  const hn::Rebind<std::uint8_t, decltype(dw)> db;
+  const std::int64_t step = static_cast<std::int64_t>(hn::Lanes(dw));
+  const VF inv = hn::Set(df, f32_from_bits((254u - e) << 23));
+  // (e - 127) << 7 modulo 2^16; |e - 127| <= 127 keeps every finite q of the group in range.
+  const auto shift = hn::Set(dw, static_cast<std::uint16_t>((e - 127u) << 7));
+  const auto max448 = hn::Set(dwi, std::int16_t{0x43E0});      // bf16 bits of 448
+  const auto min_normal = hn::Set(dwi, std::int16_t{0x3C7F});  // just below 2^-6
+  for (std::int64_t i = 0; i < 64; i += step) {
+    const auto w = hn::LoadU(dw, xg + i);
+    const auto a = hn::And(w, hn::Set(dw, std::uint16_t{0x7FFF}));
+    const auto is_zero = hn::Eq(a, hn::Zero(dw));
+    const auto aq = hn::Min(hn::BitCast(dwi, hn::Sub(a, shift)), max448);  // |q|, clamped
+    const auto ok = hn::Or(hn::RebindMask(dw, hn::Gt(aq, min_normal)), is_zero);
+    if (HWY_UNLIKELY(!hn::AllTrue(dw, ok))) {
+      Fp8Chunk<false, true>(xg + i, data + i, inv);
+      continue;
+    }
+    // 7 mantissa bits -> 3, nearest even, rebiasing 127 -> 7 (a multiple of the unit).
+    const auto u = hn::BitCast(dw, aq);
+    const auto odd = hn::And(hn::ShiftRight<4>(u), hn::Set(dw, std::uint16_t{1}));
+    const auto normal = hn::ShiftRight<4>(
+        hn::Add(hn::Add(u, odd), hn::Set(dw, static_cast<std::uint16_t>(0x7u - (120u << 7)))));
+    const auto sign = hn::ShiftRight<8>(hn::And(w, hn::Set(dw, std::uint16_t{0x8000})));
+    const auto code = hn::Or(hn::IfThenZeroElse(is_zero, normal), sign);
+    hn::StoreU(hn::TruncateTo(db, code), db, data + i);
+  }
+#endif
+}
+
+// Group amax of every group of a row first: the scale of a group then never waits on its own
+// reduction, and the data loops of consecutive groups overlap.
+constexpr std::int64_t kMaxGroups = (8192 - 64) / 16;
+
 template <bool kMode0, bool kRoundScale>
 void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
             std::int64_t groups) {
-  const DF df;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float C448 = f32_from_bits(kC448Bits);
   const float EPS = f32_from_bits(kEpsBits);
   std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
+  std::uint32_t amax[kMaxGroups];
+  for (std::int64_t g = 0; g < groups; ++g) amax[g] = AmaxBits(x + 64 * g, 64);
   for (std::int64_t g = 0; g < groups; ++g) {
     const std::uint16_t* xg = x + 64 * g;
     std::uint8_t* data = out + 128 + 64 * g;
     std::uint8_t* scale = kMode0 ? out + 128 + n + 2 * g : out + 128 + n + g;
-    const std::uint32_t amax_bits = AmaxBits(xg, 64);
-    if (amax_bits > 0x7F80u) {
+    const std::uint32_t amax_bits = amax[g];
+    if (amax_bits > 0x7F80u) {  // a NaN in the group
       std::memset(data, 0x7F, 64);
       if (kMode0) {
         PutBf16(scale, kBf16CanonicalNaN);
@@ -187,65 +333,91 @@ void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
       continue;
     }
     float s = std::max(f32_from_bits(amax_bits << 16), EPS) * C448;
+    const bool finite = amax_bits < 0x7F80u;  // then s is finite and nonzero, quotients finite
     if (kRoundScale) {
       std::uint32_t u = bits_of(s);
       std::uint32_t e = u >> 23;
       if (u & 0x7FFFFFu) e += 1;
       s = f32_from_bits(e << 23);
-      // s is a power of two (or +inf), so 1/s is exact and v * (1/s) == v / s bit for bit.
-      const VF inv = hn::Set(df, 1.0f / s);
-      for (std::int64_t k = 0; k < 64; k += L) {
-        StoreBytes(EncodeE4M3(hn::Mul(LoadBf16(xg + k), inv)), data + k);
+      // s = 2^(e - 127) (or +inf), so 1/s = 2^(127 - e) is exact (or 0) and v * (1/s) == v / s
+      // bit for bit; forming it from the exponent avoids a scalar division per group.
+      if (finite) {
+        Fp8GroupPow2(xg, data, e);
+      } else {
+        Fp8Group<false, false>(xg, data, e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23));
       }
+    } else if (finite) {
+      Fp8Group<true, true>(xg, data, s);
     } else {
-      const VF vs = hn::Set(df, s);
-      for (std::int64_t k = 0; k < 64; k += L) {
-        StoreBytes(EncodeE4M3(hn::Div(LoadBf16(xg + k), vs)), data + k);
-      }
+      Fp8Group<true, false>(xg, data, s);
     }
     if (kMode0) {
-      PutBf16(scale, formats::encode_bfloat16(s));
+      PutBf16(scale, Bf16(s));
     } else {
       scale[0] = static_cast<std::uint8_t>((bits_of(s) >> 23) & 0xFF);
     }
   }
 }
 
-void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
-                std::int64_t n, std::int64_t gs, std::int64_t groups, float x_scale) {
+// The nope of a row: every vector pair lies inside one group (groups are >= 16 elements and
+// a pair covers at most 16), so its multiplier is that group's broadcast.
+template <bool kFinite>
+HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT data,
+                        std::int64_t n, std::int64_t gs, const float* HWY_RESTRICT inv_b) {
   const DF df;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
+  for (std::int64_t i = 0; i < n; i += step) {
+    const VF k = hn::Set(df, inv_b[i / gs]);
+    const Pair v = LoadPairs(x + i);
+    if (kFinite) {
+      StoreNibblePairs(EncodeE2M1Finite(hn::Mul(v.even, k)), EncodeE2M1Finite(hn::Mul(v.odd, k)),
+                       data + i / 2);
+    } else {
+      StoreNibblePairs(EncodeE2M1(hn::Mul(v.even, k)), EncodeE2M1(hn::Mul(v.odd, k)), data + i / 2);
+    }
+  }
+}
+
+void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                std::int64_t gs, std::int64_t groups, float x_scale) {
+  const DF df;
+  const DU du;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float C6 = f32_from_bits(kC6Bits);
   const VF xs = hn::Set(df, x_scale);
-  for (std::int64_t j = 0; j < 64; j += L) {
-    StoreBytes(EncodeHiF8(hn::Mul(LoadBf16(x + n + j), xs)), out + j);
+  for (std::int64_t j = 0; j < 64; j += step) {
+    const Pair v = LoadPairs(x + n + j);
+    StoreBytePairs(EncodeHiF8(hn::Mul(v.even, xs)), EncodeHiF8(hn::Mul(v.odd, xs)), out + j);
+  }
+  // Per-group amax, then every group's scale and multiplier at once (one vector division
+  // instead of a scalar one per group; the same IEEE operations as the reference).
+  alignas(32) std::uint32_t amax_bits[kMaxGroups + 8];
+  alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
+  alignas(32) float inv_b[kMaxGroups + 8];
+  for (std::int64_t g = 0; g < groups; ++g) amax_bits[g] = AmaxBits(x + gs * g, gs);
+  for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
+  auto all_finite = hn::FirstN(df, 0);  // becomes "some lane is not finite"
+  for (std::int64_t g = 0; g < groups; g += L) {
+    const VF a = hn::BitCast(df, hn::ShiftLeft<16>(hn::LoadU(du, amax_bits + g)));
+    const VF inv = hn::IfThenZeroElse(hn::Eq(a, hn::Zero(df)), hn::Div(hn::Set(df, 6.0f), a));
+    const VF ib = hn::BitCast(df, hn::ShiftLeft<16>(Bf16Lanes(inv)));
+    // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
+    hn::StoreU(hn::IfThenElse(hn::IsNaN(a), a, ib), df, inv_b + g);
+    hn::StoreU(Bf16Lanes(hn::Mul(a, hn::Set(df, C6))), du, scale_code + g);
+    all_finite = hn::Or(all_finite, hn::Not(hn::IsFinite(a)));
+    all_finite = hn::Or(all_finite, hn::Not(hn::IsFinite(ib)));
+  }
+  // Finite amax and multipliers make every product finite (|v * inv_b| <= ~6); any other
+  // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
+  if (hn::AllFalse(df, all_finite)) {
+    Fp4Nope<true>(x, out + 64, n, gs, inv_b);
+  } else {
+    Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
   for (std::int64_t g = 0; g < groups; ++g) {
-    const std::uint16_t* xg = x + gs * g;
-    std::uint8_t* data = out + 64 + gs * g / 2;
-    std::uint8_t* scale = out + 64 + n / 2 + 2 * g;
-    const std::uint32_t amax_bits = AmaxBits(xg, gs);
-    if (amax_bits > 0x7F80u) {
-      std::memset(data, 0, static_cast<std::size_t>(gs / 2));
-      PutBf16(scale, kBf16CanonicalNaN);
-      continue;
-    }
-    const float amax = f32_from_bits(amax_bits << 16);
-    const float inv = amax != 0.0f ? 6.0f / amax : 0.0f;
-    const std::uint16_t inv_code = formats::encode_bfloat16(inv);
-    PutBf16(scale, formats::encode_bfloat16(amax * C6));
-    const VF vinv = hn::Set(df, f32_from_bits(static_cast<std::uint32_t>(inv_code) << 16));
-#if HWY_TARGET == HWY_SCALAR  // one lane: pack pairs by hand
-    for (std::int64_t i = 0; i < gs; i += 2) {
-      const std::uint32_t lo = hn::GetLane(EncodeE2M1(hn::Mul(LoadBf16(xg + i), vinv)));
-      const std::uint32_t hi = hn::GetLane(EncodeE2M1(hn::Mul(LoadBf16(xg + i + 1), vinv)));
-      data[i / 2] = static_cast<std::uint8_t>(lo | hi << 4);
-    }
-#else
-    for (std::int64_t i = 0; i < gs; i += L) {
-      StorePacked(EncodeE2M1(hn::Mul(LoadBf16(xg + i), vinv)), data + i / 2);
-    }
-#endif
+    PutBf16(out + 64 + n / 2 + 2 * g,
+            amax_bits[g] > 0x7F80u ? kBf16CanonicalNaN : static_cast<std::uint16_t>(scale_code[g]));
   }
 }
 
@@ -284,18 +456,20 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
   }
 }
 
-// Batch forms of the lane encoders; n need not be a multiple of the vector length.
+// Batch forms of the lane encoders for the tests; n need not be a multiple of the lanes.
 template <class Encode>
 void EncodeBatch(const float* in, std::uint8_t* out, std::size_t n, Encode encode) {
   const DF df;
+  const DU8 d8;
   const std::size_t L = hn::Lanes(df);
-  alignas(64) float tail_in[16] = {};
-  alignas(64) std::uint8_t tail_out[16] = {};
+  float tail_in[8] = {};
+  std::uint8_t tail_out[8] = {};
   std::size_t i = 0;
-  for (; i + L <= n; i += L) StoreBytes(encode(hn::LoadU(df, in + i)), out + i);
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, in + i))), d8, out + i);
   if (i < n) {
     std::memcpy(tail_in, in + i, (n - i) * sizeof(float));
-    StoreBytes(encode(hn::LoadU(df, tail_in)), tail_out);
+    hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, tail_in))), d8, tail_out);
     std::memcpy(out + i, tail_out, n - i);
   }
 }
@@ -303,8 +477,14 @@ void EncodeBatch(const float* in, std::uint8_t* out, std::size_t n, Encode encod
 void EncodeE4M3Batch(const float* q, std::uint8_t* out, std::size_t n) {
   EncodeBatch(q, out, n, [](VF v) { return EncodeE4M3(v); });
 }
+void EncodeE4M3FiniteBatch(const float* q, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(q, out, n, [](VF v) { return EncodeE4M3Finite(v); });
+}
 void EncodeE2M1Batch(const float* p, std::uint8_t* out, std::size_t n) {
   EncodeBatch(p, out, n, [](VF v) { return EncodeE2M1(v); });
+}
+void EncodeE2M1FiniteBatch(const float* p, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(p, out, n, [](VF v) { return EncodeE2M1Finite(v); });
 }
 void EncodeHiF8Batch(const float* x, std::uint8_t* out, std::size_t n) {
   EncodeBatch(x, out, n, [](VF v) { return EncodeHiF8(v); });
@@ -319,7 +499,9 @@ namespace kvscatter::detail {
 
 HWY_EXPORT(QuantizeRows);
 HWY_EXPORT(EncodeE4M3Batch);
+HWY_EXPORT(EncodeE4M3FiniteBatch);
 HWY_EXPORT(EncodeE2M1Batch);
+HWY_EXPORT(EncodeE2M1FiniteBatch);
 HWY_EXPORT(EncodeHiF8Batch);
 
 void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* slots,
@@ -327,11 +509,20 @@ void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* s
   HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
 }
 
-void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n) {
-  HWY_DYNAMIC_DISPATCH(EncodeE4M3Batch)(q, out, n);
+void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n, bool finite_only) {
+  if (finite_only) {
+    HWY_DYNAMIC_DISPATCH(EncodeE4M3FiniteBatch)(q, out, n);
+  } else {
+    HWY_DYNAMIC_DISPATCH(EncodeE4M3Batch)(q, out, n);
+  }
 }
-void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_t n) {
-  HWY_DYNAMIC_DISPATCH(EncodeE2M1Batch)(p, out, n);
+void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_t n,
+                                   bool finite_only) {
+  if (finite_only) {
+    HWY_DYNAMIC_DISPATCH(EncodeE2M1FiniteBatch)(p, out, n);
+  } else {
+    HWY_DYNAMIC_DISPATCH(EncodeE2M1Batch)(p, out, n);
+  }
 }
 void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(EncodeHiF8Batch)(x, out, n);

@@ -36,8 +36,9 @@ std::vector<std::int64_t> read_slots(const TensorView& slot_mapping) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t off = flat_offset(slot_mapping, i);
     out[static_cast<std::size_t>(i)] =
-        slot_mapping.dtype == DType::int32 ? static_cast<const std::int32_t*>(slot_mapping.data)[off]
-                                           : static_cast<const std::int64_t*>(slot_mapping.data)[off];
+        slot_mapping.dtype == DType::int32
+            ? static_cast<const std::int32_t*>(slot_mapping.data)[off]
+            : static_cast<const std::int64_t*>(slot_mapping.data)[off];
   }
   return out;
 }
@@ -57,19 +58,36 @@ std::string index_str(const TensorView& t, std::int64_t i) {
   return s + "]";
 }
 
-void keep_last_writers(std::vector<std::int64_t>& slots) {
+void keep_last_writers(std::vector<std::int64_t>& slots, std::int64_t num_slots) {
   const std::size_t n = slots.size();
   if (n < 2) return;
-  // Open addressing over a power-of-two table at most half full; scanning from the last token
-  // backwards, the first occurrence of a slot is its last writer and later hits are dropped.
+  // Scanning from the last token backwards, the first sighting of a slot is its last writer
+  // and later sightings are dropped. A bitmap over the slots is cheapest when the cache is not
+  // much larger than the batch; otherwise an open-addressing table at most half full.
+  if (num_slots > 0 && static_cast<std::uint64_t>(num_slots) <= 64u * n) {
+    std::vector<std::uint64_t> seen((static_cast<std::size_t>(num_slots) + 63) / 64, 0);
+    for (std::size_t t = n; t-- > 0;) {
+      const std::int64_t s = slots[t];
+      if (s < 0) continue;
+      const std::uint64_t bit = 1ull << (s & 63);
+      std::uint64_t& word = seen[static_cast<std::size_t>(s >> 6)];
+      if (word & bit) {
+        slots[t] = -1;
+      } else {
+        word |= bit;
+      }
+    }
+    return;
+  }
   const std::size_t cap = std::bit_ceil(2 * n);
   const std::size_t mask = cap - 1;
   std::vector<std::int64_t> table(cap, -1);
   for (std::size_t t = n; t-- > 0;) {
     const std::int64_t s = slots[t];
     if (s < 0) continue;
-    std::size_t h = static_cast<std::size_t>(
-                        (static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    std::size_t h =
+        static_cast<std::size_t>((static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> 32) &
+        mask;
     while (true) {
       if (table[h] == -1) {
         table[h] = s;
@@ -103,15 +121,20 @@ void require_no_self_overlap(const TensorView& t, std::string_view name) {
   for (int a = 0; a < t.rank; ++a) {
     if (t.dim(a) > 1) order[static_cast<std::size_t>(m++)] = a;
   }
-  std::sort(order.begin(), order.begin() + m,
-            [&](int a, int b) { return t.stride(a) < t.stride(b); });
+  for (int i = 1; i < m; ++i) {  // insertion sort: at most 8 entries
+    for (int j = i; j > 0 && t.stride(order[static_cast<std::size_t>(j)]) <
+                                 t.stride(order[static_cast<std::size_t>(j - 1)]);
+         --j) {
+      std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(j - 1)]);
+    }
+  }
   std::int64_t extent = 1;  // elements spanned by the inner dimensions
   for (int k = 0; k < m; ++k) {
     const int a = order[static_cast<std::size_t>(k)];
     if (t.stride(a) < extent) {
       invalid(name, " must not overlap itself: strides ", strides_str(t), " for shape ",
-              shape_str(t), " make distinct elements share memory (dimension ", a,
-              " has stride ", t.stride(a), ", needs at least ", extent, ")");
+              shape_str(t), " make distinct elements share memory (dimension ", a, " has stride ",
+              t.stride(a), ", needs at least ", extent, ")");
     }
     extent = t.stride(a) * (t.dim(a) - 1) + extent;
   }

@@ -22,8 +22,9 @@ std::string index_str(const TensorView& t, std::int64_t i);
 
 // Sets slots[t] = -1 for every token whose slot is written again by a later token, so that
 // the remaining writes touch pairwise distinct rows and may run in any order or on any thread
-// while the result stays "last writer in token order wins". Negative entries are ignored.
-void keep_last_writers(std::vector<std::int64_t>& slots);
+// while the result stays "last writer in token order wins". Entries must be negative (skip)
+// or in [0, num_slots).
+void keep_last_writers(std::vector<std::int64_t>& slots, std::int64_t num_slots);
 
 // Rejects views whose distinct elements share memory (a zero stride on a dimension longer than
 // one, or strides that interleave), which would make concurrent row writes race.
