@@ -55,7 +55,14 @@ struct KvCompressEpilogExecutor final : kvsExecutor {
 }  // namespace
 }  // namespace kvscatter::capi
 
-using namespace kvscatter::capi;
+using kvscatter::capi::KvCompressEpilogExecutor;
+using kvscatter::capi::Op;
+using kvscatter::capi::WithKScaleExecutor;
+using kvscatter::capi::begin_plan;
+using kvscatter::capi::executor_for;
+using kvscatter::capi::finish_plan;
+using kvscatter::capi::guard;
+using kvscatter::capi::required;
 
 extern "C" {
 

@@ -41,7 +41,15 @@ struct ScatterPaKvCacheExecutor final : kvsExecutor {
 }  // namespace
 }  // namespace kvscatter::capi
 
-using namespace kvscatter::capi;
+using kvscatter::capi::Op;
+using kvscatter::capi::ScatterPaKvCacheExecutor;
+using kvscatter::capi::begin_plan;
+using kvscatter::capi::executor_for;
+using kvscatter::capi::finish_plan;
+using kvscatter::capi::guard;
+using kvscatter::capi::int_pair;
+using kvscatter::capi::optional;
+using kvscatter::capi::required;
 
 extern "C" {
 
