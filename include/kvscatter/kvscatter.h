@@ -191,6 +191,25 @@ KVSCATTER_API kvsStatus kvsKvCompressEpilogGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsKvCompressEpilog(void *workspace, uint64_t workspace_size,
                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- Contiguous cache update (seed 004, decisions U1/U2) --------------------------------- */
+
+enum {
+  KVS_KV_CACHE_UPDATE_KEY_CACHE_INDEX = 0,
+  KVS_KV_CACHE_UPDATE_VALUE_CACHE_INDEX = 1,
+  KVS_KV_CACHE_UPDATE_NEW_KEYS_INDEX = 2,
+  KVS_KV_CACHE_UPDATE_NEW_VALUES_INDEX = 3
+};
+
+/* Caches (B, S, H, D), new keys/values (B, L, H, D); requires 0 <= position <= S - L.
+ * new_length (may be NULL) receives position + L. */
+KVSCATTER_API kvsStatus kvsKvCacheUpdateGetWorkspaceSize(
+    kvsTensor *key_cache, kvsTensor *value_cache, const kvsTensor *new_keys,
+    const kvsTensor *new_values, int64_t position, int64_t *new_length, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsKvCacheUpdate(void *workspace, uint64_t workspace_size,
+                                         kvsExecutor *executor) KVS_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
