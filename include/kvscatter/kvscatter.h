@@ -1,0 +1,217 @@
+/*
+ * kvscatter C ABI (plain C11; also valid C++).
+ *
+ * Every operator is a two-phase pair in the style of aclnn:
+ *
+ *   kvsXxxGetWorkspaceSize(tensors..., attributes..., &workspace_size, &executor)
+ *       checks every shape, dtype, stride and mode rule and returns a reusable plan;
+ *   kvsXxx(workspace, workspace_size, executor)
+ *       checks the data-dependent rules (slot values, compress lengths) over all tokens,
+ *       then writes the caches in place.
+ *
+ * An executor is run as often as needed (one plan for every layer of a model; rebind each
+ * layer's buffers with kvsExecutorSetTensorAddr) and freed with kvsDestroyExecutor.
+ * Tensor descriptors are copied into the executor, so they may be destroyed right after the
+ * GetWorkspaceSize call. The CPU operators need no workspace: workspace_size is always 0 and
+ * workspace may be NULL.
+ *
+ * Every function that can fail returns a kvsStatus (decision G3). On failure,
+ * kvsGetLastErrorMessage() returns a message naming the argument, the expected and the actual
+ * value; no cache byte has been written (decision G1) and nothing has been allocated.
+ * Optional tensors are passed as NULL, mode strings as NUL-terminated strings (NULL or ""
+ * selects the default).
+ *
+ * Documentation: docs/c_api.md.
+ */
+#ifndef KVSCATTER_KVSCATTER_H_
+#define KVSCATTER_KVSCATTER_H_
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kvscatter/export.h"
+
+#ifdef __cplusplus
+#define KVS_NOEXCEPT noexcept
+extern "C" {
+#else
+#define KVS_NOEXCEPT
+#endif
+
+/* ---- Status codes (aclnn numbering) ------------------------------------------------------ */
+
+typedef int32_t kvsStatus;
+
+#define KVS_SUCCESS 0
+#define KVS_ERROR_NULL_POINTER 161001      /* a required pointer argument is NULL */
+#define KVS_ERROR_INVALID_PARAMETER 161002 /* shape, dtype, stride, mode or value rule broken */
+#define KVS_ERROR_INTERNAL 561000          /* out of memory or a library bug */
+
+/* Message of the calling thread's most recent failed call ("" if none has failed). The
+ * pointer stays valid until the next failing call on the same thread. */
+KVSCATTER_API const char *kvsGetLastErrorMessage(void) KVS_NOEXCEPT;
+
+/* ---- Version and runtime ----------------------------------------------------------------- */
+
+/* Version of the loaded library, e.g. "0.1.0". */
+KVSCATTER_API const char *kvsGetVersionString(void) KVS_NOEXCEPT;
+/* Any of the outputs may be NULL. */
+KVSCATTER_API kvsStatus kvsGetVersion(int32_t *major, int32_t *minor, int32_t *patch) KVS_NOEXCEPT;
+
+/* Worker threads of the CPU kernels; n <= 0 restores the default (KVSCATTER_NUM_THREADS or the
+ * available cores). Results never depend on the thread count. */
+KVSCATTER_API kvsStatus kvsSetNumThreads(int32_t n) KVS_NOEXCEPT;
+KVSCATTER_API kvsStatus kvsGetNumThreads(int32_t *n) KVS_NOEXCEPT;
+
+/* ---- Tensor descriptors ------------------------------------------------------------------ */
+
+/* In C++ the enum has the fixed type int32_t, so that any value a C caller passes is a valid
+ * kvsDataType there too (unknown values are rejected with KVS_ERROR_INVALID_PARAMETER). */
+#ifdef __cplusplus
+#define KVS_ENUM_INT32 : int32_t
+#else
+#define KVS_ENUM_INT32
+#endif
+
+typedef enum kvsDataType KVS_ENUM_INT32 {
+  KVS_FLOAT32 = 0,
+  KVS_FLOAT16 = 1,
+  KVS_BFLOAT16 = 2,
+  KVS_INT8 = 3,
+  KVS_UINT8 = 4,
+  KVS_INT16 = 5,
+  KVS_UINT16 = 6,
+  KVS_INT32 = 7,
+  KVS_UINT32 = 8,
+  KVS_INT64 = 9,
+  KVS_HIFLOAT8 = 10,
+  KVS_FLOAT8_E5M2 = 11,
+  KVS_FLOAT8_E4M3FN = 12,
+  KVS_FLOAT8_E8M0 = 13,
+  KVS_FLOAT4_E2M1 = 14 /* two elements per byte; such tensors address packed bytes */
+} kvsDataType;
+
+#define KVS_MAX_RANK 8
+
+/* A non-owning description of a strided tensor. */
+typedef struct kvsTensor kvsTensor;
+
+/* Describes `rank` (0..8) dims of `shape` with `strides` in ELEMENTS; strides == NULL means
+ * row-major contiguous. shape may be NULL when rank is 0. data may be NULL only for a tensor
+ * with no elements. The memory behind data is never owned, allocated or freed by kvscatter. */
+KVSCATTER_API kvsStatus kvsCreateTensor(void *data, kvsDataType dtype, int64_t rank,
+                                        const int64_t *shape, const int64_t *strides,
+                                        kvsTensor **tensor) KVS_NOEXCEPT;
+/* NULL is accepted and ignored. */
+KVSCATTER_API kvsStatus kvsDestroyTensor(kvsTensor *tensor) KVS_NOEXCEPT;
+
+/* ---- Executors --------------------------------------------------------------------------- */
+
+/* A validated plan returned by a GetWorkspaceSize call. It owns copies of the descriptors. */
+typedef struct kvsExecutor kvsExecutor;
+
+/* NULL is accepted and ignored. */
+KVSCATTER_API kvsStatus kvsDestroyExecutor(kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* Rebinds one tensor of a plan to another buffer with the same shape, dtype and strides (for
+ * example the next layer's caches), in the style of aclSetInputTensorAddr. `index` is the
+ * tensor's position among the operator's tensor arguments; use the KVS_*_INDEX constants
+ * below. Rebinding a tensor that was passed as NULL is an error. The new address is used by
+ * every following execution; data-dependent rules are checked again at each execution. */
+KVSCATTER_API kvsStatus kvsExecutorSetTensorAddr(kvsExecutor *executor, uint64_t index,
+                                                 void *addr) KVS_NOEXCEPT;
+
+/* ---- ScatterPaKvCache (spec scatter_pa_kv_cache.md) -------------------------------------- */
+
+enum {
+  KVS_SCATTER_PA_KV_CACHE_KEY_INDEX = 0,
+  KVS_SCATTER_PA_KV_CACHE_KEY_CACHE_INDEX = 1,
+  KVS_SCATTER_PA_KV_CACHE_SLOT_MAPPING_INDEX = 2,
+  KVS_SCATTER_PA_KV_CACHE_VALUE_INDEX = 3,
+  KVS_SCATTER_PA_KV_CACHE_VALUE_CACHE_INDEX = 4,
+  KVS_SCATTER_PA_KV_CACHE_COMPRESS_LENS_INDEX = 5,
+  KVS_SCATTER_PA_KV_CACHE_COMPRESS_SEQ_OFFSETS_INDEX = 6,
+  KVS_SCATTER_PA_KV_CACHE_SEQ_LENS_INDEX = 7
+};
+
+/* value/value_cache NULL: key-only call. compress_lens, compress_seq_offsets, seq_lens: NULL
+ * when absent. cache_mode: "Norm" (default) | "PA_NZ". scatter_mode: "None" (default) |
+ * "Nct" | "Alibi" | "Rope" | "Omni" | "NHSD". strides = {strideK, strideV} and
+ * offsets = {offsetK, offsetV} (Nct only): NULL with count 0 when absent, otherwise count
+ * must be 2. */
+KVSCATTER_API kvsStatus kvsScatterPaKvCacheGetWorkspaceSize(
+    const kvsTensor *key, kvsTensor *key_cache, const kvsTensor *slot_mapping,
+    const kvsTensor *value, kvsTensor *value_cache, const kvsTensor *compress_lens,
+    const kvsTensor *compress_seq_offsets, const kvsTensor *seq_lens, const char *cache_mode,
+    const char *scatter_mode, const int64_t *strides, uint64_t strides_count,
+    const int64_t *offsets, uint64_t offsets_count, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsScatterPaKvCache(void *workspace, uint64_t workspace_size,
+                                            kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- ScatterPaKvCacheWithKScale (spec quant_ops.md section 3) ---------------------------- */
+
+enum {
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_KEY_INDEX = 0,
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_VALUE_INDEX = 1,
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_KEY_CACHE_INDEX = 2,
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_VALUE_CACHE_INDEX = 3,
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_SLOT_MAPPING_INDEX = 4,
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_KEY_SCALE_INDEX = 5,
+  KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_KEY_SCALE_CACHE_INDEX = 6
+};
+
+/* cache_layout: "BNBD" (default). Slots < 0 or >= num_blocks * block_size are skipped. */
+KVSCATTER_API kvsStatus kvsScatterPaKvCacheWithKScaleGetWorkspaceSize(
+    const kvsTensor *key, const kvsTensor *value, kvsTensor *key_cache, kvsTensor *value_cache,
+    const kvsTensor *slot_mapping, const kvsTensor *key_scale, kvsTensor *key_scale_cache,
+    const char *cache_layout, uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsScatterPaKvCacheWithKScale(void *workspace, uint64_t workspace_size,
+                                                      kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- KvCompressEpilog (spec quant_ops.md section 4) -------------------------------------- */
+
+enum {
+  KVS_KV_COMPRESS_EPILOG_CACHE_INDEX = 0,
+  KVS_KV_COMPRESS_EPILOG_X_INDEX = 1,
+  KVS_KV_COMPRESS_EPILOG_SLOT_MAPPING_INDEX = 2
+};
+
+/* quant_mode: "fp8_bf16" | "fp8_e8m0" (default) | "hifloat8_fp4" (case-insensitive) or
+ * "0" | "1" | "2". quant_group_size (16 | 32 | 64) is used by hifloat8_fp4 only; round_scale
+ * by the fp8 modes only; x_scale by hifloat8_fp4 only. The upstream defaults are
+ * quant_group_size 64, round_scale true, x_scale 1.0. */
+KVSCATTER_API kvsStatus kvsKvCompressEpilogGetWorkspaceSize(
+    kvsTensor *cache, const kvsTensor *x, const kvsTensor *slot_mapping, int64_t quant_group_size,
+    const char *quant_mode, bool round_scale, float x_scale, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsKvCompressEpilog(void *workspace, uint64_t workspace_size,
+                                            kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- Contiguous cache update (seed 004, decisions U1/U2) --------------------------------- */
+
+enum {
+  KVS_KV_CACHE_UPDATE_KEY_CACHE_INDEX = 0,
+  KVS_KV_CACHE_UPDATE_VALUE_CACHE_INDEX = 1,
+  KVS_KV_CACHE_UPDATE_NEW_KEYS_INDEX = 2,
+  KVS_KV_CACHE_UPDATE_NEW_VALUES_INDEX = 3
+};
+
+/* Caches (B, S, H, D), new keys/values (B, L, H, D); requires 0 <= position <= S - L.
+ * new_length (may be NULL) receives position + L. */
+KVSCATTER_API kvsStatus kvsKvCacheUpdateGetWorkspaceSize(
+    kvsTensor *key_cache, kvsTensor *value_cache, const kvsTensor *new_keys,
+    const kvsTensor *new_values, int64_t position, int64_t *new_length, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsKvCacheUpdate(void *workspace, uint64_t workspace_size,
+                                         kvsExecutor *executor) KVS_NOEXCEPT;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KVSCATTER_KVSCATTER_H_ */
