@@ -40,6 +40,7 @@ struct KVSCATTER_API ScatterPaKvCachePlan {
   // Resolved geometry (filled by plan_scatter_pa_kv_cache).
   std::int64_t num_tokens = 0, num_heads = 0, key_head_size = 0, value_head_size = 0;
   std::int64_t num_blocks = 0, block_size = 0, batch = 0, seq_len = 0;
+  std::int64_t num_slots = 0;  // num_blocks * block_size
 };
 
 KVSCATTER_API ScatterPaKvCachePlan plan_scatter_pa_kv_cache(

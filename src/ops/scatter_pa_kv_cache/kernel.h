@@ -1,0 +1,63 @@
+// The optimized CPU kernel's work descriptions. cpu.cc resolves a plan into byte addresses and
+// pitches; kernel_hwy.cc (compiled once per SIMD target, chosen at run time) moves the bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "kvscatter/dtype.h"
+#include "ops/scatter_pa_kv_cache/internal.h"
+
+namespace kvscatter::detail::scatter {
+
+// One side (key or value) of a slot-per-token mode. Every quantity is in bytes.
+// Token t, head h is read at src + t*src_token + h*src_head (head_bytes contiguous bytes).
+// Slot s starts at dst + (s / block_size)*block_stride + (s % block_size)*slot_pitch; head h of
+// the slot starts head_pitch further. A head is one contiguous run (chunk_pitch == 0: Norm,
+// NHSD) or head_bytes/32 chunks of 32 bytes, chunk_pitch apart (PA_NZ).
+struct SideJob {
+  const unsigned char* src = nullptr;
+  std::int64_t src_token = 0, src_head = 0;
+  unsigned char* dst = nullptr;
+  std::int64_t block_stride = 0, slot_pitch = 0, head_pitch = 0, chunk_pitch = 0;
+  std::int64_t head_bytes = 0, num_heads = 0;
+  bool merged = false;  // all heads form one run (or one uniform chunk sequence)
+};
+
+struct RowJob {
+  SideJob side[2];
+  int num_sides = 1;
+  std::int64_t block_size = 1;
+  const std::int64_t* slots = nullptr;  // per token; < 0 is padding
+  const std::uint8_t* skip = nullptr;   // per token: 1 if a later token writes the same slot
+  bool stream = false;                  // non-temporal stores for large contiguous rows
+};
+
+// Compress modes: row j of a run is token run_source(j) of its batch (or the Rope mean row).
+struct CompressSide {
+  const unsigned char* src = nullptr;
+  std::int64_t src_batch = 0, src_token = 0, src_head = 0;  // 4-D keys use src_batch
+  unsigned char* dst = nullptr;
+  std::int64_t block_stride = 0, row_bytes = 0, head_size = 0;
+  DType dtype = DType::float32;
+};
+
+struct CompressJob {
+  CompressSide side[2];
+  int num_sides = 1;
+  bool packed = true;  // 3-D key
+  ScatterMode mode = ScatterMode::Alibi;
+  std::int64_t block_size = 1;
+  const CompressRun* runs = nullptr;   // only runs that write rows, in task order
+  const std::int64_t* first_row = nullptr;  // exclusive prefix sum of runs[i].rows
+  std::int64_t num_runs = 0;
+};
+
+// Dispatched entry points (kernel_hwy.cc): tokens [begin, end) / flattened rows [begin, end).
+void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end);
+void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t end);
+
+// Rope mean row (decision S4): window rows at src, src + stride, ...; written to dst.
+void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t window,
+                   std::int64_t head_size, unsigned char* dst);
+
+}  // namespace kvscatter::detail::scatter
