@@ -18,6 +18,7 @@ struct KVSCATTER_API ScatterPaKvCacheWithKScalePlan {
   TensorView key, value, key_cache, value_cache, slot_mapping, key_scale, key_scale_cache;
   std::int64_t num_tokens = 0, num_heads = 0, key_head_size = 0, value_head_size = 0;
   std::int64_t num_blocks = 0, block_size = 0;
+  std::int64_t num_slots = 0;  // num_blocks * block_size: slots outside [0, num_slots) are skipped
 };
 
 // cache_layout: empty or "BNBD". Slots < 0 or >= num_blocks * block_size are skipped (G6).
@@ -51,6 +52,9 @@ struct KVSCATTER_API KvCompressEpilogPlan {
   std::int64_t rows = 0, d = 0, num_blocks = 0, block_size = 0;
   std::int64_t row_bytes = 0;       // kvCacheCol: bytes written per row, padding included
   std::int64_t payload_bytes = 0;   // concatCol
+  std::int64_t group_size = 64;     // effective group: 64 in modes 0/1, quant_group_size in mode 2
+  std::int64_t num_groups = 0;      // (d - 64) / group_size
+  std::int64_t num_slots = 0;       // num_blocks * block_size
 };
 
 KVSCATTER_API KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache,

@@ -1,0 +1,147 @@
+// KvCompressEpilog and ScatterPaKvCacheWithKScale against memcpy of the same traffic (bytes read
+// plus bytes written per call; memcpy of half that many bytes moves the same traffic), measured
+// in the same run. Run: build/release/bench/quant_ops_bench --benchmark_repetitions=5
+//   --benchmark_report_aggregates_only=true
+// Targets: kv_compress_epilog fp8_e8m0, d = 576, 16,384 tokens: vs_memcpy >= 0.5;
+//          scatter_pa_kv_cache_with_k_scale, 8,192 tokens: vs_memcpy >= 0.8.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kvscatter/formats.h"
+#include "kvscatter/quant_ops.h"
+#include "kvscatter/runtime.h"
+
+namespace kvscatter {
+namespace {
+
+// Times the benchmark loop, then memcpy of traffic / 2 bytes for as many iterations (buffers
+// as large as the operator's traffic, so both run from the same level of the memory
+// hierarchy), and reports bytes/s plus vs_memcpy = memcpy time / operator time.
+template <class F>
+void run_against_memcpy(benchmark::State& state, std::int64_t traffic, F&& op) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  for (auto _ : state) {
+    op();
+    benchmark::ClobberMemory();
+  }
+  const double op_s = std::chrono::duration<double>(clock::now() - t0).count();
+  std::vector<std::uint8_t> src(static_cast<std::size_t>(traffic / 2) + 1, 1);
+  std::vector<std::uint8_t> dst(src.size());
+  std::memcpy(dst.data(), src.data(), src.size());
+  const auto t1 = clock::now();
+  for (benchmark::IterationCount i = 0; i < state.iterations(); ++i) {
+    std::memcpy(dst.data(), src.data(), src.size());
+    benchmark::ClobberMemory();
+  }
+  const double mem_s = std::chrono::duration<double>(clock::now() - t1).count();
+  state.SetBytesProcessed(state.iterations() * traffic);
+  state.counters["vs_memcpy"] = op_s > 0 ? mem_s / op_s : 0;
+  state.counters["memcpy_us"] = mem_s / static_cast<double>(state.iterations()) * 1e6;
+}
+
+// Slots of `tokens` tokens spread over a shuffled set of blocks, as a paged allocator hands
+// them out: consecutive tokens share a block, blocks are scattered.
+std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
+                                      std::int64_t num_blocks) {
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(num_blocks));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(42));
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<std::size_t>(t)] =
+        blocks[static_cast<std::size_t>(t / block_size)] * block_size + t % block_size;
+  }
+  return slots;
+}
+
+void BM_KvCompressEpilog(benchmark::State& state, QuantMode mode, bool round_scale,
+                         std::int64_t gs) {
+  const std::int64_t tokens = state.range(0), d = state.range(1);
+  set_num_threads(static_cast<int>(state.range(2)));
+  constexpr std::int64_t kBlock = 128;
+  const std::int64_t blocks = (tokens + kBlock - 1) / kBlock;
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(tokens * d));
+  for (auto& v : x) v = formats::encode_bfloat16(nd(rng));
+  std::vector<std::int64_t> slots = paged_slots(tokens, kBlock, blocks);
+  TensorView tx(x.data(), DType::bfloat16, {tokens, d});
+  TensorView ts(slots.data(), DType::int64, {tokens});
+  // Ask a plan for the row size, then size the cache rows exactly.
+  const std::int64_t row =
+      plan_kv_compress_epilog(TensorView(nullptr, DType::uint8, {0, kBlock, 1, 1 << 14}), tx, ts,
+                              gs, mode, round_scale, 1.0f)
+          .row_bytes;
+  std::vector<std::uint8_t> cache(static_cast<std::size_t>(blocks * kBlock * row), 0);
+  const KvCompressEpilogPlan plan = plan_kv_compress_epilog(
+      TensorView(cache.data(), DType::uint8, {blocks, kBlock, 1, row}), tx, ts, gs, mode,
+      round_scale, 1.0f);
+  const std::int64_t traffic = tokens * (2 * d + 8 + row);
+  run_against_memcpy(state, traffic, [&] { execute(plan); });
+  state.counters["row_bytes"] = static_cast<double>(row);
+  set_num_threads(0);
+}
+
+void BM_ScatterPaKvCacheWithKScale(benchmark::State& state) {
+  const std::int64_t tokens = state.range(0);
+  set_num_threads(static_cast<int>(state.range(1)));
+  constexpr std::int64_t kHeads = 8, kDim = 128, kBlock = 128;
+  const std::int64_t blocks = (tokens + kBlock - 1) / kBlock;
+  std::vector<std::uint8_t> key(static_cast<std::size_t>(tokens * kHeads * kDim), 0x38);
+  std::vector<std::uint8_t> value = key;
+  std::vector<float> key_scale(static_cast<std::size_t>(tokens * kHeads), 0.5f);
+  std::vector<std::uint8_t> key_cache(static_cast<std::size_t>(blocks * kHeads * kBlock * kDim));
+  std::vector<std::uint8_t> value_cache = key_cache;
+  std::vector<float> scale_cache(static_cast<std::size_t>(blocks * kHeads * kBlock));
+  std::vector<std::int64_t> slots = paged_slots(tokens, kBlock, blocks);
+  const DType dt = DType::float8_e4m3fn;
+  const auto plan = plan_scatter_pa_kv_cache_with_k_scale(
+      TensorView(key.data(), dt, {tokens, kHeads, kDim}),
+      TensorView(value.data(), dt, {tokens, kHeads, kDim}),
+      TensorView(key_cache.data(), dt, {blocks, kHeads, kBlock, kDim}),
+      TensorView(value_cache.data(), dt, {blocks, kHeads, kBlock, kDim}),
+      TensorView(slots.data(), DType::int64, {tokens}),
+      TensorView(key_scale.data(), DType::float32, {tokens, kHeads}),
+      TensorView(scale_cache.data(), DType::float32, {blocks, kHeads, kBlock, 1}));
+  // read: key, value, scales, slot; written: the same K/V bytes and scales.
+  const std::int64_t traffic = tokens * (2 * (2 * kHeads * kDim + 4 * kHeads) + 8);
+  run_against_memcpy(state, traffic, [&] { execute(plan); });
+  set_num_threads(0);
+}
+
+void EpilogArgs(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int tokens : {1, 64, 16384}) b->Args({tokens, 576, threads});
+    b->Args({16384, 128, threads});
+  }
+  b->ArgNames({"tokens", "d", "threads"})->UseRealTime();
+}
+
+void ScatterArgs(benchmark::internal::Benchmark* b) {
+  for (int threads : {1, 2}) {
+    for (int tokens : {1, 64, 8192}) b->Args({tokens, threads});
+  }
+  b->ArgNames({"tokens", "threads"})->UseRealTime();
+}
+
+BENCHMARK_CAPTURE(BM_KvCompressEpilog, fp8_bf16, QuantMode::fp8_bf16, true, 64)->Apply(EpilogArgs);
+BENCHMARK_CAPTURE(BM_KvCompressEpilog, fp8_e8m0, QuantMode::fp8_e8m0, true, 64)->Apply(EpilogArgs);
+BENCHMARK_CAPTURE(BM_KvCompressEpilog, fp8_e8m0_noround, QuantMode::fp8_e8m0, false, 64)
+    ->Apply(EpilogArgs);
+BENCHMARK_CAPTURE(BM_KvCompressEpilog, hifloat8_fp4_g16, QuantMode::hifloat8_fp4, true, 16)
+    ->Apply(EpilogArgs);
+BENCHMARK_CAPTURE(BM_KvCompressEpilog, hifloat8_fp4_g64, QuantMode::hifloat8_fp4, true, 64)
+    ->Apply(EpilogArgs);
+BENCHMARK(BM_ScatterPaKvCacheWithKScale)->Apply(ScatterArgs);
+
+}  // namespace
+}  // namespace kvscatter
+
+BENCHMARK_MAIN();

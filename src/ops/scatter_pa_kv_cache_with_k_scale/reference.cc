@@ -1,0 +1,46 @@
+// Reference kernel of ScatterPaKvCacheWithKScale, written straight from spec section 3.3: a
+// sequential byte copy in token order (so duplicate slots resolve to the last token, G4).
+#include <cstdint>
+#include <cstring>
+
+#include "core/check.h"
+#include "kvscatter/quant_ops.h"
+
+namespace kvscatter::reference {
+
+void execute(const ScatterPaKvCacheWithKScalePlan& p) {
+  const auto* key = static_cast<const std::uint8_t*>(p.key.data);
+  const auto* value = static_cast<const std::uint8_t*>(p.value.data);
+  const auto* key_scale = static_cast<const float*>(p.key_scale.data);
+  auto* key_cache = static_cast<std::uint8_t*>(p.key_cache.data);
+  auto* value_cache = static_cast<std::uint8_t*>(p.value_cache.data);
+  auto* scale_cache = static_cast<float*>(p.key_scale_cache.data);
+  const auto& k = p.key.strides;
+  const auto& v = p.value.strides;
+  const auto& kc = p.key_cache.strides;
+  const auto& vc = p.value_cache.strides;
+  const auto& ks = p.key_scale.strides;
+  const auto& sc = p.key_scale_cache.strides;
+
+  for (std::int64_t t = 0; t < p.num_tokens; ++t) {
+    const std::int64_t slot = detail::read_index(p.slot_mapping, t);
+    if (slot < 0 || slot >= p.num_slots) continue;  // skipped, as upstream does
+    const std::int64_t blk = slot / p.block_size;
+    const std::int64_t off = slot % p.block_size;
+    for (std::int64_t h = 0; h < p.num_heads; ++h) {
+      for (std::int64_t i = 0; i < p.key_head_size; ++i) {
+        key_cache[blk * kc[0] + h * kc[1] + off * kc[2] + i * kc[3]] =
+            key[t * k[0] + h * k[1] + i * k[2]];
+      }
+      for (std::int64_t i = 0; i < p.value_head_size; ++i) {
+        value_cache[blk * vc[0] + h * vc[1] + off * vc[2] + i * vc[3]] =
+            value[t * v[0] + h * v[1] + i * v[2]];
+      }
+      // Raw 32-bit copy: NaN payloads and signalling bits survive.
+      std::memcpy(&scale_cache[blk * sc[0] + h * sc[1] + off * sc[2]],
+                  &key_scale[t * ks[0] + h * ks[1]], sizeof(float));
+    }
+  }
+}
+
+}  // namespace kvscatter::reference

@@ -1,0 +1,864 @@
+// KvCompressEpilog: the worked examples of spec quant_ops.md section 4.8 byte for byte, every
+// rejection, non-finite inputs, and the optimized kernel against the reference (randomized,
+// every compiled SIMD target, several thread counts).
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvscatter/error.h"
+#include "kvscatter/formats.h"
+#include "kvscatter/quant_ops.h"
+#include "kvscatter/runtime.h"
+#include "ops/kv_compress_epilog/kernel.h"
+#include "ops/quant_common/slots.h"
+
+namespace kvscatter {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+std::uint16_t bf16(float f) { return formats::encode_bfloat16(f); }
+
+Bytes hex(const std::string& s) {
+  Bytes out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == ' ') {
+      ++i;
+      continue;
+    }
+    out.push_back(static_cast<std::uint8_t>(std::stoul(s.substr(i, 2), nullptr, 16)));
+    i += 2;
+  }
+  return out;
+}
+
+Bytes cat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+Bytes zeros(std::size_t n) { return Bytes(n, 0); }
+
+std::string dump(const Bytes& b) {
+  std::string s;
+  char buf[4];
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    std::snprintf(buf, sizeof buf, "%02X", b[i]);
+    s += (i % 32 == 0 ? (i ? "\n" : "") : " ");
+    s += buf;
+  }
+  return s;
+}
+
+// The input of spec 4.8: d = 128, nope x[k] = (k - 32) / 4, rope [1, -1, 0.5, 3, 1.0625, 100,
+// -0.3, 40000, 0, ...].
+std::vector<std::uint16_t> spec_row() {
+  std::vector<std::uint16_t> x(128, bf16(0.0f));
+  for (int k = 0; k < 64; ++k) x[k] = bf16(static_cast<float>(k - 32) / 4.0f);
+  const float rope[] = {1.0f, -1.0f, 0.5f, 3.0f, 1.0625f, 100.0f, -0.3f, 40000.0f};
+  for (int j = 0; j < 8; ++j) x[64 + j] = bf16(rope[j]);
+  return x;
+}
+
+struct Run {
+  Bytes cache;
+  std::int64_t row_bytes = 0;
+};
+
+// Quantizes one row into a one-slot cache of `width` bytes prefilled with `fill`; runs the
+// optimized kernel and the reference and checks they agree before returning the row.
+Bytes quantize_one(std::vector<std::uint16_t> x, QuantMode mode, bool round_scale,
+                   std::int64_t gs = 64, float x_scale = 1.0f, std::int64_t width = 256,
+                   std::uint8_t fill = 0xCD) {
+  const std::int64_t d = static_cast<std::int64_t>(x.size());
+  Bytes cache(static_cast<std::size_t>(width), fill), ref = cache;
+  std::int32_t slot = 0;
+  TensorView tx(x.data(), DType::bfloat16, {1, d});
+  TensorView ts(&slot, DType::int32, {1});
+  auto plan = plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {1, 1, 1, width}),
+                                      tx, ts, gs, mode, round_scale, x_scale);
+  execute(plan);
+  plan.cache.data = ref.data();
+  reference::execute(plan);
+  EXPECT_EQ(dump(cache), dump(ref)) << "optimized and reference kernels disagree";
+  for (std::int64_t i = plan.row_bytes; i < width; ++i) {
+    EXPECT_EQ(cache[static_cast<std::size_t>(i)], fill) << "byte " << i << " past the row";
+  }
+  cache.resize(static_cast<std::size_t>(plan.row_bytes));
+  return cache;
+}
+
+const Bytes kRopeBf16 = cat({hex("80 3F 80 BF 00 3F 40 40 88 3F C8 42 9A BE 1C 47"), zeros(112)});
+const Bytes kFp8RoundData = hex(
+    "F8 F8 F7 F6 F6 F6 F5 F4 F4 F4 F3 F2 F2 F2 F1 F0 F0 EF EE ED EC EB EA E9 E8 E6 E4 E2 E0 DC D8 D0"
+    "00 50 58 5C 60 62 64 66 68 69 6A 6B 6C 6D 6E 6F 70 70 71 72 72 72 73 74 74 74 75 76 76 76 77 78");
+const Bytes kFp8NoRoundData = hex(
+    "FE FE FD FD FC FC FB FB FA FA FA F9 F9 F8 F8 F7 F6 F5 F4 F3 F2 F2 F1 F0 EE EC EA E9 E6 E2 DE D6"
+    "00 56 5E 62 66 69 6A 6C 6E 70 71 72 72 73 74 75 76 77 78 78 79 79 7A 7A 7A 7B 7B 7C 7C 7D 7D 7E");
+
+TEST(KvCompressEpilogSpec, Mode1RoundScale) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::fp8_e8m0, true);
+  EXPECT_EQ(dump(row), dump(cat({kRopeBf16, kFp8RoundData, hex("7A")})));
+}
+
+TEST(KvCompressEpilogSpec, Mode0RoundScale) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::fp8_bf16, true);
+  EXPECT_EQ(dump(row), dump(cat({kRopeBf16, kFp8RoundData, hex("00 3D"), zeros(30)})));
+}
+
+TEST(KvCompressEpilogSpec, Mode0NoRoundScale) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::fp8_bf16, false);
+  EXPECT_EQ(dump(row), dump(cat({kRopeBf16, kFp8NoRoundData, hex("92 3C"), zeros(30)})));
+}
+
+TEST(KvCompressEpilogSpec, Mode1NoRoundScale) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::fp8_e8m0, false);
+  EXPECT_EQ(dump(row), dump(cat({kRopeBf16, kFp8NoRoundData, hex("79")})));
+}
+
+const Bytes kRopeHif8 = cat({hex("08 88 18 14 09 4A B2 6E"), zeros(56)});
+
+TEST(KvCompressEpilogSpec, Mode2Group32) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, false, 32);
+  EXPECT_EQ(dump(row),
+            dump(cat({kRopeHif8,
+                      hex("FF FF FF EE EE EE EE DD DD CD CC BC BB AA 9A 89 00 11 22 32 33 44 54 55"
+                          "55 65 66 66 66 77 77 77"),
+                      hex("AB 3F A5 3F"), zeros(28)})));
+  // Byte 83 holds elements 38 (1.0, code 2, low nibble) and 39 (1.5, code 3, high nibble).
+  EXPECT_EQ(row[83], 0x32);
+  // round_scale does not apply to mode 2.
+  EXPECT_EQ(dump(quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 32)), dump(row));
+}
+
+// gs = 64: the spec quotes the scale and the run "44 44 55"; the other bytes follow from its
+// rules (one group, multiplier 0.75, e2m1 round to nearest even).
+TEST(KvCompressEpilogSpec, Mode2Group64) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 64);
+  EXPECT_EQ(dump(row),
+            dump(cat({kRopeHif8,
+                      hex("FF FF FF EE EE EE EE DD DD CD CC BC BB AA 9A 89 00 11 22 32 33 44 44 55"
+                          "55 65 66 66 66 76 77 77"),
+                      hex("AB 3F"), zeros(30)})));
+}
+
+// gs = 16: the spec quotes the four scales; group multipliers 0.75, 1.5, bf16(1.6) and
+// bf16(6 / 7.75) give the data bytes.
+TEST(KvCompressEpilogSpec, Mode2Group16) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 16);
+  EXPECT_EQ(dump(row),
+            dump(cat({kRopeHif8,
+                      hex("FF FF FF EE EE EE EE DD FF EF EE DE DD CC AB 9A 10 22 43 54 65 66 76 77"
+                          "55 65 66 66 66 77 77 77"),
+                      hex("AB 3F 2B 3F 20 3F A5 3F"), zeros(24)})));
+}
+
+TEST(KvCompressEpilogSpec, Mode2XScaleHalf) {
+  const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 32, 0.5f);
+  EXPECT_EQ(dump(Bytes(row.begin(), row.begin() + 64)),
+            dump(cat({hex("18 98 30 0C 19 46 BA 6C"), zeros(56)})));
+  // x_scale touches the rope only.
+  const Bytes one = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 32, 1.0f);
+  EXPECT_EQ(dump(Bytes(row.begin() + 64, row.end())), dump(Bytes(one.begin() + 64, one.end())));
+}
+
+// The degenerate-group table of spec 4.8 (d = 128: one group of 64 in modes 0/1).
+struct Degenerate {
+  float value;
+  int mode;
+  bool round_scale;
+  std::uint8_t data;
+  const char* scale;
+};
+
+TEST(KvCompressEpilogSpec, DegenerateGroups) {
+  const Degenerate table[] = {
+      {1.0f, 0, true, 0x78, "80 3B"}, {1.0f, 1, true, 0x78, "77"},
+      {1.0f, 0, false, 0x7E, "12 3B"}, {1.0f, 1, false, 0x7E, "76"},
+      {0.0f, 0, true, 0x00, "80 34"}, {0.0f, 1, true, 0x00, "69"},
+      {0.0f, 0, false, 0x00, "70 34"}, {0.0f, 1, false, 0x00, "68"},
+  };
+  for (const auto& t : table) {
+    SCOPED_TRACE(testing::Message() << "value " << t.value << " mode " << t.mode
+                                    << " round_scale " << t.round_scale);
+    const Bytes row = quantize_one(std::vector<std::uint16_t>(128, bf16(t.value)),
+                                   static_cast<QuantMode>(t.mode), t.round_scale);
+    EXPECT_EQ(dump(Bytes(row.begin() + 128, row.begin() + 192)), dump(Bytes(64, t.data)));
+    const Bytes scale = hex(t.scale);
+    EXPECT_EQ(dump(Bytes(row.begin() + 192, row.begin() + 192 + static_cast<long>(scale.size()))),
+              dump(scale));
+  }
+  for (std::int64_t gs : {16, 32, 64}) {
+    SCOPED_TRACE(testing::Message() << "mode 2 gs " << gs);
+    const std::size_t groups = static_cast<std::size_t>(64 / gs);
+    const Bytes ones = quantize_one(std::vector<std::uint16_t>(128, bf16(1.0f)),
+                                    QuantMode::hifloat8_fp4, true, gs);
+    EXPECT_EQ(dump(Bytes(ones.begin(), ones.begin() + 64)), dump(Bytes(64, 0x08)));
+    EXPECT_EQ(dump(Bytes(ones.begin() + 64, ones.begin() + 96)), dump(Bytes(32, 0x77)));
+    Bytes scales;
+    for (std::size_t g = 0; g < groups; ++g) scales = cat({scales, hex("2B 3E")});
+    EXPECT_EQ(dump(Bytes(ones.begin() + 96, ones.begin() + 96 + static_cast<long>(2 * groups))),
+              dump(scales));
+    const Bytes zero = quantize_one(std::vector<std::uint16_t>(128, bf16(0.0f)),
+                                    QuantMode::hifloat8_fp4, true, gs);
+    EXPECT_EQ(dump(zero), dump(zeros(128)));
+  }
+}
+
+// Paged scatter of spec 4.8: cache [3, 2, 1, 200] with block stride 500, prefilled 0xEE.
+TEST(KvCompressEpilogSpec, PagedScatterStridedBlocks) {
+  std::vector<std::uint16_t> x = spec_row();
+  std::vector<std::uint16_t> x2(128);
+  for (int k = 0; k < 128; ++k) x2[k] = bf16(static_cast<float>(k % 7) - 3.0f);
+  x.insert(x.end(), x.begin(), x.begin() + 128);  // token 1 (skipped) repeats token 0
+  x.insert(x.end(), x2.begin(), x2.end());
+  const Bytes row0 = quantize_one(spec_row(), QuantMode::fp8_e8m0, true);
+  const Bytes row2 = quantize_one(x2, QuantMode::fp8_e8m0, true);
+
+  for (bool use_reference : {false, true}) {
+    Bytes mem(1400, 0xEE);
+    const std::int64_t shape[] = {3, 2, 1, 200}, strides[] = {500, 200, 200, 1};
+    TensorView cache(mem.data(), DType::uint8, shape, strides);
+    std::int64_t slots[] = {3, -1, 0};
+    auto plan = plan_kv_compress_epilog(cache, TensorView(x.data(), DType::bfloat16, {3, 128}),
+                                        TensorView(slots, DType::int64, {3}), 64,
+                                        QuantMode::fp8_e8m0, true, 1.0f);
+    EXPECT_EQ(plan.row_bytes, 193);
+    if (use_reference) {
+      reference::execute(plan);
+    } else {
+      execute(plan);
+    }
+    Bytes expect(1400, 0xEE);
+    std::copy(row0.begin(), row0.end(), expect.begin() + 700);  // slot 3: 1 * 500 + 1 * 200
+    std::copy(row2.begin(), row2.end(), expect.begin());        // slot 0
+    EXPECT_EQ(dump(mem), dump(expect)) << (use_reference ? "reference" : "optimized");
+  }
+}
+
+TEST(KvCompressEpilogSpec, RowLayoutTable) {
+  // Spec 4.3: kvCacheCol for d in {128, 256, 512, 8192}.
+  struct Row {
+    std::int64_t d, m0, m1, g16, g32, g64;
+  } table[] = {{128, 224, 193, 128, 128, 128},
+               {256, 352, 323, 192, 192, 192},
+               {512, 608, 583, 352, 320, 320},
+               {8192, 8512, 8383, 5152, 4640, 4384}};
+  std::vector<std::uint16_t> x(8192);
+  std::int32_t slot = -1;
+  for (const auto& r : table) {
+    TensorView tx(x.data(), DType::bfloat16, {1, r.d});
+    TensorView ts(&slot, DType::int32, {1});
+    TensorView cache(nullptr, DType::uint8, {0, 1, 1, 9000});
+    auto rb = [&](QuantMode m, std::int64_t gs) {
+      return plan_kv_compress_epilog(cache, tx, ts, gs, m, true, 1.0f).row_bytes;
+    };
+    EXPECT_EQ(rb(QuantMode::fp8_bf16, 64), r.m0) << r.d;
+    EXPECT_EQ(rb(QuantMode::fp8_e8m0, 64), r.m1) << r.d;
+    EXPECT_EQ(rb(QuantMode::hifloat8_fp4, 16), r.g16) << r.d;
+    EXPECT_EQ(rb(QuantMode::hifloat8_fp4, 32), r.g32) << r.d;
+    EXPECT_EQ(rb(QuantMode::hifloat8_fp4, 64), r.g64) << r.d;
+  }
+}
+
+// ---- quant_mode strings ---------------------------------------------------------------------
+
+TEST(KvCompressEpilogApi, ParseQuantMode) {
+  EXPECT_EQ(parse_quant_mode("fp8_bf16"), QuantMode::fp8_bf16);
+  EXPECT_EQ(parse_quant_mode("  FP8_E8M0\t"), QuantMode::fp8_e8m0);
+  EXPECT_EQ(parse_quant_mode("HiFloat8_FP4"), QuantMode::hifloat8_fp4);
+  EXPECT_EQ(parse_quant_mode("0"), QuantMode::fp8_bf16);
+  EXPECT_EQ(parse_quant_mode("1"), QuantMode::fp8_e8m0);
+  EXPECT_EQ(parse_quant_mode(" 2 "), QuantMode::hifloat8_fp4);
+  for (const char* bad : {"", "fp8", "3", "fp8 e8m0", "-1", "mxfp4"}) {
+    try {
+      parse_quant_mode(bad);
+      ADD_FAILURE() << "accepted \"" << bad << "\"";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_parameter);
+      EXPECT_NE(std::string(e.what()).find("quant_mode"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("\"") + bad + "\""), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(KvCompressEpilogApi, QuantGroupSizeIgnoredInFp8Modes) {
+  // Modes 0/1 always use groups of 64 and do not validate quant_group_size (spec 4.2).
+  for (std::int64_t gs : {0, 8, 128, -5}) {
+    EXPECT_EQ(dump(quantize_one(spec_row(), QuantMode::fp8_e8m0, true, gs)),
+              dump(quantize_one(spec_row(), QuantMode::fp8_e8m0, true, 64)));
+  }
+}
+
+// ---- rejections -----------------------------------------------------------------------------
+
+struct Inputs {
+  std::int64_t num_blocks = 2, block_size = 3, width = 256, d = 128, tokens = 4;
+  std::vector<std::uint8_t> cache;
+  std::vector<std::uint16_t> x;
+  std::vector<std::int64_t> slots;
+  Inputs() {
+    cache.resize(static_cast<std::size_t>(num_blocks * block_size * width));
+    for (std::size_t i = 0; i < cache.size(); ++i) cache[i] = static_cast<std::uint8_t>(i * 7 + 3);
+    x.resize(static_cast<std::size_t>(tokens * d));
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16(static_cast<float>(i % 13) - 6.0f);
+    slots = {0, 5, -1, 2};
+  }
+  TensorView tcache() { return TensorView(cache.data(), DType::uint8, {num_blocks, block_size, 1, width}); }
+  TensorView tx() { return TensorView(x.data(), DType::bfloat16, {tokens, d}); }
+  TensorView tslots() { return TensorView(slots.data(), DType::int64, {tokens}); }
+};
+
+template <class F>
+void expect_error(F&& f, Status status, std::initializer_list<std::string> needles) {
+  try {
+    f();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const auto& n : needles) {
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message lacks \"" << n << "\": " << e.what();
+    }
+  }
+}
+
+// Runs `call` on a fresh setup, expects the error, and checks the cache is bit-identical.
+template <class Mutate>
+void expect_rejected(Mutate mutate, Status status, std::initializer_list<std::string> needles,
+                     QuantMode mode = QuantMode::fp8_e8m0, std::int64_t gs = 64) {
+  Inputs s;
+  const Bytes before = s.cache;
+  TensorView cache = s.tcache(), x = s.tx(), slots = s.tslots();
+  mutate(s, cache, x, slots);
+  expect_error([&] { kv_compress_epilog(cache, x, slots, gs, mode, true, 1.0f); }, status,
+               needles);
+  EXPECT_TRUE(s.cache == before) << "cache modified by a failing call";
+}
+
+TEST(KvCompressEpilogErrors, NullPointers) {
+  expect_rejected([](Inputs&, TensorView& c, TensorView&, TensorView&) { c.data = nullptr; },
+                  Status::null_pointer, {"cache"});
+  expect_rejected([](Inputs&, TensorView&, TensorView& x, TensorView&) { x.data = nullptr; },
+                  Status::null_pointer, {"x"});
+  expect_rejected([](Inputs&, TensorView&, TensorView&, TensorView& s) { s.data = nullptr; },
+                  Status::null_pointer, {"slot_mapping"});
+}
+
+TEST(KvCompressEpilogErrors, Modes) {
+  expect_rejected([](Inputs&, TensorView&, TensorView&, TensorView&) {}, Status::invalid_parameter,
+                  {"quant_mode", "3"}, static_cast<QuantMode>(3));
+  for (std::int64_t gs : {0, 8, 48, 128}) {
+    expect_rejected([](Inputs&, TensorView&, TensorView&, TensorView&) {},
+                    Status::invalid_parameter, {"quant_group_size", std::to_string(gs)},
+                    QuantMode::hifloat8_fp4, gs);
+  }
+}
+
+TEST(KvCompressEpilogErrors, Dtypes) {
+  expect_rejected([](Inputs&, TensorView& c, TensorView&, TensorView&) { c.dtype = DType::int8; },
+                  Status::invalid_parameter, {"cache", "int8", "uint8"});
+  expect_rejected([](Inputs&, TensorView&, TensorView& x, TensorView&) { x.dtype = DType::float16; },
+                  Status::invalid_parameter, {"x", "float16", "bfloat16"});
+  expect_rejected([](Inputs&, TensorView&, TensorView&, TensorView& s) { s.dtype = DType::uint32; },
+                  Status::invalid_parameter, {"slot_mapping", "uint32"});
+}
+
+TEST(KvCompressEpilogErrors, Shapes) {
+  // x must be at least 2-D.
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView& x, TensorView& sl) {
+        x = TensorView(s.x.data(), DType::bfloat16, {128});
+        sl = TensorView(s.slots.data(), DType::int64, std::span<const std::int64_t>{});
+      },
+      Status::invalid_parameter, {"x", "1-D"});
+  // slot rank and dims must follow x.
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView&, TensorView& sl) {
+        sl = TensorView(s.slots.data(), DType::int64, {2, 2});
+      },
+      Status::invalid_parameter, {"slot_mapping", "2-D"});
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView&, TensorView& sl) {
+        sl = TensorView(s.slots.data(), DType::int64, {3});
+      },
+      Status::invalid_parameter, {"slot_mapping.shape[0]", "3", "4"});
+  // d rules.
+  for (std::int64_t d : {64, 100, 8256}) {
+    expect_rejected(
+        [d](Inputs& s, TensorView&, TensorView& x, TensorView& sl) {
+          s.x.resize(static_cast<std::size_t>(d));
+          x = TensorView(s.x.data(), DType::bfloat16, {1, d});
+          sl = TensorView(s.slots.data(), DType::int64, {1});
+        },
+        Status::invalid_parameter, {"d = " + std::to_string(d)});
+  }
+  // cache: 4-D, dim 2 == 1, wide enough.
+  expect_rejected(
+      [](Inputs& s, TensorView& c, TensorView&, TensorView&) {
+        c = TensorView(s.cache.data(), DType::uint8, {6, 1, 256});
+      },
+      Status::invalid_parameter, {"cache", "4-D", "3-D"});
+  expect_rejected(
+      [](Inputs& s, TensorView& c, TensorView&, TensorView&) {
+        c = TensorView(s.cache.data(), DType::uint8, {2, 3, 2, 128});
+      },
+      Status::invalid_parameter, {"cache.shape[2]", "1", "2"});
+  expect_rejected(
+      [](Inputs& s, TensorView& c, TensorView&, TensorView&) {
+        c = TensorView(s.cache.data(), DType::uint8, {2, 3, 1, 192});
+      },
+      Status::invalid_parameter, {"cache.shape[3]", "193", "192"});
+  expect_rejected(
+      [](Inputs& s, TensorView& c, TensorView&, TensorView&) {
+        c = TensorView(s.cache.data(), DType::uint8, {2, 3, 1, 200});
+      },
+      Status::invalid_parameter, {"cache.shape[3]", "224", "200"}, QuantMode::fp8_bf16);
+}
+
+TEST(KvCompressEpilogErrors, Layouts) {
+  // Rows must be contiguous byte runs.
+  expect_rejected(
+      [](Inputs& s, TensorView& c, TensorView&, TensorView&) {
+        const std::int64_t shape[] = {1, 2, 1, 200}, strides[] = {800, 400, 400, 2};
+        c = TensorView(s.cache.data(), DType::uint8, shape, strides);
+      },
+      Status::invalid_parameter, {"cache", "strides[3]", "2"});
+  // Blocks that overlap each other would make rows alias.
+  expect_rejected(
+      [](Inputs& s, TensorView& c, TensorView&, TensorView&) {
+        const std::int64_t shape[] = {2, 3, 1, 200}, strides[] = {400, 200, 200, 1};
+        c = TensorView(s.cache.data(), DType::uint8, shape, strides);
+      },
+      Status::invalid_parameter, {"cache", "overlap"});
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView& x, TensorView&) {
+        const std::int64_t shape[] = {4, 64}, strides[] = {128, 2};
+        x = TensorView(s.x.data(), DType::bfloat16, shape, strides);
+      },
+      Status::invalid_parameter, {"d = 64"});
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView& x, TensorView& sl) {
+        const std::int64_t shape[] = {2, 128}, strides[] = {256, 2};
+        x = TensorView(s.x.data(), DType::bfloat16, shape, strides);
+        sl = TensorView(s.slots.data(), DType::int64, {2});
+      },
+      Status::invalid_parameter, {"x", "last axis", "stride 2"});
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView&, TensorView& sl) {
+        const std::int64_t shape[] = {4}, strides[] = {-1};
+        sl = TensorView(s.slots.data() + 3, DType::int64, shape, strides);
+      },
+      Status::invalid_parameter, {"slot_mapping", "strides[0]", "-1"});
+}
+
+TEST(KvCompressEpilogErrors, SlotValues) {
+  // num_slots = 6: 6 is past the end, -2 is negative but not the skip marker.
+  expect_rejected([](Inputs& s, TensorView&, TensorView&, TensorView&) { s.slots[3] = 6; },
+                  Status::invalid_parameter,
+                  {"slot_mapping[3] = 6", "[0, 6)", "2 blocks of 3 slots"});
+  expect_rejected([](Inputs& s, TensorView&, TensorView&, TensorView&) { s.slots[1] = -2; },
+                  Status::invalid_parameter, {"slot_mapping[1] = -2", "-1"});
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView& x, TensorView& sl) {
+        s.slots[3] = std::numeric_limits<std::int64_t>::min();
+        x = TensorView(s.x.data(), DType::bfloat16, {2, 2, 128});
+        sl = TensorView(s.slots.data(), DType::int64, {2, 2});
+      },
+      Status::invalid_parameter, {"slot_mapping[1, 1] = -9223372036854775808"});
+  // int32 slots are read at their width.
+  expect_rejected(
+      [](Inputs& s, TensorView&, TensorView&, TensorView& sl) {
+        static std::int32_t s32[4];
+        s32[0] = 0; s32[1] = 1; s32[2] = 2; s32[3] = 1 << 30;
+        sl = TensorView(s32, DType::int32, {4});
+        (void)s;
+      },
+      Status::invalid_parameter, {"slot_mapping[3] = 1073741824"});
+  // The reference oracle checks all slots before writing too.
+  Inputs s;
+  s.slots[3] = 100;
+  const Bytes before = s.cache;
+  auto plan = plan_kv_compress_epilog(s.tcache(), s.tx(), s.tslots(), 64, QuantMode::fp8_bf16,
+                                      true, 1.0f);
+  expect_error([&] { reference::execute(plan); }, Status::invalid_parameter,
+               {"slot_mapping[3] = 100"});
+  EXPECT_TRUE(s.cache == before);
+}
+
+TEST(KvCompressEpilogApi, EmptyAndAllSkipped) {
+  Inputs s;
+  const Bytes before = s.cache;
+  // Zero tokens: a successful no-op, even with null data (G10).
+  kv_compress_epilog(s.tcache(), TensorView(nullptr, DType::bfloat16, {0, 128}),
+                     TensorView(nullptr, DType::int32, {0}), 64, QuantMode::fp8_e8m0, true, 1.0f);
+  kv_compress_epilog(s.tcache(), TensorView(nullptr, DType::bfloat16, {3, 0, 128}),
+                     TensorView(nullptr, DType::int32, {3, 0}), 64, QuantMode::fp8_e8m0, true,
+                     1.0f);
+  // All tokens skipped.
+  std::fill(s.slots.begin(), s.slots.end(), -1);
+  kv_compress_epilog(s.tcache(), s.tx(), s.tslots(), 64, QuantMode::fp8_e8m0, true, 1.0f);
+  EXPECT_TRUE(s.cache == before);
+}
+
+// ---- non-finite and special inputs ----------------------------------------------------------
+
+std::vector<std::uint16_t> row_with(std::initializer_list<std::pair<int, std::uint16_t>> at,
+                                    float fill = 1.0f, std::int64_t d = 128) {
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(d), bf16(fill));
+  for (auto [i, v] : at) x[static_cast<std::size_t>(i)] = v;
+  return x;
+}
+
+TEST(KvCompressEpilogSpecial, NaNPoisonsItsGroupInFp8Modes) {
+  const std::uint16_t nan = 0x7FC1, neg_nan = 0xFFC0;
+  for (bool rs : {true, false}) {
+    // d = 192: two groups; the NaN sits in group 1 only.
+    auto x = row_with({{70, nan}, {71, neg_nan}}, 1.0f, 192);
+    const Bytes m0 = quantize_one(x, QuantMode::fp8_bf16, rs, 64, 1.0f, 512);
+    const Bytes m1 = quantize_one(x, QuantMode::fp8_e8m0, rs, 64, 1.0f, 512);
+    // group 0 is normal, group 1 is all 0x7F with a canonical NaN scale.
+    EXPECT_EQ(dump(Bytes(m0.begin() + 128, m0.begin() + 192)),
+              dump(Bytes(64, rs ? 0x78 : 0x7E)));
+    EXPECT_EQ(dump(Bytes(m0.begin() + 192, m0.begin() + 256)), dump(Bytes(64, 0x7F)));
+    EXPECT_EQ(m0[256 + 2], 0xC0);
+    EXPECT_EQ(m0[256 + 3], 0x7F);
+    EXPECT_EQ(dump(Bytes(m1.begin() + 192, m1.begin() + 256)), dump(Bytes(64, 0x7F)));
+    EXPECT_EQ(m1[256 + 1], 0xFF);
+    // A NaN in the rope is copied as raw bf16 bits.
+    auto xr = row_with({{128 + 3, nan}}, 1.0f, 192);
+    const Bytes r = quantize_one(xr, QuantMode::fp8_e8m0, rs, 64, 1.0f, 512);
+    EXPECT_EQ(r[6], 0xC1);
+    EXPECT_EQ(r[7], 0x7F);
+  }
+}
+
+TEST(KvCompressEpilogSpecial, InfinityInFp8Modes) {
+  const std::uint16_t inf = 0x7F80, ninf = 0xFF80;
+  for (bool rs : {true, false}) {
+    auto x = row_with({{0, inf}, {1, ninf}, {2, bf16(-2.0f)}}, 1.0f);
+    const Bytes m0 = quantize_one(x, QuantMode::fp8_bf16, rs);
+    const Bytes m1 = quantize_one(x, QuantMode::fp8_e8m0, rs);
+    // The scale is +inf; finite values divide to +-0, the infinities to NaN (0x7F).
+    EXPECT_EQ(m0[128], 0x7F);
+    EXPECT_EQ(m0[129], 0x7F);
+    EXPECT_EQ(m0[130], 0x80);
+    EXPECT_EQ(m0[131], 0x00);
+    EXPECT_EQ(m0[192], 0x80);
+    EXPECT_EQ(m0[193], 0x7F);
+    EXPECT_EQ(m1[192], 0xFF);
+  }
+}
+
+TEST(KvCompressEpilogSpecial, SubnormalsAndNegativeZeroInFp8Modes) {
+  // bf16 subnormals are exact inputs (no flush): amax 2^-130 is below the 1e-4 floor, so the
+  // scale is the floor's and every quotient underflows to +-0 keeping its sign.
+  auto x = row_with({{0, 0x0002}, {1, 0x8001}, {2, 0x8000}}, 0.0f);
+  const Bytes m1 = quantize_one(x, QuantMode::fp8_e8m0, true);
+  EXPECT_EQ(m1[128], 0x00);
+  EXPECT_EQ(m1[129], 0x80);
+  EXPECT_EQ(m1[130], 0x80);
+  EXPECT_EQ(m1[131], 0x00);
+  EXPECT_EQ(m1[192], 0x69);
+  // Values that land in e4m3's subnormal range keep their rounding: amax 448 -> s = 1 and
+  // 1.5 * 2^-9 -> code 0x02, 0.75 * 2^-9 -> 0x01 (spec 2.3).
+  auto y = row_with({{0, bf16(448.0f)}, {1, bf16(0.0029296875f)}, {2, bf16(-0.00146484375f)}},
+                    0.0f);
+  const Bytes r = quantize_one(y, QuantMode::fp8_e8m0, true);
+  EXPECT_EQ(r[128], 0x7E);
+  EXPECT_EQ(r[129], 0x02);
+  EXPECT_EQ(r[130], 0x81);
+  EXPECT_EQ(r[192], 0x7F);
+}
+
+TEST(KvCompressEpilogSpecial, NonFiniteInMode2) {
+  const std::uint16_t nan = 0x7FC0, inf = 0x7F80;
+  // NaN in a group: zero codes and a NaN scale; other groups unaffected.
+  auto x = row_with({{20, nan}}, 1.0f);
+  const Bytes r = quantize_one(x, QuantMode::hifloat8_fp4, true, 16);
+  EXPECT_EQ(dump(Bytes(r.begin() + 64, r.begin() + 72)), dump(Bytes(8, 0x77)));
+  EXPECT_EQ(dump(Bytes(r.begin() + 72, r.begin() + 80)), dump(Bytes(8, 0x00)));
+  EXPECT_EQ(dump(Bytes(r.begin() + 96, r.begin() + 104)), dump(hex("2B 3E C0 7F 2B 3E 2B 3E")));
+  // Infinity: scale +inf, multiplier 0: finite values give +-0, the infinity NaN -> 0.
+  auto y = row_with({{0, inf}, {1, bf16(-1.0f)}}, 1.0f);
+  const Bytes s = quantize_one(y, QuantMode::hifloat8_fp4, true, 64);
+  EXPECT_EQ(s[64], 0x80);  // element 0 -> 0x0 (NaN), element 1 -> 0x8 (-0)
+  EXPECT_EQ(s[65], 0x00);
+  EXPECT_EQ(s[96], 0x80);
+  EXPECT_EQ(s[97], 0x7F);
+  // Rope: NaN -> 0x00, +-inf -> +-max, -0 -> 0x00, x_scale applied before the cast.
+  auto z = row_with({{64, nan}, {65, inf}, {66, 0xFF80}, {67, 0x8000}, {68, bf16(40000.0f)}}, 1.0f);
+  const Bytes t = quantize_one(z, QuantMode::hifloat8_fp4, true, 64, 2.0f);
+  EXPECT_EQ(dump(Bytes(t.begin(), t.begin() + 6)), dump(hex("00 6E EE 00 6E 10")));
+  // A subnormal amax makes 6 / amax overflow: nonzero values saturate to +-6, zeros stay 0.
+  auto w = row_with({{0, 0x0001}, {1, 0x8001}}, 0.0f);
+  const Bytes u = quantize_one(w, QuantMode::hifloat8_fp4, true, 64);
+  EXPECT_EQ(u[64], 0xF7);
+  EXPECT_EQ(u[65], 0x00);
+}
+
+// ---- SIMD encoders against the scalar formats, on every compiled target ----------------------
+
+// Every target the library was compiled for that this CPU can run, so the SSE4 and fallback
+// paths are tested too.
+std::vector<std::int64_t> targets() {
+  std::istringstream lib(simd_targets_available());
+  std::vector<std::string> names{std::istream_iterator<std::string>(lib), {}};
+  std::vector<std::int64_t> out;
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    if (std::find(names.begin(), names.end(), hwy::TargetName(t)) != names.end()) out.push_back(t);
+  }
+  return out;
+}
+
+TEST(KvCompressEpilogSimd, TargetsCovered) {
+  std::string names;
+  for (std::int64_t t : targets()) names += std::string(hwy::TargetName(t)) + " ";
+  std::printf("SIMD targets exercised: %s\n", names.c_str());
+  EXPECT_GE(targets().size(), 2u);
+}
+
+// Every sign/exponent/top-11-mantissa pattern with low bits chosen to hit ties and near-ties.
+std::vector<float> dense_floats() {
+  std::vector<float> v;
+  const std::uint32_t lows[] = {0x000, 0x001, 0x7FF, 0x800, 0x801, 0xFFF};
+  v.reserve((1u << 20) * 6);
+  for (std::uint32_t hi = 0; hi < (1u << 20); ++hi) {
+    for (std::uint32_t lo : lows) {
+      const std::uint32_t b = hi << 12 | lo;
+      float f;
+      std::memcpy(&f, &b, 4);
+      v.push_back(f);
+    }
+  }
+  return v;
+}
+
+std::uint8_t scalar_e4m3(float q) {
+  return std::isnan(q) ? 0x7F : formats::encode_float8_e4m3fn(std::min(std::max(q, -448.0f), 448.0f));
+}
+std::uint8_t scalar_e2m1(float p) {
+  const float xq = formats::decode_bfloat16(formats::encode_bfloat16(p));
+  return std::isnan(xq) ? 0 : formats::encode_float4_e2m1(std::min(std::max(xq, -6.0f), 6.0f));
+}
+
+void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
+  Bytes out(in.size());
+  std::vector<std::int64_t> ts = targets();
+  if (!all_targets) ts.resize(1);
+  for (std::int64_t target : ts) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    struct Case {
+      const char* name;
+      void (*simd)(const float*, std::uint8_t*, std::size_t);
+      std::uint8_t (*scalar)(float);
+      bool skip_nan;  // the fast variants leave NaN inputs unspecified
+    } cases[] = {
+        {"e4m3", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e4m3_clamped(i, o, n, false); }, scalar_e4m3, false},
+        {"e4m3 finite", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e4m3_clamped(i, o, n, true); }, scalar_e4m3, true},
+        {"e2m1", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e2m1_from_product(i, o, n, false); }, scalar_e2m1, false},
+        {"e2m1 finite", [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e2m1_from_product(i, o, n, true); }, scalar_e2m1, true},
+        {"hif8", detail::simd_encode_hifloat8_sat,
+         [](float x) { return formats::encode_hifloat8(x, true); }, false},
+    };
+    for (const auto& c : cases) {
+      c.simd(in.data(), out.data(), in.size());
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        if (c.skip_nan && std::isnan(in[i])) continue;
+        const std::uint8_t want = c.scalar(in[i]);
+        if (out[i] != want && bad++ < 5) {
+          std::uint32_t b;
+          std::memcpy(&b, &in[i], 4);
+          ADD_FAILURE() << c.name << " input 0x" << std::hex << b << " simd 0x" << int(out[i])
+                        << " scalar 0x" << int(want);
+        }
+      }
+      EXPECT_EQ(bad, 0u) << c.name;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(KvCompressEpilogSimd, EncodersMatchScalarDense) { sweep_encoders(dense_floats()); }
+
+TEST(KvCompressEpilogSimd, EncodersMatchScalarExhaustive) {
+  std::vector<float> chunk(1u << 24);
+  for (std::uint64_t base = 0; base < (1ull << 32); base += chunk.size()) {
+    for (std::size_t i = 0; i < chunk.size(); ++i) {
+      const std::uint32_t b = static_cast<std::uint32_t>(base + i);
+      std::memcpy(&chunk[i], &b, 4);
+    }
+    sweep_encoders(chunk, /*all_targets=*/false);
+  }
+}
+
+// ---- optimized against reference ------------------------------------------------------------
+
+// Random bf16 with magnitudes spread over many binades; optionally specials mixed in.
+std::uint16_t random_bf16(std::mt19937_64& rng, bool specials) {
+  std::uniform_int_distribution<int> pick(0, 99);
+  const int p = pick(rng);
+  if (specials && p < 3) {
+    const std::uint16_t sp[] = {0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8003, 0x8000, 0x007F};
+    return sp[rng() % 8];
+  }
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 24) - 12);
+  return bf16(n(rng) * scale);
+}
+
+struct RandomCase {
+  std::int64_t d;
+  QuantMode mode;
+  std::int64_t gs;
+  bool round_scale;
+  bool specials;
+  int slot_pattern;  // 0 permutation, 1 with -1 and duplicates, 2 heavy duplicates
+  bool int32_slots;
+  bool strided;      // strided cache blocks and non-contiguous x rows
+  std::int64_t tokens;
+  float x_scale;
+};
+
+void run_random(const RandomCase& c, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t T = c.tokens, d = c.d;
+  // x as [2, T/2, d] viewed with a padded row pitch when strided.
+  const std::int64_t pitch = c.strided ? d + 64 : d;
+  std::vector<std::uint16_t> xmem(static_cast<std::size_t>(T * pitch));
+  for (auto& v : xmem) v = random_bf16(rng, c.specials);
+  const std::int64_t xs_shape[] = {2, T / 2, d};
+  const std::int64_t xs_strides[] = {(T / 2) * pitch, pitch, 1};
+  TensorView x(xmem.data(), DType::bfloat16, xs_shape, xs_strides);
+
+  std::int32_t dummy = 0;
+  TensorView probe(&dummy, DType::int32, {1});
+  const auto geometry = plan_kv_compress_epilog(
+      TensorView(nullptr, DType::uint8, {0, 1, 1, 16384}),
+      TensorView(xmem.data(), DType::bfloat16, {1, d}), probe, c.gs, c.mode, c.round_scale,
+      c.x_scale);
+  const std::int64_t width = geometry.row_bytes + (c.strided ? 5 : 0);
+  const std::int64_t bs = 16;
+  const std::int64_t nb = (T + bs - 1) / bs + 2;
+  const std::int64_t block_stride = c.strided ? bs * width + 37 : bs * width;
+  Bytes mem(static_cast<std::size_t>(nb * block_stride));
+  for (auto& b : mem) b = static_cast<std::uint8_t>(rng());
+  const std::int64_t cshape[] = {nb, bs, 1, width};
+  const std::int64_t cstrides[] = {block_stride, width, width, 1};
+
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+  const std::int64_t num_slots = nb * bs;
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(num_slots));
+  for (std::int64_t i = 0; i < num_slots; ++i) perm[static_cast<std::size_t>(i)] = i;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (std::int64_t t = 0; t < T; ++t) {
+    std::int64_t s = perm[static_cast<std::size_t>(t)];
+    if (c.slot_pattern == 1 && rng() % 5 == 0) s = -1;
+    if (c.slot_pattern == 1 && rng() % 7 == 0) s = perm[rng() % static_cast<std::size_t>(T)];
+    if (c.slot_pattern == 2) s = static_cast<std::int64_t>(rng() % 8);
+    slots[static_cast<std::size_t>(t)] = s;
+  }
+  std::vector<std::int32_t> slots32(slots.begin(), slots.end());
+  TensorView ts = c.int32_slots ? TensorView(slots32.data(), DType::int32, {2, T / 2})
+                                : TensorView(slots.data(), DType::int64, {2, T / 2});
+
+  Bytes ref = mem;
+  auto plan = plan_kv_compress_epilog(TensorView(ref.data(), DType::uint8, cshape, cstrides), x,
+                                      ts, c.gs, c.mode, c.round_scale, c.x_scale);
+  reference::execute(plan);
+  for (int threads : {1, 2, 3}) {
+    set_num_threads(threads);
+    Bytes got = mem;
+    plan.cache.data = got.data();
+    execute(plan);
+    if (got != ref) {
+      std::size_t i = 0;
+      while (got[i] == ref[i]) ++i;
+      ADD_FAILURE() << "threads " << threads << ": first difference at byte " << i << " (got 0x"
+                    << std::hex << int(got[i]) << ", want 0x" << int(ref[i]) << ")";
+    }
+  }
+  set_num_threads(0);
+}
+
+TEST(KvCompressEpilogRandom, OptimizedMatchesReference) {
+  const QuantMode modes[] = {QuantMode::fp8_bf16, QuantMode::fp8_e8m0, QuantMode::hifloat8_fp4};
+  const std::int64_t ds[] = {128, 192, 576, 1024, 8192};
+  std::uint64_t seed = 1;
+  for (std::int64_t target : targets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (std::int64_t d : ds) {
+      for (QuantMode mode : modes) {
+        for (std::int64_t gs : {16, 32, 64}) {
+          if (mode != QuantMode::hifloat8_fp4 && gs != 64) continue;
+          for (bool rs : {true, false}) {
+            if (mode == QuantMode::hifloat8_fp4 && !rs) continue;
+            const int pattern = static_cast<int>(seed % 3);
+            RandomCase c{d, mode, gs, rs, seed % 2 == 0, pattern, seed % 3 == 1, seed % 4 < 2,
+                         d >= 4096 ? 8 : 24, seed % 5 == 0 ? 0.5f : 1.0f};
+            SCOPED_TRACE(testing::Message() << "d " << d << " mode " << int(mode) << " gs "
+                                            << gs << " rs " << rs << " seed " << seed);
+            run_random(c, seed++);
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over
+// large ones) against the obvious quadratic rule.
+TEST(KvCompressEpilogRandom, KeepLastWriters) {
+  std::mt19937_64 rng(3);
+  for (std::int64_t num_slots : {std::int64_t{50}, std::int64_t{1} << 40}) {
+    for (int iter = 0; iter < 20; ++iter) {
+      std::vector<std::int64_t> slots(1 + rng() % 300);
+      for (auto& s : slots) {
+        s = rng() % 4 == 0 ? -1 : static_cast<std::int64_t>(rng() % 60) * (num_slots / 60);
+      }
+      std::vector<std::int64_t> want = slots;
+      for (std::size_t t = 0; t < want.size(); ++t) {
+        for (std::size_t u = t + 1; u < want.size(); ++u) {
+          if (want[t] >= 0 && slots[u] == want[t]) want[t] = -1;
+        }
+      }
+      detail::keep_last_writers(slots, num_slots);
+      EXPECT_EQ(slots, want) << "num_slots " << num_slots;
+    }
+  }
+}
+
+// Enough rows to split across threads, with many repeated slots: the last writer in token
+// order must win for every thread count (G4).
+TEST(KvCompressEpilogRandom, DuplicateSlotsAcrossThreads) {
+  for (QuantMode mode : {QuantMode::fp8_e8m0, QuantMode::hifloat8_fp4}) {
+    RandomCase c{128, mode, 32, true, false, 2, false, false, 4096, 1.0f};
+    run_random(c, 99 + static_cast<std::uint64_t>(mode));
+    RandomCase c2{128, mode, 32, true, true, 1, true, true, 3000, 1.0f};
+    run_random(c2, 7 + static_cast<std::uint64_t>(mode));
+  }
+}
+
+}  // namespace
+}  // namespace kvscatter

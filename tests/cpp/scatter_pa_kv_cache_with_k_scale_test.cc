@@ -1,0 +1,419 @@
+// ScatterPaKvCacheWithKScale: the worked example of spec quant_ops.md section 3.5, skipping of
+// out-of-range slots, strided views, every rejection (status, message, caches untouched), and
+// the optimized kernel against the reference over random shapes, slot patterns and threads.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvscatter/error.h"
+#include "kvscatter/quant_ops.h"
+#include "kvscatter/runtime.h"
+
+namespace kvscatter {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// Owns the seven tensors of one call: contiguous by default.
+struct Problem {
+  std::int64_t T, N, Dk, Dv, NB, BS;
+  DType dtype = DType::float8_e4m3fn;
+  Bytes key, value, key_cache, value_cache;
+  std::vector<float> key_scale, scale_cache;
+  std::vector<std::int64_t> slots;
+  std::vector<std::int32_t> slots32;
+  bool use_int32 = false;
+
+  Problem(std::int64_t t, std::int64_t n, std::int64_t dk, std::int64_t dv, std::int64_t nb,
+          std::int64_t bs)
+      : T(t), N(n), Dk(dk), Dv(dv), NB(nb), BS(bs) {
+    key.resize(static_cast<std::size_t>(T * N * Dk));
+    value.resize(static_cast<std::size_t>(T * N * Dv));
+    key_cache.resize(static_cast<std::size_t>(NB * N * BS * Dk));
+    value_cache.resize(static_cast<std::size_t>(NB * N * BS * Dv));
+    key_scale.resize(static_cast<std::size_t>(T * N));
+    scale_cache.resize(static_cast<std::size_t>(NB * N * BS));
+    slots.resize(static_cast<std::size_t>(T));
+  }
+  TensorView tkey() { return TensorView(key.data(), dtype, {T, N, Dk}); }
+  TensorView tvalue() { return TensorView(value.data(), dtype, {T, N, Dv}); }
+  TensorView tkc() { return TensorView(key_cache.data(), dtype, {NB, N, BS, Dk}); }
+  TensorView tvc() { return TensorView(value_cache.data(), dtype, {NB, N, BS, Dv}); }
+  TensorView tslots() {
+    if (use_int32) {
+      slots32.assign(slots.begin(), slots.end());
+      return TensorView(slots32.data(), DType::int32, {T});
+    }
+    return TensorView(slots.data(), DType::int64, {T});
+  }
+  TensorView tks() { return TensorView(key_scale.data(), DType::float32, {T, N}); }
+  TensorView tsc() { return TensorView(scale_cache.data(), DType::float32, {NB, N, BS, 1}); }
+};
+
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint32_t to_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+TEST(ScatterPaKvCacheWithKScaleSpec, WorkedExample) {
+  // Spec 3.5: NB=2, N=2, BS=4, D=4, T=3, slots [5, -1, 8], key[t][h] = [16(t+1) + 4h + i],
+  // key_scale[t][h] = 0.5(t+1) + h; value = key + 0x40 here.
+  for (bool reference_kernel : {false, true}) {
+    Problem p(3, 2, 4, 4, 2, 4);
+    for (std::int64_t t = 0; t < 3; ++t)
+      for (std::int64_t h = 0; h < 2; ++h) {
+        for (std::int64_t i = 0; i < 4; ++i) {
+          p.key[static_cast<std::size_t>((t * 2 + h) * 4 + i)] =
+              static_cast<std::uint8_t>(16 * (t + 1) + 4 * h + i);
+          p.value[static_cast<std::size_t>((t * 2 + h) * 4 + i)] =
+              static_cast<std::uint8_t>(16 * (t + 1) + 4 * h + i + 0x40);
+        }
+        p.key_scale[static_cast<std::size_t>(t * 2 + h)] = 0.5f * static_cast<float>(t + 1) +
+                                                           static_cast<float>(h);
+      }
+    p.slots = {5, -1, 8};
+    auto plan = plan_scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(),
+                                                      p.tslots(), p.tks(), p.tsc(), "BNBD");
+    if (reference_kernel) {
+      reference::execute(plan);
+    } else {
+      execute(plan);
+    }
+    Bytes want_k(p.key_cache.size(), 0), want_v(p.value_cache.size(), 0);
+    std::vector<float> want_s(p.scale_cache.size(), 0.0f);
+    // Slot 5: block 1, offset 1. key_cache[1][h][1] at ((1 * 2 + h) * 4 + 1) * 4.
+    const std::uint8_t k0[] = {0x10, 0x11, 0x12, 0x13}, k1[] = {0x14, 0x15, 0x16, 0x17};
+    std::copy(k0, k0 + 4, want_k.begin() + ((1 * 2 + 0) * 4 + 1) * 4);
+    std::copy(k1, k1 + 4, want_k.begin() + ((1 * 2 + 1) * 4 + 1) * 4);
+    for (int i = 0; i < 4; ++i) {
+      want_v[((1 * 2 + 0) * 4 + 1) * 4 + i] = static_cast<std::uint8_t>(k0[i] + 0x40);
+      want_v[((1 * 2 + 1) * 4 + 1) * 4 + i] = static_cast<std::uint8_t>(k1[i] + 0x40);
+    }
+    want_s[(1 * 2 + 0) * 4 + 1] = 0.5f;
+    want_s[(1 * 2 + 1) * 4 + 1] = 1.5f;
+    EXPECT_EQ(p.key_cache, want_k);
+    EXPECT_EQ(p.value_cache, want_v);
+    EXPECT_EQ(p.scale_cache, want_s);
+  }
+}
+
+TEST(ScatterPaKvCacheWithKScaleSpec, SkipsNegativeAndOutOfRangeSlots) {
+  Problem p(6, 1, 2, 3, 2, 2);  // 4 slots
+  for (std::size_t i = 0; i < p.key.size(); ++i) p.key[i] = static_cast<std::uint8_t>(i + 1);
+  for (std::size_t i = 0; i < p.value.size(); ++i) p.value[i] = static_cast<std::uint8_t>(i + 101);
+  for (std::size_t i = 0; i < p.key_scale.size(); ++i) p.key_scale[i] = static_cast<float>(i + 1);
+  p.slots = {-1, 4, std::numeric_limits<std::int64_t>::min(), 1 << 20, -7, 3};
+  p.use_int32 = false;
+  scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(), p.tks(),
+                                   p.tsc());
+  // Only token 5 -> slot 3 (block 1, offset 1) is written.
+  Bytes want_k(p.key_cache.size(), 0), want_v(p.value_cache.size(), 0);
+  want_k[6] = 11;
+  want_k[7] = 12;
+  want_v[9] = 116;
+  want_v[10] = 117;
+  want_v[11] = 118;
+  EXPECT_EQ(p.key_cache, want_k);
+  EXPECT_EQ(p.value_cache, want_v);
+  EXPECT_EQ(p.scale_cache, (std::vector<float>{0, 0, 0, 6}));
+}
+
+TEST(ScatterPaKvCacheWithKScaleSpec, ScalesAreRawBitCopies) {
+  Problem p(1, 4, 1, 1, 1, 1);
+  const std::uint32_t pats[] = {0x7FA00001u, 0xFFC12345u, 0x80000000u, 0x00000001u};
+  for (int h = 0; h < 4; ++h) p.key_scale[h] = from_bits(pats[h]);
+  p.slots = {0};
+  p.dtype = DType::float8_e5m2;
+  scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(), p.tks(),
+                                   p.tsc(), "");
+  for (int h = 0; h < 4; ++h) EXPECT_EQ(to_bits(p.scale_cache[h]), pats[h]);
+}
+
+TEST(ScatterPaKvCacheWithKScaleSpec, EmptyIsNoOp) {
+  Problem p(0, 2, 4, 4, 2, 4);
+  scatter_pa_kv_cache_with_k_scale(
+      TensorView(nullptr, p.dtype, {0, 2, 4}), TensorView(nullptr, p.dtype, {0, 2, 4}), p.tkc(),
+      p.tvc(), TensorView(nullptr, DType::int32, {0}), TensorView(nullptr, DType::float32, {0, 2}),
+      p.tsc());
+  EXPECT_EQ(p.key_cache, Bytes(p.key_cache.size(), 0));
+}
+
+// ---- rejections -----------------------------------------------------------------------------
+
+struct Views {
+  TensorView key, value, kc, vc, slots, ks, sc;
+  std::string layout = "BNBD";
+};
+
+template <class Mutate>
+void expect_rejected(Mutate mutate, Status status, std::initializer_list<std::string> needles) {
+  Problem p(3, 2, 4, 6, 2, 4);
+  std::mt19937 rng(5);
+  for (auto* b : {&p.key, &p.value, &p.key_cache, &p.value_cache})
+    for (auto& x : *b) x = static_cast<std::uint8_t>(rng());
+  for (auto& f : p.scale_cache) f = static_cast<float>(rng() % 100);
+  p.slots = {1, 2, 3};
+  const Bytes kc = p.key_cache, vc = p.value_cache;
+  const std::vector<float> sc = p.scale_cache;
+  Views v{p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(), p.tks(), p.tsc()};
+  mutate(p, v);
+  try {
+    scatter_pa_kv_cache_with_k_scale(v.key, v.value, v.kc, v.vc, v.slots, v.ks, v.sc, v.layout);
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), status) << e.what();
+    for (const auto& n : needles) {
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "message lacks \"" << n << "\": " << e.what();
+    }
+  }
+  EXPECT_TRUE(p.key_cache == kc && p.value_cache == vc && p.scale_cache == sc)
+      << "a cache was modified by a failing call";
+}
+
+TEST(ScatterPaKvCacheWithKScaleErrors, NullPointers) {
+  expect_rejected([](Problem&, Views& v) { v.key.data = nullptr; }, Status::null_pointer, {"key"});
+  expect_rejected([](Problem&, Views& v) { v.value.data = nullptr; }, Status::null_pointer, {"value"});
+  expect_rejected([](Problem&, Views& v) { v.kc.data = nullptr; }, Status::null_pointer, {"key_cache"});
+  expect_rejected([](Problem&, Views& v) { v.vc.data = nullptr; }, Status::null_pointer, {"value_cache"});
+  expect_rejected([](Problem&, Views& v) { v.slots.data = nullptr; }, Status::null_pointer, {"slot_mapping"});
+  expect_rejected([](Problem&, Views& v) { v.ks.data = nullptr; }, Status::null_pointer, {"key_scale"});
+  expect_rejected([](Problem&, Views& v) { v.sc.data = nullptr; }, Status::null_pointer, {"key_scale_cache"});
+}
+
+TEST(ScatterPaKvCacheWithKScaleErrors, CacheLayout) {
+  for (const char* bad : {"BSND", "bnbd", "NZ", " BNBD"}) {
+    expect_rejected([bad](Problem&, Views& v) { v.layout = bad; }, Status::invalid_parameter,
+                    {"cache_layout", std::string("\"") + bad + "\""});
+  }
+}
+
+TEST(ScatterPaKvCacheWithKScaleErrors, Dtypes) {
+  expect_rejected([](Problem&, Views& v) { v.key.dtype = v.value.dtype = v.kc.dtype = v.vc.dtype = DType::bfloat16; },
+                  Status::invalid_parameter, {"key", "bfloat16", "float8_e4m3fn"});
+  expect_rejected([](Problem&, Views& v) { v.value.dtype = DType::float8_e5m2; },
+                  Status::invalid_parameter, {"value", "float8_e5m2", "float8_e4m3fn"});
+  expect_rejected([](Problem&, Views& v) { v.kc.dtype = DType::float8_e5m2; },
+                  Status::invalid_parameter, {"key_cache", "float8_e5m2"});
+  expect_rejected([](Problem&, Views& v) { v.vc.dtype = DType::uint8; },
+                  Status::invalid_parameter, {"value_cache", "uint8"});
+  expect_rejected([](Problem&, Views& v) { v.slots.dtype = DType::int16; },
+                  Status::invalid_parameter, {"slot_mapping", "int16"});
+  expect_rejected([](Problem&, Views& v) { v.ks.dtype = DType::float16; },
+                  Status::invalid_parameter, {"key_scale", "float16", "float32"});
+  expect_rejected([](Problem&, Views& v) { v.sc.dtype = DType::bfloat16; },
+                  Status::invalid_parameter, {"key_scale_cache", "bfloat16"});
+}
+
+TEST(ScatterPaKvCacheWithKScaleErrors, Ranks) {
+  expect_rejected([](Problem& p, Views& v) { v.key = TensorView(p.key.data(), p.dtype, {3, 8}); },
+                  Status::invalid_parameter, {"key", "3-D", "2-D"});
+  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {3, 2, 6, 1}); },
+                  Status::invalid_parameter, {"value", "3-D", "4-D"});
+  expect_rejected([](Problem& p, Views& v) { v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 2, 16}); },
+                  Status::invalid_parameter, {"key_cache", "4-D", "3-D"});
+  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 24}); },
+                  Status::invalid_parameter, {"value_cache", "4-D"});
+  expect_rejected([](Problem& p, Views& v) { v.slots = TensorView(p.slots.data(), DType::int64, {3, 1}); },
+                  Status::invalid_parameter, {"slot_mapping", "1-D", "2-D"});
+  expect_rejected([](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {6}); },
+                  Status::invalid_parameter, {"key_scale", "2-D", "1-D"});
+  expect_rejected([](Problem& p, Views& v) { v.sc = TensorView(p.scale_cache.data(), DType::float32, {2, 2, 4}); },
+                  Status::invalid_parameter, {"key_scale_cache", "4-D", "3-D"});
+}
+
+TEST(ScatterPaKvCacheWithKScaleErrors, Shapes) {
+  // Problem: T=3, N=2, Dk=4, Dv=6, NB=2, BS=4.
+  expect_rejected([](Problem& p, Views& v) { v.key = TensorView(p.key.data(), p.dtype, {3, 2, 0}); },
+                  Status::invalid_parameter, {"key.shape[2]", "0"});
+  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {2, 2, 6}); },
+                  Status::invalid_parameter, {"value.shape[0]", "3", "2"});
+  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {3, 1, 6}); },
+                  Status::invalid_parameter, {"value.shape[1]", "2", "1"});
+  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {3, 2, 0}); },
+                  Status::invalid_parameter, {"value.shape[2]", "0"});
+  expect_rejected([](Problem& p, Views& v) { v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 1, 4, 4}); },
+                  Status::invalid_parameter, {"key_cache.shape[1]", "2", "1"});
+  expect_rejected([](Problem& p, Views& v) { v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 2, 2, 8}); },
+                  Status::invalid_parameter, {"key_cache.shape[3]", "4", "8"});
+  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {1, 2, 4, 6}); },
+                  Status::invalid_parameter, {"value_cache.shape[0]", "2", "1"});
+  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 2, 6}); },
+                  Status::invalid_parameter, {"value_cache.shape[2]", "4", "2"});
+  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 4, 4}); },
+                  Status::invalid_parameter, {"value_cache.shape[3]", "6", "4"});
+  expect_rejected([](Problem& p, Views& v) { v.slots = TensorView(p.slots.data(), DType::int64, {2}); },
+                  Status::invalid_parameter, {"slot_mapping.shape[0]", "3", "2"});
+  expect_rejected([](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {3, 1}); },
+                  Status::invalid_parameter, {"key_scale.shape[1]", "2", "1"});
+  expect_rejected([](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {2, 2}); },
+                  Status::invalid_parameter, {"key_scale.shape[0]", "3", "2"});
+  expect_rejected([](Problem& p, Views& v) { v.sc = TensorView(p.scale_cache.data(), DType::float32, {2, 2, 2, 2}); },
+                  Status::invalid_parameter, {"key_scale_cache.shape[2]", "4", "2"});
+  expect_rejected([](Problem& p, Views& v) { v.sc = TensorView(p.scale_cache.data(), DType::float32, {1, 2, 4, 2}); },
+                  Status::invalid_parameter, {"key_scale_cache.shape[0]", "2", "1"});
+}
+
+TEST(ScatterPaKvCacheWithKScaleErrors, Layouts) {
+  // Negative strides are never accepted; caches may not overlap themselves.
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        const std::int64_t shape[] = {3, 2}, strides[] = {2, -1};
+        v.ks = TensorView(p.key_scale.data() + 1, DType::float32, shape, strides);
+      },
+      Status::invalid_parameter, {"key_scale", "strides[1]", "-1"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        const std::int64_t shape[] = {2, 2, 4, 4}, strides[] = {16, 8, 0, 1};
+        v.kc = TensorView(p.key_cache.data(), p.dtype, shape, strides);
+      },
+      Status::invalid_parameter, {"key_cache", "overlap"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        const std::int64_t shape[] = {2, 2, 4, 1}, strides[] = {4, 4, 1, 1};
+        v.sc = TensorView(p.scale_cache.data(), DType::float32, shape, strides);
+      },
+      Status::invalid_parameter, {"key_scale_cache", "overlap"});
+}
+
+// ---- strided views and optimized against reference -------------------------------------------
+
+struct Strided {
+  Bytes mem;
+  TensorView view;
+};
+
+// A view of `shape` whose dimensions are permuted in memory by `order` (outermost first) and
+// padded by `pad` elements per dimension, filled with random bytes.
+Strided make_strided(DType dtype, std::vector<std::int64_t> shape, std::vector<int> order,
+                     std::int64_t pad, std::mt19937_64& rng) {
+  const int r = static_cast<int>(shape.size());
+  std::vector<std::int64_t> strides(static_cast<std::size_t>(r));
+  std::int64_t s = 1;
+  for (int k = r - 1; k >= 0; --k) {
+    const int a = order[static_cast<std::size_t>(k)];
+    strides[static_cast<std::size_t>(a)] = s;
+    s *= shape[static_cast<std::size_t>(a)] + pad;
+  }
+  Strided out;
+  out.mem.resize(static_cast<std::size_t>(s) * dtype_size(dtype));
+  for (auto& b : out.mem) b = static_cast<std::uint8_t>(rng());
+  if (dtype == DType::float32) {  // keep scales finite and recognisable
+    for (std::size_t i = 0; i + 3 < out.mem.size(); i += 4) out.mem[i + 3] &= 0x3F;
+  }
+  out.view = TensorView(out.mem.data(), dtype, shape, strides);
+  return out;
+}
+
+std::vector<int> identity(int r) {
+  std::vector<int> o(static_cast<std::size_t>(r));
+  for (int i = 0; i < r; ++i) o[static_cast<std::size_t>(i)] = i;
+  return o;
+}
+
+TEST(ScatterPaKvCacheWithKScaleRandom, OptimizedMatchesReference) {
+  std::mt19937_64 rng(2024);
+  for (int iter = 0; iter < 60; ++iter) {
+    const std::int64_t T = 1 + static_cast<std::int64_t>(rng() % (iter < 50 ? 40 : 3000));
+    const std::int64_t N = 1 + static_cast<std::int64_t>(rng() % 4);
+    const std::int64_t Dk = 1 + static_cast<std::int64_t>(rng() % 130);
+    const std::int64_t Dv = rng() % 2 ? Dk : 1 + static_cast<std::int64_t>(rng() % 70);
+    const std::int64_t BS = 1 + static_cast<std::int64_t>(rng() % 16);
+    const std::int64_t NB = 1 + (T + BS - 1) / BS + static_cast<std::int64_t>(rng() % 3);
+    const DType dt = rng() % 2 ? DType::float8_e4m3fn : DType::float8_e5m2;
+    const bool strided = iter % 3 == 1;
+    const std::int64_t pad = strided ? 1 : 0;
+    SCOPED_TRACE(testing::Message() << "iter " << iter << " T " << T << " N " << N << " Dk "
+                                    << Dk << " Dv " << Dv << " NB " << NB << " BS " << BS);
+    auto key = make_strided(dt, {T, N, Dk}, strided ? std::vector<int>{1, 0, 2} : identity(3), pad, rng);
+    auto value = make_strided(dt, {T, N, Dv}, identity(3), pad, rng);
+    // key_scale with a non-contiguous last axis ([T, N] stored column-major).
+    auto ks = make_strided(DType::float32, {T, N}, strided ? std::vector<int>{1, 0} : identity(2), pad, rng);
+    auto kc = make_strided(dt, {NB, N, BS, Dk}, strided ? std::vector<int>{2, 0, 1, 3} : identity(4), pad, rng);
+    auto vc = make_strided(dt, {NB, N, BS, Dv}, identity(4), pad, rng);
+    auto sc = make_strided(DType::float32, {NB, N, BS, 1}, strided ? std::vector<int>{1, 0, 2, 3} : identity(4), pad, rng);
+    // Slots: valid, padding (-1 and other negatives), past the end, and repeated.
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+    for (auto& s : slots) {
+      const int k = static_cast<int>(rng() % 10);
+      s = k == 0 ? -1 : k == 1 ? -static_cast<std::int64_t>(rng() % 1000) - 2
+        : k == 2 ? NB * BS + static_cast<std::int64_t>(rng() % 5)
+        : k == 3 ? static_cast<std::int64_t>(rng() % 3)
+                 : static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(NB * BS));
+    }
+    std::vector<std::int32_t> slots32(slots.begin(), slots.end());
+    TensorView ts = iter % 2 ? TensorView(slots32.data(), DType::int32, {T})
+                             : TensorView(slots.data(), DType::int64, {T});
+
+    auto ref_kc = kc.mem, ref_vc = vc.mem, ref_sc = sc.mem;
+    auto plan = plan_scatter_pa_kv_cache_with_k_scale(key.view, value.view, kc.view, vc.view,
+                                                      ts, ks.view, sc.view);
+    plan.key_cache.data = ref_kc.data();
+    plan.value_cache.data = ref_vc.data();
+    plan.key_scale_cache.data = ref_sc.data();
+    reference::execute(plan);
+    for (int threads : {1, 2, 3}) {
+      set_num_threads(threads);
+      auto got_kc = kc.mem, got_vc = vc.mem, got_sc = sc.mem;
+      plan.key_cache.data = got_kc.data();
+      plan.value_cache.data = got_vc.data();
+      plan.key_scale_cache.data = got_sc.data();
+      execute(plan);
+      EXPECT_TRUE(got_kc == ref_kc) << "key_cache, threads " << threads;
+      EXPECT_TRUE(got_vc == ref_vc) << "value_cache, threads " << threads;
+      EXPECT_TRUE(got_sc == ref_sc) << "key_scale_cache, threads " << threads;
+    }
+    set_num_threads(0);
+  }
+}
+
+// Many tokens on few slots with enough work to split across threads: last writer wins (G4).
+TEST(ScatterPaKvCacheWithKScaleRandom, DuplicateSlotsAcrossThreads) {
+  std::mt19937_64 rng(7);
+  const std::int64_t T = 20000, N = 2, D = 64, NB = 2, BS = 4;
+  Problem p(T, N, D, D, NB, BS);
+  for (auto& b : p.key) b = static_cast<std::uint8_t>(rng());
+  for (auto& b : p.value) b = static_cast<std::uint8_t>(rng());
+  for (std::size_t i = 0; i < p.key_scale.size(); ++i) p.key_scale[i] = static_cast<float>(i);
+  for (auto& s : p.slots) s = static_cast<std::int64_t>(rng() % 10) - 1;  // -1 .. 8 (8 skipped)
+  auto plan = plan_scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(),
+                                                    p.tslots(), p.tks(), p.tsc());
+  Problem ref = p;
+  plan.key_cache.data = ref.key_cache.data();
+  plan.value_cache.data = ref.value_cache.data();
+  plan.key_scale_cache.data = ref.scale_cache.data();
+  reference::execute(plan);
+  for (int threads : {2, 3}) {
+    set_num_threads(threads);
+    Problem got = p;
+    plan.key_cache.data = got.key_cache.data();
+    plan.value_cache.data = got.value_cache.data();
+    plan.key_scale_cache.data = got.scale_cache.data();
+    execute(plan);
+    EXPECT_TRUE(got.key_cache == ref.key_cache) << threads;
+    EXPECT_TRUE(got.value_cache == ref.value_cache) << threads;
+    EXPECT_TRUE(got.scale_cache == ref.scale_cache) << threads;
+  }
+  set_num_threads(0);
+  // The winner of slot 0 is the last token that named it.
+  std::int64_t last = -1;
+  for (std::int64_t t = 0; t < T; ++t)
+    if (p.slots[static_cast<std::size_t>(t)] == 0) last = t;
+  ASSERT_GE(last, 0);
+  EXPECT_EQ(ref.scale_cache[0], p.key_scale[static_cast<std::size_t>(last * N)]);
+}
+
+}  // namespace
+}  // namespace kvscatter
