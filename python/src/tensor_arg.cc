@@ -93,9 +93,16 @@ TensorView make_view(void* data, DType dtype, int ndim, const std::int64_t* shap
   v.data = data;
   v.dtype = dtype;
   v.rank = ndim;
+  bool empty = false;
   for (int i = 0; i < ndim; ++i) {
     v.shape[static_cast<std::size_t>(i)] = shape[i];
     v.strides[static_cast<std::size_t>(i)] = strides[i];
+    empty = empty || shape[i] == 0;
+  }
+  // An empty array addresses no memory, so its strides mean nothing (NumPy and DLPack
+  // producers leave arbitrary values there, 0 included): give it row-major ones.
+  if (empty) {
+    v.strides = contiguous_strides(std::span<const std::int64_t>(v.shape.data(), static_cast<std::size_t>(ndim)));
   }
   return v;
 }

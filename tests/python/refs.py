@@ -134,6 +134,8 @@ def scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, *, com
                         compress_seq_offsets=None, seq_lens=None, cache_mode="Norm",
                         scatter_mode="None", kind=None):
     """Canonical semantics of spec section 3 (Nct is tested separately). Returns new caches."""
+    if value is not None and value.ndim == 0:  # a 0-D value means a key-only call (S5)
+        value, value_cache = None, None
     kc = key_cache.copy()
     vc = None if value_cache is None else value_cache.copy()
     slots = np.asarray(slot_mapping).reshape(-1).astype(np.int64)
