@@ -2,6 +2,7 @@
 // destinations deterministic (G4), and splits the rows over the thread pool. The bytes are moved
 // by kernel_hwy.cc.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -23,6 +24,7 @@ struct Scratch {
   std::vector<CompressRun> runs;
   std::vector<std::int64_t> first_row;
   std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  std::vector<std::int64_t> batch_first;
 };
 
 Scratch& scratch() {
@@ -114,11 +116,11 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
   return j;
 }
 
-// Rows of at least this many bytes in calls writing at least kStreamMinBytes use non-temporal
-// stores: such a call evicts the last-level cache anyway, and skipping the read-for-ownership of
-// every destination line saves a third of the memory traffic.
+// Calls writing at least stream_min_bytes use non-temporal stores for Norm rows of at least
+// kStreamMinRow bytes and for PA_NZ groups: such a call evicts the last-level cache anyway, and
+// skipping the read-for-ownership of every destination line saves memory traffic.
 constexpr std::int64_t kStreamMinRow = 512;
-constexpr std::int64_t kStreamMinBytes = std::int64_t{64} << 20;
+std::atomic<std::int64_t> g_stream_min_bytes{std::int64_t{64} << 20};
 
 void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
@@ -134,17 +136,194 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   job.slots = slots.data();
   if (mark_overwritten(slots, sc)) job.skip = sc.skip.data();
 
+  // Layouts whose slot rows are split into pieces far apart (PA_NZ chunks, NHSD heads) gain
+  // from writing consecutive slots piece by piece.
+  job.group = p.cache_mode == CacheMode::PA_NZ || p.scatter_mode == ScatterMode::NHSD;
   std::int64_t token_bytes = 0;
-  bool long_rows = true;
+  bool long_runs = true;
   for (int k = 0; k < job.num_sides; ++k) {
     const SideJob& s = job.side[k];
     token_bytes += s.num_heads * s.head_bytes;
-    long_rows = long_rows && s.chunk_pitch == 0 && s.merged &&
-                s.num_heads * s.head_bytes >= kStreamMinRow;
+    // Norm rows are long contiguous runs; PA_NZ groups write whole 32-byte-aligned lines.
+    long_runs = long_runs && (s.chunk_pitch == 0 ? s.merged && s.num_heads * s.head_bytes >= kStreamMinRow
+                                                 : true);
   }
-  job.stream = long_rows && token_bytes * p.num_tokens >= kStreamMinBytes;
+  job.stream = long_runs && p.scatter_mode != ScatterMode::NHSD &&
+               token_bytes * p.num_tokens >= g_stream_min_bytes.load(std::memory_order_relaxed);
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
+}
+
+// ---- Rope mean (S4) ------------------------------------------------------------------------
+
+// Decoded value of every code of an 8-bit float format.
+const float* decode_table(DType d) {
+  struct Tables {
+    float t[3][256];
+    Tables() {
+      const DType types[3] = {DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
+      for (int k = 0; k < 3; ++k) {
+        for (std::uint32_t c = 0; c < 256; ++c) t[k][c] = formats::decode(types[k], c);
+      }
+    }
+  };
+  static const Tables tables;
+  return tables.t[d == DType::hifloat8 ? 0 : d == DType::float8_e5m2 ? 1 : 2];
+}
+
+template <class T>
+T load_as(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+template <class T>
+void store_as(unsigned char* p, T v) {
+  std::memcpy(p, &v, sizeof(T));
+}
+
+// One Rope mean row being accumulated (S4): fp32 sums for floating types (token order, from
+// +0.0, `x + acc`), wrapping (u)int32 sums for integer types.
+class MeanAcc {
+ public:
+  void reset(DType dtype, std::int64_t n) {
+    dtype_ = dtype;
+    n_ = static_cast<std::size_t>(n);
+    if (dtype_is_floating(dtype)) f_.assign(n_, 0.0f); else u_.assign(n_, 0);
+  }
+
+  void add(const unsigned char* row) {
+    const std::size_t n = n_;
+    switch (dtype_) {
+      case DType::float32:
+        tmp_.resize(n);
+        std::memcpy(tmp_.data(), row, n * 4);
+        break;
+      case DType::bfloat16: case DType::float16:
+        tmp_.resize(n);
+        c16_.resize(n);
+        std::memcpy(c16_.data(), row, n * 2);
+        if (dtype_ == DType::bfloat16) formats::bfloat16_to_float32(c16_.data(), tmp_.data(), n);
+        else formats::float16_to_float32(c16_.data(), tmp_.data(), n);
+        break;
+      case DType::hifloat8: case DType::float8_e5m2: case DType::float8_e4m3fn: {
+        const float* table = decode_table(dtype_);
+        tmp_.resize(n);
+        for (std::size_t e = 0; e < n; ++e) tmp_[e] = table[row[e]];
+        break;
+      }
+      case DType::int8:
+        for (std::size_t e = 0; e < n; ++e) u_[e] += static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int8_t>(row[e])));
+        return;
+      case DType::uint8:
+        for (std::size_t e = 0; e < n; ++e) u_[e] += row[e];
+        return;
+      case DType::int16:
+        for (std::size_t e = 0; e < n; ++e) u_[e] += static_cast<std::uint32_t>(static_cast<std::int32_t>(load_as<std::int16_t>(row + 2 * e)));
+        return;
+      case DType::uint16:
+        for (std::size_t e = 0; e < n; ++e) u_[e] += load_as<std::uint16_t>(row + 2 * e);
+        return;
+      default:  // int32, uint32: the same wrapping 32-bit sum
+        for (std::size_t e = 0; e < n; ++e) u_[e] += load_as<std::uint32_t>(row + 4 * e);
+        return;
+    }
+    for (std::size_t e = 0; e < n; ++e) f_[e] = tmp_[e] + f_[e];
+  }
+
+  void store(std::int64_t w, unsigned char* dst) {
+    const std::size_t n = n_;
+    switch (dtype_) {
+      case DType::int8: case DType::int16: case DType::int32: {
+        // Division truncating toward zero, then the low bits.
+        const auto wi = static_cast<std::int32_t>(w);
+        for (std::size_t e = 0; e < n; ++e) {
+          const std::int32_t q = static_cast<std::int32_t>(u_[e]) / wi;
+          if (dtype_ == DType::int8) dst[e] = static_cast<unsigned char>(q);
+          else if (dtype_ == DType::int16) store_as(dst + 2 * e, static_cast<std::int16_t>(q));
+          else store_as(dst + 4 * e, q);
+        }
+        return;
+      }
+      case DType::uint8: case DType::uint16: case DType::uint32: {
+        const auto wu = static_cast<std::uint32_t>(w);
+        for (std::size_t e = 0; e < n; ++e) {
+          const std::uint32_t q = u_[e] / wu;
+          if (dtype_ == DType::uint8) dst[e] = static_cast<unsigned char>(q);
+          else if (dtype_ == DType::uint16) store_as(dst + 2 * e, static_cast<std::uint16_t>(q));
+          else store_as(dst + 4 * e, q);
+        }
+        return;
+      }
+      default:
+        break;
+    }
+    const auto wf = static_cast<float>(w);
+    for (std::size_t e = 0; e < n; ++e) f_[e] = f_[e] / wf;  // one IEEE division per element
+    switch (dtype_) {
+      case DType::float32:
+        std::memcpy(dst, f_.data(), n * 4);
+        return;
+      case DType::bfloat16: case DType::float16:
+        c16_.resize(n);
+        if (dtype_ == DType::bfloat16) formats::float32_to_bfloat16(f_.data(), c16_.data(), n);
+        else formats::float32_to_float16(f_.data(), c16_.data(), n);
+        std::memcpy(dst, c16_.data(), n * 2);
+        return;
+      case DType::hifloat8:  // round half away from zero; infinities and NaN kept
+        for (std::size_t e = 0; e < n; ++e) dst[e] = formats::encode_hifloat8(f_[e], false);
+        return;
+      case DType::float8_e5m2:
+        for (std::size_t e = 0; e < n; ++e) dst[e] = formats::encode_float8_e5m2(f_[e]);
+        return;
+      default:
+        for (std::size_t e = 0; e < n; ++e) dst[e] = formats::encode_float8_e4m3fn(f_[e]);
+        return;
+    }
+  }
+
+ private:
+  DType dtype_ = DType::float32;
+  std::size_t n_ = 0;
+  std::vector<float> f_, tmp_;
+  std::vector<std::uint32_t> u_;
+  std::vector<std::uint16_t> c16_;
+};
+
+unsigned char* cache_row(const CompressJob& job, const CompressSide& s, std::int64_t row) {
+  return s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
+}
+
+// Every Rope mean row of batch b on one side. The batch's tokens are read in order (a token's
+// heads are adjacent in the source) and each head whose window holds the token accumulates it,
+// so every head keeps its own token-order sum.
+void batch_mean_rows(const CompressJob& job, const CompressSide& s, std::int64_t b) {
+  thread_local std::vector<MeanAcc> accs;
+  const std::int64_t nh = job.num_heads;
+  const CompressRun* runs = job.all_runs + b * nh;
+  if (static_cast<std::int64_t>(accs.size()) < nh) accs.resize(static_cast<std::size_t>(nh));
+  std::int64_t lo = -1, hi = -1;
+  for (std::int64_t h = 0; h < nh; ++h) {
+    const CompressRun& r = runs[h];
+    if (r.rows == 0 || r.window == 0) continue;
+    accs[static_cast<std::size_t>(h)].reset(s.dtype, s.head_size);
+    lo = lo < 0 ? r.offset : std::min(lo, r.offset);
+    hi = std::max(hi, r.offset + r.window);
+  }
+  if (lo < 0) return;
+  const unsigned char* src0 = s.src + (job.packed ? job.batch_first[b] * s.src_token : b * s.src_batch);
+  for (std::int64_t pos = lo; pos < hi; ++pos) {
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const CompressRun& r = runs[h];
+      if (r.rows == 0 || pos < r.offset || pos >= r.offset + r.window) continue;
+      accs[static_cast<std::size_t>(h)].add(src0 + pos * s.src_token + h * s.src_head);
+    }
+  }
+  for (std::int64_t h = 0; h < nh; ++h) {
+    const CompressRun& r = runs[h];
+    if (r.rows == 0 || r.window == 0) continue;
+    accs[static_cast<std::size_t>(h)].store(r.window, cache_row(job, s, r.start + r.offset));
+  }
 }
 
 CompressSide compress_side(const TensorView& x, const TensorView& cache, std::int64_t d,
@@ -200,113 +379,46 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
   for (std::size_t i = 1; i < sc.spans.size() && !overlap; ++i) {
     overlap = sc.spans[i].first < sc.spans[i - 1].second;
   }
-  std::int64_t row_bytes = 0;
-  for (int k = 0; k < job.num_sides; ++k) row_bytes += job.side[k].row_bytes;
   if (overlap) {
     compress_row_range(job, 0, total);
     return;
   }
-  parallel_for(total, grain_for_bytes(row_bytes),
-               [&](std::int64_t b, std::int64_t e) { compress_row_range(job, b, e); });
-}
-
-// ---- Rope mean (S4) ------------------------------------------------------------------------
-
-// Decoded value of every code of an 8-bit float format.
-const float* decode_table(DType d) {
-  struct Tables {
-    float t[3][256];
-    Tables() {
-      const DType types[3] = {DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
-      for (int k = 0; k < 3; ++k) {
-        for (std::uint32_t c = 0; c < 256; ++c) t[k][c] = formats::decode(types[k], c);
-      }
-    }
-  };
-  static const Tables tables;
-  return tables.t[d == DType::hifloat8 ? 0 : d == DType::float8_e5m2 ? 1 : 2];
-}
-
-template <class Acc, class T>
-void int_mean(const unsigned char* src, std::int64_t stride, std::int64_t w, std::int64_t n,
-              unsigned char* dst) {
-  thread_local std::vector<Acc> acc;
-  thread_local std::vector<T> row;
-  acc.assign(static_cast<std::size_t>(n), Acc{0});
-  row.resize(static_cast<std::size_t>(n));
-  for (std::int64_t k = 0; k < w; ++k) {
-    std::memcpy(row.data(), src + k * stride, static_cast<std::size_t>(n) * sizeof(T));
-    for (std::int64_t e = 0; e < n; ++e) {
-      // Wrapping (u)int32 accumulation, done in unsigned arithmetic to keep it defined.
-      acc[e] = static_cast<Acc>(static_cast<std::uint32_t>(acc[e]) +
-                                static_cast<std::uint32_t>(static_cast<Acc>(row[e])));
-    }
+  // Disjoint runs: every row has one writer, so any order gives the same bytes. Walk the source
+  // tokens in order (all heads of a token at once), then the Rope mean rows.
+  std::int64_t row_bytes = 0;
+  for (int k = 0; k < job.num_sides; ++k) row_bytes += job.side[k].row_bytes;
+  job.all_runs = sc.checked.runs.data();
+  job.num_heads = p.num_heads;
+  job.batch = p.batch;
+  job.seq_len = p.seq_len;
+  sc.batch_first.assign(1, 0);
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    sc.batch_first.push_back(sc.batch_first.back() + sc.checked.runs[b * p.num_heads].seq_len);
   }
-  for (std::int64_t e = 0; e < n; ++e) row[e] = static_cast<T>(acc[e] / static_cast<Acc>(w));
-  std::memcpy(dst, row.data(), static_cast<std::size_t>(n) * sizeof(T));
+  job.batch_first = sc.batch_first.data();
+  const std::int64_t sources = job.packed ? p.num_tokens : p.batch * p.seq_len;
+  parallel_for(sources, grain_for_bytes(row_bytes * std::max<std::int64_t>(p.num_heads, 1)),
+               [&](std::int64_t b, std::int64_t e) { compress_token_range(job, b, e); });
+  if (p.scatter_mode != ScatterMode::Rope) return;
+  parallel_for(p.batch, 1, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      for (int k = 0; k < job.num_sides; ++k) batch_mean_rows(job, job.side[k], b);
+    }
+  });
 }
 
 }  // namespace
 
+std::int64_t set_stream_min_bytes(std::int64_t bytes) {
+  return g_stream_min_bytes.exchange(bytes, std::memory_order_relaxed);
+}
+
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t w,
                    std::int64_t n, unsigned char* dst) {
-  const auto un = static_cast<std::size_t>(n);
-  switch (dtype) {
-    case DType::int8: return int_mean<std::int32_t, std::int8_t>(src, stride, w, n, dst);
-    case DType::int16: return int_mean<std::int32_t, std::int16_t>(src, stride, w, n, dst);
-    case DType::int32: return int_mean<std::int32_t, std::int32_t>(src, stride, w, n, dst);
-    case DType::uint8: return int_mean<std::uint32_t, std::uint8_t>(src, stride, w, n, dst);
-    case DType::uint16: return int_mean<std::uint32_t, std::uint16_t>(src, stride, w, n, dst);
-    case DType::uint32: return int_mean<std::uint32_t, std::uint32_t>(src, stride, w, n, dst);
-    default: break;
-  }
-  // Floating types: fp32 accumulation in token order from +0.0, one fp32 division, then the
-  // format's rounding.
-  thread_local std::vector<float> acc, row;
-  thread_local std::vector<std::uint16_t> codes16;
-  thread_local std::vector<std::uint8_t> codes8;
-  acc.assign(un, 0.0f);
-  row.resize(un);
-  const std::size_t es = dtype_size(dtype);
-  for (std::int64_t k = 0; k < w; ++k) {
-    const unsigned char* r = src + k * stride;
-    if (dtype == DType::float32) {
-      std::memcpy(row.data(), r, un * 4);
-    } else if (es == 2) {
-      codes16.resize(un);
-      std::memcpy(codes16.data(), r, un * 2);
-      if (dtype == DType::bfloat16) {
-        formats::bfloat16_to_float32(codes16.data(), row.data(), un);
-      } else {
-        formats::float16_to_float32(codes16.data(), row.data(), un);
-      }
-    } else {
-      const float* table = decode_table(dtype);
-      for (std::size_t e = 0; e < un; ++e) row[e] = table[r[e]];
-    }
-    for (std::size_t e = 0; e < un; ++e) acc[e] = row[e] + acc[e];
-  }
-  const auto wf = static_cast<float>(w);
-  for (std::size_t e = 0; e < un; ++e) acc[e] = acc[e] / wf;
-  if (dtype == DType::float32) {
-    std::memcpy(dst, acc.data(), un * 4);
-  } else if (es == 2) {
-    codes16.resize(un);
-    if (dtype == DType::bfloat16) {
-      formats::float32_to_bfloat16(acc.data(), codes16.data(), un);
-    } else {
-      formats::float32_to_float16(acc.data(), codes16.data(), un);
-    }
-    std::memcpy(dst, codes16.data(), un * 2);
-  } else {
-    codes8.resize(un);
-    for (std::size_t e = 0; e < un; ++e) {
-      codes8[e] = dtype == DType::hifloat8 ? formats::encode_hifloat8(acc[e], false)
-                  : dtype == DType::float8_e5m2 ? formats::encode_float8_e5m2(acc[e])
-                                                : formats::encode_float8_e4m3fn(acc[e]);
-    }
-    std::memcpy(dst, codes8.data(), un);
-  }
+  thread_local MeanAcc acc;
+  acc.reset(dtype, n);
+  for (std::int64_t k = 0; k < w; ++k) acc.add(src + k * stride);
+  acc.store(w, dst);
 }
 
 }  // namespace detail::scatter

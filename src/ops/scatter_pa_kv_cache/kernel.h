@@ -30,6 +30,7 @@ struct RowJob {
   const std::int64_t* slots = nullptr;  // per token; < 0 is padding
   const std::uint8_t* skip = nullptr;   // per token: 1 if a later token writes the same slot
   bool stream = false;                  // non-temporal stores for large contiguous rows
+  bool group = false;                   // write runs of consecutive slots piece-major
 };
 
 // Compress modes: row j of a run is token run_source(j) of its batch (or the Rope mean row).
@@ -47,14 +48,24 @@ struct CompressJob {
   bool packed = true;  // 3-D key
   ScatterMode mode = ScatterMode::Alibi;
   std::int64_t block_size = 1;
-  const CompressRun* runs = nullptr;   // only runs that write rows, in task order
-  const std::int64_t* first_row = nullptr;  // exclusive prefix sum of runs[i].rows
+  // Row-major order (compress_row_range): the runs that write rows, in task order, and the
+  // exclusive prefix sum of their rows.
+  const CompressRun* runs = nullptr;
+  const std::int64_t* first_row = nullptr;
   std::int64_t num_runs = 0;
+  // Source-major order (compress_token_range): every (batch, head) run (rows == 0: none), the
+  // first token of each batch (packed keys, batch + 1 entries) or the padded length S (4-D).
+  const CompressRun* all_runs = nullptr;
+  const std::int64_t* batch_first = nullptr;
+  std::int64_t batch = 0, num_heads = 0, seq_len = 0;
 };
 
 // Dispatched entry points (kernel_hwy.cc): tokens [begin, end) / flattened rows [begin, end).
 void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end);
 void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t end);
+// Source tokens [begin, end) (packed index, or b * S + position for 4-D keys): every row they
+// feed except Rope mean rows. Only for runs that do not overlap, where the order is free.
+void compress_token_range(const CompressJob& job, std::int64_t begin, std::int64_t end);
 
 // Rope mean row (decision S4): window rows at src, src + stride, ...; written to dst.
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t window,

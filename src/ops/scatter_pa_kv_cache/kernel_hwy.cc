@@ -110,11 +110,97 @@ HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64
   }
 }
 
+template <bool kStream>
+HWY_INLINE void Put32(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src) {
+  const hn::CappedTag<std::uint8_t, 32> d;
+  const std::size_t N = hn::Lanes(d);
+  for (std::size_t k = 0; k < 32; k += N) {
+    if constexpr (kStream) {
+      hn::Stream(hn::LoadU(d, src + k), d, dst + k);
+    } else {
+      hn::StoreU(hn::LoadU(d, src + k), d, dst + k);
+    }
+  }
+}
+
+// PA_NZ pieces 0 .. pieces-1 (32 bytes each, contiguous in every source row) of n tokens whose
+// rows are src_token apart, to destination runs `pitch` apart (n x 32 contiguous bytes each).
+// Pieces go in pairs so every 64-byte source line is read once, and the line of the next pair
+// is prefetched: the n source rows are n separate streams the hardware prefetcher cannot follow.
+template <bool kStream>
+HWY_INLINE void NzPieces(unsigned char* dst, std::int64_t pitch, const unsigned char* src,
+                         std::int64_t src_token, std::int64_t pieces, std::int64_t n) {
+  std::int64_t c = 0;
+  for (; c + 2 <= pieces; c += 2) {
+    unsigned char* d0 = dst + c * pitch;
+    unsigned char* d1 = d0 + pitch;
+    const unsigned char* s0 = src + c * 32;
+    const bool more = c + 2 < pieces;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const unsigned char* p = s0 + i * src_token;
+      if (more) hwy::Prefetch(p + 64);
+      Put32<kStream>(d0 + i * 32, p);
+      Put32<kStream>(d1 + i * 32, p + 32);
+    }
+  }
+  if (c < pieces) {
+    for (std::int64_t i = 0; i < n; ++i) Put32<kStream>(dst + c * pitch + i * 32, src + c * 32 + i * src_token);
+  }
+}
+
+// n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block. Each destination
+// piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run, so the
+// pieces are written piece-major: sequential stores instead of n strided rows (and one page at a
+// time instead of one page per piece per token).
+HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64_t t,
+                           std::int64_t slot, std::int64_t n, bool stream) {
+  unsigned char* dst =
+      j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
+  const unsigned char* src = j.src + t * j.src_token;
+  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
+    for (std::int64_t h = 0; h < j.num_heads; ++h) {
+      for (std::int64_t i = 0; i < n; ++i) {
+        CopyBytes(dst + h * j.head_pitch + i * j.head_bytes, src + i * j.src_token + h * j.src_head,
+                  static_cast<std::size_t>(j.head_bytes));
+      }
+    }
+    return;
+  }
+  // Non-temporal stores need 32-byte aligned destinations; every piece shares dst's alignment.
+  const bool nt = stream && (reinterpret_cast<std::uintptr_t>(dst) & 31) == 0 &&
+                  (j.chunk_pitch & 31) == 0 && (j.head_pitch & 31) == 0;
+  const std::int64_t heads = j.merged ? 1 : j.num_heads;
+  const std::int64_t pieces = (j.merged ? j.num_heads * j.head_bytes : j.head_bytes) / 32;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    if (nt) {
+      NzPieces<true>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
+                     pieces, n);
+    } else {
+      NzPieces<false>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
+                      pieces, n);
+    }
+  }
+}
+
 void ScatterTokenRange(const RowJob& job, std::int64_t begin, std::int64_t end) {
+  const std::int64_t bs = job.block_size;
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t s = job.slots[t];
     if (s < 0 || (job.skip != nullptr && job.skip[t] != 0)) continue;
-    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], job.block_size, t, s, job.stream);
+    std::int64_t n = 1;
+    if (job.group) {
+      // Tokens filling the next slots of the same block (a prefill) form one group.
+      while (t + n < end && job.slots[t + n] == s + n && (s + n) % bs != 0 &&
+             (job.skip == nullptr || job.skip[t + n] == 0)) {
+        ++n;
+      }
+    }
+    if (n > 1) {
+      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n, job.stream);
+      t += n - 1;
+      continue;
+    }
+    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s, job.stream);
   }
   if (job.stream) hwy::FlushStream();
 }
@@ -149,6 +235,58 @@ void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t e
   }
 }
 
+// Row of run r fed by source position p, or -1 (outside the run, or inside a Rope window, whose
+// mean row is written separately).
+HWY_INLINE std::int64_t RowOf(ScatterMode mode, const CompressRun& r, std::int64_t p) {
+  if (mode == ScatterMode::Alibi) {
+    const std::int64_t j = p - (r.seq_len - r.window);
+    return j >= 0 ? j : -1;
+  }
+  if (r.window == 0 || p < r.offset) return p;
+  if (p < r.offset + r.window) return -1;
+  return mode == ScatterMode::Rope ? p - r.window + 1 : p - r.window;
+}
+
+// Reads the source in order (each token's heads are adjacent there) and writes each head to its
+// run: one pass over the key instead of one strided pass per head.
+void CompressTokenRange(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  std::int64_t b = 0;
+  if (job.packed) {
+    std::int64_t lo = 0, hi = job.batch - 1;  // last batch whose first token <= begin
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi + 1) / 2;
+      if (job.batch_first[mid] <= begin) lo = mid; else hi = mid - 1;
+    }
+    b = lo;
+  }
+  for (std::int64_t g = begin; g < end; ++g) {
+    std::int64_t p = 0;
+    if (job.packed) {
+      while (g >= job.batch_first[b + 1]) ++b;
+      p = g - job.batch_first[b];
+    } else {
+      b = g / job.seq_len;
+      p = g % job.seq_len;
+    }
+    const CompressRun* runs = job.all_runs + b * job.num_heads;
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
+      const CompressRun& run = runs[h];
+      if (run.rows == 0 || p >= run.seq_len) continue;
+      const std::int64_t j = RowOf(job.mode, run, p);
+      if (j < 0) continue;
+      const std::int64_t row = run.start + j;
+      for (int k = 0; k < job.num_sides; ++k) {
+        const CompressSide& s = job.side[k];
+        unsigned char* dst =
+            s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
+        const unsigned char* src = s.src + h * s.src_head +
+                                   (job.packed ? g * s.src_token : b * s.src_batch + p * s.src_token);
+        CopyBytes(dst, src, static_cast<std::size_t>(s.row_bytes));
+      }
+    }
+  }
+}
+
 }  // namespace kvscatter::detail::scatter::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -157,6 +295,7 @@ namespace kvscatter::detail::scatter {
 
 HWY_EXPORT(ScatterTokenRange);
 HWY_EXPORT(CompressRowRange);
+HWY_EXPORT(CompressTokenRange);
 
 void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(ScatterTokenRange)(job, begin, end);
@@ -164,6 +303,10 @@ void scatter_token_range(const RowJob& job, std::int64_t begin, std::int64_t end
 
 void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(CompressRowRange)(job, begin, end);
+}
+
+void compress_token_range(const CompressJob& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(CompressTokenRange)(job, begin, end);
 }
 
 }  // namespace kvscatter::detail::scatter
