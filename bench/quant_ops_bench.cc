@@ -80,9 +80,9 @@ void BM_KvCompressEpilog(benchmark::State& state, QuantMode mode, bool round_sca
                               gs, mode, round_scale, 1.0f)
           .row_bytes;
   std::vector<std::uint8_t> cache(static_cast<std::size_t>(blocks * kBlock * row), 0);
-  const KvCompressEpilogPlan plan = plan_kv_compress_epilog(
-      TensorView(cache.data(), DType::uint8, {blocks, kBlock, 1, row}), tx, ts, gs, mode,
-      round_scale, 1.0f);
+  const KvCompressEpilogPlan plan =
+      plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {blocks, kBlock, 1, row}), tx,
+                              ts, gs, mode, round_scale, 1.0f);
   const std::int64_t traffic = tokens * (2 * d + 8 + row);
   run_against_memcpy(state, traffic, [&] { execute(plan); });
   state.counters["row_bytes"] = static_cast<double>(row);

@@ -87,8 +87,8 @@ Bytes quantize_one(std::vector<std::uint16_t> x, QuantMode mode, bool round_scal
   std::int32_t slot = 0;
   TensorView tx(x.data(), DType::bfloat16, {1, d});
   TensorView ts(&slot, DType::int32, {1});
-  auto plan = plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {1, 1, 1, width}),
-                                      tx, ts, gs, mode, round_scale, x_scale);
+  auto plan = plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {1, 1, 1, width}), tx,
+                                      ts, gs, mode, round_scale, x_scale);
   execute(plan);
   plan.cache.data = ref.data();
   reference::execute(plan);
@@ -102,11 +102,15 @@ Bytes quantize_one(std::vector<std::uint16_t> x, QuantMode mode, bool round_scal
 
 const Bytes kRopeBf16 = cat({hex("80 3F 80 BF 00 3F 40 40 88 3F C8 42 9A BE 1C 47"), zeros(112)});
 const Bytes kFp8RoundData = hex(
-    "F8 F8 F7 F6 F6 F6 F5 F4 F4 F4 F3 F2 F2 F2 F1 F0 F0 EF EE ED EC EB EA E9 E8 E6 E4 E2 E0 DC D8 D0"
-    "00 50 58 5C 60 62 64 66 68 69 6A 6B 6C 6D 6E 6F 70 70 71 72 72 72 73 74 74 74 75 76 76 76 77 78");
+    "F8 F8 F7 F6 F6 F6 F5 F4 F4 F4 F3 F2 F2 F2 F1 F0 "
+    "F0 EF EE ED EC EB EA E9 E8 E6 E4 E2 E0 DC D8 D0"
+    "00 50 58 5C 60 62 64 66 68 69 6A 6B 6C 6D 6E 6F "
+    "70 70 71 72 72 72 73 74 74 74 75 76 76 76 77 78");
 const Bytes kFp8NoRoundData = hex(
-    "FE FE FD FD FC FC FB FB FA FA FA F9 F9 F8 F8 F7 F6 F5 F4 F3 F2 F2 F1 F0 EE EC EA E9 E6 E2 DE D6"
-    "00 56 5E 62 66 69 6A 6C 6E 70 71 72 72 73 74 75 76 77 78 78 79 79 7A 7A 7A 7B 7B 7C 7C 7D 7D 7E");
+    "FE FE FD FD FC FC FB FB FA FA FA F9 F9 F8 F8 F7 "
+    "F6 F5 F4 F3 F2 F2 F1 F0 EE EC EA E9 E6 E2 DE D6"
+    "00 56 5E 62 66 69 6A 6C 6E 70 71 72 72 73 74 75 "
+    "76 77 78 78 79 79 7A 7A 7A 7B 7B 7C 7C 7D 7D 7E");
 
 TEST(KvCompressEpilogSpec, Mode1RoundScale) {
   const Bytes row = quantize_one(spec_row(), QuantMode::fp8_e8m0, true);
@@ -185,14 +189,14 @@ struct Degenerate {
 
 TEST(KvCompressEpilogSpec, DegenerateGroups) {
   const Degenerate table[] = {
-      {1.0f, 0, true, 0x78, "80 3B"}, {1.0f, 1, true, 0x78, "77"},
+      {1.0f, 0, true, 0x78, "80 3B"},  {1.0f, 1, true, 0x78, "77"},
       {1.0f, 0, false, 0x7E, "12 3B"}, {1.0f, 1, false, 0x7E, "76"},
-      {0.0f, 0, true, 0x00, "80 34"}, {0.0f, 1, true, 0x00, "69"},
+      {0.0f, 0, true, 0x00, "80 34"},  {0.0f, 1, true, 0x00, "69"},
       {0.0f, 0, false, 0x00, "70 34"}, {0.0f, 1, false, 0x00, "68"},
   };
   for (const auto& t : table) {
-    SCOPED_TRACE(testing::Message() << "value " << t.value << " mode " << t.mode
-                                    << " round_scale " << t.round_scale);
+    SCOPED_TRACE(testing::Message()
+                 << "value " << t.value << " mode " << t.mode << " round_scale " << t.round_scale);
     const Bytes row = quantize_one(std::vector<std::uint16_t>(128, bf16(t.value)),
                                    static_cast<QuantMode>(t.mode), t.round_scale);
     EXPECT_EQ(dump(Bytes(row.begin() + 128, row.begin() + 192)), dump(Bytes(64, t.data)));
@@ -317,7 +321,9 @@ struct Inputs {
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16(static_cast<float>(i % 13) - 6.0f);
     slots = {0, 5, -1, 2};
   }
-  TensorView tcache() { return TensorView(cache.data(), DType::uint8, {num_blocks, block_size, 1, width}); }
+  TensorView tcache() {
+    return TensorView(cache.data(), DType::uint8, {num_blocks, block_size, 1, width});
+  }
   TensorView tx() { return TensorView(x.data(), DType::bfloat16, {tokens, d}); }
   TensorView tslots() { return TensorView(slots.data(), DType::int64, {tokens}); }
 };
@@ -344,8 +350,7 @@ void expect_rejected(Mutate mutate, Status status, std::initializer_list<std::st
   const Bytes before = s.cache;
   TensorView cache = s.tcache(), x = s.tx(), slots = s.tslots();
   mutate(s, cache, x, slots);
-  expect_error([&] { kv_compress_epilog(cache, x, slots, gs, mode, true, 1.0f); }, status,
-               needles);
+  expect_error([&] { kv_compress_epilog(cache, x, slots, gs, mode, true, 1.0f); }, status, needles);
   EXPECT_TRUE(s.cache == before) << "cache modified by a failing call";
 }
 
@@ -371,8 +376,9 @@ TEST(KvCompressEpilogErrors, Modes) {
 TEST(KvCompressEpilogErrors, Dtypes) {
   expect_rejected([](Inputs&, TensorView& c, TensorView&, TensorView&) { c.dtype = DType::int8; },
                   Status::invalid_parameter, {"cache", "int8", "uint8"});
-  expect_rejected([](Inputs&, TensorView&, TensorView& x, TensorView&) { x.dtype = DType::float16; },
-                  Status::invalid_parameter, {"x", "float16", "bfloat16"});
+  expect_rejected(
+      [](Inputs&, TensorView&, TensorView& x, TensorView&) { x.dtype = DType::float16; },
+      Status::invalid_parameter, {"x", "float16", "bfloat16"});
   expect_rejected([](Inputs&, TensorView&, TensorView&, TensorView& s) { s.dtype = DType::uint32; },
                   Status::invalid_parameter, {"slot_mapping", "uint32"});
 }
@@ -391,11 +397,9 @@ TEST(KvCompressEpilogErrors, Shapes) {
         sl = TensorView(s.slots.data(), DType::int64, {2, 2});
       },
       Status::invalid_parameter, {"slot_mapping", "2-D"});
-  expect_rejected(
-      [](Inputs& s, TensorView&, TensorView&, TensorView& sl) {
-        sl = TensorView(s.slots.data(), DType::int64, {3});
-      },
-      Status::invalid_parameter, {"slot_mapping.shape[0]", "3", "4"});
+  expect_rejected([](Inputs& s, TensorView&, TensorView&,
+                     TensorView& sl) { sl = TensorView(s.slots.data(), DType::int64, {3}); },
+                  Status::invalid_parameter, {"slot_mapping.shape[0]", "3", "4"});
   // d rules.
   for (std::int64_t d : {64, 100, 8256}) {
     expect_rejected(
@@ -483,7 +487,10 @@ TEST(KvCompressEpilogErrors, SlotValues) {
   expect_rejected(
       [](Inputs& s, TensorView&, TensorView&, TensorView& sl) {
         static std::int32_t s32[4];
-        s32[0] = 0; s32[1] = 1; s32[2] = 2; s32[3] = 1 << 30;
+        s32[0] = 0;
+        s32[1] = 1;
+        s32[2] = 2;
+        s32[3] = 1 << 30;
         sl = TensorView(s32, DType::int32, {4});
         (void)s;
       },
@@ -492,8 +499,8 @@ TEST(KvCompressEpilogErrors, SlotValues) {
   Inputs s;
   s.slots[3] = 100;
   const Bytes before = s.cache;
-  auto plan = plan_kv_compress_epilog(s.tcache(), s.tx(), s.tslots(), 64, QuantMode::fp8_bf16,
-                                      true, 1.0f);
+  auto plan =
+      plan_kv_compress_epilog(s.tcache(), s.tx(), s.tslots(), 64, QuantMode::fp8_bf16, true, 1.0f);
   expect_error([&] { reference::execute(plan); }, Status::invalid_parameter,
                {"slot_mapping[3] = 100"});
   EXPECT_TRUE(s.cache == before);
@@ -531,8 +538,7 @@ TEST(KvCompressEpilogSpecial, NaNPoisonsItsGroupInFp8Modes) {
     const Bytes m0 = quantize_one(x, QuantMode::fp8_bf16, rs, 64, 1.0f, 512);
     const Bytes m1 = quantize_one(x, QuantMode::fp8_e8m0, rs, 64, 1.0f, 512);
     // group 0 is normal, group 1 is all 0x7F with a canonical NaN scale.
-    EXPECT_EQ(dump(Bytes(m0.begin() + 128, m0.begin() + 192)),
-              dump(Bytes(64, rs ? 0x78 : 0x7E)));
+    EXPECT_EQ(dump(Bytes(m0.begin() + 128, m0.begin() + 192)), dump(Bytes(64, rs ? 0x78 : 0x7E)));
     EXPECT_EQ(dump(Bytes(m0.begin() + 192, m0.begin() + 256)), dump(Bytes(64, 0x7F)));
     EXPECT_EQ(m0[256 + 2], 0xC0);
     EXPECT_EQ(m0[256 + 3], 0x7F);
@@ -575,8 +581,8 @@ TEST(KvCompressEpilogSpecial, SubnormalsAndNegativeZeroInFp8Modes) {
   EXPECT_EQ(m1[192], 0x69);
   // Values that land in e4m3's subnormal range keep their rounding: amax 448 -> s = 1 and
   // 1.5 * 2^-9 -> code 0x02, 0.75 * 2^-9 -> 0x01 (spec 2.3).
-  auto y = row_with({{0, bf16(448.0f)}, {1, bf16(0.0029296875f)}, {2, bf16(-0.00146484375f)}},
-                    0.0f);
+  auto y =
+      row_with({{0, bf16(448.0f)}, {1, bf16(0.0029296875f)}, {2, bf16(-0.00146484375f)}}, 0.0f);
   const Bytes r = quantize_one(y, QuantMode::fp8_e8m0, true);
   EXPECT_EQ(r[128], 0x7E);
   EXPECT_EQ(r[129], 0x02);
@@ -648,7 +654,8 @@ std::vector<float> dense_floats() {
 }
 
 std::uint8_t scalar_e4m3(float q) {
-  return std::isnan(q) ? 0x7F : formats::encode_float8_e4m3fn(std::min(std::max(q, -448.0f), 448.0f));
+  return std::isnan(q) ? 0x7F
+                       : formats::encode_float8_e4m3fn(std::min(std::max(q, -448.0f), 448.0f));
 }
 std::uint8_t scalar_e2m1(float p) {
   const float xq = formats::decode_bfloat16(formats::encode_bfloat16(p));
@@ -668,14 +675,26 @@ void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
       std::uint8_t (*scalar)(float);
       bool skip_nan;  // the fast variants leave NaN inputs unspecified
     } cases[] = {
-        {"e4m3", [](const float* i, std::uint8_t* o, std::size_t n) {
-           detail::simd_encode_e4m3_clamped(i, o, n, false); }, scalar_e4m3, false},
-        {"e4m3 finite", [](const float* i, std::uint8_t* o, std::size_t n) {
-           detail::simd_encode_e4m3_clamped(i, o, n, true); }, scalar_e4m3, true},
-        {"e2m1", [](const float* i, std::uint8_t* o, std::size_t n) {
-           detail::simd_encode_e2m1_from_product(i, o, n, false); }, scalar_e2m1, false},
-        {"e2m1 finite", [](const float* i, std::uint8_t* o, std::size_t n) {
-           detail::simd_encode_e2m1_from_product(i, o, n, true); }, scalar_e2m1, true},
+        {"e4m3",
+         [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e4m3_clamped(i, o, n, false);
+         },
+         scalar_e4m3, false},
+        {"e4m3 finite",
+         [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e4m3_clamped(i, o, n, true);
+         },
+         scalar_e4m3, true},
+        {"e2m1",
+         [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e2m1_from_product(i, o, n, false);
+         },
+         scalar_e2m1, false},
+        {"e2m1 finite",
+         [](const float* i, std::uint8_t* o, std::size_t n) {
+           detail::simd_encode_e2m1_from_product(i, o, n, true);
+         },
+         scalar_e2m1, true},
         {"hif8", detail::simd_encode_hifloat8_sat,
          [](float x) { return formats::encode_hifloat8(x, true); }, false},
     };
@@ -734,7 +753,7 @@ struct RandomCase {
   bool specials;
   int slot_pattern;  // 0 permutation, 1 with -1 and duplicates, 2 heavy duplicates
   bool int32_slots;
-  bool strided;      // strided cache blocks and non-contiguous x rows
+  bool strided;  // strided cache blocks and non-contiguous x rows
   std::int64_t tokens;
   float x_scale;
 };
@@ -752,10 +771,9 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
 
   std::int32_t dummy = 0;
   TensorView probe(&dummy, DType::int32, {1});
-  const auto geometry = plan_kv_compress_epilog(
-      TensorView(nullptr, DType::uint8, {0, 1, 1, 16384}),
-      TensorView(xmem.data(), DType::bfloat16, {1, d}), probe, c.gs, c.mode, c.round_scale,
-      c.x_scale);
+  const auto geometry = plan_kv_compress_epilog(TensorView(nullptr, DType::uint8, {0, 1, 1, 16384}),
+                                                TensorView(xmem.data(), DType::bfloat16, {1, d}),
+                                                probe, c.gs, c.mode, c.round_scale, c.x_scale);
   const std::int64_t width = geometry.row_bytes + (c.strided ? 5 : 0);
   const std::int64_t bs = 16;
   const std::int64_t nb = (T + bs - 1) / bs + 2;
@@ -782,8 +800,8 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
                                 : TensorView(slots.data(), DType::int64, {2, T / 2});
 
   Bytes ref = mem;
-  auto plan = plan_kv_compress_epilog(TensorView(ref.data(), DType::uint8, cshape, cstrides), x,
-                                      ts, c.gs, c.mode, c.round_scale, c.x_scale);
+  auto plan = plan_kv_compress_epilog(TensorView(ref.data(), DType::uint8, cshape, cstrides), x, ts,
+                                      c.gs, c.mode, c.round_scale, c.x_scale);
   reference::execute(plan);
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
@@ -814,10 +832,18 @@ TEST(KvCompressEpilogRandom, OptimizedMatchesReference) {
           for (bool rs : {true, false}) {
             if (mode == QuantMode::hifloat8_fp4 && !rs) continue;
             const int pattern = static_cast<int>(seed % 3);
-            RandomCase c{d, mode, gs, rs, seed % 2 == 0, pattern, seed % 3 == 1, seed % 4 < 2,
-                         d >= 4096 ? 8 : 24, seed % 5 == 0 ? 0.5f : 1.0f};
-            SCOPED_TRACE(testing::Message() << "d " << d << " mode " << int(mode) << " gs "
-                                            << gs << " rs " << rs << " seed " << seed);
+            RandomCase c{d,
+                         mode,
+                         gs,
+                         rs,
+                         seed % 2 == 0,
+                         pattern,
+                         seed % 3 == 1,
+                         seed % 4 < 2,
+                         d >= 4096 ? 8 : 24,
+                         seed % 5 == 0 ? 0.5f : 1.0f};
+            SCOPED_TRACE(testing::Message() << "d " << d << " mode " << int(mode) << " gs " << gs
+                                            << " rs " << rs << " seed " << seed);
             run_random(c, seed++);
           }
         }

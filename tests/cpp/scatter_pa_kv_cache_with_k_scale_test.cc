@@ -80,8 +80,8 @@ TEST(ScatterPaKvCacheWithKScaleSpec, WorkedExample) {
           p.value[static_cast<std::size_t>((t * 2 + h) * 4 + i)] =
               static_cast<std::uint8_t>(16 * (t + 1) + 4 * h + i + 0x40);
         }
-        p.key_scale[static_cast<std::size_t>(t * 2 + h)] = 0.5f * static_cast<float>(t + 1) +
-                                                           static_cast<float>(h);
+        p.key_scale[static_cast<std::size_t>(t * 2 + h)] =
+            0.5f * static_cast<float>(t + 1) + static_cast<float>(h);
       }
     p.slots = {5, -1, 8};
     auto plan = plan_scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(),
@@ -143,10 +143,10 @@ TEST(ScatterPaKvCacheWithKScaleSpec, ScalesAreRawBitCopies) {
 
 TEST(ScatterPaKvCacheWithKScaleSpec, EmptyIsNoOp) {
   Problem p(0, 2, 4, 4, 2, 4);
-  scatter_pa_kv_cache_with_k_scale(
-      TensorView(nullptr, p.dtype, {0, 2, 4}), TensorView(nullptr, p.dtype, {0, 2, 4}), p.tkc(),
-      p.tvc(), TensorView(nullptr, DType::int32, {0}), TensorView(nullptr, DType::float32, {0, 2}),
-      p.tsc());
+  scatter_pa_kv_cache_with_k_scale(TensorView(nullptr, p.dtype, {0, 2, 4}),
+                                   TensorView(nullptr, p.dtype, {0, 2, 4}), p.tkc(), p.tvc(),
+                                   TensorView(nullptr, DType::int32, {0}),
+                                   TensorView(nullptr, DType::float32, {0, 2}), p.tsc());
   EXPECT_EQ(p.key_cache, Bytes(p.key_cache.size(), 0));
 }
 
@@ -185,12 +185,18 @@ void expect_rejected(Mutate mutate, Status status, std::initializer_list<std::st
 
 TEST(ScatterPaKvCacheWithKScaleErrors, NullPointers) {
   expect_rejected([](Problem&, Views& v) { v.key.data = nullptr; }, Status::null_pointer, {"key"});
-  expect_rejected([](Problem&, Views& v) { v.value.data = nullptr; }, Status::null_pointer, {"value"});
-  expect_rejected([](Problem&, Views& v) { v.kc.data = nullptr; }, Status::null_pointer, {"key_cache"});
-  expect_rejected([](Problem&, Views& v) { v.vc.data = nullptr; }, Status::null_pointer, {"value_cache"});
-  expect_rejected([](Problem&, Views& v) { v.slots.data = nullptr; }, Status::null_pointer, {"slot_mapping"});
-  expect_rejected([](Problem&, Views& v) { v.ks.data = nullptr; }, Status::null_pointer, {"key_scale"});
-  expect_rejected([](Problem&, Views& v) { v.sc.data = nullptr; }, Status::null_pointer, {"key_scale_cache"});
+  expect_rejected([](Problem&, Views& v) { v.value.data = nullptr; }, Status::null_pointer,
+                  {"value"});
+  expect_rejected([](Problem&, Views& v) { v.kc.data = nullptr; }, Status::null_pointer,
+                  {"key_cache"});
+  expect_rejected([](Problem&, Views& v) { v.vc.data = nullptr; }, Status::null_pointer,
+                  {"value_cache"});
+  expect_rejected([](Problem&, Views& v) { v.slots.data = nullptr; }, Status::null_pointer,
+                  {"slot_mapping"});
+  expect_rejected([](Problem&, Views& v) { v.ks.data = nullptr; }, Status::null_pointer,
+                  {"key_scale"});
+  expect_rejected([](Problem&, Views& v) { v.sc.data = nullptr; }, Status::null_pointer,
+                  {"key_scale_cache"});
 }
 
 TEST(ScatterPaKvCacheWithKScaleErrors, CacheLayout) {
@@ -201,14 +207,17 @@ TEST(ScatterPaKvCacheWithKScaleErrors, CacheLayout) {
 }
 
 TEST(ScatterPaKvCacheWithKScaleErrors, Dtypes) {
-  expect_rejected([](Problem&, Views& v) { v.key.dtype = v.value.dtype = v.kc.dtype = v.vc.dtype = DType::bfloat16; },
-                  Status::invalid_parameter, {"key", "bfloat16", "float8_e4m3fn"});
+  expect_rejected(
+      [](Problem&, Views& v) {
+        v.key.dtype = v.value.dtype = v.kc.dtype = v.vc.dtype = DType::bfloat16;
+      },
+      Status::invalid_parameter, {"key", "bfloat16", "float8_e4m3fn"});
   expect_rejected([](Problem&, Views& v) { v.value.dtype = DType::float8_e5m2; },
                   Status::invalid_parameter, {"value", "float8_e5m2", "float8_e4m3fn"});
   expect_rejected([](Problem&, Views& v) { v.kc.dtype = DType::float8_e5m2; },
                   Status::invalid_parameter, {"key_cache", "float8_e5m2"});
-  expect_rejected([](Problem&, Views& v) { v.vc.dtype = DType::uint8; },
-                  Status::invalid_parameter, {"value_cache", "uint8"});
+  expect_rejected([](Problem&, Views& v) { v.vc.dtype = DType::uint8; }, Status::invalid_parameter,
+                  {"value_cache", "uint8"});
   expect_rejected([](Problem&, Views& v) { v.slots.dtype = DType::int16; },
                   Status::invalid_parameter, {"slot_mapping", "int16"});
   expect_rejected([](Problem&, Views& v) { v.ks.dtype = DType::float16; },
@@ -218,52 +227,111 @@ TEST(ScatterPaKvCacheWithKScaleErrors, Dtypes) {
 }
 
 TEST(ScatterPaKvCacheWithKScaleErrors, Ranks) {
-  expect_rejected([](Problem& p, Views& v) { v.key = TensorView(p.key.data(), p.dtype, {3, 8}); },
-                  Status::invalid_parameter, {"key", "3-D", "2-D"});
-  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {3, 2, 6, 1}); },
-                  Status::invalid_parameter, {"value", "3-D", "4-D"});
-  expect_rejected([](Problem& p, Views& v) { v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 2, 16}); },
-                  Status::invalid_parameter, {"key_cache", "4-D", "3-D"});
-  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 24}); },
-                  Status::invalid_parameter, {"value_cache", "4-D"});
-  expect_rejected([](Problem& p, Views& v) { v.slots = TensorView(p.slots.data(), DType::int64, {3, 1}); },
-                  Status::invalid_parameter, {"slot_mapping", "1-D", "2-D"});
-  expect_rejected([](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {6}); },
-                  Status::invalid_parameter, {"key_scale", "2-D", "1-D"});
-  expect_rejected([](Problem& p, Views& v) { v.sc = TensorView(p.scale_cache.data(), DType::float32, {2, 2, 4}); },
-                  Status::invalid_parameter, {"key_scale_cache", "4-D", "3-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.key = TensorView(p.key.data(), p.dtype, {3, 8});
+      },
+      Status::invalid_parameter, {"key", "3-D", "2-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.value = TensorView(p.value.data(), p.dtype, {3, 2, 6, 1});
+      },
+      Status::invalid_parameter, {"value", "3-D", "4-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 2, 16});
+      },
+      Status::invalid_parameter, {"key_cache", "4-D", "3-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 24});
+      },
+      Status::invalid_parameter, {"value_cache", "4-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.slots = TensorView(p.slots.data(), DType::int64, {3, 1});
+      },
+      Status::invalid_parameter, {"slot_mapping", "1-D", "2-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {6}); },
+      Status::invalid_parameter, {"key_scale", "2-D", "1-D"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.sc = TensorView(p.scale_cache.data(), DType::float32, {2, 2, 4});
+      },
+      Status::invalid_parameter, {"key_scale_cache", "4-D", "3-D"});
 }
 
 TEST(ScatterPaKvCacheWithKScaleErrors, Shapes) {
   // Problem: T=3, N=2, Dk=4, Dv=6, NB=2, BS=4.
-  expect_rejected([](Problem& p, Views& v) { v.key = TensorView(p.key.data(), p.dtype, {3, 2, 0}); },
-                  Status::invalid_parameter, {"key.shape[2]", "0"});
-  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {2, 2, 6}); },
-                  Status::invalid_parameter, {"value.shape[0]", "3", "2"});
-  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {3, 1, 6}); },
-                  Status::invalid_parameter, {"value.shape[1]", "2", "1"});
-  expect_rejected([](Problem& p, Views& v) { v.value = TensorView(p.value.data(), p.dtype, {3, 2, 0}); },
-                  Status::invalid_parameter, {"value.shape[2]", "0"});
-  expect_rejected([](Problem& p, Views& v) { v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 1, 4, 4}); },
-                  Status::invalid_parameter, {"key_cache.shape[1]", "2", "1"});
-  expect_rejected([](Problem& p, Views& v) { v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 2, 2, 8}); },
-                  Status::invalid_parameter, {"key_cache.shape[3]", "4", "8"});
-  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {1, 2, 4, 6}); },
-                  Status::invalid_parameter, {"value_cache.shape[0]", "2", "1"});
-  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 2, 6}); },
-                  Status::invalid_parameter, {"value_cache.shape[2]", "4", "2"});
-  expect_rejected([](Problem& p, Views& v) { v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 4, 4}); },
-                  Status::invalid_parameter, {"value_cache.shape[3]", "6", "4"});
-  expect_rejected([](Problem& p, Views& v) { v.slots = TensorView(p.slots.data(), DType::int64, {2}); },
-                  Status::invalid_parameter, {"slot_mapping.shape[0]", "3", "2"});
-  expect_rejected([](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {3, 1}); },
-                  Status::invalid_parameter, {"key_scale.shape[1]", "2", "1"});
-  expect_rejected([](Problem& p, Views& v) { v.ks = TensorView(p.key_scale.data(), DType::float32, {2, 2}); },
-                  Status::invalid_parameter, {"key_scale.shape[0]", "3", "2"});
-  expect_rejected([](Problem& p, Views& v) { v.sc = TensorView(p.scale_cache.data(), DType::float32, {2, 2, 2, 2}); },
-                  Status::invalid_parameter, {"key_scale_cache.shape[2]", "4", "2"});
-  expect_rejected([](Problem& p, Views& v) { v.sc = TensorView(p.scale_cache.data(), DType::float32, {1, 2, 4, 2}); },
-                  Status::invalid_parameter, {"key_scale_cache.shape[0]", "2", "1"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.key = TensorView(p.key.data(), p.dtype, {3, 2, 0});
+      },
+      Status::invalid_parameter, {"key.shape[2]", "0"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.value = TensorView(p.value.data(), p.dtype, {2, 2, 6});
+      },
+      Status::invalid_parameter, {"value.shape[0]", "3", "2"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.value = TensorView(p.value.data(), p.dtype, {3, 1, 6});
+      },
+      Status::invalid_parameter, {"value.shape[1]", "2", "1"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.value = TensorView(p.value.data(), p.dtype, {3, 2, 0});
+      },
+      Status::invalid_parameter, {"value.shape[2]", "0"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 1, 4, 4});
+      },
+      Status::invalid_parameter, {"key_cache.shape[1]", "2", "1"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.kc = TensorView(p.key_cache.data(), p.dtype, {2, 2, 2, 8});
+      },
+      Status::invalid_parameter, {"key_cache.shape[3]", "4", "8"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.vc = TensorView(p.value_cache.data(), p.dtype, {1, 2, 4, 6});
+      },
+      Status::invalid_parameter, {"value_cache.shape[0]", "2", "1"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 2, 6});
+      },
+      Status::invalid_parameter, {"value_cache.shape[2]", "4", "2"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.vc = TensorView(p.value_cache.data(), p.dtype, {2, 2, 4, 4});
+      },
+      Status::invalid_parameter, {"value_cache.shape[3]", "6", "4"});
+  expect_rejected(
+      [](Problem& p, Views& v) { v.slots = TensorView(p.slots.data(), DType::int64, {2}); },
+      Status::invalid_parameter, {"slot_mapping.shape[0]", "3", "2"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.ks = TensorView(p.key_scale.data(), DType::float32, {3, 1});
+      },
+      Status::invalid_parameter, {"key_scale.shape[1]", "2", "1"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.ks = TensorView(p.key_scale.data(), DType::float32, {2, 2});
+      },
+      Status::invalid_parameter, {"key_scale.shape[0]", "3", "2"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.sc = TensorView(p.scale_cache.data(), DType::float32, {2, 2, 2, 2});
+      },
+      Status::invalid_parameter, {"key_scale_cache.shape[2]", "4", "2"});
+  expect_rejected(
+      [](Problem& p, Views& v) {
+        v.sc = TensorView(p.scale_cache.data(), DType::float32, {1, 2, 4, 2});
+      },
+      Status::invalid_parameter, {"key_scale_cache.shape[0]", "2", "1"});
 }
 
 TEST(ScatterPaKvCacheWithKScaleErrors, Layouts) {
@@ -335,31 +403,36 @@ TEST(ScatterPaKvCacheWithKScaleRandom, OptimizedMatchesReference) {
     const DType dt = rng() % 2 ? DType::float8_e4m3fn : DType::float8_e5m2;
     const bool strided = iter % 3 == 1;
     const std::int64_t pad = strided ? 1 : 0;
-    SCOPED_TRACE(testing::Message() << "iter " << iter << " T " << T << " N " << N << " Dk "
-                                    << Dk << " Dv " << Dv << " NB " << NB << " BS " << BS);
-    auto key = make_strided(dt, {T, N, Dk}, strided ? std::vector<int>{1, 0, 2} : identity(3), pad, rng);
+    SCOPED_TRACE(testing::Message() << "iter " << iter << " T " << T << " N " << N << " Dk " << Dk
+                                    << " Dv " << Dv << " NB " << NB << " BS " << BS);
+    auto key =
+        make_strided(dt, {T, N, Dk}, strided ? std::vector<int>{1, 0, 2} : identity(3), pad, rng);
     auto value = make_strided(dt, {T, N, Dv}, identity(3), pad, rng);
     // key_scale with a non-contiguous last axis ([T, N] stored column-major).
-    auto ks = make_strided(DType::float32, {T, N}, strided ? std::vector<int>{1, 0} : identity(2), pad, rng);
-    auto kc = make_strided(dt, {NB, N, BS, Dk}, strided ? std::vector<int>{2, 0, 1, 3} : identity(4), pad, rng);
+    auto ks = make_strided(DType::float32, {T, N}, strided ? std::vector<int>{1, 0} : identity(2),
+                           pad, rng);
+    auto kc = make_strided(dt, {NB, N, BS, Dk},
+                           strided ? std::vector<int>{2, 0, 1, 3} : identity(4), pad, rng);
     auto vc = make_strided(dt, {NB, N, BS, Dv}, identity(4), pad, rng);
-    auto sc = make_strided(DType::float32, {NB, N, BS, 1}, strided ? std::vector<int>{1, 0, 2, 3} : identity(4), pad, rng);
+    auto sc = make_strided(DType::float32, {NB, N, BS, 1},
+                           strided ? std::vector<int>{1, 0, 2, 3} : identity(4), pad, rng);
     // Slots: valid, padding (-1 and other negatives), past the end, and repeated.
     std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
     for (auto& s : slots) {
       const int k = static_cast<int>(rng() % 10);
-      s = k == 0 ? -1 : k == 1 ? -static_cast<std::int64_t>(rng() % 1000) - 2
-        : k == 2 ? NB * BS + static_cast<std::int64_t>(rng() % 5)
-        : k == 3 ? static_cast<std::int64_t>(rng() % 3)
-                 : static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(NB * BS));
+      s = k == 0   ? -1
+          : k == 1 ? -static_cast<std::int64_t>(rng() % 1000) - 2
+          : k == 2 ? NB * BS + static_cast<std::int64_t>(rng() % 5)
+          : k == 3 ? static_cast<std::int64_t>(rng() % 3)
+                   : static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(NB * BS));
     }
     std::vector<std::int32_t> slots32(slots.begin(), slots.end());
     TensorView ts = iter % 2 ? TensorView(slots32.data(), DType::int32, {T})
                              : TensorView(slots.data(), DType::int64, {T});
 
     auto ref_kc = kc.mem, ref_vc = vc.mem, ref_sc = sc.mem;
-    auto plan = plan_scatter_pa_kv_cache_with_k_scale(key.view, value.view, kc.view, vc.view,
-                                                      ts, ks.view, sc.view);
+    auto plan = plan_scatter_pa_kv_cache_with_k_scale(key.view, value.view, kc.view, vc.view, ts,
+                                                      ks.view, sc.view);
     plan.key_cache.data = ref_kc.data();
     plan.value_cache.data = ref_vc.data();
     plan.key_scale_cache.data = ref_sc.data();

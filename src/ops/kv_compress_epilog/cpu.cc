@@ -30,9 +30,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::CappedTag<float, 8>;
 using DU = hn::RebindToUnsigned<DF>;
 using DI = hn::RebindToSigned<DF>;
-using DU16 = hn::Rebind<std::uint16_t, DF>;  // two output bytes per f32 lane
-using DU8 = hn::Rebind<std::uint8_t, DF>;    // one output byte per f32 lane
-using DA = hn::CappedTag<std::uint16_t, 16>;   // amax over raw bf16 bits
+using DU16 = hn::Rebind<std::uint16_t, DF>;   // two output bytes per f32 lane
+using DU8 = hn::Rebind<std::uint8_t, DF>;     // one output byte per f32 lane
+using DA = hn::CappedTag<std::uint16_t, 16>;  // amax over raw bf16 bits
 using VF = hn::Vec<DF>;
 using VU = hn::Vec<DU>;
 
@@ -44,7 +44,8 @@ HWY_INLINE Pair LoadPairs(const std::uint16_t* p) {
   const DF df;
   const DU du;
   const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(p));
-  return {hn::BitCast(df, hn::ShiftLeft<16>(w)), hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)))};
+  return {hn::BitCast(df, hn::ShiftLeft<16>(w)),
+          hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)))};
 }
 
 // Byte codes of the even and odd elements -> 2L bytes in element order.
@@ -129,9 +130,9 @@ HWY_INLINE VU EncodeE2M1Finite(VF p) {
   const DU du;
   const VU b = hn::BitCast(du, p);
   // bf16 round to nearest even (p is finite or infinite; overflow rounds to infinity).
-  const VU r = hn::And(hn::Add(hn::Add(b, hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))),
-                               hn::Set(du, 0x7FFFu)),
-                       hn::Set(du, 0xFFFF0000u));
+  const VU r = hn::And(
+      hn::Add(hn::Add(b, hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))), hn::Set(du, 0x7FFFu)),
+      hn::Set(du, 0xFFFF0000u));
   const VU sign = hn::ShiftLeft<3>(hn::ShiftRight<31>(r));
   const VF af = hn::Min(hn::BitCast(df, hn::And(r, hn::Set(du, 0x7FFFFFFFu))), hn::Set(df, 6.0f));
   const VU a = hn::BitCast(du, af);
@@ -201,9 +202,9 @@ HWY_INLINE VU EncodeHiF8(VF x) {
   const VU den = hn::BitCast(du, hn::Max(hn::Add(e2, hn::Set(di, 23)), hn::Set(di, 1)));
   c = hn::IfThenElse(hn::RebindMask(du, hn::Lt(e2, hn::Set(di, -15))), den, c);
   // Saturation: rounded magnitude >= 1.25 * 2^15 (or any e >= 16, infinities included).
-  const auto ovf = hn::Or(hn::Gt(e2, hn::Set(di, 15)),
-                          hn::And(hn::Eq(e2, hn::Set(di, 15)),
-                                  hn::RebindMask(di, hn::Ne(m1, hn::Zero(du)))));
+  const auto ovf =
+      hn::Or(hn::Gt(e2, hn::Set(di, 15)),
+             hn::And(hn::Eq(e2, hn::Set(di, 15)), hn::RebindMask(di, hn::Ne(m1, hn::Zero(du)))));
   c = hn::IfThenElse(hn::RebindMask(du, ovf), hn::Set(du, 0x6Eu), c);
   c = hn::Or(c, s);
   // |x| < 2^-23 rounds to the only zero (no -0); NaN saturates to 0x00.
@@ -219,41 +220,90 @@ HWY_INLINE void PutBf16(std::uint8_t* out, std::uint16_t code) {
   out[1] = static_cast<std::uint8_t>(code >> 8);
 }
 
+// 2L elements (one 32-bit word pair): q = v / k (kDivide) or v * k, then e4m3.
+template <bool kDivide, bool kFinite>
+HWY_INLINE void Fp8Chunk(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
+                         VF k) {
+  const DF df;
+  const DU du;
+  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x));
+  const VF ve = hn::BitCast(df, hn::ShiftLeft<16>(w));
+  const VF vo = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
+  const VF qe = kDivide ? hn::Div(ve, k) : hn::Mul(ve, k);
+  const VF qo = kDivide ? hn::Div(vo, k) : hn::Mul(vo, k);
+#if HWY_TARGET == HWY_SCALAR  // one lane cannot be split into halves
+  if (kFinite) {
+    StoreBytePairs(EncodeE4M3Finite(qe), EncodeE4M3Finite(qo), out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#else
+  if (kFinite) {
+    const hn::Repartition<std::uint16_t, DU> dw;
+    const hn::Rebind<std::uint8_t, decltype(dw)> db;
+    // s > 0, so each code takes the sign of its input: bits 15 and 31 of w land on bits 7
+    // and 23, next to the even code (byte 0) and the odd code (byte 2).
+    const VU sign = hn::And(hn::ShiftRight<8>(w), hn::Set(du, 0x00800080u));
+    const VU both =
+        hn::Or(hn::Or(EncodeE4M3Magnitude(qe), hn::ShiftLeft<16>(EncodeE4M3Magnitude(qo))), sign);
+    hn::StoreU(hn::TruncateTo(db, hn::BitCast(dw, both)), db, out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#endif
+}
+
 // One group of 64: q = v / k (kDivide) or v * k, then e4m3.
 template <bool kDivide, bool kFinite>
 HWY_INLINE void Fp8Group(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
                          float scalar) {
   const DF df;
-  const DU du;
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const VF k = hn::Set(df, scalar);
   for (std::int64_t i = 0; i < 64; i += step) {
-    const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(xg + i));
-    const VF ve = hn::BitCast(df, hn::ShiftLeft<16>(w));
-    const VF vo = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
-    const VF qe = kDivide ? hn::Div(ve, k) : hn::Mul(ve, k);
-    const VF qo = kDivide ? hn::Div(vo, k) : hn::Mul(vo, k);
-#if HWY_TARGET == HWY_SCALAR  // one lane cannot be split into halves
-    if (kFinite) {
-      StoreBytePairs(EncodeE4M3Finite(qe), EncodeE4M3Finite(qo), data + i);
-    } else {
-      StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), data + i);
-    }
-#else
-    if (kFinite) {
-      const hn::Repartition<std::uint16_t, DU> dw;
-      const hn::Rebind<std::uint8_t, decltype(dw)> db;
-      // s > 0, so each code takes the sign of its input: bits 15 and 31 of w land on bits 7
-      // and 23, next to the even code (byte 0) and the odd code (byte 2).
-      const VU sign = hn::And(hn::ShiftRight<8>(w), hn::Set(du, 0x00800080u));
-      const VU both = hn::Or(hn::Or(EncodeE4M3Magnitude(qe), hn::ShiftLeft<16>(EncodeE4M3Magnitude(qo))),
-                             sign);
-      hn::StoreU(hn::TruncateTo(db, hn::BitCast(dw, both)), db, data + i);
-    } else {
-      StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), data + i);
-    }
-#endif
+    Fp8Chunk<kDivide, kFinite>(xg + i, data + i, k);
   }
+}
+
+// One finite group of 64 with s = 2^(e - 127) (round_scale). q = v * 2^(127 - e) is exact,
+// so wherever q lands in e4m3's normal range its bf16 bits are v's with the exponent field
+// lowered by e - 127: the code is computed on 16-bit lanes, twice as many per vector. Chunks
+// holding a nonzero q below 2^-6 (e4m3 subnormals, bf16 subnormal inputs) take the f32 path.
+HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
+                             std::uint32_t e) {
+#if HWY_TARGET == HWY_SCALAR
+  Fp8Group<false, true>(xg, data, f32_from_bits((254u - e) << 23));
+#else
+  const DF df;
+  const hn::Repartition<std::uint16_t, DU> dw;  // 2L lanes: the elements of one f32 pair
+  const hn::RebindToSigned<decltype(dw)> dwi;
+  const hn::Rebind<std::uint8_t, decltype(dw)> db;
+  const std::int64_t step = static_cast<std::int64_t>(hn::Lanes(dw));
+  const VF inv = hn::Set(df, f32_from_bits((254u - e) << 23));
+  // (e - 127) << 7 modulo 2^16; |e - 127| <= 127 keeps every finite q of the group in range.
+  const auto shift = hn::Set(dw, static_cast<std::uint16_t>((e - 127u) << 7));
+  const auto max448 = hn::Set(dwi, std::int16_t{0x43E0});      // bf16 bits of 448
+  const auto min_normal = hn::Set(dwi, std::int16_t{0x3C7F});  // just below 2^-6
+  for (std::int64_t i = 0; i < 64; i += step) {
+    const auto w = hn::LoadU(dw, xg + i);
+    const auto a = hn::And(w, hn::Set(dw, std::uint16_t{0x7FFF}));
+    const auto is_zero = hn::Eq(a, hn::Zero(dw));
+    const auto aq = hn::Min(hn::BitCast(dwi, hn::Sub(a, shift)), max448);  // |q|, clamped
+    const auto ok = hn::Or(hn::RebindMask(dw, hn::Gt(aq, min_normal)), is_zero);
+    if (HWY_UNLIKELY(!hn::AllTrue(dw, ok))) {
+      Fp8Chunk<false, true>(xg + i, data + i, inv);
+      continue;
+    }
+    // 7 mantissa bits -> 3, nearest even, rebiasing 127 -> 7 (a multiple of the unit).
+    const auto u = hn::BitCast(dw, aq);
+    const auto odd = hn::And(hn::ShiftRight<4>(u), hn::Set(dw, std::uint16_t{1}));
+    const auto normal = hn::ShiftRight<4>(
+        hn::Add(hn::Add(u, odd), hn::Set(dw, static_cast<std::uint16_t>(0x7u - (120u << 7)))));
+    const auto sign = hn::ShiftRight<8>(hn::And(w, hn::Set(dw, std::uint16_t{0x8000})));
+    const auto code = hn::Or(hn::IfThenZeroElse(is_zero, normal), sign);
+    hn::StoreU(hn::TruncateTo(db, code), db, data + i);
+  }
+#endif
 }
 
 // Group amax of every group of a row first: the scale of a group then never waits on its own
@@ -291,11 +341,10 @@ void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
       s = f32_from_bits(e << 23);
       // s = 2^(e - 127) (or +inf), so 1/s = 2^(127 - e) is exact (or 0) and v * (1/s) == v / s
       // bit for bit; forming it from the exponent avoids a scalar division per group.
-      const float inv = e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23);
       if (finite) {
-        Fp8Group<false, true>(xg, data, inv);
+        Fp8GroupPow2(xg, data, e);
       } else {
-        Fp8Group<false, false>(xg, data, inv);
+        Fp8Group<false, false>(xg, data, e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23));
       }
     } else if (finite) {
       Fp8Group<true, true>(xg, data, s);
@@ -324,14 +373,13 @@ HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_R
       StoreNibblePairs(EncodeE2M1Finite(hn::Mul(v.even, k)), EncodeE2M1Finite(hn::Mul(v.odd, k)),
                        data + i / 2);
     } else {
-      StoreNibblePairs(EncodeE2M1(hn::Mul(v.even, k)), EncodeE2M1(hn::Mul(v.odd, k)),
-                       data + i / 2);
+      StoreNibblePairs(EncodeE2M1(hn::Mul(v.even, k)), EncodeE2M1(hn::Mul(v.odd, k)), data + i / 2);
     }
   }
 }
 
-void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
-                std::int64_t n, std::int64_t gs, std::int64_t groups, float x_scale) {
+void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                std::int64_t gs, std::int64_t groups, float x_scale) {
   const DF df;
   const DU du;
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
@@ -368,9 +416,8 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
   for (std::int64_t g = 0; g < groups; ++g) {
-    PutBf16(out + 64 + n / 2 + 2 * g, amax_bits[g] > 0x7F80u
-                                          ? kBf16CanonicalNaN
-                                          : static_cast<std::uint16_t>(scale_code[g]));
+    PutBf16(out + 64 + n / 2 + 2 * g,
+            amax_bits[g] > 0x7F80u ? kBf16CanonicalNaN : static_cast<std::uint16_t>(scale_code[g]));
   }
 }
 
@@ -418,7 +465,8 @@ void EncodeBatch(const float* in, std::uint8_t* out, std::size_t n, Encode encod
   float tail_in[8] = {};
   std::uint8_t tail_out[8] = {};
   std::size_t i = 0;
-  for (; i + L <= n; i += L) hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, in + i))), d8, out + i);
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, in + i))), d8, out + i);
   if (i < n) {
     std::memcpy(tail_in, in + i, (n - i) * sizeof(float));
     hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, tail_in))), d8, tail_out);
@@ -461,8 +509,7 @@ void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* s
   HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
 }
 
-void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n,
-                              bool finite_only) {
+void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n, bool finite_only) {
   if (finite_only) {
     HWY_DYNAMIC_DISPATCH(EncodeE4M3FiniteBatch)(q, out, n);
   } else {

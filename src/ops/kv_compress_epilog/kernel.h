@@ -51,8 +51,7 @@ void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* s
 // x -> HiFloat8 code, round half away, saturating (mode 2 rope).
 // finite_only selects the fast variants the kernel uses for groups without NaN results (their
 // output for NaN inputs is unspecified).
-void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n,
-                              bool finite_only);
+void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n, bool finite_only);
 void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_t n,
                                    bool finite_only);
 void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n);

@@ -48,9 +48,8 @@ KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache, const Tens
     invalid("x must be at least 2-D [..., d], got ", x.rank, "-D ", detail::shape_str(x));
   }
   if (slot_mapping.rank != x.rank - 1) {
-    invalid("slot_mapping must have rank x.rank - 1 = ", x.rank - 1, " (the shape of x without d ",
-            "is ", detail::shape_str(x), " minus its last axis), got ", slot_mapping.rank, "-D ",
-            detail::shape_str(slot_mapping));
+    invalid("slot_mapping must be ", x.rank - 1, "-D (the leading dims of x ", detail::shape_str(x),
+            "), got ", slot_mapping.rank, "-D ", detail::shape_str(slot_mapping));
   }
   for (int a = 0; a < slot_mapping.rank; ++a) {
     detail::require_dim(slot_mapping, "slot_mapping", a, x.dim(a), "leading dims of x");
@@ -79,8 +78,8 @@ KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache, const Tens
   detail::require_sane_layout(x, "x");
   detail::require_sane_layout(slot_mapping, "slot_mapping");
   if (x.stride(x.rank - 1) != 1) {
-    invalid("x must be contiguous in its last axis (stride 1), got stride ",
-            x.stride(x.rank - 1), " (x shape ", detail::shape_str(x), ")");
+    invalid("x must be contiguous in its last axis (stride 1), got stride ", x.stride(x.rank - 1),
+            " (x shape ", detail::shape_str(x), ")");
   }
   if (cache.dim(3) > 1 && cache.stride(3) != 1) {
     invalid("cache rows must be contiguous: cache.strides[3] must be 1, got ", cache.stride(3));
@@ -96,10 +95,10 @@ KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache, const Tens
   }
   row = quant_mode == QuantMode::fp8_e8m0 ? payload : (payload + 31) / 32 * 32;
   if (cache.dim(3) < row) {
-    invalid("cache.shape[3] (row_bytes) must be >= ", row, ", the bytes one row takes in quant_mode ",
-            mode, " with d = ", d,
+    invalid("cache.shape[3] (row_bytes) must be >= ", row,
+            ", the bytes one row takes in quant_mode ", mode, " with d = ", d,
             quant_mode == QuantMode::hifloat8_fp4 ? detail::cat(" and quant_group_size ", group)
-                                                   : std::string(),
+                                                  : std::string(),
             ", got ", cache.dim(3));
   }
 
@@ -119,8 +118,8 @@ KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache, const Tens
   plan.payload_bytes = payload;
   plan.group_size = group;
   plan.num_groups = groups;
-  plan.num_slots = detail::checked_mul(plan.num_blocks, plan.block_size,
-                                       "cache num_blocks * block_size");
+  plan.num_slots =
+      detail::checked_mul(plan.num_blocks, plan.block_size, "cache num_blocks * block_size");
   return plan;
 }
 
@@ -155,8 +154,8 @@ void execute(const KvCompressEpilogPlan& plan) {
 void kv_compress_epilog(const TensorView& cache, const TensorView& x,
                         const TensorView& slot_mapping, std::int64_t quant_group_size,
                         QuantMode quant_mode, bool round_scale, float x_scale) {
-  execute(plan_kv_compress_epilog(cache, x, slot_mapping, quant_group_size, quant_mode,
-                                  round_scale, x_scale));
+  execute(plan_kv_compress_epilog(cache, x, slot_mapping, quant_group_size, quant_mode, round_scale,
+                                  x_scale));
 }
 
 }  // namespace kvscatter

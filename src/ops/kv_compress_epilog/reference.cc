@@ -62,7 +62,7 @@ void fp8_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::uint8_t
       continue;
     }
     float s = std::max(amax, EPS) * C448;  // one f32 multiply, not amax / 448
-    if (p.round_scale) {                    // ceil to a power of two by the exponent bits
+    if (p.round_scale) {                   // ceil to a power of two by the exponent bits
       std::uint32_t u = bits_of(s);
       std::uint32_t e = u >> 23;
       if (u & 0x7FFFFFu) e += 1;
@@ -105,7 +105,8 @@ void hif8_fp4_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::ui
     const float inv_b = fmt::decode_bfloat16(fmt::encode_bfloat16(inv));
     put_bf16(scale, fmt::encode_bfloat16(sc));
     for (std::int64_t i = 0; i < gs; ++i) {
-      const float xq = fmt::decode_bfloat16(fmt::encode_bfloat16(fmt::decode_bfloat16(xg[i]) * inv_b));
+      const float xq =
+          fmt::decode_bfloat16(fmt::encode_bfloat16(fmt::decode_bfloat16(xg[i]) * inv_b));
       code[static_cast<std::size_t>(gs * g + i)] =
           std::isnan(xq) ? std::uint8_t{0}
                          : fmt::encode_float4_e2m1(std::min(std::max(xq, -6.0f), 6.0f));

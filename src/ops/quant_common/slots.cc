@@ -36,8 +36,9 @@ std::vector<std::int64_t> read_slots(const TensorView& slot_mapping) {
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int64_t off = flat_offset(slot_mapping, i);
     out[static_cast<std::size_t>(i)] =
-        slot_mapping.dtype == DType::int32 ? static_cast<const std::int32_t*>(slot_mapping.data)[off]
-                                           : static_cast<const std::int64_t*>(slot_mapping.data)[off];
+        slot_mapping.dtype == DType::int32
+            ? static_cast<const std::int32_t*>(slot_mapping.data)[off]
+            : static_cast<const std::int64_t*>(slot_mapping.data)[off];
   }
   return out;
 }
@@ -84,8 +85,9 @@ void keep_last_writers(std::vector<std::int64_t>& slots, std::int64_t num_slots)
   for (std::size_t t = n; t-- > 0;) {
     const std::int64_t s = slots[t];
     if (s < 0) continue;
-    std::size_t h = static_cast<std::size_t>(
-                        (static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+    std::size_t h =
+        static_cast<std::size_t>((static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> 32) &
+        mask;
     while (true) {
       if (table[h] == -1) {
         table[h] = s;
@@ -131,8 +133,8 @@ void require_no_self_overlap(const TensorView& t, std::string_view name) {
     const int a = order[static_cast<std::size_t>(k)];
     if (t.stride(a) < extent) {
       invalid(name, " must not overlap itself: strides ", strides_str(t), " for shape ",
-              shape_str(t), " make distinct elements share memory (dimension ", a,
-              " has stride ", t.stride(a), ", needs at least ", extent, ")");
+              shape_str(t), " make distinct elements share memory (dimension ", a, " has stride ",
+              t.stride(a), ", needs at least ", extent, ")");
     }
     extent = t.stride(a) * (t.dim(a) - 1) + extent;
   }

@@ -12,12 +12,31 @@
 namespace kvscatter::detail {
 namespace {
 
-// Copies n one-byte elements between strided rows; memcpy when both are contiguous.
+// Copies n one-byte elements between strided rows; memcpy when both are contiguous, with the
+// common head sizes as compile-time sizes so the copy is a few inline vector moves.
 inline void copy_row(std::uint8_t* dst, std::int64_t dst_stride, const std::uint8_t* src,
                      std::int64_t src_stride, std::int64_t n) {
   if ((dst_stride == 1 && src_stride == 1) || n == 1) {
-    std::memcpy(dst, src, static_cast<std::size_t>(n));
-    return;
+    switch (n) {
+      case 64:
+        std::memcpy(dst, src, 64);
+        return;
+      case 128:
+        std::memcpy(dst, src, 128);
+        return;
+      case 192:
+        std::memcpy(dst, src, 192);
+        return;
+      case 256:
+        std::memcpy(dst, src, 256);
+        return;
+      case 512:
+        std::memcpy(dst, src, 512);
+        return;
+      default:
+        std::memcpy(dst, src, static_cast<std::size_t>(n));
+        return;
+    }
   }
   for (std::int64_t i = 0; i < n; ++i) dst[i * dst_stride] = src[i * src_stride];
 }
@@ -30,8 +49,7 @@ void scatter_pa_kv_cache_with_k_scale_cpu(const ScatterPaKvCacheWithKScalePlan& 
   for (auto& s : slots) {
     if (s >= p.num_slots) s = -1;  // out of range: skipped like a padding token
   }
-  const std::int64_t bytes_per_token =
-      2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
+  const std::int64_t bytes_per_token = 2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
   const std::int64_t grain = grain_for_bytes(bytes_per_token);
   if (p.num_tokens > grain) keep_last_writers(slots, p.num_slots);
 

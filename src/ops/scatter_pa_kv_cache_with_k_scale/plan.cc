@@ -47,11 +47,14 @@ ScatterPaKvCacheWithKScalePlan plan_scatter_pa_kv_cache_with_k_scale(
   detail::require_dtype(key_scale_cache, "key_scale_cache", {DType::float32});
 
   const std::int64_t T = key.dim(0), N = key.dim(1), Dk = key.dim(2);
-  if (Dk == 0) invalid("key.shape[2] (key_head_size) must be > 0, got 0 (shape ", detail::shape_str(key), ")");
+  if (Dk == 0)
+    invalid("key.shape[2] (key_head_size) must be > 0, got 0 (shape ", detail::shape_str(key), ")");
   detail::require_dim(value, "value", 0, T, "num_tokens of key");
   detail::require_dim(value, "value", 1, N, "num_heads of key");
   const std::int64_t Dv = value.dim(2);
-  if (Dv == 0) invalid("value.shape[2] (value_head_size) must be > 0, got 0 (shape ", detail::shape_str(value), ")");
+  if (Dv == 0)
+    invalid("value.shape[2] (value_head_size) must be > 0, got 0 (shape ", detail::shape_str(value),
+            ")");
 
   const std::int64_t NB = key_cache.dim(0), BS = key_cache.dim(2);
   detail::require_dim(key_cache, "key_cache", 1, N, "num_heads of key");

@@ -1,0 +1,177 @@
+// `kvscatter bench quant`: one table per operator and mode (KvCompressEpilog in each quant_mode,
+// ScatterPaKvCacheWithKScale) with tokens, time per call, GB/s of bytes read plus written, and
+// the ratio to memcpy of the same traffic measured in the same run (memcpy of half the traffic
+// between buffers of that size; > 1 means faster than memcpy).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "kvscatter/formats.h"
+#include "kvscatter/quant_ops.h"
+#include "kvscatter/runtime.h"
+
+namespace kvscatter::cli {
+namespace {
+
+struct BenchQuantConfig {
+  std::vector<std::int64_t> tokens{1, 16, 256, 4096, 16384};
+  std::int64_t d = 576, group = 64, heads = 8, head_size = 128, block_size = 128;
+  bool round_scale = true;
+  int reps = 7;
+};
+BenchQuantConfig g_bq;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Median seconds per call over `reps` batches, each batch sized to last about 20 ms.
+template <class F>
+double seconds_per_call(F&& fn, int reps) {
+  fn();
+  const double t0 = now();
+  fn();
+  const int inner = static_cast<int>(std::clamp(0.02 / std::max(now() - t0, 1e-7), 1.0, 1e5));
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const double s = now();
+    for (int i = 0; i < inner; ++i) fn();
+    t.push_back((now() - s) / inner);
+  }
+  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+  return t[static_cast<std::size_t>(reps / 2)];
+}
+
+double memcpy_seconds(std::int64_t traffic, int reps) {
+  std::vector<std::uint8_t> src(static_cast<std::size_t>(std::max<std::int64_t>(traffic / 2, 1)),
+                                1);
+  std::vector<std::uint8_t> dst(src.size());
+  return seconds_per_call([&] { std::memcpy(dst.data(), src.data(), src.size()); }, reps);
+}
+
+std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
+                                      std::int64_t num_blocks) {
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(num_blocks));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(42));
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<std::size_t>(t)] =
+        blocks[static_cast<std::size_t>(t / block_size)] * block_size + t % block_size;
+  }
+  return slots;
+}
+
+void print_header() {
+  std::printf("  %8s  %12s  %9s  %9s\n", "tokens", "time/call", "GB/s", "x memcpy");
+}
+
+void print_row(std::int64_t tokens, double s, std::int64_t traffic, double mem_s) {
+  const double us = s * 1e6;
+  std::printf("  %8lld  %9.2f %s  %9.2f  %9.2f\n", static_cast<long long>(tokens),
+              us >= 1000 ? us / 1000 : us, us >= 1000 ? "ms" : "us",
+              static_cast<double>(traffic) / s / 1e9, mem_s / s);
+}
+
+void bench_epilog(QuantMode mode) {
+  const BenchQuantConfig& c = g_bq;
+  const std::int64_t gs = mode == QuantMode::hifloat8_fp4 ? c.group : 64;
+  const char* names[] = {"fp8_bf16", "fp8_e8m0", "hifloat8_fp4"};
+  bool header = false;
+  for (std::int64_t tokens : c.tokens) {
+    const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(tokens * c.d));
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (auto& v : x) v = formats::encode_bfloat16(nd(rng));
+    std::vector<std::int64_t> slots = paged_slots(tokens, c.block_size, blocks);
+    TensorView tx(x.data(), DType::bfloat16, {tokens, c.d});
+    TensorView ts(slots.data(), DType::int64, {tokens});
+    const std::int64_t row =
+        plan_kv_compress_epilog(TensorView(nullptr, DType::uint8, {0, c.block_size, 1, 1 << 14}),
+                                tx, ts, gs, mode, c.round_scale, 1.0f)
+            .row_bytes;
+    if (!header) {
+      std::printf("kv_compress_epilog  quant_mode %s%s, d = %lld, %lld-byte rows, %d threads, %s\n",
+                  names[static_cast<int>(mode)],
+                  mode == QuantMode::hifloat8_fp4
+                      ? (" (group " + std::to_string(gs) + ")").c_str()
+                      : (c.round_scale ? " (round_scale)" : " (round_scale false)"),
+                  static_cast<long long>(c.d), static_cast<long long>(row), get_num_threads(),
+                  simd_target().c_str());
+      print_header();
+      header = true;
+    }
+    std::vector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
+    const auto plan = plan_kv_compress_epilog(
+        TensorView(cache.data(), DType::uint8, {blocks, c.block_size, 1, row}), tx, ts, gs, mode,
+        c.round_scale, 1.0f);
+    const std::int64_t traffic = tokens * (2 * c.d + 8 + row);
+    const double s = seconds_per_call([&] { execute(plan); }, c.reps);
+    print_row(tokens, s, traffic, memcpy_seconds(traffic, c.reps));
+  }
+  std::printf("\n");
+}
+
+void bench_scatter() {
+  const BenchQuantConfig& c = g_bq;
+  const std::int64_t H = c.heads, D = c.head_size;
+  std::printf(
+      "scatter_pa_kv_cache_with_k_scale  float8_e4m3fn, %lld heads x %lld, BNBD blocks "
+      "of %lld, %d threads\n",
+      static_cast<long long>(H), static_cast<long long>(D), static_cast<long long>(c.block_size),
+      get_num_threads());
+  print_header();
+  for (std::int64_t tokens : c.tokens) {
+    const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
+    std::vector<std::uint8_t> key(static_cast<std::size_t>(tokens * H * D), 0x38), value = key;
+    std::vector<float> key_scale(static_cast<std::size_t>(tokens * H), 0.5f);
+    std::vector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
+    std::vector<float> sc(static_cast<std::size_t>(blocks * H * c.block_size));
+    std::vector<std::int64_t> slots = paged_slots(tokens, c.block_size, blocks);
+    const DType dt = DType::float8_e4m3fn;
+    const auto plan = plan_scatter_pa_kv_cache_with_k_scale(
+        TensorView(key.data(), dt, {tokens, H, D}), TensorView(value.data(), dt, {tokens, H, D}),
+        TensorView(kc.data(), dt, {blocks, H, c.block_size, D}),
+        TensorView(vc.data(), dt, {blocks, H, c.block_size, D}),
+        TensorView(slots.data(), DType::int64, {tokens}),
+        TensorView(key_scale.data(), DType::float32, {tokens, H}),
+        TensorView(sc.data(), DType::float32, {blocks, H, c.block_size, 1}));
+    const std::int64_t traffic = tokens * (2 * (2 * H * D + 4 * H) + 8);
+    const double s = seconds_per_call([&] { execute(plan); }, c.reps);
+    print_row(tokens, s, traffic, memcpy_seconds(traffic, c.reps));
+  }
+  std::printf("\n");
+}
+
+const RegisterBench kRegisterQuantBench{BenchPart{
+    "quant", "KvCompressEpilog (each quant_mode) and ScatterPaKvCacheWithKScale vs memcpy",
+    [](CLI::App& app) {
+      app.add_option("--tokens", g_bq.tokens, "token counts (rows of the tables)")
+          ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 22));
+      app.add_option("--d", g_bq.d, "KvCompressEpilog row length (multiple of 64, 128..8192)");
+      app.add_option("--group", g_bq.group, "hifloat8_fp4 group size (16, 32, 64)");
+      app.add_option("--round-scale", g_bq.round_scale, "fp8 modes: power-of-two scales");
+      app.add_option("--heads", g_bq.heads, "ScatterPaKvCacheWithKScale heads")
+          ->check(CLI::Range(1, 1024));
+      app.add_option("--head-size", g_bq.head_size, "ScatterPaKvCacheWithKScale head size")
+          ->check(CLI::Range(1, 65536));
+      app.add_option("--reps", g_bq.reps, "timed batches per cell (median)")
+          ->check(CLI::Range(1, 1000));
+    },
+    [] {
+      bench_epilog(QuantMode::fp8_bf16);
+      bench_epilog(QuantMode::fp8_e8m0);
+      bench_epilog(QuantMode::hifloat8_fp4);
+      bench_scatter();
+      return 0;
+    }}};
+
+}  // namespace
+}  // namespace kvscatter::cli
