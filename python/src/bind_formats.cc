@@ -51,7 +51,8 @@ nb::object encode_as(const Floats& x, DType d, bool saturate) {
     } else if (d == DType::float16) {
       formats::float32_to_float16(in, reinterpret_cast<std::uint16_t*>(out), n);
     } else if (d == DType::hifloat8) {
-      for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Code>(formats::encode_hifloat8(in[i], saturate));
+      for (std::size_t i = 0; i < n; ++i)
+        out[i] = static_cast<Code>(formats::encode_hifloat8(in[i], saturate));
     } else {
       for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<Code>(formats::encode(d, in[i]));
     }
@@ -91,9 +92,12 @@ void bind_formats(nb::module_& m) {
       [](Floats x, const std::string& dtype, bool saturate) -> nb::object {
         const DType d = format_dtype(dtype);
         switch (dtype_bits(d)) {
-          case 32: return encode_as<std::uint32_t>(x, d, saturate);
-          case 16: return encode_as<std::uint16_t>(x, d, saturate);
-          default: return encode_as<std::uint8_t>(x, d, saturate);
+          case 32:
+            return encode_as<std::uint32_t>(x, d, saturate);
+          case 16:
+            return encode_as<std::uint16_t>(x, d, saturate);
+          default:
+            return encode_as<std::uint8_t>(x, d, saturate);
         }
       },
       nb::arg("x"), nb::arg("dtype"), nb::arg("saturate"));
@@ -102,9 +106,12 @@ void bind_formats(nb::module_& m) {
       [](nb::handle codes, const std::string& dtype) -> nb::object {
         const DType d = format_dtype(dtype);
         switch (dtype_bits(d)) {
-          case 32: return decode_as<std::uint32_t>(codes, d);
-          case 16: return decode_as<std::uint16_t>(codes, d);
-          default: return decode_as<std::uint8_t>(codes, d);
+          case 32:
+            return decode_as<std::uint32_t>(codes, d);
+          case 16:
+            return decode_as<std::uint16_t>(codes, d);
+          default:
+            return decode_as<std::uint8_t>(codes, d);
         }
       },
       nb::arg("codes"), nb::arg("dtype"));

@@ -19,9 +19,9 @@ namespace {
 std::string mode_arg(nb::handle obj, const char* name, const char* default_value) {
   if (obj.is_none()) return default_value;  // S1: null means the default mode
   if (!nb::isinstance<nb::str>(obj)) {
-    throw nb::type_error((std::string(name) + " must be a str or None, got " +
-                          nb::cast<std::string>(nb::repr(obj)))
-                             .c_str());
+    throw nb::type_error(
+        (std::string(name) + " must be a str or None, got " + nb::cast<std::string>(nb::repr(obj)))
+            .c_str());
   }
   return nb::cast<std::string>(obj);
 }
@@ -37,8 +37,8 @@ std::optional<std::array<std::int64_t, 2>> pair_arg(nb::handle obj, const char* 
   nb::sequence seq = nb::borrow<nb::sequence>(obj);
   const std::size_t n = nb::len(seq);
   if (n != 2) {
-    throw nb::value_error((std::string(name) + " must have 2 entries, got " + std::to_string(n))
-                              .c_str());
+    throw nb::value_error(
+        (std::string(name) + " must have 2 entries, got " + std::to_string(n)).c_str());
   }
   std::array<std::int64_t, 2> out{};
   for (std::size_t i = 0; i < 2; ++i) {
@@ -86,8 +86,8 @@ void bind_scatter_pa_kv_cache(nb::module_& m) {
         nb::gil_scoped_release release;
         execute(plan);
       },
-      nb::arg("key"), nb::arg("value").none(), nb::arg("key_cache"),
-      nb::arg("value_cache").none(), nb::arg("slot_mapping"), nb::arg("compress_lens").none(),
+      nb::arg("key"), nb::arg("value").none(), nb::arg("key_cache"), nb::arg("value_cache").none(),
+      nb::arg("slot_mapping"), nb::arg("compress_lens").none(),
       nb::arg("compress_seq_offsets").none(), nb::arg("seq_lens").none(),
       nb::arg("cache_mode").none(), nb::arg("scatter_mode").none(), nb::arg("strides").none(),
       nb::arg("offsets").none(), nb::arg("dtype").none());

@@ -24,20 +24,34 @@ namespace {
 
 std::optional<DType> dtype_of(ffi::DataType t) {
   switch (t) {
-    case ffi::DataType::F32: return DType::float32;
-    case ffi::DataType::F16: return DType::float16;
-    case ffi::DataType::BF16: return DType::bfloat16;
-    case ffi::DataType::S8: return DType::int8;
-    case ffi::DataType::U8: return DType::uint8;
-    case ffi::DataType::S16: return DType::int16;
-    case ffi::DataType::U16: return DType::uint16;
-    case ffi::DataType::S32: return DType::int32;
-    case ffi::DataType::U32: return DType::uint32;
-    case ffi::DataType::S64: return DType::int64;
-    case ffi::DataType::F8E5M2: return DType::float8_e5m2;
-    case ffi::DataType::F8E4M3FN: return DType::float8_e4m3fn;
-    case ffi::DataType::F8E8M0FNU: return DType::float8_e8m0;
-    default: return std::nullopt;
+    case ffi::DataType::F32:
+      return DType::float32;
+    case ffi::DataType::F16:
+      return DType::float16;
+    case ffi::DataType::BF16:
+      return DType::bfloat16;
+    case ffi::DataType::S8:
+      return DType::int8;
+    case ffi::DataType::U8:
+      return DType::uint8;
+    case ffi::DataType::S16:
+      return DType::int16;
+    case ffi::DataType::U16:
+      return DType::uint16;
+    case ffi::DataType::S32:
+      return DType::int32;
+    case ffi::DataType::U32:
+      return DType::uint32;
+    case ffi::DataType::S64:
+      return DType::int64;
+    case ffi::DataType::F8E5M2:
+      return DType::float8_e5m2;
+    case ffi::DataType::F8E4M3FN:
+      return DType::float8_e4m3fn;
+    case ffi::DataType::F8E8M0FNU:
+      return DType::float8_e8m0;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -49,8 +63,7 @@ TensorView view_of(const ffi::AnyBuffer& b, const char* name) {
                 std::string(name) + ": element type not supported by kvscatter");
   }
   const auto dims = b.dimensions();
-  return TensorView(b.untyped_data(), *d,
-                    std::span<const std::int64_t>(dims.begin(), dims.size()));
+  return TensorView(b.untyped_data(), *d, std::span<const std::int64_t>(dims.begin(), dims.size()));
 }
 
 // The output buffer aliased to input `in`: same memory when XLA aliased them, else a copy.

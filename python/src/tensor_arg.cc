@@ -27,7 +27,8 @@ PyObject* numpy_ndarray_type() {
 std::string python_type_name(nb::handle obj) {
   nb::handle type = obj.type();
   std::string module;
-  if (nb::hasattr(type, "__module__")) module = nb::cast<std::string>(nb::str(type.attr("__module__")));
+  if (nb::hasattr(type, "__module__"))
+    module = nb::cast<std::string>(nb::str(type.attr("__module__")));
   std::string name = nb::cast<std::string>(nb::str(type.attr("__qualname__")));
   return module.empty() || module == "builtins" ? name : module + "." + name;
 }
@@ -71,9 +72,10 @@ std::optional<DType> dtype_from_numpy_name(std::string_view n) {
 [[noreturn]] void unsupported_dtype(std::string_view name, std::string_view found) {
   if (found == "float4_e2m1fn") {
     throw nb::type_error(
-        cat(name, ": ml_dtypes.float4_e2m1fn arrays hold one element per byte, while kvscatter's "
-                  "float4_e2m1 packs two per byte (even element in the low nibble); pass the "
-                  "packed bytes as uint8 with dtype=\"float4_e2m1\"")
+        cat(name,
+            ": ml_dtypes.float4_e2m1fn arrays hold one element per byte, while kvscatter's "
+            "float4_e2m1 packs two per byte (even element in the low nibble); pass the "
+            "packed bytes as uint8 with dtype=\"float4_e2m1\"")
             .c_str());
   }
   throw nb::type_error(
@@ -102,7 +104,8 @@ TensorView make_view(void* data, DType dtype, int ndim, const std::int64_t* shap
   // An empty array addresses no memory, so its strides mean nothing (NumPy and DLPack
   // producers leave arbitrary values there, 0 included): give it row-major ones.
   if (empty) {
-    v.strides = contiguous_strides(std::span<const std::int64_t>(v.shape.data(), static_cast<std::size_t>(ndim)));
+    v.strides = contiguous_strides(
+        std::span<const std::int64_t>(v.shape.data(), static_cast<std::size_t>(ndim)));
   }
   return v;
 }
@@ -123,8 +126,9 @@ TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
   const bool readonly = nb::cast<bool>(data[1]);
   if (access == Access::write && readonly) {
     throw nb::value_error(
-        cat(name, " is read-only; kvscatter writes the caches in place, so pass a writeable "
-                  "array")
+        cat(name,
+            " is read-only; kvscatter writes the caches in place, so pass a writeable "
+            "array")
             .c_str());
   }
   nb::tuple shape_t = nb::cast<nb::tuple>(arr.attr("shape"));
@@ -147,8 +151,7 @@ TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
     }
     strides[k] = bytes / itemsize;
   }
-  return make_view(reinterpret_cast<void*>(address), *dt, ndim, shape.data(), strides.data(),
-                   name);
+  return make_view(reinterpret_cast<void*>(address), *dt, ndim, shape.data(), strides.data(), name);
 }
 
 std::optional<DType> dtype_from_dlpack(nb::dlpack::dtype d) {
@@ -157,18 +160,27 @@ std::optional<DType> dtype_from_dlpack(nb::dlpack::dtype d) {
   switch (static_cast<Code>(d.code)) {
     case Code::Int:
       switch (d.bits) {
-        case 8: return DType::int8;
-        case 16: return DType::int16;
-        case 32: return DType::int32;
-        case 64: return DType::int64;
-        default: return std::nullopt;
+        case 8:
+          return DType::int8;
+        case 16:
+          return DType::int16;
+        case 32:
+          return DType::int32;
+        case 64:
+          return DType::int64;
+        default:
+          return std::nullopt;
       }
     case Code::UInt:
       switch (d.bits) {
-        case 8: return DType::uint8;
-        case 16: return DType::uint16;
-        case 32: return DType::uint32;
-        default: return std::nullopt;
+        case 8:
+          return DType::uint8;
+        case 16:
+          return DType::uint16;
+        case 32:
+          return DType::uint32;
+        default:
+          return std::nullopt;
       }
     case Code::Float:
       if (d.bits == 16) return DType::float16;
@@ -176,10 +188,14 @@ std::optional<DType> dtype_from_dlpack(nb::dlpack::dtype d) {
       return std::nullopt;
     case Code::Bfloat:
       return d.bits == 16 ? std::optional<DType>(DType::bfloat16) : std::nullopt;
-    case Code::Float8_E4M3FN: return DType::float8_e4m3fn;
-    case Code::Float8_E5M2: return DType::float8_e5m2;
-    case Code::Float8_E8M0FNU: return DType::float8_e8m0;
-    default: return std::nullopt;
+    case Code::Float8_E4M3FN:
+      return DType::float8_e4m3fn;
+    case Code::Float8_E5M2:
+      return DType::float8_e5m2;
+    case Code::Float8_E8M0FNU:
+      return DType::float8_e8m0;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -187,13 +203,25 @@ std::string dlpack_dtype_str(nb::dlpack::dtype d) {
   using Code = nb::dlpack::dtype_code;
   const char* kind = "code ";
   switch (static_cast<Code>(d.code)) {
-    case Code::Int: kind = "int"; break;
-    case Code::UInt: kind = "uint"; break;
-    case Code::Float: kind = "float"; break;
-    case Code::Bfloat: kind = "bfloat"; break;
-    case Code::Complex: kind = "complex"; break;
-    case Code::Bool: return "bool";
-    default: return cat("DLPack type code ", int(d.code), " of ", int(d.bits), " bits");
+    case Code::Int:
+      kind = "int";
+      break;
+    case Code::UInt:
+      kind = "uint";
+      break;
+    case Code::Float:
+      kind = "float";
+      break;
+    case Code::Bfloat:
+      kind = "bfloat";
+      break;
+    case Code::Complex:
+      kind = "complex";
+      break;
+    case Code::Bool:
+      return "bool";
+    default:
+      return cat("DLPack type code ", int(d.code), " of ", int(d.bits), " bits");
   }
   return cat(kind, int(d.bits), d.lanes != 1 ? cat("x", d.lanes) : std::string());
 }
@@ -201,10 +229,9 @@ std::string dlpack_dtype_str(nb::dlpack::dtype d) {
 template <class Array>
 TensorView dlpack_view(const Array& a, std::string_view name) {
   if (a.device_type() != nb::device::cpu::value) {
-    throw nb::type_error(
-        cat(name, " lives on a non-CPU device (DLPack device type ", a.device_type(),
-            "); this kvscatter build runs on the CPU")
-            .c_str());
+    throw nb::type_error(cat(name, " lives on a non-CPU device (DLPack device type ",
+                             a.device_type(), "); this kvscatter build runs on the CPU")
+                             .c_str());
   }
   const std::optional<DType> dt = dtype_from_dlpack(a.dtype());
   if (!dt) unsupported_dtype(name, dlpack_dtype_str(a.dtype()));
@@ -233,7 +260,8 @@ DType parse_dtype_name(const std::string& name) {
     if (i) known += ", ";
     known += dtype_name(static_cast<DType>(i));
   }
-  throw nb::value_error(cat("dtype: unknown element type \"", name, "\" (known: ", known, ")").c_str());
+  throw nb::value_error(
+      cat("dtype: unknown element type \"", name, "\" (known: ", known, ")").c_str());
 }
 
 TensorView ArgScope::tensor(nb::handle obj, std::string_view name, Access access) {
@@ -258,8 +286,9 @@ TensorView ArgScope::tensor(nb::handle obj, std::string_view name, Access access
     nb::ndarray<nb::ro> r;
     if (nb::try_cast(obj, r, false)) {
       throw nb::value_error(
-          cat(name, " is read-only; kvscatter writes the caches in place, so pass a writeable "
-                    "tensor")
+          cat(name,
+              " is read-only; kvscatter writes the caches in place, so pass a writeable "
+              "tensor")
               .c_str());
     }
   } else {
