@@ -55,18 +55,25 @@ std::array<std::int64_t, kMaxRank> contiguous_strides(std::span<const std::int64
   std::int64_t s = 1;
   for (std::size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i] > 0 ? shape[i] : 1;
+    s = detail::checked_mul(s, shape[i] > 0 ? shape[i] : 1, "contiguous strides");
   }
   return strides;
 }
 
-TensorView::TensorView(void* d, DType t, std::span<const std::int64_t> s) : data(d), dtype(t) {
+namespace {
+// Copies a shape into a view, checking rank and signs.
+void set_shape(TensorView& v, std::span<const std::int64_t> s) {
   if (s.size() > kMaxRank) detail::invalid("tensor rank must be <= 8, got ", s.size());
-  rank = static_cast<int>(s.size());
+  v.rank = static_cast<int>(s.size());
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (s[i] < 0) detail::invalid("tensor shape[", i, "] must be >= 0, got ", s[i]);
-    shape[i] = s[i];
+    v.shape[i] = s[i];
   }
+}
+}  // namespace
+
+TensorView::TensorView(void* d, DType t, std::span<const std::int64_t> s) : data(d), dtype(t) {
+  set_shape(*this, s);
   strides = contiguous_strides(s);
 }
 
@@ -75,7 +82,8 @@ TensorView::TensorView(void* d, DType t, std::initializer_list<std::int64_t> s)
 
 TensorView::TensorView(void* d, DType t, std::span<const std::int64_t> s,
                        std::span<const std::int64_t> st)
-    : TensorView(d, t, s) {
+    : data(d), dtype(t) {
+  set_shape(*this, s);
   if (st.size() != s.size()) {
     detail::invalid("tensor strides must have ", s.size(), " entries, got ", st.size());
   }
@@ -89,6 +97,9 @@ std::int64_t TensorView::numel() const {
 }
 
 bool TensorView::is_contiguous() const noexcept {
+  for (int i = 0; i < rank; ++i) {
+    if (dim(i) == 0) return true;
+  }
   std::int64_t expect = 1;
   for (int i = rank; i-- > 0;) {
     if (dim(i) != 1 && stride(i) != expect) return false;

@@ -3,6 +3,7 @@
 // every compiled SIMD target, several thread counts).
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cmath>
@@ -101,16 +102,16 @@ Bytes quantize_one(std::vector<std::uint16_t> x, QuantMode mode, bool round_scal
 }
 
 const Bytes kRopeBf16 = cat({hex("80 3F 80 BF 00 3F 40 40 88 3F C8 42 9A BE 1C 47"), zeros(112)});
-const Bytes kFp8RoundData = hex(
-    "F8 F8 F7 F6 F6 F6 F5 F4 F4 F4 F3 F2 F2 F2 F1 F0 "
-    "F0 EF EE ED EC EB EA E9 E8 E6 E4 E2 E0 DC D8 D0"
-    "00 50 58 5C 60 62 64 66 68 69 6A 6B 6C 6D 6E 6F "
-    "70 70 71 72 72 72 73 74 74 74 75 76 76 76 77 78");
-const Bytes kFp8NoRoundData = hex(
-    "FE FE FD FD FC FC FB FB FA FA FA F9 F9 F8 F8 F7 "
-    "F6 F5 F4 F3 F2 F2 F1 F0 EE EC EA E9 E6 E2 DE D6"
-    "00 56 5E 62 66 69 6A 6C 6E 70 71 72 72 73 74 75 "
-    "76 77 78 78 79 79 7A 7A 7A 7B 7B 7C 7C 7D 7D 7E");
+const Bytes kFp8RoundData =
+    hex("F8 F8 F7 F6 F6 F6 F5 F4 F4 F4 F3 F2 F2 F2 F1 F0 "
+        "F0 EF EE ED EC EB EA E9 E8 E6 E4 E2 E0 DC D8 D0"
+        "00 50 58 5C 60 62 64 66 68 69 6A 6B 6C 6D 6E 6F "
+        "70 70 71 72 72 72 73 74 74 74 75 76 76 76 77 78");
+const Bytes kFp8NoRoundData =
+    hex("FE FE FD FD FC FC FB FB FA FA FA F9 F9 F8 F8 F7 "
+        "F6 F5 F4 F3 F2 F2 F1 F0 EE EC EA E9 E6 E2 DE D6"
+        "00 56 5E 62 66 69 6A 6C 6E 70 71 72 72 73 74 75 "
+        "76 77 78 78 79 79 7A 7A 7A 7B 7B 7C 7C 7D 7D 7E");
 
 TEST(KvCompressEpilogSpec, Mode1RoundScale) {
   const Bytes row = quantize_one(spec_row(), QuantMode::fp8_e8m0, true);
@@ -275,6 +276,37 @@ TEST(KvCompressEpilogSpec, RowLayoutTable) {
     EXPECT_EQ(rb(QuantMode::hifloat8_fp4, 32), r.g32) << r.d;
     EXPECT_EQ(rb(QuantMode::hifloat8_fp4, 64), r.g64) << r.d;
   }
+}
+
+// 64-bit offsets (G8): the second block of this cache starts past 4 GiB. Only two pages of the
+// reserved range are touched.
+TEST(KvCompressEpilogSpec, OffsetsPast4GiB) {
+  const std::int64_t block_stride = (std::int64_t{1} << 32) + 4096;
+  const std::size_t bytes = static_cast<std::size_t>(2 * block_stride);
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) GTEST_SKIP() << "cannot reserve 8 GiB of address space";
+  auto* base = static_cast<std::uint8_t*>(mem);
+  const std::int64_t shape[] = {2, 4, 1, 256}, strides[] = {block_stride, 256, 256, 1};
+  std::vector<std::uint16_t> x = spec_row();
+  std::int64_t slot = 6;  // block 1, row 2
+  const Bytes want = quantize_one(spec_row(), QuantMode::fp8_e8m0, true);
+  for (bool use_reference : {false, true}) {
+    auto plan = plan_kv_compress_epilog(TensorView(base, DType::uint8, shape, strides),
+                                        TensorView(x.data(), DType::bfloat16, {1, 128}),
+                                        TensorView(&slot, DType::int64, {1}), 64,
+                                        QuantMode::fp8_e8m0, true, 1.0f);
+    std::uint8_t* row = base + block_stride + 2 * 256;
+    std::memset(row, 0xAB, 256);
+    if (use_reference) {
+      reference::execute(plan);
+    } else {
+      execute(plan);
+    }
+    EXPECT_EQ(dump(Bytes(row, row + 193)), dump(want));
+    EXPECT_EQ(row[193], 0xAB);
+  }
+  munmap(mem, bytes);
 }
 
 // ---- quant_mode strings ---------------------------------------------------------------------

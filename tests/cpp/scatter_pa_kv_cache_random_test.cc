@@ -452,6 +452,72 @@ TEST(ScatterPaKvCacheThreads, ResultIndependentOfThreadCount) {
   }
 }
 
+// 13 heads of 46 bfloat16 elements (92-byte heads, 1,196-byte rows) in buffers starting one
+// byte past an even address, in every mode that accepts them (PA_NZ needs 32-byte heads).
+TEST(ScatterPaKvCacheOdd, ThirteenHeadsOfFortySixUnaligned) {
+  Gen g(base_seed() + 5);
+  const std::int64_t t = 300, nh = 13, d = 46, bs = 16, nb = 40;
+  auto odd = [&](std::vector<std::int64_t> shape) {
+    Buf b = make_tensor(g, DType::bfloat16, shape, 0, true);
+    if (b.offset % 2 == 0) {  // force an odd address for 2-byte elements
+      b.bytes.insert(b.bytes.begin(), 0);
+      b.offset += 1;
+    }
+    return b;
+  };
+  for (const char* mode : {"None", "Nct", "NHSD", "Alibi", "Rope", "Omni", "Alibi4", "Rope4"}) {
+    for (bool with_value : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << mode << (with_value ? "" : " key-only"));
+      Call c;
+      const std::string m = mode;
+      const bool compress = m != "None" && m != "Nct" && m != "NHSD";
+      const bool four = m == "Alibi4" || m == "Rope4";
+      std::vector<std::int64_t> slots;
+      for (std::int64_t i = 0; i < t; ++i) slots.push_back(i % 7 == 3 ? -1 : (i * 37) % (nb * bs));
+      if (!compress) {
+        c.key = odd({t, nh, d});
+        c.value = odd({t, nh, d});
+        c.slot = index_buf(DType::int32, slots);
+        const std::vector<std::int64_t> shape =
+            m == "NHSD" ? std::vector<std::int64_t>{nb, nh, bs, d} : std::vector<std::int64_t>{nb, bs, nh, d};
+        c.key_cache = odd(shape);
+        c.value_cache = odd(shape);
+        c.opts.scatter_mode = m;
+        if (m == "Nct") {
+          c.opts.strides = std::array<std::int64_t, 2>{nh * d, nh * d};
+          c.opts.offsets = std::array<std::int64_t, 2>{0, 0};
+        }
+      } else {
+        const std::int64_t b = 3, s = t / b;
+        c.key = four ? odd({b, s, nh, d}) : odd({t, nh, d});
+        c.value = four ? odd({b, s, nh, d}) : odd({t, nh, d});
+        c.seq_lens = index_buf(DType::int64, {s, s - 5, four ? s - 9 : s + 5});
+        std::vector<std::int64_t> lens, offs, starts;
+        for (std::int64_t i = 0; i < b * nh; ++i) {
+          lens.push_back(3 + i % 5);
+          offs.push_back(i % 4);
+          starts.push_back(i * 110 + (i % 3));
+        }
+        c.compress_lens = index_buf(DType::int64, lens);
+        if (m.rfind("Alibi", 0) != 0) c.compress_seq_offsets = index_buf(DType::int64, offs);
+        c.slot = index_buf(DType::int64, starts);
+        c.key_cache = odd({300, bs, 1, d});
+        c.value_cache = odd({300, bs, 1, d});
+        c.opts.scatter_mode = four ? "None" : m;
+      }
+      c.has_value = with_value;
+      Call opt = c, ref = c;
+      opt.run();
+      ref.run_reference();
+      EXPECT_TRUE(opt.key_cache.bytes == ref.key_cache.bytes);
+      if (with_value) {
+        EXPECT_TRUE(opt.value_cache.bytes == ref.value_cache.bytes);
+      }
+      EXPECT_FALSE(opt.key_cache.bytes == c.key_cache.bytes);  // something was written
+    }
+  }
+}
+
 // ---- guard test: an independent model of which bytes a call may write ----------------------
 
 std::int64_t read_index_buf(const Buf& b, std::int64_t i) {

@@ -2,6 +2,7 @@
 // out-of-range slots, strided views, every rejection (status, message, caches untouched), and
 // the optimized kernel against the reference over random shapes, slot patterns and threads.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -148,6 +149,49 @@ TEST(ScatterPaKvCacheWithKScaleSpec, EmptyIsNoOp) {
                                    TensorView(nullptr, DType::int32, {0}),
                                    TensorView(nullptr, DType::float32, {0, 2}), p.tsc());
   EXPECT_EQ(p.key_cache, Bytes(p.key_cache.size(), 0));
+}
+
+// 64-bit offsets (G8): block 1 of each cache lies past 4 GiB (one reserved range, a few
+// touched pages).
+TEST(ScatterPaKvCacheWithKScaleSpec, OffsetsPast4GiB) {
+  const std::int64_t block_stride = (std::int64_t{1} << 32) + 8192;
+  const std::size_t bytes = static_cast<std::size_t>(2 * block_stride) * 3;
+  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) GTEST_SKIP() << "cannot reserve 24 GiB of address space";
+  auto* base = static_cast<std::uint8_t*>(mem);
+  const std::int64_t kshape[] = {2, 2, 4, 16}, kstrides[] = {block_stride, 64, 16, 1};
+  const std::int64_t sshape[] = {2, 2, 4, 1}, sstrides[] = {block_stride / 4, 4, 1, 1};
+  std::uint8_t* kc = base;
+  std::uint8_t* vc = base + 2 * block_stride;
+  auto* sc = reinterpret_cast<float*>(base + 4 * block_stride);
+  Bytes key(2 * 16), value(2 * 16);
+  for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i + 1);
+  for (std::size_t i = 0; i < value.size(); ++i) value[i] = static_cast<std::uint8_t>(i + 101);
+  float scales[2] = {0.25f, 4.0f};
+  std::int32_t slot = 7;  // block 1, offset 3
+  const DType dt = DType::float8_e5m2;
+  for (bool use_reference : {false, true}) {
+    auto plan = plan_scatter_pa_kv_cache_with_k_scale(
+        TensorView(key.data(), dt, {1, 2, 16}), TensorView(value.data(), dt, {1, 2, 16}),
+        TensorView(kc, dt, kshape, kstrides), TensorView(vc, dt, kshape, kstrides),
+        TensorView(&slot, DType::int32, {1}), TensorView(scales, DType::float32, {1, 2}),
+        TensorView(sc, DType::float32, sshape, sstrides));
+    if (use_reference) {
+      reference::execute(plan);
+    } else {
+      execute(plan);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t* krow = kc + block_stride + h * 64 + 3 * 16;
+      const std::uint8_t* vrow = vc + block_stride + h * 64 + 3 * 16;
+      EXPECT_EQ(Bytes(krow, krow + 16), Bytes(key.begin() + 16 * h, key.begin() + 16 * (h + 1)));
+      EXPECT_EQ(Bytes(vrow, vrow + 16),
+                Bytes(value.begin() + 16 * h, value.begin() + 16 * (h + 1)));
+      EXPECT_EQ(sc[block_stride / 4 + h * 4 + 3], scales[h]);
+    }
+  }
+  munmap(mem, bytes);
 }
 
 // ---- rejections -----------------------------------------------------------------------------

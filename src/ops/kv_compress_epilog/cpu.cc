@@ -397,7 +397,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   alignas(32) float inv_b[kMaxGroups + 8];
   for (std::int64_t g = 0; g < groups; ++g) amax_bits[g] = AmaxBits(x + gs * g, gs);
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
-  auto all_finite = hn::FirstN(df, 0);  // becomes "some lane is not finite"
+  auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
   for (std::int64_t g = 0; g < groups; g += L) {
     const VF a = hn::BitCast(df, hn::ShiftLeft<16>(hn::LoadU(du, amax_bits + g)));
     const VF inv = hn::IfThenZeroElse(hn::Eq(a, hn::Zero(df)), hn::Div(hn::Set(df, 6.0f), a));
@@ -405,12 +405,12 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
     // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
     hn::StoreU(hn::IfThenElse(hn::IsNaN(a), a, ib), df, inv_b + g);
     hn::StoreU(Bf16Lanes(hn::Mul(a, hn::Set(df, C6))), du, scale_code + g);
-    all_finite = hn::Or(all_finite, hn::Not(hn::IsFinite(a)));
-    all_finite = hn::Or(all_finite, hn::Not(hn::IsFinite(ib)));
+    non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(a)));
+    non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(ib)));
   }
   // Finite amax and multipliers make every product finite (|v * inv_b| <= ~6); any other
   // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
-  if (hn::AllFalse(df, all_finite)) {
+  if (hn::AllFalse(df, non_finite)) {
     Fp4Nope<true>(x, out + 64, n, gs, inv_b);
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);

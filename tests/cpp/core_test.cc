@@ -1,0 +1,122 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "core/check.h"
+#include "kvscatter/dtype.h"
+#include "kvscatter/runtime.h"
+#include "kvscatter/tensor.h"
+#include "kvscatter/version.h"
+#include "runtime/parallel.h"
+#include "testing.h"
+
+namespace kvscatter {
+namespace {
+
+TEST(DType, NamesRoundTripAndSizes) {
+  const char* names[] = {"float32", "float16",     "bfloat16",      "int8",        "uint8",
+                         "int16",   "uint16",      "int32",         "uint32",      "int64",
+                         "hifloat8", "float8_e5m2", "float8_e4m3fn", "float8_e8m0", "float4_e2m1"};
+  const int bits[] = {32, 16, 16, 8, 8, 16, 16, 32, 32, 64, 8, 8, 8, 8, 4};
+  for (int i = 0; i < kNumDTypes; ++i) {
+    const auto d = static_cast<DType>(i);
+    EXPECT_EQ(dtype_name(d), names[i]);
+    EXPECT_EQ(dtype_from_name(names[i]), d);
+    EXPECT_EQ(dtype_bits(d), bits[i]);
+    EXPECT_EQ(dtype_size(d), static_cast<std::size_t>((bits[i] + 7) / 8));
+  }
+  EXPECT_FALSE(dtype_from_name("float8").has_value());
+  EXPECT_FALSE(dtype_from_name("Float32").has_value());
+  EXPECT_TRUE(dtype_is_floating(DType::hifloat8));
+  EXPECT_FALSE(dtype_is_floating(DType::uint8));
+}
+
+TEST(TensorView, ContiguousStridesAndNumel) {
+  float x = 0;
+  TensorView t(&x, DType::float32, {2, 3, 4});
+  EXPECT_EQ(t.rank, 3);
+  EXPECT_EQ(t.stride(0), 12);
+  EXPECT_EQ(t.stride(1), 4);
+  EXPECT_EQ(t.stride(2), 1);
+  EXPECT_EQ(t.numel(), 24);
+  EXPECT_TRUE(t.is_contiguous());
+  EXPECT_EQ(t.describe(), "[2, 3, 4] float32");
+  const std::int64_t shape[] = {2, 3}, strides[] = {4, 1};
+  EXPECT_FALSE(TensorView(&x, DType::float32, shape, strides).is_contiguous());
+  // Caches over 2^31 elements are described with 64-bit extents.
+  TensorView big(nullptr, DType::uint8, {1LL << 20, 1LL << 12});
+  EXPECT_EQ(big.numel(), 1LL << 32);
+}
+
+TEST(TensorView, Rejections) {
+  const std::int64_t nine[] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+  testing::expect_error([&] { TensorView(nullptr, DType::float32, nine); },
+                        Status::invalid_parameter, {"rank must be <= 8", "got 9"});
+  testing::expect_error([&] { TensorView(nullptr, DType::float32, {2, -1}); },
+                        Status::invalid_parameter, {"shape[1] must be >= 0, got -1"});
+  testing::expect_error([&] { TensorView(nullptr, DType::uint8, {1LL << 40, 1LL << 40}).numel(); },
+                        Status::invalid_parameter, {"overflows 64 bits"});
+}
+
+TEST(Check, IndexAndOverflow) {
+  std::int32_t i32[] = {5, -1, 7};
+  std::int64_t i64[] = {1LL << 40, -1};
+  EXPECT_EQ(detail::read_index(TensorView(i32, DType::int32, {3}), 2), 7);
+  EXPECT_EQ(detail::read_index(TensorView(i64, DType::int64, {2}), 0), 1LL << 40);
+  testing::expect_error([] { detail::checked_mul(1LL << 62, 4, "x"); }, Status::invalid_parameter,
+                        {"x: size", "overflows 64 bits"});
+}
+
+TEST(Runtime, ThreadsSetAndRestored) {
+  set_num_threads(3);
+  EXPECT_EQ(get_num_threads(), 3);
+  set_num_threads(0);
+  EXPECT_GE(get_num_threads(), 1);
+  EXPECT_FALSE(simd_target().empty());
+  EXPECT_NE(simd_targets_available().find(simd_target()), std::string::npos);
+  EXPECT_STREQ(version_string(), KVSCATTER_VERSION);
+}
+
+// Every index is visited exactly once, for any thread count and grain.
+TEST(Runtime, ParallelForCoversRangeOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    set_num_threads(threads);
+    for (std::int64_t n : {0, 1, 7, 1000, 100003}) {
+      for (std::int64_t grain : {1, 3, 64, 100000}) {
+        std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));
+        detail::parallel_for(n, grain, [&](std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) hits[static_cast<std::size_t>(i)]++;
+        });
+        for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
+// Callers on several threads share the pool (or run inline) without interference.
+TEST(Runtime, ConcurrentCallersAndNesting) {
+  set_num_threads(4);
+  std::vector<std::thread> callers;
+  std::atomic<std::int64_t> total{0};
+  for (int t = 0; t < 6; ++t) {
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep) {
+        detail::parallel_for(1000, 10, [&](std::int64_t b, std::int64_t e) {
+          // Nested parallel_for runs inline.
+          detail::parallel_for(e - b, 1, [&](std::int64_t b2, std::int64_t e2) {
+            total += e2 - b2;
+          });
+        });
+      }
+    });
+  }
+  for (auto& c : callers) c.join();
+  EXPECT_EQ(total.load(), 6 * 50 * 1000);
+  set_num_threads(0);
+}
+
+}  // namespace
+}  // namespace kvscatter
