@@ -1,6 +1,9 @@
 // The worked examples E1-E9 of spec scatter_pa_kv_cache.md section 6, verbatim, run through
 // both the optimized kernel and the reference (which must agree byte for byte).
+#include <bit>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -328,6 +331,74 @@ TEST(ScatterPaKvCacheExamples, E6bRopeMeanRounding) {
   // fp32 accumulation: 2050/3 = 683.333 -> 683.5; fp16 accumulation would give 0x6155.
   EXPECT_EQ(rope_mean16(DType::float16, {2048, 1, 1}), 0x6157);
   EXPECT_EQ(rope_mean16(DType::float16, {1, 2}), 0x3E00);  // 1.5
+}
+
+// S4: the Rope mean per element type, on a one-element head (codes in, code out).
+std::uint32_t rope_mean_code(DType dt, const std::vector<std::uint32_t>& codes) {
+  const auto w = static_cast<std::int64_t>(codes.size());
+  const auto es = static_cast<std::int64_t>(dtype_size(dt));
+  Call c;
+  c.key = Buf(dt, {w, 1, 1});
+  for (std::int64_t t = 0; t < w; ++t) std::memcpy(c.key.bytes.data() + t * es, &codes[t], es);
+  c.has_value = false;
+  c.seq_lens = index_buf(DType::int64, {w});
+  c.compress_lens = index_buf(DType::int64, {w});
+  c.compress_seq_offsets = index_buf(DType::int64, {0});
+  c.slot = index_buf(DType::int64, {1});
+  c.key_cache = Buf(dt, {1, 2, 1, 1});
+  c.opts.scatter_mode = "Rope";
+  Call out = run_both(c);
+  std::uint32_t code = 0;
+  std::memcpy(&code, out.key_cache.bytes.data() + es, es);
+  return code;
+}
+
+std::uint32_t enc(DType dt, float x) { return formats::encode(dt, x); }
+
+TEST(ScatterPaKvCacheRopeMean, IntegerTypesTruncateTowardZeroAndWrap) {
+  auto u = [](std::int64_t v) { return static_cast<std::uint32_t>(v); };
+  EXPECT_EQ(rope_mean_code(DType::int8, {u(-3) & 0xFF, u(-4) & 0xFF}), u(-3) & 0xFF);  // -3.5 -> -3
+  EXPECT_EQ(rope_mean_code(DType::int8, {127, 127, 126}), 126u);                       // 380 / 3
+  EXPECT_EQ(rope_mean_code(DType::uint8, {255, 255, 254}), 254u);                      // 764 / 3
+  EXPECT_EQ(rope_mean_code(DType::int16, {u(-1) & 0xFFFF, u(-2) & 0xFFFF}), u(-1) & 0xFFFF);
+  EXPECT_EQ(rope_mean_code(DType::uint16, {65535, 65535}), 65535u);
+  // int32 accumulates with wrap-around: INT32_MAX + 1 = INT32_MIN, / 2 = -2^30.
+  EXPECT_EQ(rope_mean_code(DType::int32, {0x7FFFFFFFu, 1u}), u(-(std::int64_t{1} << 30)));
+  EXPECT_EQ(rope_mean_code(DType::uint32, {0xFFFFFFFFu, 1u}), 0u);  // wraps to 0
+}
+
+TEST(ScatterPaKvCacheRopeMean, FloatTypesAccumulateInFloat32AndRoundPerFormat) {
+  // float32: one IEEE division of the float32 sum.
+  const float third = (1.0f + 2.0f + 4.0f) / 3.0f;
+  EXPECT_EQ(rope_mean_code(DType::float32, {enc(DType::float32, 1), enc(DType::float32, 2),
+                                            enc(DType::float32, 4)}),
+            std::bit_cast<std::uint32_t>(third));
+  // float8_e4m3fn: (1 + 1.125) / 2 = 1.0625 is a tie -> even (1.0).
+  EXPECT_EQ(rope_mean_code(DType::float8_e4m3fn, {enc(DType::float8_e4m3fn, 1.0f),
+                                                  enc(DType::float8_e4m3fn, 1.125f)}),
+            enc(DType::float8_e4m3fn, 1.0f));
+  // float8_e5m2: (1 + 1.25) / 2 = 1.125 is a tie -> even (1.0).
+  EXPECT_EQ(rope_mean_code(DType::float8_e5m2, {enc(DType::float8_e5m2, 1.0f),
+                                                enc(DType::float8_e5m2, 1.25f)}),
+            enc(DType::float8_e5m2, 1.0f));
+  // hifloat8 rounds half away from zero: the tie 1.0625 goes to 1.125, -1.0625 to -1.125.
+  const std::uint32_t h1 = enc(DType::hifloat8, 1.0f), h9 = enc(DType::hifloat8, 1.125f);
+  ASSERT_EQ(formats::decode(DType::hifloat8, h9), 1.125f);
+  ASSERT_NE(formats::decode(DType::hifloat8, enc(DType::hifloat8, 1.0625f)), 1.0625f);
+  EXPECT_EQ(rope_mean_code(DType::hifloat8, {h1, h9}), h9);
+  EXPECT_EQ(rope_mean_code(DType::hifloat8, {enc(DType::hifloat8, -1.0f), enc(DType::hifloat8, -1.125f)}),
+            enc(DType::hifloat8, -1.125f));
+  // bfloat16 / float16 ties go to even as well.
+  EXPECT_EQ(rope_mean_code(DType::bfloat16, {enc(DType::bfloat16, 1.0f), enc(DType::bfloat16, 1.0078125f)}),
+            enc(DType::bfloat16, 1.0f));
+  // A NaN in the window gives NaN; +inf and -inf give NaN; one infinity stays infinite.
+  EXPECT_TRUE(std::isnan(formats::decode(DType::float16,
+      rope_mean_code(DType::float16, {0x7E00u, enc(DType::float16, 1.0f)}))));
+  EXPECT_TRUE(std::isnan(formats::decode(DType::float16, rope_mean_code(DType::float16, {0x7C00u, 0xFC00u}))));
+  EXPECT_EQ(rope_mean_code(DType::float16, {0x7C00u, enc(DType::float16, 1.0f)}), 0x7C00u);
+  EXPECT_EQ(rope_mean_code(DType::hifloat8, {0x6Fu, enc(DType::hifloat8, 1.0f)}), 0x6Fu);  // inf kept
+  // Signed zero: -0 + -0 accumulates from +0.0, so the mean is +0.
+  EXPECT_EQ(rope_mean_code(DType::bfloat16, {0x8000u, 0x8000u}), 0x0000u);
 }
 
 // E8: 4-D Rope (scenario 3), fp32, documented formula (S3), not the 950 kernel's suffix.

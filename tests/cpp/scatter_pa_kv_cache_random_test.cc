@@ -16,7 +16,6 @@
 
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
-#include "ops/scatter_pa_kv_cache/internal.h"
 #include "scatter_pa_kv_cache_util.h"
 
 namespace kvscatter::testing {
@@ -366,26 +365,6 @@ TEST_P(ScatterPaKvCacheGrid, OptimizedMatchesReferenceByteForByte) {
                              (b == &opt.key_cache ? c.call.key_cache : c.call.value_cache).bytes.end() - kGuard));
     }
   }
-}
-
-// The non-temporal store paths (normally for calls of tens of MB) on the same kind of inputs.
-TEST(ScatterPaKvCacheGridStreaming, OptimizedMatchesReference) {
-  const std::int64_t old = detail::scatter::set_stream_min_bytes(0);
-  Gen g(base_seed() + 3);
-  for (Kind kind : {Kind::Norm, Kind::Nz4, Kind::Nz5, Kind::Nct}) {
-    for (int i = 0; i < 40; ++i) {
-      Case c = make_case(g, kind);
-      SCOPED_TRACE(c.desc);
-      Call opt = c.call, ref = c.call;
-      opt.run();
-      ref.run_reference();
-      ASSERT_TRUE(opt.key_cache.bytes == ref.key_cache.bytes);
-      if (c.call.has_value) {
-        ASSERT_TRUE(opt.value_cache.bytes == ref.value_cache.bytes);
-      }
-    }
-  }
-  detail::scatter::set_stream_min_bytes(old);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ScatterPaKvCacheGrid, ::testing::ValuesIn(kKinds),

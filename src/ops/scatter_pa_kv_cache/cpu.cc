@@ -2,7 +2,6 @@
 // destinations deterministic (G4), and splits the rows over the thread pool. The bytes are moved
 // by kernel_hwy.cc.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -116,12 +115,6 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
   return j;
 }
 
-// Calls writing at least stream_min_bytes use non-temporal stores for Norm rows of at least
-// kStreamMinRow bytes and for PA_NZ groups: such a call evicts the last-level cache anyway, and
-// skipping the read-for-ownership of every destination line saves memory traffic.
-constexpr std::int64_t kStreamMinRow = 512;
-std::atomic<std::int64_t> g_stream_min_bytes{std::int64_t{64} << 20};
-
 void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
   RowJob job;
@@ -140,16 +133,7 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   // from writing consecutive slots piece by piece.
   job.group = p.cache_mode == CacheMode::PA_NZ || p.scatter_mode == ScatterMode::NHSD;
   std::int64_t token_bytes = 0;
-  bool long_runs = true;
-  for (int k = 0; k < job.num_sides; ++k) {
-    const SideJob& s = job.side[k];
-    token_bytes += s.num_heads * s.head_bytes;
-    // Norm rows are long contiguous runs; PA_NZ groups write whole 32-byte-aligned lines.
-    long_runs = long_runs && (s.chunk_pitch == 0 ? s.merged && s.num_heads * s.head_bytes >= kStreamMinRow
-                                                 : true);
-  }
-  job.stream = long_runs && p.scatter_mode != ScatterMode::NHSD &&
-               token_bytes * p.num_tokens >= g_stream_min_bytes.load(std::memory_order_relaxed);
+  for (int k = 0; k < job.num_sides; ++k) token_bytes += job.side[k].num_heads * job.side[k].head_bytes;
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
 }
@@ -408,10 +392,6 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
 }
 
 }  // namespace
-
-std::int64_t set_stream_min_bytes(std::int64_t bytes) {
-  return g_stream_min_bytes.exchange(bytes, std::memory_order_relaxed);
-}
 
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t w,
                    std::int64_t n, unsigned char* dst) {

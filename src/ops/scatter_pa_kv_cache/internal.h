@@ -75,10 +75,6 @@ void check_bound_data(const ScatterPaKvCachePlan& plan);
 // before any write. Throws kvscatter::Error naming the offending element.
 void check_data(const ScatterPaKvCachePlan& plan, CheckedData& out);
 
-// Smallest call (bytes written) for which the optimized kernel uses non-temporal stores; returns
-// the previous value. For tests (to cover that path on small inputs) and tuning.
-std::int64_t set_stream_min_bytes(std::int64_t bytes);
-
 // Source position (token index inside the batch) of row j of a run, or -1 for the Rope mean row.
 inline std::int64_t run_source(ScatterMode mode, const CompressRun& r, std::int64_t j) noexcept {
   if (mode == ScatterMode::Alibi) return r.seq_len - r.window + j;

@@ -29,7 +29,6 @@ struct RowJob {
   std::int64_t block_size = 1;
   const std::int64_t* slots = nullptr;  // per token; < 0 is padding
   const std::uint8_t* skip = nullptr;   // per token: 1 if a later token writes the same slot
-  bool stream = false;                  // non-temporal stores for large contiguous rows
   bool group = false;                   // write runs of consecutive slots piece-major
 };
 

@@ -2,13 +2,13 @@
 // dynamic dispatch, chosen once per chunk of work). Every access is an unaligned vector load or
 // store of bytes (or memcpy), so rows at any address and of any length are safe.
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/scatter_pa_kv_cache/kernel_hwy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
-#include <hwy/cache_control.h>
 
 #include "ops/scatter_pa_kv_cache/kernel.h"
 
@@ -43,24 +43,6 @@ HWY_INLINE void CopyBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* 
   if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
 }
 
-// Like CopyBytes but the vector-aligned body uses non-temporal stores, which skip reading the
-// destination lines first (large writes that would not stay in cache anyway).
-HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
-                            std::size_t n) {
-  const D8 d;
-  const std::size_t N = hn::Lanes(d);
-  if (n < 4 * N) {
-    CopyBytes(dst, src, n);
-    return;
-  }
-  // Unaligned head with one ordinary store, then aligned streaming stores.
-  hn::StoreU(hn::LoadU(d, src), d, dst);
-  const std::size_t mis = reinterpret_cast<std::uintptr_t>(dst) & (N - 1);
-  std::size_t i = mis == 0 ? N : N - mis;
-  for (; i + N <= n; i += N) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
-  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
-}
-
 // n chunks of 32 bytes: source contiguous, destination `pitch` bytes apart (PA_NZ).
 HWY_INLINE void Chunks32(unsigned char* HWY_RESTRICT dst, std::int64_t pitch,
                          const unsigned char* HWY_RESTRICT src, std::int64_t n) {
@@ -81,18 +63,13 @@ HWY_INLINE void Chunks32(unsigned char* HWY_RESTRICT dst, std::int64_t pitch,
 }
 
 HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64_t t,
-                           std::int64_t slot, bool stream) {
+                           std::int64_t slot) {
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
   if (j.chunk_pitch == 0) {
     if (j.merged) {
-      const auto n = static_cast<std::size_t>(j.num_heads * j.head_bytes);
-      if (stream) {
-        StreamBytes(dst, src, n);
-      } else {
-        CopyBytes(dst, src, n);
-      }
+      CopyBytes(dst, src, static_cast<std::size_t>(j.num_heads * j.head_bytes));
       return;
     }
     for (std::int64_t h = 0; h < j.num_heads; ++h) {
@@ -110,50 +87,13 @@ HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64
   }
 }
 
-template <bool kStream>
-HWY_INLINE void Put32(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src) {
-  const hn::CappedTag<std::uint8_t, 32> d;
-  const std::size_t N = hn::Lanes(d);
-  for (std::size_t k = 0; k < 32; k += N) {
-    if constexpr (kStream) {
-      hn::Stream(hn::LoadU(d, src + k), d, dst + k);
-    } else {
-      hn::StoreU(hn::LoadU(d, src + k), d, dst + k);
-    }
-  }
-}
-
-// PA_NZ pieces 0 .. pieces-1 (32 bytes each, contiguous in every source row) of n tokens whose
-// rows are src_token apart, to destination runs `pitch` apart (n x 32 contiguous bytes each).
-// Pieces go in pairs so every 64-byte source line is read once, and the line of the next pair
-// is prefetched: the n source rows are n separate streams the hardware prefetcher cannot follow.
-template <bool kStream>
-HWY_INLINE void NzPieces(unsigned char* dst, std::int64_t pitch, const unsigned char* src,
-                         std::int64_t src_token, std::int64_t pieces, std::int64_t n) {
-  std::int64_t c = 0;
-  for (; c + 2 <= pieces; c += 2) {
-    unsigned char* d0 = dst + c * pitch;
-    unsigned char* d1 = d0 + pitch;
-    const unsigned char* s0 = src + c * 32;
-    const bool more = c + 2 < pieces;
-    for (std::int64_t i = 0; i < n; ++i) {
-      const unsigned char* p = s0 + i * src_token;
-      if (more) hwy::Prefetch(p + 64);
-      Put32<kStream>(d0 + i * 32, p);
-      Put32<kStream>(d1 + i * 32, p + 32);
-    }
-  }
-  if (c < pieces) {
-    for (std::int64_t i = 0; i < n; ++i) Put32<kStream>(dst + c * pitch + i * 32, src + c * 32 + i * src_token);
-  }
-}
-
-// n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block. Each destination
-// piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run, so the
-// pieces are written piece-major: sequential stores instead of n strided rows (and one page at a
-// time instead of one page per piece per token).
+// n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block (a prefill). Each
+// destination piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run,
+// so pieces are written piece-major: sequential stores filling whole lines, instead of one
+// 32-byte store per token on every one of NH*D/L pages. PA_NZ goes in tiles of kTile tokens,
+// whose rows stay in L1 while their pieces are distributed.
 HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64_t t,
-                           std::int64_t slot, std::int64_t n, bool stream) {
+                           std::int64_t slot, std::int64_t n) {
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
@@ -166,18 +106,24 @@ HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64
     }
     return;
   }
-  // Non-temporal stores need 32-byte aligned destinations; every piece shares dst's alignment.
-  const bool nt = stream && (reinterpret_cast<std::uintptr_t>(dst) & 31) == 0 &&
-                  (j.chunk_pitch & 31) == 0 && (j.head_pitch & 31) == 0;
+  const hn::CappedTag<std::uint8_t, 32> d32;
+  const std::size_t N = hn::Lanes(d32);
+  constexpr std::int64_t kTile = 8;
   const std::int64_t heads = j.merged ? 1 : j.num_heads;
   const std::int64_t pieces = (j.merged ? j.num_heads * j.head_bytes : j.head_bytes) / 32;
-  for (std::int64_t h = 0; h < heads; ++h) {
-    if (nt) {
-      NzPieces<true>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
-                     pieces, n);
-    } else {
-      NzPieces<false>(dst + h * j.head_pitch, j.chunk_pitch, src + h * j.src_head, j.src_token,
-                      pieces, n);
+  for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
+    const std::int64_t m = std::min(kTile, n - i0);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      unsigned char* dh = dst + h * j.head_pitch + i0 * 32;
+      const unsigned char* sh = src + h * j.src_head + i0 * j.src_token;
+      for (std::int64_t c = 0; c < pieces; ++c) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::size_t k = 0; k < 32; k += N) {
+            hn::StoreU(hn::LoadU(d32, sh + i * j.src_token + c * 32 + k), d32,
+                       dh + c * j.chunk_pitch + i * 32 + k);
+          }
+        }
+      }
     }
   }
 }
@@ -196,13 +142,12 @@ void ScatterTokenRange(const RowJob& job, std::int64_t begin, std::int64_t end) 
       }
     }
     if (n > 1) {
-      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n, job.stream);
+      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n);
       t += n - 1;
       continue;
     }
-    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s, job.stream);
+    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s);
   }
-  if (job.stream) hwy::FlushStream();
 }
 
 void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t end) {
