@@ -4,47 +4,18 @@
 //   --benchmark_report_aggregates_only=true
 // Targets: kv_compress_epilog fp8_e8m0, d = 576, 16,384 tokens: vs_memcpy >= 0.5;
 //          scatter_pa_kv_cache_with_k_scale, 8,192 tokens: vs_memcpy >= 0.8.
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
-#include <chrono>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 
 namespace kvscatter {
 namespace {
-
-// Times the benchmark loop, then memcpy of traffic / 2 bytes for as many iterations (buffers
-// as large as the operator's traffic, so both run from the same level of the memory
-// hierarchy), and reports bytes/s plus vs_memcpy = memcpy time / operator time.
-template <class F>
-void run_against_memcpy(benchmark::State& state, std::int64_t traffic, F&& op) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  for (auto _ : state) {
-    op();
-    benchmark::ClobberMemory();
-  }
-  const double op_s = std::chrono::duration<double>(clock::now() - t0).count();
-  std::vector<std::uint8_t> src(static_cast<std::size_t>(traffic / 2) + 1, 1);
-  std::vector<std::uint8_t> dst(src.size());
-  std::memcpy(dst.data(), src.data(), src.size());
-  const auto t1 = clock::now();
-  for (benchmark::IterationCount i = 0; i < state.iterations(); ++i) {
-    std::memcpy(dst.data(), src.data(), src.size());
-    benchmark::ClobberMemory();
-  }
-  const double mem_s = std::chrono::duration<double>(clock::now() - t1).count();
-  state.SetBytesProcessed(state.iterations() * traffic);
-  state.counters["vs_memcpy"] = op_s > 0 ? mem_s / op_s : 0;
-  state.counters["memcpy_us"] = mem_s / static_cast<double>(state.iterations()) * 1e6;
-}
 
 // Slots of `tokens` tokens spread over a shuffled set of blocks, as a paged allocator hands
 // them out: consecutive tokens share a block, blocks are scattered.
@@ -84,7 +55,7 @@ void BM_KvCompressEpilog(benchmark::State& state, QuantMode mode, bool round_sca
       plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {blocks, kBlock, 1, row}), tx,
                               ts, gs, mode, round_scale, 1.0f);
   const std::int64_t traffic = tokens * (2 * d + 8 + row);
-  run_against_memcpy(state, traffic, [&] { execute(plan); });
+  bench::run_against_memcpy(state, traffic, [&] { execute(plan); });
   state.counters["row_bytes"] = static_cast<double>(row);
   set_num_threads(0);
 }
@@ -112,7 +83,7 @@ void BM_ScatterPaKvCacheWithKScale(benchmark::State& state) {
       TensorView(scale_cache.data(), DType::float32, {blocks, kHeads, kBlock, 1}));
   // read: key, value, scales, slot; written: the same K/V bytes and scales.
   const std::int64_t traffic = tokens * (2 * (2 * kHeads * kDim + 4 * kHeads) + 8);
-  run_against_memcpy(state, traffic, [&] { execute(plan); });
+  bench::run_against_memcpy(state, traffic, [&] { execute(plan); });
   set_num_threads(0);
 }
 

@@ -3,7 +3,6 @@
 // the ratio to memcpy of the same traffic measured in the same run (memcpy of half the traffic
 // between buffers of that size; > 1 means faster than memcpy).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <numeric>
@@ -15,6 +14,7 @@
 #include "kvscatter/formats.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
+#include "measure.h"
 
 namespace kvscatter::cli {
 namespace {
@@ -27,32 +27,16 @@ struct BenchQuantConfig {
 };
 BenchQuantConfig g_bq;
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Median seconds per call over `reps` batches, each batch sized to last about 20 ms.
+// Median seconds per call, each timed batch sized to last about 20 ms.
 template <class F>
 double seconds_per_call(F&& fn, int reps) {
-  fn();
-  const double t0 = now();
-  fn();
-  const int inner = static_cast<int>(std::clamp(0.02 / std::max(now() - t0, 1e-7), 1.0, 1e5));
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const double s = now();
-    for (int i = 0; i < inner; ++i) fn();
-    t.push_back((now() - s) / inner);
-  }
-  std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
-  return t[static_cast<std::size_t>(reps / 2)];
+  return time_per_call(fn, reps, calibrate(fn));
 }
 
 double memcpy_seconds(std::int64_t traffic, int reps) {
-  std::vector<std::uint8_t> src(static_cast<std::size_t>(std::max<std::int64_t>(traffic / 2, 1)),
-                                1);
-  std::vector<std::uint8_t> dst(src.size());
-  return seconds_per_call([&] { std::memcpy(dst.data(), src.data(), src.size()); }, reps);
+  MemcpyBaseline base(static_cast<std::size_t>(traffic));
+  return base.seconds(
+      reps, calibrate([&] { std::memcpy(base.dst.data(), base.src.data(), base.src.size()); }));
 }
 
 std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
