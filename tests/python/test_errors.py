@@ -118,8 +118,11 @@ def test_kv_cache_update_library_errors(kv):
                  lambda: kvscatter.kv_cache_update(kc, vc, new[:, :, :1], new, 0), "new_keys",
                  caches=(kc, vc), status=INVALID)
     expect_error(kvscatter.Error,
-                 lambda: kvscatter.kv_cache_update(kc, vc.astype(np.float16), new, new, 0),
-                 "value_cache", caches=(kc,), status=INVALID)
+                 lambda: kvscatter.kv_cache_update(kc, vc[:, :4], new, new, 0),
+                 "value_cache.shape[1]", caches=(kc, vc), status=INVALID)
+    expect_error(kvscatter.Error,
+                 lambda: kvscatter.kv_cache_update(kc, vc.astype(np.int16), new, new, 0),
+                 "value_cache", "int16", caches=(kc,), status=INVALID)
     expect_error(kvscatter.Error,
                  lambda: kvscatter.kv_cache_update(kc[0], vc[0], new[0], new[0], 0), "key_cache",
                  "4", caches=(kc, vc), status=INVALID)
