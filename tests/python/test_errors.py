@@ -287,3 +287,31 @@ def test_kv_compress_epilog_errors(epilog):
         cache[..., :100], x, ok), "cache", "193", caches=(cache,), status=INVALID)
     expect_error(kvscatter.Error, lambda: kvscatter.kv_compress_epilog(
         cache, x, ok[:2]), "slot_mapping", caches=(cache,), status=INVALID)
+
+
+def test_scatter_layout_errors():
+    key = np.zeros((4, 1, 8), np.float16)
+    kc = np.ones((2, 4, 1, 8), np.float16)
+    slots = np.arange(4, dtype=np.int32)
+    expect_error(kvscatter.Error, lambda: kvscatter.scatter_pa_kv_cache(
+        key, None, kc, None, slots, scatter_mode="Nct", strides=[8, 8], offsets=[4, 0]),
+        "key Nct row 3", "past the end of the buffer", caches=(kc,), status=INVALID)
+    nz = np.ones((2, 1, 4, 16), np.float16)
+    expect_error(kvscatter.Error, lambda: kvscatter.scatter_pa_kv_cache(
+        key, None, nz, None, slots, cache_mode="PA_NZ"), "multiple of 32 bytes", caches=(nz,),
+        status=INVALID)
+    key4 = np.zeros((2, 3, 1, 8), np.float16)
+    expect_error(kvscatter.Error, lambda: kvscatter.scatter_pa_kv_cache(
+        key4, None, kc, None, np.zeros((2, 1), np.int32), compress_lens=np.ones((2, 1), np.int32),
+        seq_lens=np.array([3, 4], np.int32)), "seq_lens[1] = 4", caches=(kc,), status=INVALID)
+
+
+def test_empty_inputs_are_a_no_op():
+    kc = np.ones((2, 4, 1, 8), np.float16)
+    before = kc.copy()
+    kvscatter.scatter_pa_kv_cache(np.zeros((0, 1, 8), np.float16), None, kc, None,
+                                  np.zeros(0, np.int32))
+    cache = np.full((2, 2, 1, 256), 0xEE, np.uint8)
+    kvscatter.kv_compress_epilog(cache, np.zeros((0, 128), ml_dtypes.bfloat16), np.zeros(0, np.int32))
+    np.testing.assert_array_equal(kc, before)
+    assert (cache == 0xEE).all()
