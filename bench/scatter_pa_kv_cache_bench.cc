@@ -8,6 +8,8 @@
 //   vs_memcpy   memcpy time / scatter time (1.0 = as fast as memcpy)
 //   bound_ok    1 if scatter time <= 2 x memcpy time + 2 us (the small-batch target)
 // BM_Memcpy runs the baseline alone. Run with --benchmark_repetitions=N and read the medians.
+#include <benchmark/benchmark.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -15,8 +17,6 @@
 #include <numeric>
 #include <random>
 #include <vector>
-
-#include <benchmark/benchmark.h>
 
 #include "kvscatter/scatter_pa_kv_cache.h"
 
@@ -70,15 +70,15 @@ struct Setup {
     if (nz) {
       o.cache_mode = "PA_NZ";
       kc = TensorView(key_cache.data(), DType::bfloat16, {blocks, kHeads * kHead / 16, kBlock, 16});
-      vc = TensorView(value_cache.data(), DType::bfloat16, {blocks, kHeads * kHead / 16, kBlock, 16});
+      vc = TensorView(value_cache.data(), DType::bfloat16,
+                      {blocks, kHeads * kHead / 16, kBlock, 16});
     } else {
       kc = TensorView(key_cache.data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
       vc = TensorView(value_cache.data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
     }
-    return plan_scatter_pa_kv_cache(
-        k, kc, TensorView(slots.data(), DType::int64, {tokens}),
-        with_value ? std::optional<TensorView>(v) : std::nullopt,
-        with_value ? std::optional<TensorView>(vc) : std::nullopt, o);
+    return plan_scatter_pa_kv_cache(k, kc, TensorView(slots.data(), DType::int64, {tokens}),
+                                    with_value ? std::optional<TensorView>(v) : std::nullopt,
+                                    with_value ? std::optional<TensorView>(vc) : std::nullopt, o);
   }
 
   std::size_t bytes(bool with_value) const { return key.size() * 2 * (with_value ? 2 : 1); }

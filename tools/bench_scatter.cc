@@ -87,7 +87,10 @@ Row make_row(const std::string& mode, std::int64_t tokens, DType dt) {
         r.lens.push_back(w);
         r.offs.push_back(off);
         r.slots.push_back(rows_written);
-        rows_written += mode == "Alibi" ? w : (w == 0 || off == l) ? l : mode == "Rope" ? l - w + 1 : l - w;
+        rows_written += mode == "Alibi"        ? w
+                        : (w == 0 || off == l) ? l
+                        : mode == "Rope"       ? l - w + 1
+                                               : l - w;
       }
       total += l;
     }
@@ -158,8 +161,10 @@ double median(std::vector<double> v) {
 
 std::string human_time(double s) {
   char buf[32];
-  if (s < 1e-3) std::snprintf(buf, sizeof buf, "%8.2f us", s * 1e6);
-  else std::snprintf(buf, sizeof buf, "%8.3f ms", s * 1e3);
+  if (s < 1e-3)
+    std::snprintf(buf, sizeof buf, "%8.2f us", s * 1e6);
+  else
+    std::snprintf(buf, sizeof buf, "%8.3f ms", s * 1e3);
   return buf;
 }
 
@@ -171,21 +176,22 @@ int run_bench() {
     return 2;
   }
   std::printf("ScatterPaKvCache: %lld heads x %lld %s, block size %lld, %d threads, SIMD %s\n",
-              static_cast<long long>(o.heads), static_cast<long long>(o.head_size),
-              o.dtype.c_str(), static_cast<long long>(o.block_size), get_num_threads(),
-              simd_target().c_str());
-  std::printf("GB/s counts bytes read + written of the K/V elements; x memcpy = memcpy time of "
-              "the same bytes / scatter time (medians, timed alternately)\n");
+              static_cast<long long>(o.heads), static_cast<long long>(o.head_size), o.dtype.c_str(),
+              static_cast<long long>(o.block_size), get_num_threads(), simd_target().c_str());
+  std::printf(
+      "GB/s counts bytes read + written of the K/V elements; x memcpy = memcpy time of "
+      "the same bytes / scatter time (medians, timed alternately)\n");
   for (const std::string& mode : split(o.modes)) {
-    std::printf("\n%s\n%8s  %12s  %9s  %12s  %9s\n", mode.c_str(), "tokens", "time/call",
-                "GB/s", "memcpy", "x memcpy");
+    std::printf("\n%s\n%8s  %12s  %9s  %12s  %9s\n", mode.c_str(), "tokens", "time/call", "GB/s",
+                "memcpy", "x memcpy");
     for (const std::string& tok : split(o.tokens)) {
       const std::int64_t tokens = std::stoll(tok);
       Row r = make_row(mode, tokens, *dt);
       execute(r.plan);
       std::vector<double> ts, tm;
       const auto start = Clock::now();
-      while (ts.size() < 3 || std::chrono::duration<double>(Clock::now() - start).count() < o.min_time) {
+      while (ts.size() < 3 ||
+             std::chrono::duration<double>(Clock::now() - start).count() < o.min_time) {
         const auto t0 = Clock::now();
         execute(r.plan);
         const auto t1 = Clock::now();
@@ -213,7 +219,8 @@ const RegisterBench kRegister{BenchPart{
       app.add_option("--head-size", g_opts.head_size, "head size")->capture_default_str();
       app.add_option("--block-size", g_opts.block_size, "cache block size")->capture_default_str();
       app.add_option("--dtype", g_opts.dtype, "element dtype")->capture_default_str();
-      app.add_option("--tokens", g_opts.tokens, "comma-separated token counts")->capture_default_str();
+      app.add_option("--tokens", g_opts.tokens, "comma-separated token counts")
+          ->capture_default_str();
       app.add_option("--modes", g_opts.modes,
                      "comma-separated: Norm,Nct,NHSD,PA_NZ,KeyOnly,Alibi,Rope,Omni")
           ->capture_default_str();

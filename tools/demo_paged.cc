@@ -29,8 +29,10 @@ Options g_opts;
 // Deterministic key/value bytes of (layer, sequence, position, side).
 std::uint8_t token_byte(std::int64_t layer, std::int64_t seq, std::int64_t pos, int side,
                         std::int64_t i) {
-  std::uint64_t x = static_cast<std::uint64_t>((((layer * 1000003 + seq) * 1000033 + pos) * 2 + side)) *
-                        0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(i) * 0xBF58476D1CE4E5B9ull;
+  std::uint64_t x =
+      static_cast<std::uint64_t>((((layer * 1000003 + seq) * 1000033 + pos) * 2 + side)) *
+          0x9E3779B97F4A7C15ull +
+      static_cast<std::uint64_t>(i) * 0xBF58476D1CE4E5B9ull;
   x ^= x >> 31;
   x *= 0x94D049BB133111EBull;
   return static_cast<std::uint8_t>(x >> 56);
@@ -73,7 +75,8 @@ class Engine {
       }
       // Decode: every other live sequence appends one token.
       for (Sequence& s : live_) {
-        if (std::any_of(batch.begin(), batch.end(), [&](auto& b) { return b.first == &s; })) continue;
+        if (std::any_of(batch.begin(), batch.end(), [&](auto& b) { return b.first == &s; }))
+          continue;
         if (!reserve(s, s.len + 1)) continue;  // out of blocks: skip this step
         batch.push_back({&s, s.len});
         new_tokens.push_back(1);
@@ -98,12 +101,13 @@ class Engine {
       }
     }
     const bool gathered = gather_check(live_);
-    std::printf("paged demo: %lld layers, %lld steps, %lld sequences (%zu live), %lld tokens "
-                "written with %lld padding slots, %lld calls (one plan per step and layout, executed per "
-                "layer; key and value per call)\n",
-                static_cast<long long>(o_.layers), static_cast<long long>(o_.steps),
-                static_cast<long long>(next_id), live_.size(), static_cast<long long>(written),
-                static_cast<long long>(padded), static_cast<long long>(calls));
+    std::printf(
+        "paged demo: %lld layers, %lld steps, %lld sequences (%zu live), %lld tokens "
+        "written with %lld padding slots, %lld calls (one plan per step and layout, executed per "
+        "layer; key and value per call)\n",
+        static_cast<long long>(o_.layers), static_cast<long long>(o_.steps),
+        static_cast<long long>(next_id), live_.size(), static_cast<long long>(written),
+        static_cast<long long>(padded), static_cast<long long>(calls));
     std::printf("  every step matches the reference kernel byte for byte: yes\n");
     std::printf("  every live token gathered back through its block table (Norm and PA_NZ): %s\n",
                 gathered ? "yes" : "NO");
@@ -114,7 +118,8 @@ class Engine {
   // Makes sure s has blocks for `len` tokens.
   bool reserve(Sequence& s, std::int64_t len) {
     const std::int64_t need = (len + o_.block_size - 1) / o_.block_size;
-    if (need - static_cast<std::int64_t>(s.blocks.size()) > static_cast<std::int64_t>(free_.size())) {
+    if (need - static_cast<std::int64_t>(s.blocks.size()) >
+        static_cast<std::int64_t>(free_.size())) {
       return false;
     }
     while (static_cast<std::int64_t>(s.blocks.size()) < need) {
@@ -125,14 +130,16 @@ class Engine {
   }
 
   std::int64_t slot_of(const Sequence& s, std::int64_t pos) const {
-    return s.blocks[static_cast<std::size_t>(pos / o_.block_size)] * o_.block_size + pos % o_.block_size;
+    return s.blocks[static_cast<std::size_t>(pos / o_.block_size)] * o_.block_size +
+           pos % o_.block_size;
   }
 
   bool scatter_step(const std::vector<std::pair<Sequence*, std::int64_t>>& batch,
                     const std::vector<std::int64_t>& counts, std::int64_t bucket) {
     std::vector<std::int64_t> slots(static_cast<std::size_t>(bucket), -1);  // padding
-    std::vector<std::vector<std::uint8_t>> keys(static_cast<std::size_t>(o_.layers * 2),
-                                                std::vector<std::uint8_t>(static_cast<std::size_t>(bucket * row_), 0));
+    std::vector<std::vector<std::uint8_t>> keys(
+        static_cast<std::size_t>(o_.layers * 2),
+        std::vector<std::uint8_t>(static_cast<std::size_t>(bucket * row_), 0));
     std::int64_t t = 0;
     for (std::size_t i = 0; i < batch.size(); ++i) {
       const Sequence& s = *batch[i].first;
@@ -142,7 +149,8 @@ class Engine {
         for (std::int64_t l = 0; l < o_.layers; ++l) {
           for (int side = 0; side < 2; ++side) {
             auto& buf = keys[static_cast<std::size_t>(l * 2 + side)];
-            for (std::int64_t b = 0; b < row_; ++b) buf[t * row_ + b] = token_byte(l, s.id, pos, side, b);
+            for (std::int64_t b = 0; b < row_; ++b)
+              buf[t * row_ + b] = token_byte(l, s.id, pos, side, b);
           }
         }
       }
@@ -161,9 +169,9 @@ class Engine {
         return layout == 0 ? view(v, {nb, bs, h, d}) : view(v, {nb, h * d / 16, bs, 16});
       };
       // Validate once for the step's shapes, then execute every layer by rebinding pointers.
-      ScatterPaKvCachePlan plan = plan_scatter_pa_kv_cache(
-          view(keys[0], {bucket, h, d}), cache_view(caches[0]), slot, view(keys[1], {bucket, h, d}),
-          cache_view(caches[1]), opt);
+      ScatterPaKvCachePlan plan =
+          plan_scatter_pa_kv_cache(view(keys[0], {bucket, h, d}), cache_view(caches[0]), slot,
+                                   view(keys[1], {bucket, h, d}), cache_view(caches[1]), opt);
       for (std::int64_t l = 0; l < o_.layers; ++l) {
         const auto k = static_cast<std::size_t>(l * 2), v = k + 1;
         plan.key.data = keys[k].data();
@@ -218,10 +226,12 @@ const RegisterDemo kRegister{DemoPart{
     "paged", 20,
     [](CLI::App& app) {
       app.add_option("--paged-layers", g_opts.layers, "paged demo: layers")->capture_default_str();
-      app.add_option("--paged-steps", g_opts.steps, "paged demo: engine steps")->capture_default_str();
+      app.add_option("--paged-steps", g_opts.steps, "paged demo: engine steps")
+          ->capture_default_str();
       app.add_option("--paged-seqs", g_opts.max_seqs, "paged demo: concurrent sequences")
           ->capture_default_str();
-      app.add_option("--paged-blocks", g_opts.blocks, "paged demo: cache blocks")->capture_default_str();
+      app.add_option("--paged-blocks", g_opts.blocks, "paged demo: cache blocks")
+          ->capture_default_str();
       app.add_option("--paged-block-size", g_opts.block_size, "paged demo: block size")
           ->capture_default_str();
       app.add_option("--paged-seed", g_opts.seed, "paged demo: random seed")->capture_default_str();

@@ -1,12 +1,12 @@
 // The worked examples E1-E9 of spec scatter_pa_kv_cache.md section 6, verbatim, run through
 // both the optimized kernel and the reference (which must agree byte for byte).
+#include <gtest/gtest.h>
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kvscatter/formats.h"
 #include "scatter_pa_kv_cache_util.h"
@@ -23,7 +23,8 @@ Call e1(DType index_dtype, std::vector<std::int64_t> slots) {
   c.value = Buf(DType::float16, {2, 2, 32});
   for (int t = 0; t < 2; ++t) {
     for (int h = 0; h < 2; ++h) {
-      for (int d = 0; d < 16; ++d) c.key.set((t * 2 + h) * 16 + d, f16(float(100 * t + 20 * h + d)));
+      for (int d = 0; d < 16; ++d)
+        c.key.set((t * 2 + h) * 16 + d, f16(float(100 * t + 20 * h + d)));
       for (int d = 0; d < 32; ++d) {
         c.value.set((t * 2 + h) * 32 + d, f16(float(500 + 100 * t + 40 * h + d)));
       }
@@ -100,7 +101,8 @@ TEST(ScatterPaKvCacheExamples, E1bPaNzInt8KeyFp16Value) {
     EXPECT_EQ(out.key_cache.get<std::int8_t>(((1 * 2 + 1) * 2 + 1) * 32 + r), r + 32 - 30);
   }
   for (int r = 0; r < 16; ++r) {
-    EXPECT_EQ(out.value_cache.get<std::uint16_t>(((1 * 1 + 0) * 2 + 1) * 16 + r), f16(float(r) + 0.5f));
+    EXPECT_EQ(out.value_cache.get<std::uint16_t>(((1 * 1 + 0) * 2 + 1) * 16 + r),
+              f16(float(r) + 0.5f));
   }
 }
 
@@ -112,7 +114,8 @@ Call e2(DType index_dtype, bool with_value) {
   c.value = Buf(DType::int32, {3, 2, 3});
   for (int t = 0; t < 3; ++t) {
     for (int h = 0; h < 2; ++h) {
-      for (int d = 0; d < 3; ++d) c.value.set<std::int32_t>((t * 2 + h) * 3 + d, 100 * (t + 1) + 10 * h + d);
+      for (int d = 0; d < 3; ++d)
+        c.value.set<std::int32_t>((t * 2 + h) * 3 + d, 100 * (t + 1) + 10 * h + d);
     }
   }
   c.slot = index_buf(index_dtype, {2, -1, 1});
@@ -124,20 +127,21 @@ Call e2(DType index_dtype, bool with_value) {
 
 std::vector<std::int32_t> ints(const Buf& b) {
   std::vector<std::int32_t> v(static_cast<std::size_t>(b.elems()));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = b.get<std::int32_t>(static_cast<std::int64_t>(i));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = b.get<std::int32_t>(static_cast<std::int64_t>(i));
   return v;
 }
 
-const std::vector<std::int32_t> kE2Key = {0, 0, 0, 0,  9, 10, 11, 12,   // block 0: slot 0, slot 1
-                                          1, 2, 3, 4,  0, 0, 0, 0};     // block 1: slot 2, slot 3
+const std::vector<std::int32_t> kE2Key = {0, 0, 0, 0, 9, 10, 11, 12,  // block 0: slot 0, slot 1
+                                          1, 2, 3, 4, 0, 0,  0,  0};  // block 1: slot 2, slot 3
 
 TEST(ScatterPaKvCacheExamples, E2NormDifferentHeadSizesAndPadding) {
   for (DType idx : {DType::int32, DType::int64}) {
     Call out = run_both(e2(idx, true));
     EXPECT_EQ(ints(out.key_cache), kE2Key);
-    const std::vector<std::int32_t> want_v = {
-        0, 0, 0, 0, 0, 0,  300, 301, 302, 310, 311, 312,
-        100, 101, 102, 110, 111, 112,  0, 0, 0, 0, 0, 0};
+    const std::vector<std::int32_t> want_v = {0,   0,   0,   0,   0,   0,   300, 301,
+                                              302, 310, 311, 312, 100, 101, 102, 110,
+                                              111, 112, 0,   0,   0,   0,   0,   0};
     EXPECT_EQ(ints(out.value_cache), want_v);
   }
 }
@@ -222,14 +226,15 @@ TEST(ScatterPaKvCacheExamples, E5AlibiPacked) {
   const int src_h[16] = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0};
   for (int row = 0; row < 16; ++row) {
     for (int d = 0; d < 16; ++d) {
-      const std::uint16_t wk = src_t[row] < 0 ? 0 : f16(float(64 * (src_t[row] * 2 + src_h[row]) + d));
+      const std::uint16_t wk =
+          src_t[row] < 0 ? 0 : f16(float(64 * (src_t[row] * 2 + src_h[row]) + d));
       const std::uint16_t wv =
           src_t[row] < 0 ? 0 : f16(float(1000 + 64 * (src_t[row] * 2 + src_h[row]) + d));
       EXPECT_EQ(out.key_cache.get<std::uint16_t>(row * 16 + d), wk) << "row " << row;
       EXPECT_EQ(out.value_cache.get<std::uint16_t>(row * 16 + d), wv) << "row " << row;
     }
   }
-  EXPECT_EQ(out.key_cache.get<std::uint16_t>(1 * 16), f16(256.0f));   // row1 = [256..271]
+  EXPECT_EQ(out.key_cache.get<std::uint16_t>(1 * 16), f16(256.0f));        // row1 = [256..271]
   EXPECT_EQ(out.key_cache.get<std::uint16_t>(13 * 16 + 15), f16(719.0f));  // row13 = [704..719]
 }
 
@@ -374,29 +379,33 @@ TEST(ScatterPaKvCacheRopeMean, FloatTypesAccumulateInFloat32AndRoundPerFormat) {
                                             enc(DType::float32, 4)}),
             std::bit_cast<std::uint32_t>(third));
   // float8_e4m3fn: (1 + 1.125) / 2 = 1.0625 is a tie -> even (1.0).
-  EXPECT_EQ(rope_mean_code(DType::float8_e4m3fn, {enc(DType::float8_e4m3fn, 1.0f),
-                                                  enc(DType::float8_e4m3fn, 1.125f)}),
+  EXPECT_EQ(rope_mean_code(DType::float8_e4m3fn,
+                           {enc(DType::float8_e4m3fn, 1.0f), enc(DType::float8_e4m3fn, 1.125f)}),
             enc(DType::float8_e4m3fn, 1.0f));
   // float8_e5m2: (1 + 1.25) / 2 = 1.125 is a tie -> even (1.0).
-  EXPECT_EQ(rope_mean_code(DType::float8_e5m2, {enc(DType::float8_e5m2, 1.0f),
-                                                enc(DType::float8_e5m2, 1.25f)}),
+  EXPECT_EQ(rope_mean_code(DType::float8_e5m2,
+                           {enc(DType::float8_e5m2, 1.0f), enc(DType::float8_e5m2, 1.25f)}),
             enc(DType::float8_e5m2, 1.0f));
   // hifloat8 rounds half away from zero: the tie 1.0625 goes to 1.125, -1.0625 to -1.125.
   const std::uint32_t h1 = enc(DType::hifloat8, 1.0f), h9 = enc(DType::hifloat8, 1.125f);
   ASSERT_EQ(formats::decode(DType::hifloat8, h9), 1.125f);
   ASSERT_NE(formats::decode(DType::hifloat8, enc(DType::hifloat8, 1.0625f)), 1.0625f);
   EXPECT_EQ(rope_mean_code(DType::hifloat8, {h1, h9}), h9);
-  EXPECT_EQ(rope_mean_code(DType::hifloat8, {enc(DType::hifloat8, -1.0f), enc(DType::hifloat8, -1.125f)}),
-            enc(DType::hifloat8, -1.125f));
+  EXPECT_EQ(
+      rope_mean_code(DType::hifloat8, {enc(DType::hifloat8, -1.0f), enc(DType::hifloat8, -1.125f)}),
+      enc(DType::hifloat8, -1.125f));
   // bfloat16 / float16 ties go to even as well.
-  EXPECT_EQ(rope_mean_code(DType::bfloat16, {enc(DType::bfloat16, 1.0f), enc(DType::bfloat16, 1.0078125f)}),
+  EXPECT_EQ(rope_mean_code(DType::bfloat16,
+                           {enc(DType::bfloat16, 1.0f), enc(DType::bfloat16, 1.0078125f)}),
             enc(DType::bfloat16, 1.0f));
   // A NaN in the window gives NaN; +inf and -inf give NaN; one infinity stays infinite.
-  EXPECT_TRUE(std::isnan(formats::decode(DType::float16,
-      rope_mean_code(DType::float16, {0x7E00u, enc(DType::float16, 1.0f)}))));
-  EXPECT_TRUE(std::isnan(formats::decode(DType::float16, rope_mean_code(DType::float16, {0x7C00u, 0xFC00u}))));
+  EXPECT_TRUE(std::isnan(formats::decode(
+      DType::float16, rope_mean_code(DType::float16, {0x7E00u, enc(DType::float16, 1.0f)}))));
+  EXPECT_TRUE(std::isnan(
+      formats::decode(DType::float16, rope_mean_code(DType::float16, {0x7C00u, 0xFC00u}))));
   EXPECT_EQ(rope_mean_code(DType::float16, {0x7C00u, enc(DType::float16, 1.0f)}), 0x7C00u);
-  EXPECT_EQ(rope_mean_code(DType::hifloat8, {0x6Fu, enc(DType::hifloat8, 1.0f)}), 0x6Fu);  // inf kept
+  EXPECT_EQ(rope_mean_code(DType::hifloat8, {0x6Fu, enc(DType::hifloat8, 1.0f)}),
+            0x6Fu);  // inf kept
   // Signed zero: -0 + -0 accumulates from +0.0, so the mean is +0.
   EXPECT_EQ(rope_mean_code(DType::bfloat16, {0x8000u, 0x8000u}), 0x0000u);
 }
@@ -487,7 +496,7 @@ TEST(ScatterPaKvCacheExamples, E9Alibi4D) {
     c.value_cache = Buf(dt, {2, 4, 1, 2});
     Call out = run_both(c);
     EXPECT_EQ(c.plan().scatter_mode, ScatterMode::Alibi);
-    const int want[8][2] = {{1, 101}, {2, 102}, {0, 0}, {0, 0},
+    const int want[8][2] = {{1, 101},  {2, 102},  {0, 0},    {0, 0},
                             {11, 111}, {12, 112}, {13, 113}, {0, 0}};
     for (int row = 0; row < 8; ++row) {
       for (int e = 0; e < 2; ++e) {

@@ -1,13 +1,12 @@
 // A uint8 cache larger than 2^31 elements (decision G8), written at its last slot by every
 // layout. The cache is an anonymous mapping: untouched pages are never materialised, so the
 // test costs a few pages of memory.
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kvscatter/scatter_pa_kv_cache.h"
 
@@ -79,7 +78,10 @@ TEST_F(LargeCache, LastSlotInEveryLayout) {
       const auto plan = plan_scatter_pa_kv_cache(
           k, kc, slot, with_value ? std::optional<TensorView>(v) : std::nullopt,
           with_value ? std::optional<TensorView>(vc) : std::nullopt, o);
-      if (use_reference) reference::execute(plan); else execute(plan);
+      if (use_reference)
+        reference::execute(plan);
+      else
+        execute(plan);
       for (int t : {0, 2}) {
         const std::int64_t s = slots[t];
         const std::int64_t blk = s / kBlock, off = s % kBlock;
@@ -93,7 +95,8 @@ TEST_F(LargeCache, LastSlotInEveryLayout) {
         }
         if (with_value) {
           for (std::int64_t h = 0; h < kHeads; ++h) {
-            const std::int64_t at = layout == 0 ? s * kHeads + h : (blk * kHeads + h) * kBlock + off;
+            const std::int64_t at =
+                layout == 0 ? s * kHeads + h : (blk * kHeads + h) * kBlock + off;
             ASSERT_EQ(value_cache[at], value[t * kHeads + h]);
           }
         }

@@ -2,6 +2,8 @@
 // the twelve dtypes, int32/int64 index tensors and shapes from 1 to 4,096 tokens, head sizes 1
 // to 576 and block sizes 1 to 256, with padding slots, the last slot, duplicate slots, strided
 // and unaligned views and guard bytes around every cache. KVSCATTER_TEST_SEED overrides the seed.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -12,8 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
 #include "scatter_pa_kv_cache_util.h"
@@ -21,16 +21,16 @@
 namespace kvscatter::testing {
 namespace {
 
-constexpr DType kDtypes[] = {DType::float32,  DType::float16,  DType::bfloat16,
-                             DType::int8,     DType::uint8,    DType::int16,
-                             DType::uint16,   DType::int32,    DType::uint32,
+constexpr DType kDtypes[] = {DType::float32,  DType::float16,     DType::bfloat16,
+                             DType::int8,     DType::uint8,       DType::int16,
+                             DType::uint16,   DType::int32,       DType::uint32,
                              DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
 
 enum class Kind { Norm, Nct, Nhsd, Nz4, Nz5, Alibi3, Rope3, Omni3, Alibi4, Rope4 };
-constexpr Kind kKinds[] = {Kind::Norm,   Kind::Nct,   Kind::Nhsd,   Kind::Nz4,    Kind::Nz5,
+constexpr Kind kKinds[] = {Kind::Norm,   Kind::Nct,   Kind::Nhsd,  Kind::Nz4,    Kind::Nz5,
                            Kind::Alibi3, Kind::Rope3, Kind::Omni3, Kind::Alibi4, Kind::Rope4};
 const char* kind_name(Kind k) {
-  const char* names[] = {"Norm", "Nct", "NHSD", "PaNz4D", "PaNz5D",
+  const char* names[] = {"Norm",    "Nct",    "NHSD",   "PaNz4D",  "PaNz5D",
                          "Alibi3D", "Rope3D", "Omni3D", "Alibi4D", "Rope4D"};
   return names[static_cast<int>(k)];
 }
@@ -51,7 +51,8 @@ struct Gen {
   bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; }
   std::int64_t log_uniform(std::int64_t lo, std::int64_t hi) {
     const double a = std::log(double(lo)), b = std::log(double(hi) + 1);
-    const auto v = static_cast<std::int64_t>(std::exp(std::uniform_real_distribution<double>(a, b)(rng)));
+    const auto v =
+        static_cast<std::int64_t>(std::exp(std::uniform_real_distribution<double>(a, b)(rng)));
     return std::clamp<std::int64_t>(v, lo, hi);
   }
   DType dtype() { return kDtypes[uniform(0, 11)]; }
@@ -60,7 +61,8 @@ struct Gen {
       const std::uint64_t x = rng();
       std::memcpy(&v[i], &x, 8);
     }
-    for (std::size_t i = v.size() / 8 * 8; i < v.size(); ++i) v[i] = static_cast<unsigned char>(rng());
+    for (std::size_t i = v.size() / 8 * 8; i < v.size(); ++i)
+      v[i] = static_cast<unsigned char>(rng());
   }
 };
 
@@ -81,7 +83,8 @@ Buf make_tensor(Gen& g, DType dt, std::vector<std::int64_t> shape, int max_pad_a
   }
   std::int64_t extent = 1;
   for (int i = 0; i < rank; ++i) extent += (shape[i] - 1) * b.strides[i];
-  for (auto d : shape) if (d == 0) extent = 0;
+  for (auto d : shape)
+    if (d == 0) extent = 0;
   const std::size_t es = dtype_size(dt);
   const std::size_t mis = g.chance(0.3) ? static_cast<std::size_t>(g.uniform(1, 7)) : 0;
   const std::size_t pad = guard ? kGuard : 0;
@@ -100,8 +103,8 @@ void fill_no_nan(Gen& g, Buf& b) {
     for (;;) {
       std::uint32_t code = 0;
       std::memcpy(&code, &b.bytes[i], es);
-      const float v = b.dtype == DType::float32 ? std::bit_cast<float>(code)
-                                                : formats::decode(b.dtype, code);
+      const float v =
+          b.dtype == DType::float32 ? std::bit_cast<float>(code) : formats::decode(b.dtype, code);
       if (!std::isnan(v)) break;
       const std::uint64_t r = g.rng();
       std::memcpy(&b.bytes[i], &r, es);
@@ -115,7 +118,8 @@ struct Case {
 };
 
 // Slots for T tokens over ns slots: unique by default, with padding, the last slot, duplicates.
-std::vector<std::int64_t> make_slots(Gen& g, std::int64_t t, std::int64_t ns, std::ostringstream& d) {
+std::vector<std::int64_t> make_slots(Gen& g, std::int64_t t, std::int64_t ns,
+                                     std::ostringstream& d) {
   std::vector<std::int64_t> slots(static_cast<std::size_t>(t));
   if (g.chance(0.15) && t <= ns) {  // a prefill into consecutive slots
     const std::int64_t start = g.uniform(0, ns - t);
@@ -139,7 +143,8 @@ std::vector<std::int64_t> make_slots(Gen& g, std::int64_t t, std::int64_t ns, st
   }
   if (g.chance(0.35)) {
     const std::int64_t n = g.uniform(1, std::max<std::int64_t>(1, t / 4));
-    for (std::int64_t i = 0; i < n; ++i) slots[g.uniform(0, t - 1)] = g.chance(0.5) ? -1 : -g.uniform(2, 1000);
+    for (std::int64_t i = 0; i < n; ++i)
+      slots[g.uniform(0, t - 1)] = g.chance(0.5) ? -1 : -g.uniform(2, 1000);
     d << " padding";
   }
   if (g.chance(0.3) && t > 1) {
@@ -201,10 +206,18 @@ Case slot_case(Gen& g, Kind kind, int edge) {
     const std::int64_t l = 32 / static_cast<std::int64_t>(dtype_size(dt));
     std::vector<std::int64_t> shape;
     switch (kind) {
-      case Kind::Nhsd: shape = {nb, nh, bs, hd}; break;
-      case Kind::Nz4: shape = {nb, nh * hd / l, bs, l}; break;
-      case Kind::Nz5: shape = {nb, nh, hd / l, bs, l}; break;
-      default: shape = {nb, bs, nh, hd}; break;
+      case Kind::Nhsd:
+        shape = {nb, nh, bs, hd};
+        break;
+      case Kind::Nz4:
+        shape = {nb, nh * hd / l, bs, l};
+        break;
+      case Kind::Nz5:
+        shape = {nb, nh, hd / l, bs, l};
+        break;
+      default:
+        shape = {nb, bs, nh, hd};
+        break;
     }
     return make_tensor(g, dt, shape, /*max_pad_axis=*/1, /*guard=*/true);
   };
@@ -298,7 +311,8 @@ Case compress_case(Gen& g, Kind kind) {
     } else if (g.chance(0.1)) {
       starts[i] = g.uniform(0, ns - std::max<std::int64_t>(rows[i], 1));  // may overlap (G4)
     } else {
-      const std::int64_t gap = g.uniform(0, std::max<std::int64_t>(0, (ns - total_rows) / (b * nh + 1)));
+      const std::int64_t gap =
+          g.uniform(0, std::max<std::int64_t>(0, (ns - total_rows) / (b * nh + 1)));
       starts[i] = std::min(cursor + gap, ns - std::max<std::int64_t>(rows[i], 1));
       cursor = starts[i] + rows[i];
     }
@@ -319,10 +333,11 @@ Case compress_case(Gen& g, Kind kind) {
   call.compress_lens = index_buf(idt, lens, per_head_shape);
   if (!alibi) call.compress_seq_offsets = index_buf(idt, offs);
   call.seq_lens = index_buf(idt, seq);
-  call.opts.scatter_mode = kind == Kind::Alibi3 ? "Alibi" : kind == Kind::Rope3 ? "Rope"
-                         : kind == Kind::Omni3   ? "Omni"
-                         : g.chance(0.5)         ? "None"  // 4-D auto-selection
-                         : rope                  ? "Rope"
+  call.opts.scatter_mode = kind == Kind::Alibi3  ? "Alibi"
+                           : kind == Kind::Rope3 ? "Rope"
+                           : kind == Kind::Omni3 ? "Omni"
+                           : g.chance(0.5)       ? "None"  // 4-D auto-selection
+                           : rope                ? "Rope"
                                                  : "Alibi";
   auto input = [&](std::int64_t hd) {
     Buf x = four ? make_tensor(g, dt, {b, s, nh, hd}, 3, false)
@@ -343,7 +358,11 @@ Case compress_case(Gen& g, Kind kind) {
 
 Case make_case(Gen& g, Kind kind, int i = 0) {
   switch (kind) {
-    case Kind::Alibi3: case Kind::Rope3: case Kind::Omni3: case Kind::Alibi4: case Kind::Rope4:
+    case Kind::Alibi3:
+    case Kind::Rope3:
+    case Kind::Omni3:
+    case Kind::Alibi4:
+    case Kind::Rope4:
       return compress_case(g, kind);
     default:
       return slot_case(g, kind, i % 10 < 5 ? i % 10 : 0);
@@ -371,16 +390,20 @@ TEST_P(ScatterPaKvCacheGrid, OptimizedMatchesReferenceByteForByte) {
     // Guard bytes around the caches are untouched.
     for (const Buf* b : {&opt.key_cache, &opt.value_cache}) {
       if (b->bytes.empty()) continue;
-      ASSERT_TRUE(std::equal(b->bytes.begin(), b->bytes.begin() + kGuard,
-                             (b == &opt.key_cache ? c.call.key_cache : c.call.value_cache).bytes.begin()));
-      ASSERT_TRUE(std::equal(b->bytes.end() - kGuard, b->bytes.end(),
-                             (b == &opt.key_cache ? c.call.key_cache : c.call.value_cache).bytes.end() - kGuard));
+      ASSERT_TRUE(
+          std::equal(b->bytes.begin(), b->bytes.begin() + kGuard,
+                     (b == &opt.key_cache ? c.call.key_cache : c.call.value_cache).bytes.begin()));
+      ASSERT_TRUE(std::equal(
+          b->bytes.end() - kGuard, b->bytes.end(),
+          (b == &opt.key_cache ? c.call.key_cache : c.call.value_cache).bytes.end() - kGuard));
     }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ScatterPaKvCacheGrid, ::testing::ValuesIn(kKinds),
-                         [](const ::testing::TestParamInfo<Kind>& i) { return kind_name(i.param); });
+                         [](const ::testing::TestParamInfo<Kind>& i) {
+                           return kind_name(i.param);
+                         });
 
 // G4: calls large enough to be split over threads, with many tokens fighting over few slots
 // (or overlapping compress runs), give the reference's bytes for every thread count.
@@ -390,7 +413,8 @@ Call big_call(Kind kind, Gen& g) {
   c.key = make_tensor(g, DType::bfloat16, {t, nh, d}, 0, false);
   c.value = make_tensor(g, DType::bfloat16, {t, nh, d}, 0, false);
   std::vector<std::int64_t> slots(t);
-  for (std::int64_t i = 0; i < t; ++i) slots[i] = g.chance(0.5) ? g.uniform(0, 40) : g.uniform(0, 4095);
+  for (std::int64_t i = 0; i < t; ++i)
+    slots[i] = g.chance(0.5) ? g.uniform(0, 40) : g.uniform(0, 4095);
   c.slot = index_buf(DType::int64, slots);
   if (kind == Kind::Nz4) {
     c.key_cache = make_tensor(g, DType::bfloat16, {32, nh * d / 16, 128, 16}, 0, false);
@@ -428,7 +452,8 @@ TEST(ScatterPaKvCacheThreads, ResultIndependentOfThreadCount) {
         for (int i = 0; i < 8; ++i) starts.push_back(i * 1500);
         c.slot = index_buf(DType::int64, starts);
       }
-      SCOPED_TRACE(::testing::Message() << kind_name(kind) << (overlap ? " overlapping" : " disjoint"));
+      SCOPED_TRACE(::testing::Message()
+                   << kind_name(kind) << (overlap ? " overlapping" : " disjoint"));
       Call ref = c;
       ref.run_reference();
       for (int threads : {1, 2, 3, 5, 8}) {
@@ -469,8 +494,9 @@ TEST(ScatterPaKvCacheOdd, ThirteenHeadsOfFortySixUnaligned) {
         c.key = odd({t, nh, d});
         c.value = odd({t, nh, d});
         c.slot = index_buf(DType::int32, slots);
-        const std::vector<std::int64_t> shape =
-            m == "NHSD" ? std::vector<std::int64_t>{nb, nh, bs, d} : std::vector<std::int64_t>{nb, bs, nh, d};
+        const std::vector<std::int64_t> shape = m == "NHSD"
+                                                    ? std::vector<std::int64_t>{nb, nh, bs, d}
+                                                    : std::vector<std::int64_t>{nb, bs, nh, d};
         c.key_cache = odd(shape);
         c.value_cache = odd(shape);
         c.opts.scatter_mode = m;
@@ -534,10 +560,12 @@ void mark_written(Call call, bool value_side, std::vector<std::uint8_t>& mask,
     for (std::int64_t i = 0; i < runs; ++i) {
       const std::int64_t l = read_index_buf(*call.seq_lens, i / nh);
       const std::int64_t w = read_index_buf(*call.compress_lens, i);
-      const std::int64_t o = call.compress_seq_offsets ? read_index_buf(*call.compress_seq_offsets, i) : 0;
+      const std::int64_t o =
+          call.compress_seq_offsets ? read_index_buf(*call.compress_seq_offsets, i) : 0;
       const std::int64_t start = read_index_buf(call.slot, i);
-      const Kind kind = p.scatter_mode == ScatterMode::Alibi ? Kind::Alibi3
-                        : p.scatter_mode == ScatterMode::Omni ? Kind::Omni3 : Kind::Rope3;
+      const Kind kind = p.scatter_mode == ScatterMode::Alibi  ? Kind::Alibi3
+                        : p.scatter_mode == ScatterMode::Omni ? Kind::Omni3
+                                                              : Kind::Rope3;
       if (start < 0) continue;
       for (std::int64_t r = start; r < start + run_rows(kind, l, w, o); ++r) {
         mark(row_at(r) + (r % bs) * d * es, d * es);
@@ -552,7 +580,8 @@ void mark_written(Call call, bool value_side, std::vector<std::uint8_t>& mask,
     if (last_writer) (*last_writer)[s] = t;
     const std::int64_t o = s % bs;
     if (p.cache_mode == CacheMode::PA_NZ) {
-      for (std::int64_t c = 0; c < nh * d * es / 32; ++c) mark(row_at(s) + c * bs * 32 + o * 32, 32);
+      for (std::int64_t c = 0; c < nh * d * es / 32; ++c)
+        mark(row_at(s) + c * bs * 32 + o * 32, 32);
     } else if (p.scatter_mode == ScatterMode::NHSD) {
       for (std::int64_t h = 0; h < nh; ++h) mark(row_at(s) + h * bs * d * es + o * d * es, d * es);
     } else {

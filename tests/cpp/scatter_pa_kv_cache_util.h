@@ -2,14 +2,14 @@
 // optimized kernel and the reference to separate copies of the caches.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <initializer_list>
 #include <optional>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "kvscatter/dtype.h"
 #include "kvscatter/error.h"
@@ -23,7 +23,7 @@ struct Buf {
   std::vector<unsigned char> bytes;
   DType dtype = DType::float32;
   std::vector<std::int64_t> shape, strides;  // strides empty: contiguous
-  std::size_t offset = 0;                     // bytes from the storage start to element 0
+  std::size_t offset = 0;                    // bytes from the storage start to element 0
 
   Buf() = default;
   Buf(DType dt, std::vector<std::int64_t> shp, std::int64_t extra_elems = 0)
@@ -90,8 +90,8 @@ struct Call {
   }
   // Optimized kernel on this call's caches.
   void run() {
-    scatter_pa_kv_cache(key.view(), key_cache.view(), slot.view(), value_view(),
-                        value_cache_view(), bind());
+    scatter_pa_kv_cache(key.view(), key_cache.view(), slot.view(), value_view(), value_cache_view(),
+                        bind());
   }
   // Reference on this call's caches.
   void run_reference() { reference::execute(plan()); }

@@ -57,8 +57,8 @@ bool mark_overwritten(const std::vector<std::int64_t>& slots, Scratch& sc) {
   for (std::int64_t t = 0; t < n; ++t) {
     const std::int64_t s = slots[static_cast<std::size_t>(t)];
     if (s < 0) continue;
-    std::size_t i = static_cast<std::size_t>(
-        (static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> shift);
+    std::size_t i =
+        static_cast<std::size_t>((static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> shift);
     for (;;) {
       if (sc.keys[i] == s) {
         if (!any) {
@@ -121,8 +121,8 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   job.block_size = p.block_size;
   job.side[0] = side_job(p, p.key, p.key_cache, p.key_head_size, nct, p.strides[0], p.offsets[0]);
   if (p.value) {
-    job.side[1] = side_job(p, *p.value, *p.value_cache, p.value_head_size, nct, p.strides[1],
-                           p.offsets[1]);
+    job.side[1] =
+        side_job(p, *p.value, *p.value_cache, p.value_head_size, nct, p.strides[1], p.offsets[1]);
     job.num_sides = 2;
   }
   const std::vector<std::int64_t>& slots = sc.checked.slots;
@@ -133,7 +133,8 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   // from writing consecutive slots piece by piece.
   job.group = p.cache_mode == CacheMode::PA_NZ || p.scatter_mode == ScatterMode::NHSD;
   std::int64_t token_bytes = 0;
-  for (int k = 0; k < job.num_sides; ++k) token_bytes += job.side[k].num_heads * job.side[k].head_bytes;
+  for (int k = 0; k < job.num_sides; ++k)
+    token_bytes += job.side[k].num_heads * job.side[k].head_bytes;
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
 }
@@ -173,7 +174,10 @@ class MeanAcc {
   void reset(DType dtype, std::int64_t n) {
     dtype_ = dtype;
     n_ = static_cast<std::size_t>(n);
-    if (dtype_is_floating(dtype)) f_.assign(n_, 0.0f); else u_.assign(n_, 0);
+    if (dtype_is_floating(dtype))
+      f_.assign(n_, 0.0f);
+    else
+      u_.assign(n_, 0);
   }
 
   void add(const unsigned char* row) {
@@ -183,27 +187,36 @@ class MeanAcc {
         tmp_.resize(n);
         std::memcpy(tmp_.data(), row, n * 4);
         break;
-      case DType::bfloat16: case DType::float16:
+      case DType::bfloat16:
+      case DType::float16:
         tmp_.resize(n);
         c16_.resize(n);
         std::memcpy(c16_.data(), row, n * 2);
-        if (dtype_ == DType::bfloat16) formats::bfloat16_to_float32(c16_.data(), tmp_.data(), n);
-        else formats::float16_to_float32(c16_.data(), tmp_.data(), n);
+        if (dtype_ == DType::bfloat16)
+          formats::bfloat16_to_float32(c16_.data(), tmp_.data(), n);
+        else
+          formats::float16_to_float32(c16_.data(), tmp_.data(), n);
         break;
-      case DType::hifloat8: case DType::float8_e5m2: case DType::float8_e4m3fn: {
+      case DType::hifloat8:
+      case DType::float8_e5m2:
+      case DType::float8_e4m3fn: {
         const float* table = decode_table(dtype_);
         tmp_.resize(n);
         for (std::size_t e = 0; e < n; ++e) tmp_[e] = table[row[e]];
         break;
       }
       case DType::int8:
-        for (std::size_t e = 0; e < n; ++e) u_[e] += static_cast<std::uint32_t>(static_cast<std::int32_t>(static_cast<std::int8_t>(row[e])));
+        for (std::size_t e = 0; e < n; ++e)
+          u_[e] += static_cast<std::uint32_t>(
+              static_cast<std::int32_t>(static_cast<std::int8_t>(row[e])));
         return;
       case DType::uint8:
         for (std::size_t e = 0; e < n; ++e) u_[e] += row[e];
         return;
       case DType::int16:
-        for (std::size_t e = 0; e < n; ++e) u_[e] += static_cast<std::uint32_t>(static_cast<std::int32_t>(load_as<std::int16_t>(row + 2 * e)));
+        for (std::size_t e = 0; e < n; ++e)
+          u_[e] += static_cast<std::uint32_t>(
+              static_cast<std::int32_t>(load_as<std::int16_t>(row + 2 * e)));
         return;
       case DType::uint16:
         for (std::size_t e = 0; e < n; ++e) u_[e] += load_as<std::uint16_t>(row + 2 * e);
@@ -218,24 +231,34 @@ class MeanAcc {
   void store(std::int64_t w, unsigned char* dst) {
     const std::size_t n = n_;
     switch (dtype_) {
-      case DType::int8: case DType::int16: case DType::int32: {
+      case DType::int8:
+      case DType::int16:
+      case DType::int32: {
         // Division truncating toward zero, then the low bits.
         const auto wi = static_cast<std::int32_t>(w);
         for (std::size_t e = 0; e < n; ++e) {
           const std::int32_t q = static_cast<std::int32_t>(u_[e]) / wi;
-          if (dtype_ == DType::int8) dst[e] = static_cast<unsigned char>(q);
-          else if (dtype_ == DType::int16) store_as(dst + 2 * e, static_cast<std::int16_t>(q));
-          else store_as(dst + 4 * e, q);
+          if (dtype_ == DType::int8)
+            dst[e] = static_cast<unsigned char>(q);
+          else if (dtype_ == DType::int16)
+            store_as(dst + 2 * e, static_cast<std::int16_t>(q));
+          else
+            store_as(dst + 4 * e, q);
         }
         return;
       }
-      case DType::uint8: case DType::uint16: case DType::uint32: {
+      case DType::uint8:
+      case DType::uint16:
+      case DType::uint32: {
         const auto wu = static_cast<std::uint32_t>(w);
         for (std::size_t e = 0; e < n; ++e) {
           const std::uint32_t q = u_[e] / wu;
-          if (dtype_ == DType::uint8) dst[e] = static_cast<unsigned char>(q);
-          else if (dtype_ == DType::uint16) store_as(dst + 2 * e, static_cast<std::uint16_t>(q));
-          else store_as(dst + 4 * e, q);
+          if (dtype_ == DType::uint8)
+            dst[e] = static_cast<unsigned char>(q);
+          else if (dtype_ == DType::uint16)
+            store_as(dst + 2 * e, static_cast<std::uint16_t>(q));
+          else
+            store_as(dst + 4 * e, q);
         }
         return;
       }
@@ -248,10 +271,13 @@ class MeanAcc {
       case DType::float32:
         std::memcpy(dst, f_.data(), n * 4);
         return;
-      case DType::bfloat16: case DType::float16:
+      case DType::bfloat16:
+      case DType::float16:
         c16_.resize(n);
-        if (dtype_ == DType::bfloat16) formats::float32_to_bfloat16(f_.data(), c16_.data(), n);
-        else formats::float32_to_float16(f_.data(), c16_.data(), n);
+        if (dtype_ == DType::bfloat16)
+          formats::float32_to_bfloat16(f_.data(), c16_.data(), n);
+        else
+          formats::float32_to_float16(f_.data(), c16_.data(), n);
         std::memcpy(dst, c16_.data(), n * 2);
         return;
       case DType::hifloat8:  // round half away from zero; infinities and NaN kept
@@ -295,7 +321,8 @@ void batch_mean_rows(const CompressJob& job, const CompressSide& s, std::int64_t
     hi = std::max(hi, r.offset + r.window);
   }
   if (lo < 0) return;
-  const unsigned char* src0 = s.src + (job.packed ? job.batch_first[b] * s.src_token : b * s.src_batch);
+  const unsigned char* src0 =
+      s.src + (job.packed ? job.batch_first[b] * s.src_token : b * s.src_batch);
   for (std::int64_t pos = lo; pos < hi; ++pos) {
     for (std::int64_t h = 0; h < nh; ++h) {
       const CompressRun& r = runs[h];

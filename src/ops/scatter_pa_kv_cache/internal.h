@@ -53,7 +53,7 @@ class IndexReader {
 // one of the seq_len tokens is written.
 struct CompressRun {
   std::int64_t b = 0, h = 0;
-  std::int64_t start = 0;   // first cache row (slot); < 0: the run is skipped (G5)
+  std::int64_t start = 0;  // first cache row (slot); < 0: the run is skipped (G5)
   std::int64_t seq_len = 0;
   std::int64_t offset = 0;  // Rope/Omni: first window position (== seq_len when not compressed)
   std::int64_t window = 0;  // tokens folded (Rope) or dropped (Omni), or kept (Alibi)

@@ -1,8 +1,8 @@
 // Byte movers of the optimized ScatterPaKvCache kernel, compiled once per SIMD target (Highway
 // dynamic dispatch, chosen once per chunk of work). Every access is an unaligned vector load or
 // store of bytes (or memcpy), so rows at any address and of any length are safe.
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
@@ -158,7 +158,10 @@ void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t e
   std::int64_t lo = 0, hi = job.num_runs - 1;
   while (lo < hi) {
     const std::int64_t mid = (lo + hi + 1) / 2;
-    if (job.first_row[mid] <= begin) lo = mid; else hi = mid - 1;
+    if (job.first_row[mid] <= begin)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   std::int64_t r = lo;
   for (std::int64_t g = begin; g < end; ++g) {
@@ -171,8 +174,8 @@ void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t e
       const CompressSide& s = job.side[k];
       unsigned char* dst =
           s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
-      const unsigned char* tok0 = s.src + run.h * s.src_head +
-                                  (job.packed ? run.base * s.src_token : run.b * s.src_batch);
+      const unsigned char* tok0 =
+          s.src + run.h * s.src_head + (job.packed ? run.base * s.src_token : run.b * s.src_batch);
       if (pos < 0) {
         rope_mean_row(s.dtype, tok0 + run.offset * s.src_token, s.src_token, run.window,
                       s.head_size, dst);
@@ -203,7 +206,10 @@ void CompressTokenRange(const CompressJob& job, std::int64_t begin, std::int64_t
     std::int64_t lo = 0, hi = job.batch - 1;  // last batch whose first token <= begin
     while (lo < hi) {
       const std::int64_t mid = (lo + hi + 1) / 2;
-      if (job.batch_first[mid] <= begin) lo = mid; else hi = mid - 1;
+      if (job.batch_first[mid] <= begin)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     b = lo;
   }
@@ -227,8 +233,9 @@ void CompressTokenRange(const CompressJob& job, std::int64_t begin, std::int64_t
         const CompressSide& s = job.side[k];
         unsigned char* dst =
             s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
-        const unsigned char* src = s.src + h * s.src_head +
-                                   (job.packed ? g * s.src_token : b * s.src_batch + p * s.src_token);
+        const unsigned char* src =
+            s.src + h * s.src_head +
+            (job.packed ? g * s.src_token : b * s.src_batch + p * s.src_token);
         CopyBytes(dst, src, static_cast<std::size_t>(s.row_bytes));
       }
     }

@@ -10,16 +10,24 @@
 namespace kvscatter {
 namespace detail::scatter {
 
-const char* cache_mode_name(CacheMode m) noexcept { return m == CacheMode::PA_NZ ? "PA_NZ" : "Norm"; }
+const char* cache_mode_name(CacheMode m) noexcept {
+  return m == CacheMode::PA_NZ ? "PA_NZ" : "Norm";
+}
 
 const char* scatter_mode_name(ScatterMode m) noexcept {
   switch (m) {
-    case ScatterMode::None: return "None";
-    case ScatterMode::Nct: return "Nct";
-    case ScatterMode::Alibi: return "Alibi";
-    case ScatterMode::Rope: return "Rope";
-    case ScatterMode::Omni: return "Omni";
-    case ScatterMode::NHSD: return "NHSD";
+    case ScatterMode::None:
+      return "None";
+    case ScatterMode::Nct:
+      return "Nct";
+    case ScatterMode::Alibi:
+      return "Alibi";
+    case ScatterMode::Rope:
+      return "Rope";
+    case ScatterMode::Omni:
+      return "Omni";
+    case ScatterMode::NHSD:
+      return "NHSD";
   }
   return "?";
 }
@@ -28,9 +36,18 @@ namespace {
 
 bool is_s8_dtype(DType d) {
   switch (d) {
-    case DType::float32: case DType::float16: case DType::bfloat16: case DType::int8:
-    case DType::uint8: case DType::int16: case DType::uint16: case DType::int32:
-    case DType::uint32: case DType::hifloat8: case DType::float8_e5m2: case DType::float8_e4m3fn:
+    case DType::float32:
+    case DType::float16:
+    case DType::bfloat16:
+    case DType::int8:
+    case DType::uint8:
+    case DType::int16:
+    case DType::uint16:
+    case DType::int32:
+    case DType::uint32:
+    case DType::hifloat8:
+    case DType::float8_e5m2:
+    case DType::float8_e4m3fn:
       return true;
     default:
       return false;
@@ -39,8 +56,9 @@ bool is_s8_dtype(DType d) {
 
 void require_s8_dtype(const TensorView& t, const char* name) {
   if (!is_s8_dtype(t.dtype)) {
-    invalid(name, " dtype must be one of {float32, float16, bfloat16, int8, uint8, int16, uint16, "
-                  "int32, uint32, hifloat8, float8_e5m2, float8_e4m3fn}, got ",
+    invalid(name,
+            " dtype must be one of {float32, float16, bfloat16, int8, uint8, int16, uint16, "
+            "int32, uint32, hifloat8, float8_e5m2, float8_e4m3fn}, got ",
             dtype_name(t.dtype));
   }
 }
@@ -91,8 +109,8 @@ void require_per_head(const TensorView& t, const char* name, std::int64_t b, std
   if (allow_2d && t.rank == 2 && t.dim(0) == b && t.dim(1) == nh) return;
   if (t.rank == 1 && t.dim(0) == checked_mul(b, nh, name)) return;
   if (allow_2d) {
-    invalid(name, " must have shape [", b, ", ", nh, "] or [", b * nh,
-            "] (batch x num_head), got ", shape_str(t));
+    invalid(name, " must have shape [", b, ", ", nh, "] or [", b * nh, "] (batch x num_head), got ",
+            shape_str(t));
   }
   invalid(name, " must have shape [", b * nh, "] (batch ", b, " x num_head ", nh, "), got ",
           shape_str(t));
@@ -111,8 +129,10 @@ ScatterMode parse_scatter_mode(const std::string& s) {
   if (s == "Rope") return ScatterMode::Rope;
   if (s == "Omni") return ScatterMode::Omni;
   if (s == "NHSD") return ScatterMode::NHSD;
-  invalid("scatter_mode must be one of {\"None\", \"Nct\", \"Alibi\", \"Rope\", \"Omni\", \"NHSD\"} "
-          "(or empty for None), got \"", s, "\"");
+  invalid(
+      "scatter_mode must be one of {\"None\", \"Nct\", \"Alibi\", \"Rope\", \"Omni\", \"NHSD\"} "
+      "(or empty for None), got \"",
+      s, "\"");
 }
 
 // PA_NZ cache (S7): 4-D [nb, NH*D/L, bs, L] or 5-D [nb, NH, D/L, bs, L], L = 32 / element size.
@@ -134,8 +154,9 @@ void check_nz_cache(const TensorView& c, const char* name, const char* src_name,
     require_dim(c, name, 4, lanes, "L = 32 bytes / element size for PA_NZ");
     bs = c.dim(3);
   } else {
-    invalid(name, " must be 4-D [num_blocks, num_head*head_size/L, block_size, L] or 5-D "
-                  "[num_blocks, num_head, head_size/L, block_size, L] for PA_NZ, got ",
+    invalid(name,
+            " must be 4-D [num_blocks, num_head*head_size/L, block_size, L] or 5-D "
+            "[num_blocks, num_head, head_size/L, block_size, L] for PA_NZ, got ",
             c.rank, "-D ", shape_str(c));
   }
   nb = c.dim(0);
@@ -143,12 +164,13 @@ void check_nz_cache(const TensorView& c, const char* name, const char* src_name,
 
 // Nct (S6): row t is read at data + offset + t*stride; the buffer is key.shape[0] rows of
 // key.strides[0] elements (at least the view's own extent). The last row must lie inside it.
-void check_nct_side(const TensorView& x, const char* name, std::int64_t stride,
-                    std::int64_t offset, const char* stride_name, const char* offset_name) {
+void check_nct_side(const TensorView& x, const char* name, std::int64_t stride, std::int64_t offset,
+                    const char* stride_name, const char* offset_name) {
   if (stride < 0) invalid("strides[", stride_name, "] must be >= 0, got ", stride);
   if (offset < 0) invalid("offsets[", offset_name, "] must be >= 0, got ", offset);
-  require_inner_contiguous(x, name, 1, "Nct reads each token's num_head*head_size elements as "
-                                       "one contiguous run");
+  require_inner_contiguous(x, name, 1,
+                           "Nct reads each token's num_head*head_size elements as "
+                           "one contiguous run");
   const std::int64_t t = x.dim(0);
   if (t == 0) return;
   const std::int64_t row = checked_mul(x.dim(1), x.dim(2), name);
@@ -191,8 +213,7 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
       const std::int64_t s = slot[t];
       if (s >= ns) {
         invalid("slot_mapping[", t, "] = ", s, " is out of range [0, ", ns, ") (key_cache has ",
-                p.num_blocks, " blocks of ", p.block_size,
-                " slots; negative slots mark padding)");
+                p.num_blocks, " blocks of ", p.block_size, " slots; negative slots mark padding)");
       }
       out.slots[static_cast<std::size_t>(t)] = s;
     }
@@ -202,8 +223,8 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
   const bool packed = p.key.rank == 3;
   const IndexReader seq(*p.seq_lens);
   const IndexReader lens(*p.compress_lens);
-  const IndexReader offs = p.compress_seq_offsets ? IndexReader(*p.compress_seq_offsets)
-                                                  : IndexReader();
+  const IndexReader offs =
+      p.compress_seq_offsets ? IndexReader(*p.compress_seq_offsets) : IndexReader();
   // seq_lens first: packed 3-D keys need their prefix sums.
   std::int64_t total = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {
@@ -216,8 +237,9 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
     total = checked_add(total, l, "sum(seq_lens)");
   }
   if (packed && total != p.num_tokens) {
-    invalid("sum(seq_lens) = ", total, " must equal the number of tokens key.shape[0] = ",
-            p.num_tokens, " for scatter_mode ", scatter_mode_name(p.scatter_mode));
+    invalid("sum(seq_lens) = ", total,
+            " must equal the number of tokens key.shape[0] = ", p.num_tokens, " for scatter_mode ",
+            scatter_mode_name(p.scatter_mode));
   }
 
   out.runs.resize(static_cast<std::size_t>(p.batch * p.num_heads));
@@ -233,7 +255,8 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
       r.base = packed ? base : 0;
       r.start = slot[i];
       const std::int64_t w = lens[i];
-      if (w < 0) invalid("compress_lens[", i, "] = ", w, " must be >= 0 (batch ", b, ", head ", h, ")");
+      if (w < 0)
+        invalid("compress_lens[", i, "] = ", w, " must be >= 0 (batch ", b, ", head ", h, ")");
       if (p.scatter_mode == ScatterMode::Alibi) {
         if (w > l) {
           invalid("compress_lens[", i, "] = ", w, " exceeds seq_lens[", b, "] = ", l,
@@ -245,9 +268,8 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
         const std::int64_t o = offs[i];
         const bool minus_one_ok = packed;  // -1 means "do not compress" only for 3-D keys
         if (o > l || o < (minus_one_ok ? -1 : 0)) {
-          invalid("compress_seq_offsets[", i, "] = ", o, " must be ",
-                  minus_one_ok ? "-1 or " : "", "in [0, seq_lens[", b, "] = ", l, "] (batch ", b,
-                  ", head ", h, ")");
+          invalid("compress_seq_offsets[", i, "] = ", o, " must be ", minus_one_ok ? "-1 or " : "",
+                  "in [0, seq_lens[", b, "] = ", l, "] (batch ", b, ", head ", h, ")");
         }
         if (o >= 0 && o + w > l) {
           invalid("compress_seq_offsets[", i, "] + compress_lens[", i, "] = ", o, " + ", w, " = ",
@@ -270,8 +292,8 @@ void check_data(const ScatterPaKvCachePlan& p, CheckedData& out) {
                   " slots; a negative start slot skips the run)");
         }
         if (r.start + r.rows > ns) {
-          invalid("slot_mapping[", i, "] = ", r.start, " starts a run of ", r.rows,
-                  " rows (batch ", b, ", head ", h, ") that ends at row ", r.start + r.rows - 1,
+          invalid("slot_mapping[", i, "] = ", r.start, " starts a run of ", r.rows, " rows (batch ",
+                  b, ", head ", h, ") that ends at row ", r.start + r.rows - 1,
                   ", out of range [0, ", ns, ") (key_cache has ", p.num_blocks, " blocks of ",
                   p.block_size, " slots)");
         }
@@ -303,7 +325,8 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
   if (has_value) {
     if (!value_cache) {
       fail(Status::null_pointer, cat("value_cache is missing; it is required when value is given "
-                                     "(value is ", value->describe(), ")"));
+                                     "(value is ",
+                                     value->describe(), ")"));
     }
     if (value_cache->rank == 0) {
       invalid("value_cache must be a 4-D or 5-D tensor when value is given, got a 0-D tensor");
@@ -329,8 +352,10 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
 
   // Ranks and dtypes.
   if (key.rank != 3 && key.rank != 4) {
-    invalid("key must be 3-D [num_tokens, num_head, head_size] or 4-D [batch, seq_len, num_head, "
-            "head_size], got ", key.rank, "-D ", shape_str(key));
+    invalid(
+        "key must be 3-D [num_tokens, num_head, head_size] or 4-D [batch, seq_len, num_head, "
+        "head_size], got ",
+        key.rank, "-D ", shape_str(key));
   }
   if (has_value && value->rank != key.rank) {
     invalid("value must have the same rank as key (", key.rank, "-D), got ", value->rank, "-D ",
@@ -374,7 +399,8 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
   }
   if (key.rank == 4) {
     if (p.cache_mode == CacheMode::PA_NZ) {
-      invalid("a 4-D key (", shape_str(key), ") selects the compress scenario 3, which needs "
+      invalid("a 4-D key (", shape_str(key),
+              ") selects the compress scenario 3, which needs "
               "cache_mode Norm, got PA_NZ");
     }
     if (p.scatter_mode == ScatterMode::None) {
@@ -390,8 +416,8 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
     }
   }
   if (p.scatter_mode == ScatterMode::Nct) {
-    p.strides = options.strides.value_or(std::array<std::int64_t, 2>{
-        key.stride(0), has_value ? value->stride(0) : 0});
+    p.strides = options.strides.value_or(
+        std::array<std::int64_t, 2>{key.stride(0), has_value ? value->stride(0) : 0});
     p.offsets = options.offsets.value_or(std::array<std::int64_t, 2>{0, 0});
   } else {
     // Upstream front ends always send strides [1, 1] and offsets [0, 0]; anything else would be
@@ -413,8 +439,10 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
                            std::pair{&options.compress_seq_offsets, "compress_seq_offsets"},
                            std::pair{&options.seq_lens, "seq_lens"}}) {
       if (*t) {
-        invalid(name, " is used only by scatter_mode Alibi, Rope and Omni, got it with "
-                      "scatter_mode ", scatter_mode_name(p.scatter_mode));
+        invalid(name,
+                " is used only by scatter_mode Alibi, Rope and Omni, got it with "
+                "scatter_mode ",
+                scatter_mode_name(p.scatter_mode));
       }
     }
   } else {
@@ -427,8 +455,10 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
                                      scatter_mode_name(p.scatter_mode), " requires it"));
     }
     if (p.scatter_mode == ScatterMode::Alibi && options.compress_seq_offsets) {
-      invalid("compress_seq_offsets must not be given for scatter_mode Alibi (it keeps the last "
-              "compress_lens tokens), got ", shape_str(*options.compress_seq_offsets));
+      invalid(
+          "compress_seq_offsets must not be given for scatter_mode Alibi (it keeps the last "
+          "compress_lens tokens), got ",
+          shape_str(*options.compress_seq_offsets));
     }
     if (p.scatter_mode != ScatterMode::Alibi && !options.compress_seq_offsets) {
       fail(Status::null_pointer, cat("compress_seq_offsets is missing; scatter_mode ",
@@ -477,7 +507,8 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
       check_nz_cache(key_cache, "key_cache", "key", nh, dk, nb, bs);
       if (has_value) check_nz_cache(*value_cache, "value_cache", "value", nh, dv, vnb, vbs);
     } else if (p.scatter_mode == ScatterMode::NHSD) {
-      require_rank(key_cache, "key_cache", 4, "[num_blocks, num_head, block_size, head_size] (NHSD)");
+      require_rank(key_cache, "key_cache", 4,
+                   "[num_blocks, num_head, block_size, head_size] (NHSD)");
       require_dim(key_cache, "key_cache", 1, nh, "num_head, NHSD layout");
       require_dim(key_cache, "key_cache", 3, dk, "key head size");
       nb = key_cache.dim(0);
@@ -541,8 +572,8 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
               shape_str(key_cache), ")");
     }
     if (vbs != bs) {
-      invalid("value_cache block_size ", vbs, " must match key_cache block_size ", bs,
-              " (shapes ", shape_str(*value_cache), " and ", shape_str(key_cache), ")");
+      invalid("value_cache block_size ", vbs, " must match key_cache block_size ", bs, " (shapes ",
+              shape_str(*value_cache), " and ", shape_str(key_cache), ")");
     }
   }
   p.num_blocks = nb;

@@ -22,7 +22,8 @@ struct Elem {
     const std::int64_t ix[] = {idx...};
     std::int64_t off = 0;
     for (std::size_t i = 0; i < sizeof...(I); ++i) off += ix[i] * t->strides[i];
-    return static_cast<unsigned char*>(t->data) + off * static_cast<std::int64_t>(t->element_size());
+    return static_cast<unsigned char*>(t->data) +
+           off * static_cast<std::int64_t>(t->element_size());
   }
 };
 
@@ -53,54 +54,83 @@ void mean_element(DType d, const std::vector<const unsigned char*>& srcs, unsign
       store<float>(dst, acc / static_cast<float>(w));
       return;
     }
-    case DType::float16: case DType::bfloat16: case DType::float8_e5m2:
-    case DType::float8_e4m3fn: case DType::hifloat8: {
+    case DType::float16:
+    case DType::bfloat16:
+    case DType::float8_e5m2:
+    case DType::float8_e4m3fn:
+    case DType::hifloat8: {
       float acc = 0.0f;
       for (const unsigned char* s : srcs) {
         std::uint32_t code = 0;
-        if (dtype_size(d) == 2) code = load<std::uint16_t>(s);
-        else code = load<std::uint8_t>(s);
+        if (dtype_size(d) == 2)
+          code = load<std::uint16_t>(s);
+        else
+          code = load<std::uint8_t>(s);
         acc = formats::decode(d, code) + acc;
       }
       const float q = acc / static_cast<float>(w);
       switch (d) {
-        case DType::float16: store<std::uint16_t>(dst, formats::encode_float16(q)); break;
-        case DType::bfloat16: store<std::uint16_t>(dst, formats::encode_bfloat16(q)); break;
-        case DType::float8_e5m2: store<std::uint8_t>(dst, formats::encode_float8_e5m2(q)); break;
-        case DType::float8_e4m3fn: store<std::uint8_t>(dst, formats::encode_float8_e4m3fn(q)); break;
+        case DType::float16:
+          store<std::uint16_t>(dst, formats::encode_float16(q));
+          break;
+        case DType::bfloat16:
+          store<std::uint16_t>(dst, formats::encode_bfloat16(q));
+          break;
+        case DType::float8_e5m2:
+          store<std::uint8_t>(dst, formats::encode_float8_e5m2(q));
+          break;
+        case DType::float8_e4m3fn:
+          store<std::uint8_t>(dst, formats::encode_float8_e4m3fn(q));
+          break;
         default:  // hifloat8: round half away from zero, infinities and NaN kept
           store<std::uint8_t>(dst, formats::encode_hifloat8(q, /*saturate=*/false));
           break;
       }
       return;
     }
-    case DType::int8: case DType::int16: case DType::int32: {
+    case DType::int8:
+    case DType::int16:
+    case DType::int32: {
       // Signed: accumulate in int32 (wrapping), divide truncating toward zero, keep low bits.
       std::uint32_t acc = 0;
       for (const unsigned char* s : srcs) {
         std::int32_t x = 0;
-        if (d == DType::int8) x = load<std::int8_t>(s);
-        else if (d == DType::int16) x = load<std::int16_t>(s);
-        else x = load<std::int32_t>(s);
+        if (d == DType::int8)
+          x = load<std::int8_t>(s);
+        else if (d == DType::int16)
+          x = load<std::int16_t>(s);
+        else
+          x = load<std::int32_t>(s);
         acc += static_cast<std::uint32_t>(x);
       }
       const std::int32_t q = static_cast<std::int32_t>(acc) / static_cast<std::int32_t>(w);
-      if (d == DType::int8) store<std::int8_t>(dst, static_cast<std::int8_t>(q));
-      else if (d == DType::int16) store<std::int16_t>(dst, static_cast<std::int16_t>(q));
-      else store<std::int32_t>(dst, q);
+      if (d == DType::int8)
+        store<std::int8_t>(dst, static_cast<std::int8_t>(q));
+      else if (d == DType::int16)
+        store<std::int16_t>(dst, static_cast<std::int16_t>(q));
+      else
+        store<std::int32_t>(dst, q);
       return;
     }
-    case DType::uint8: case DType::uint16: case DType::uint32: {
+    case DType::uint8:
+    case DType::uint16:
+    case DType::uint32: {
       std::uint32_t acc = 0;
       for (const unsigned char* s : srcs) {
-        if (d == DType::uint8) acc += load<std::uint8_t>(s);
-        else if (d == DType::uint16) acc += load<std::uint16_t>(s);
-        else acc += load<std::uint32_t>(s);
+        if (d == DType::uint8)
+          acc += load<std::uint8_t>(s);
+        else if (d == DType::uint16)
+          acc += load<std::uint16_t>(s);
+        else
+          acc += load<std::uint32_t>(s);
       }
       const std::uint32_t q = acc / static_cast<std::uint32_t>(w);
-      if (d == DType::uint8) store<std::uint8_t>(dst, static_cast<std::uint8_t>(q));
-      else if (d == DType::uint16) store<std::uint16_t>(dst, static_cast<std::uint16_t>(q));
-      else store<std::uint32_t>(dst, q);
+      if (d == DType::uint8)
+        store<std::uint8_t>(dst, static_cast<std::uint8_t>(q));
+      else if (d == DType::uint16)
+        store<std::uint16_t>(dst, static_cast<std::uint16_t>(q));
+      else
+        store<std::uint32_t>(dst, q);
       return;
     }
     default:
@@ -172,7 +202,8 @@ void compress_side(const ScatterPaKvCachePlan& p, const TensorView& x, const Ten
                    std::int64_t e) { return packed ? src.at(base + k, h, e) : src.at(b, k, h, e); };
   auto copy_row = [&](std::int64_t row, std::int64_t b, std::int64_t base, std::int64_t k,
                       std::int64_t h) {
-    for (std::int64_t e = 0; e < d; ++e) copy_elem(cache_row(cache, row, e), token(b, base, k, h, e), es);
+    for (std::int64_t e = 0; e < d; ++e)
+      copy_elem(cache_row(cache, row, e), token(b, base, k, h, e), es);
   };
 
   std::int64_t base = 0;  // csum_excl[b]
@@ -202,10 +233,12 @@ void compress_side(const ScatterPaKvCachePlan& p, const TensorView& x, const Ten
             }
             mean_element(x.dtype, window, cache_row(cache, s0 + o, e));
           }
-          for (std::int64_t m = 0; m < len - o - w; ++m) copy_row(s0 + o + 1 + m, b, base, o + w + m, h);
+          for (std::int64_t m = 0; m < len - o - w; ++m)
+            copy_row(s0 + o + 1 + m, b, base, o + w + m, h);
         } else {
           // Omni: the window is dropped.
-          for (std::int64_t m = 0; m < len - o - w; ++m) copy_row(s0 + o + m, b, base, o + w + m, h);
+          for (std::int64_t m = 0; m < len - o - w; ++m)
+            copy_row(s0 + o + m, b, base, o + w + m, h);
         }
       }
     }
