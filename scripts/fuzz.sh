@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (fuzz preset: clang, address + undefined sanitizers) and runs
+# each one for N seconds (default 60) with a fixed seed, starting from the committed corpus
+# fuzz/corpus/<op>/. New inputs go to build/fuzz/corpus/<op>/ (the committed corpus is only
+# read); a crash leaves its input in build/fuzz/artifacts/ and fails the script.
+#
+#   scripts/fuzz.sh [seconds]               every target, as many at once as there are cores
+#   FUZZ_TARGETS="kv_cache_update" scripts/fuzz.sh 600
+#
+# Long campaigns: see README ("Reliability") and docs/reliability.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+jobs=${FUZZ_JOBS:-$(nproc)}
+targets=${FUZZ_TARGETS:-"scatter_pa_kv_cache scatter_pa_kv_cache_with_k_scale kv_compress_epilog kv_cache_update"}
+
+cmake --preset fuzz >/dev/null
+cmake --build build/fuzz -j"$(nproc)"
+
+mkdir -p build/fuzz/artifacts build/fuzz/logs
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+run_one() {
+  local op=$1
+  mkdir -p "build/fuzz/corpus/$op"
+  "build/fuzz/fuzz/${op}_fuzz" "build/fuzz/corpus/$op" "fuzz/corpus/$op" \
+    -seed=1 -max_total_time="$seconds" -timeout=30 -print_final_stats=1 \
+    -artifact_prefix="build/fuzz/artifacts/$op-" >"build/fuzz/logs/$op.log" 2>&1
+}
+
+declare -A pids=()
+failed=0
+for op in $targets; do
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  echo "fuzz: $op for ${seconds}s"
+  run_one "$op" &
+  pids[$op]=$!
+done
+for op in "${!pids[@]}"; do
+  if wait "${pids[$op]}"; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build/fuzz/logs/$op.log")
+    echo "fuzz: $op ok ($runs runs)"
+  else
+    failed=1
+    echo "fuzz: $op FAILED; log build/fuzz/logs/$op.log, inputs in build/fuzz/artifacts/"
+    tail -n 60 "build/fuzz/logs/$op.log"
+  fi
+done
+exit $failed
