@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kvscatter.h"
@@ -494,6 +495,28 @@ TEST_F(Concurrency, ErrorMessagesStayOnTheirThread) {
   }
   for (auto& t : threads) t.join();
   for (int i = 0; i < kThreads; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], "") << i;
+}
+
+// G4 for kv_cache_update: a cache whose distinct elements share memory (here all sequence
+// positions alias one row) is written by several threads in an unspecified order, so the
+// result depends on the thread count. ScatterPaKvCacheWithKScale and KvCompressEpilog reject
+// such caches in their plans (ScatterPaKvCache's cache layout rule excludes them too);
+// plan_kv_cache_update does not check yet. Enable once it does.
+TEST(ConcurrencyDeterminism, DISABLED_KvCacheUpdateRejectsSelfOverlappingCaches) {
+  constexpr std::int64_t s = 512, h = 8, d = 64;
+  std::vector<float> kc(static_cast<std::size_t>(h * d)), vc(kc.size());
+  std::vector<float> nk(static_cast<std::size_t>(s * h * d)), nv(nk.size());
+  const std::int64_t shape[] = {1, s, h, d}, aliased[] = {h * d, 0, d, 1};
+  try {
+    plan_kv_cache_update(TensorView(kc.data(), DType::float32, shape, aliased),
+                         TensorView(vc.data(), DType::float32, shape, aliased),
+                         TensorView(nk.data(), DType::float32, {1, s, h, d}),
+                         TensorView(nv.data(), DType::float32, {1, s, h, d}), 0);
+    ADD_FAILURE() << "a cache whose sequence positions share memory was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_parameter);
+    EXPECT_NE(std::string(e.what()).find("key_cache"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
