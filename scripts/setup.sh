@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# clang, libclang-rt-14-dev (libFuzzer) and llvm (llvm-symbolizer for sanitizer reports) serve
+# the fuzz targets; g++ brings the address, undefined and thread sanitizer runtimes.
 apt_packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-              libhwy-dev libcli11-dev)
+              libhwy-dev libcli11-dev clang libclang-rt-14-dev llvm)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

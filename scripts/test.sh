@@ -1,28 +1,40 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the C++ suite in release with warnings as errors, then
-# the Python package (pip install .) and its pytest suite. KVSCATTER_TEST_ASAN=1 adds the C++
-# suite under address + undefined sanitizers. The exhaustive format sweeps are separate: see
-# README.
+# Sets up, builds and runs every test: the C++ suite in release with warnings as errors, the
+# same suite under address + undefined sanitizers, the concurrency suite under
+# ThreadSanitizer, a short fuzz run of every operator (FUZZ_SECONDS each, default 60), then the
+# Python package (pip install .) and its pytest suite. The exhaustive format sweeps and long
+# fuzz campaigns are separate: see README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 jobs=$(nproc)
+start=$SECONDS
+stage() {
+  echo "== $* (at $((SECONDS - start)) s) =="
+}
 
-echo "== C++: release (-Werror) =="
+stage "C++: release (-Werror)"
 cmake --preset ci >/dev/null
 cmake --build build/ci -j"$jobs"
 ctest --preset ci -j"$jobs"
 
-if [ "${KVSCATTER_TEST_ASAN:-0}" = 1 ]; then
-  echo "== C++: address + undefined sanitizers =="
-  cmake --preset asan >/dev/null
-  cmake --build build/asan -j"$jobs"
-  ctest --preset asan -j"$jobs"
-fi
+stage "C++: address + undefined sanitizers"
+cmake --preset asan >/dev/null
+cmake --build build/asan -j"$jobs"
+ctest --preset asan -j"$jobs"
+
+stage "C++: thread sanitizer (concurrency suite)"
+cmake --preset tsan >/dev/null
+cmake --build build/tsan -j"$jobs"
+ctest --preset tsan
+
+stage "Fuzzing: ${FUZZ_SECONDS:-60} s per operator"
+scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
 
 if [ -f pyproject.toml ]; then
-  echo "== Python =="
+  stage "Python"
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     --no-build-isolation .
   python3 -m pytest -q tests/python
 fi
+stage "done"
