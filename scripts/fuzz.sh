@@ -21,24 +21,26 @@ mkdir -p build/fuzz/artifacts build/fuzz/logs
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
+# Each run records its exit status in a file, so the status survives however it is reaped.
 run_one() {
-  local op=$1
+  local op=$1 rc=0
   mkdir -p "build/fuzz/corpus/$op"
   "build/fuzz/fuzz/${op}_fuzz" "build/fuzz/corpus/$op" "fuzz/corpus/$op" \
     -seed=1 -max_total_time="$seconds" -timeout=30 -print_final_stats=1 \
-    -artifact_prefix="build/fuzz/artifacts/$op-" >"build/fuzz/logs/$op.log" 2>&1
+    -artifact_prefix="build/fuzz/artifacts/$op-" >"build/fuzz/logs/$op.log" 2>&1 || rc=$?
+  echo "$rc" >"build/fuzz/logs/$op.rc"
 }
 
-declare -A pids=()
 failed=0
 for op in $targets; do
   while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
   echo "fuzz: $op for ${seconds}s"
+  rm -f "build/fuzz/logs/$op.rc"
   run_one "$op" &
-  pids[$op]=$!
 done
-for op in "${!pids[@]}"; do
-  if wait "${pids[$op]}"; then
+wait
+for op in $targets; do
+  if [ "$(cat "build/fuzz/logs/$op.rc" 2>/dev/null)" = 0 ]; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build/fuzz/logs/$op.log")
     echo "fuzz: $op ok ($runs runs)"
   else
