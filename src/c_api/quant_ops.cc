@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "c_api/c_api.h"
+#include "core/check.h"
 
 namespace kvscatter::capi {
 namespace {
@@ -118,6 +119,11 @@ kvsStatus kvsKvCompressEpilogGetWorkspaceSize(kvsTensor* cache, const kvsTensor*
     const kvscatter::TensorView& cache_view = required(cache, "cache");
     const kvscatter::TensorView& x_view = required(x, "x");
     const kvscatter::TensorView& slot_view = required(slot_mapping, "slot_mapping");
+    // Null data pointers (161001) come before every other rule, the mode text included, as in
+    // plan_kv_compress_epilog and aclnn.
+    kvscatter::detail::require_data(cache_view, "cache");
+    kvscatter::detail::require_data(x_view, "x");
+    kvscatter::detail::require_data(slot_view, "slot_mapping");
     const kvscatter::QuantMode mode = quant_mode != nullptr
                                           ? kvscatter::parse_quant_mode(quant_mode)
                                           : kvscatter::QuantMode::fp8_e8m0;

@@ -395,6 +395,12 @@ static void test_epilog_rejections(void) {
                KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS("cache dtype");
   CHECK_MESSAGE_HAS("int8");
+  /* A null data pointer is reported before a bad mode text, as the C++ plan does. */
+  kvsTensor* ts_null = make_tensor(NULL, KVS_INT32, 1, slot_shape, NULL);
+  CHECK_STATUS(kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts_null, 64, "3", true, 1.0f, &ws, &ex),
+               KVS_ERROR_NULL_POINTER);
+  CHECK_MESSAGE_HAS("slot_mapping has a null data pointer");
+  kvsDestroyTensor(ts_null);
   CHECK(ex == NULL);
 
   /* Data-dependent rules are checked at execution, over all tokens before any write: slot 4 is
