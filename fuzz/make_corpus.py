@@ -7,7 +7,9 @@ valid call of each operator), and inputs of pseudo-random bytes of a few lengths
 to every mode, dtype and layout with the occasional broken argument. Long seeds matter: they let
 libFuzzer mutate late decisions (slot values, compress runs) from the first run on.
 
-    python3 fuzz/make_corpus.py          # rewrites fuzz/corpus/
+    python3 fuzz/make_corpus.py          # rewrites the seed-* files of fuzz/corpus/
+
+Inputs that once found a bug are kept next to the seeds as regression-* files (not rewritten).
 """
 import pathlib
 import random
