@@ -22,6 +22,7 @@
 #include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "ops/quant_common/slots.h"
+#include "simd_targets.h"
 
 namespace kvscatter {
 namespace {
@@ -650,17 +651,8 @@ TEST(KvCompressEpilogSpecial, NonFiniteInMode2) {
 
 // ---- SIMD encoders against the scalar formats, on every compiled target ----------------------
 
-// Every target the library was compiled for that this CPU can run, so the SSE4 and fallback
-// paths are tested too.
-std::vector<std::int64_t> targets() {
-  std::istringstream lib(simd_targets_available());
-  std::vector<std::string> names{std::istream_iterator<std::string>(lib), {}};
-  std::vector<std::int64_t> out;
-  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-    if (std::find(names.begin(), names.end(), hwy::TargetName(t)) != names.end()) out.push_back(t);
-  }
-  return out;
-}
+// Every compiled target this CPU runs, so the SSE4 and fallback paths are tested too.
+std::vector<std::int64_t> targets() { return kvscatter::simd_test::simd_targets(); }
 
 TEST(KvCompressEpilogSimd, TargetsCovered) {
   std::string names;

@@ -2,6 +2,7 @@
 // destinations deterministic (G4), and splits the rows over the thread pool. The bytes are moved
 // by kernel_hwy.cc.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +15,11 @@
 namespace kvscatter {
 namespace detail::scatter {
 namespace {
+
+// Calls moving at least this many bytes use non-temporal stores where they fill whole lines:
+// about a quarter of a server's last-level cache, past which the written rows would not stay
+// cached for the next reader anyway.
+std::atomic<std::int64_t> g_stream_bytes{std::int64_t{8} << 20};
 
 // Per-thread scratch reused across calls, so a decode-size call allocates nothing.
 struct Scratch {
@@ -115,6 +121,7 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
   return j;
 }
 
+
 void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
   RowJob job;
@@ -135,6 +142,9 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   std::int64_t token_bytes = 0;
   for (int k = 0; k < job.num_sides; ++k)
     token_bytes += job.side[k].num_heads * job.side[k].head_bytes;
+  // A call writing more than the caches hold gains from skipping the read-for-ownership of
+  // lines it fills completely (as memcpy does for large copies).
+  job.stream = p.num_tokens * token_bytes >= g_stream_bytes.load(std::memory_order_relaxed);
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
 }
@@ -419,6 +429,10 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
 }
 
 }  // namespace
+
+std::int64_t set_stream_threshold(std::int64_t bytes) {
+  return g_stream_bytes.exchange(bytes, std::memory_order_relaxed);
+}
 
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t w,
                    std::int64_t n, unsigned char* dst) {

@@ -30,6 +30,7 @@ struct RowJob {
   const std::int64_t* slots = nullptr;  // per token; < 0 is padding
   const std::uint8_t* skip = nullptr;   // per token: 1 if a later token writes the same slot
   bool group = false;                   // write runs of consecutive slots piece-major
+  bool stream = false;                  // groups may use non-temporal stores (large calls)
 };
 
 // Compress modes: row j of a run is token run_source(j) of its batch (or the Rope mean row).
@@ -65,6 +66,10 @@ void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t
 // Source tokens [begin, end) (packed index, or b * S + position for 4-D keys): every row they
 // feed except Rope mean rows. Only for runs that do not overlap, where the order is free.
 void compress_token_range(const CompressJob& job, std::int64_t begin, std::int64_t end);
+
+// Bytes per call from which runs of whole lines use non-temporal stores; returns the previous
+// value. Tests lower it to check the streaming path on small caches.
+std::int64_t set_stream_threshold(std::int64_t bytes);
 
 // Rope mean row (decision S4): window rows at src, src + stride, ...; written to dst.
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t window,
