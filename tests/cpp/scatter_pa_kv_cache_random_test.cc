@@ -16,7 +16,7 @@
 
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
-#include "ops/scatter_pa_kv_cache/kernel.h"
+#include "core/streaming.h"
 #include "scatter_pa_kv_cache_util.h"
 #include "simd_targets.h"
 
@@ -387,12 +387,12 @@ TEST_P(ScatterPaKvCacheGrid, OptimizedMatchesReferenceByteForByte) {
     Call opt = c.call, ref = c.call;
     // Every other case takes the non-temporal path of large calls; cases rotate over the SIMD
     // targets.
-    const std::int64_t threshold = detail::scatter::set_stream_threshold(i % 2 ? 0 : kNever);
+    const std::int64_t threshold = detail::set_stream_threshold(i % 2 ? 0 : kNever);
     {
       const simd_test::PinTarget pin(targets[static_cast<std::size_t>(i) % targets.size()]);
       ASSERT_NO_THROW(opt.run());
     }
-    detail::scatter::set_stream_threshold(threshold);
+    detail::set_stream_threshold(threshold);
     ASSERT_NO_THROW(ref.run_reference());
     ASSERT_TRUE(opt.key_cache.bytes == ref.key_cache.bytes) << "key_cache differs";
     if (c.call.has_value) {
@@ -500,7 +500,7 @@ Buf placed(Gen& g, DType dt, std::vector<std::int64_t> shape, std::size_t misali
 // (aligned and not, Norm and PA_NZ, runs starting mid-block and crossing blocks, every target).
 TEST(ScatterPaKvCacheStream, PrefillMatchesReference) {
   Gen g(base_seed() + 5);
-  const std::int64_t threshold = detail::scatter::set_stream_threshold(0);
+  const std::int64_t threshold = detail::set_stream_threshold(0);
   for (std::int64_t target : simd_test::simd_targets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     for (bool nz : {false, true}) {
@@ -536,7 +536,7 @@ TEST(ScatterPaKvCacheStream, PrefillMatchesReference) {
       }
     }
   }
-  detail::scatter::set_stream_threshold(threshold);
+  detail::set_stream_threshold(threshold);
 }
 
 TEST(ScatterPaKvCacheOdd, ThirteenHeadsOfFortySixUnaligned) {

@@ -2,11 +2,11 @@
 // destinations deterministic (G4), and splits the rows over the thread pool. The bytes are moved
 // by kernel_hwy.cc.
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <vector>
 
 #include "core/check.h"
+#include "core/streaming.h"
 #include "kvscatter/formats.h"
 #include "ops/scatter_pa_kv_cache/internal.h"
 #include "ops/scatter_pa_kv_cache/kernel.h"
@@ -15,11 +15,6 @@
 namespace kvscatter {
 namespace detail::scatter {
 namespace {
-
-// Calls moving at least this many bytes use non-temporal stores where they fill whole lines:
-// about a quarter of a server's last-level cache, past which the written rows would not stay
-// cached for the next reader anyway.
-std::atomic<std::int64_t> g_stream_bytes{std::int64_t{8} << 20};
 
 // Per-thread scratch reused across calls, so a decode-size call allocates nothing.
 struct Scratch {
@@ -142,9 +137,7 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   std::int64_t token_bytes = 0;
   for (int k = 0; k < job.num_sides; ++k)
     token_bytes += job.side[k].num_heads * job.side[k].head_bytes;
-  // A call writing more than the caches hold gains from skipping the read-for-ownership of
-  // lines it fills completely (as memcpy does for large copies).
-  job.stream = p.num_tokens * token_bytes >= g_stream_bytes.load(std::memory_order_relaxed);
+  job.stream = use_streaming_stores(p.num_tokens * token_bytes);
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
 }
@@ -429,10 +422,6 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
 }
 
 }  // namespace
-
-std::int64_t set_stream_threshold(std::int64_t bytes) {
-  return g_stream_bytes.exchange(bytes, std::memory_order_relaxed);
-}
 
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t w,
                    std::int64_t n, unsigned char* dst) {

@@ -67,10 +67,6 @@ void compress_row_range(const CompressJob& job, std::int64_t begin, std::int64_t
 // feed except Rope mean rows. Only for runs that do not overlap, where the order is free.
 void compress_token_range(const CompressJob& job, std::int64_t begin, std::int64_t end);
 
-// Bytes per call from which runs of whole lines use non-temporal stores; returns the previous
-// value. Tests lower it to check the streaming path on small caches.
-std::int64_t set_stream_threshold(std::int64_t bytes);
-
 // Rope mean row (decision S4): window rows at src, src + stride, ...; written to dst.
 void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t window,
                    std::int64_t head_size, unsigned char* dst);

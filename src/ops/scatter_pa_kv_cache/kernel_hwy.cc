@@ -1,6 +1,7 @@
 // Byte movers of the optimized ScatterPaKvCache kernel, compiled once per SIMD target (Highway
 // dynamic dispatch, chosen once per chunk of work). Every access is an unaligned vector load or
-// store of bytes (or memcpy), so rows at any address and of any length are safe.
+// store of bytes (or memcpy, or an aligned streaming store), so rows at any address and of any
+// length are safe.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -11,54 +12,15 @@
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "core/bytes-inl.h"
 #include "ops/scatter_pa_kv_cache/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::scatter::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using D8 = hn::ScalableTag<std::uint8_t>;
-
-// n contiguous bytes. Below one vector: memcpy (a few bytes); otherwise full vectors, the last
-// one overlapping the previous store so no scalar tail is needed.
-HWY_INLINE void CopyBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
-                          std::size_t n) {
-  const D8 d;
-  const std::size_t N = hn::Lanes(d);
-  if (n < N) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-  std::size_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    const auto a = hn::LoadU(d, src + i);
-    const auto b = hn::LoadU(d, src + i + N);
-    const auto c = hn::LoadU(d, src + i + 2 * N);
-    const auto e = hn::LoadU(d, src + i + 3 * N);
-    hn::StoreU(a, d, dst + i);
-    hn::StoreU(b, d, dst + i + N);
-    hn::StoreU(c, d, dst + i + 2 * N);
-    hn::StoreU(e, d, dst + i + 3 * N);
-  }
-  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
-  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
-}
-
-// CopyBytes with non-temporal stores for the vector-aligned middle (large calls: skips the
-// read-for-ownership of lines the copy fills). The unaligned ends use ordinary stores.
-HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
-                            std::size_t n) {
-  const D8 d;
-  const std::size_t N = hn::Lanes(d);
-  if (n < 4 * N) {
-    CopyBytes(dst, src, n);
-    return;
-  }
-  hn::StoreU(hn::LoadU(d, src), d, dst);
-  std::size_t i = (N - reinterpret_cast<std::uintptr_t>(dst) % N) % N;
-  for (; i + N <= n; i += N) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
-  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
-}
+using detail::HWY_NAMESPACE::CopyBytes;
+using detail::HWY_NAMESPACE::StreamBytes;
 
 // n chunks of 32 bytes: source contiguous, destination `pitch` bytes apart (PA_NZ).
 HWY_INLINE void Chunks32(unsigned char* HWY_RESTRICT dst, std::int64_t pitch,
