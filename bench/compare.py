@@ -785,6 +785,9 @@ def main(argv=None) -> int:
     p.add_argument("--cli", help="the kvscatter program (default: build/*/tools/kvscatter)")
     p.add_argument("--cli-json", help="use this `kvscatter bench --json` output, skip the sweep")
     p.add_argument("--no-cli", action="store_true", help="skip the native sweep")
+    p.add_argument("--render-only", action="store_true",
+                   help="re-render the report and plots from OUT/perf/compare.json (after "
+                        "editing bench/performance_notes.md), measuring nothing")
     p.add_argument("--tokens", help="comma-separated token counts for the side-by-side runs")
     p.add_argument("--ops", help="comma-separated filters on 'op variant shape'")
     args = p.parse_args(argv)
@@ -795,6 +798,14 @@ def main(argv=None) -> int:
     def log(msg):
         print(msg, flush=True)
 
+    if args.render_only:
+        saved = json.loads((out / "perf" / "compare.json").read_text())
+        made = plots(saved["native"], saved["compare"], out / "perf")
+        text = report(saved["native"], saved["meta"].get("cli_info", ""), saved["compare"],
+                      saved["meta"], made, out)
+        (out / "performance.md").write_text(text)
+        log(f"re-rendered {out / 'performance.md'} and {len(made)} plots")
+        return 0
     ops = args.ops.split(",") if args.ops else None
     native, cli_info = None, ""
     if args.cli_json:
@@ -817,7 +828,7 @@ def main(argv=None) -> int:
     made = plots(native, comp, out / "perf")
     meta = {"machine": machine(), "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "wall_min": (time.time() - start) / 60}
+            "wall_min": (time.time() - start) / 60, "cli_info": cli_info}
     text = report(native, cli_info, comp, meta, made, out)
     (out / "performance.md").write_text(text)
     (out / "perf" / "compare.json").write_text(json.dumps(

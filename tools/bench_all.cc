@@ -59,14 +59,33 @@ struct Workload {
 
 using Bytes = std::vector<unsigned char>;
 
-Bytes random_bytes(std::size_t n, std::uint32_t seed) {
-  Bytes b(n);
-  std::mt19937 rng(seed);
-  for (std::size_t i = 0; i < n; i += 4) {
-    const auto r = static_cast<std::uint32_t>(rng());
-    std::memcpy(b.data() + i, &r, std::min<std::size_t>(4, n - i));
+// Random contents tiled from a 1 MiB pattern: the kernels' speed does not depend on the
+// values, and generating hundreds of MiB of random numbers would dominate the sweep's time.
+template <class T>
+void fill_tiled(T* out, std::size_t n, const std::vector<T>& pattern) {
+  for (std::size_t i = 0; i < n; i += pattern.size()) {
+    std::memcpy(out + i, pattern.data(), std::min(pattern.size(), n - i) * sizeof(T));
   }
+}
+
+Bytes random_bytes(std::size_t n, std::uint32_t seed) {
+  std::vector<unsigned char> pattern(std::size_t{1} << 20);
+  std::mt19937 rng(seed);
+  for (auto& x : pattern) x = static_cast<unsigned char>(rng());
+  Bytes b(n);
+  fill_tiled(b.data(), n, pattern);
   return b;
+}
+
+// Normally distributed values (the quantizers' and converters' input), tiled likewise.
+std::vector<float> normal_floats(std::size_t n, float sigma, std::uint32_t seed) {
+  std::vector<float> pattern(std::size_t{1} << 18);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sigma);
+  for (auto& x : pattern) x = nd(rng);
+  std::vector<float> out(n);
+  fill_tiled(out.data(), n, pattern);
+  return out;
 }
 
 std::int64_t blocks_for(std::int64_t tokens) {
@@ -167,10 +186,11 @@ Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
     };
     auto b = std::make_shared<Buffers>();
     const std::int64_t nb = blocks_for(tokens);
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
     b->x.resize(static_cast<std::size_t>(tokens * d));
-    std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.0f, 2.0f);
-    for (auto& v : b->x) v = formats::encode_bfloat16(nd(rng));
+    fill_tiled(b->x.data(), b->x.size(), bits);
     b->slots = realistic_slots(tokens, kBlockSize, nb);
     const TensorView x(b->x.data(), DType::bfloat16, {tokens, d});
     const TensorView s(b->slots.data(), DType::int64, {tokens});
@@ -205,11 +225,8 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
     const auto es = static_cast<std::int64_t>(dtype_size(cache_dtype));
     b->key_cache.assign(static_cast<std::size_t>(seq * heads * dim * es), 0);
     b->value_cache = b->key_cache;
-    b->new_keys.resize(static_cast<std::size_t>(len * heads * dim));
-    std::mt19937 rng(6);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    for (auto& v : b->new_keys) v = nd(rng);
-    b->new_values = b->new_keys;
+    b->new_keys = normal_floats(static_cast<std::size_t>(len * heads * dim), 1.0f, 6);
+    b->new_values = normal_floats(b->new_keys.size(), 1.0f, 7);
     b->plan = plan_kv_cache_update(
         TensorView(b->key_cache.data(), cache_dtype, {1, seq, heads, dim}),
         TensorView(b->value_cache.data(), cache_dtype, {1, seq, heads, dim}),
