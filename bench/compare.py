@@ -453,7 +453,7 @@ def plots(native, comp, out: pathlib.Path) -> list[str]:
                 ax.set_ylabel("GB/s (read + written)")
                 ax.grid(alpha=0.3)
             axes[0].legend(fontsize=7)
-            fig.suptitle(f"{op}: throughput, memcpy of the same bytes dashed", fontsize=10)
+            fig.suptitle(f"{op}\n(dashed: memcpy of the same bytes)", fontsize=9)
             save(fig, f"throughput_{op}.png")
         # Time against token count, log-log, 1 thread: cost growth.
         fig, axes = grid(len(ops))
@@ -514,8 +514,8 @@ def plots(native, comp, out: pathlib.Path) -> list[str]:
             ax.set_ylabel("kvscatter speedup")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6)
-        fig.suptitle("Speedup of kvscatter over each alternative (time of the alternative / "
-                     "time of kvscatter)", fontsize=10)
+        fig.suptitle("kvscatter speedup over each alternative\n(time of the alternative / "
+                     "time of kvscatter)", fontsize=9)
         save(fig, "speedup.png")
     return made
 
