@@ -1,0 +1,66 @@
+// Realistic slot mappings for the benchmarks (the `kvscatter bench` tables and the Google
+// Benchmark targets share them, so both measure the same access pattern).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace kvscatter::cli {
+
+// Slots of `tokens` tokens spread over a shuffled set of blocks, as a paged allocator hands
+// them out: consecutive tokens share a block, blocks are scattered.
+inline std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
+                                             std::int64_t num_blocks, std::uint64_t seed = 42) {
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(num_blocks));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(seed));
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    slots[static_cast<std::size_t>(t)] =
+        blocks[static_cast<std::size_t>(t / block_size)] * block_size + t % block_size;
+  }
+  return slots;
+}
+
+// Padding tokens of a decode batch of `tokens` sequences: batches are rounded up (CUDA-graph
+// style) and the extra entries carry slot -1; one in eight here.
+inline std::int64_t decode_padding(std::int64_t tokens) { return tokens / 8; }
+
+// A decode step: every token is the next one of its own sequence, at a random offset of a
+// distinct random block; the last decode_padding(tokens) entries are -1 (skipped).
+// Needs num_blocks >= tokens.
+inline std::vector<std::int64_t> decode_slots(std::int64_t tokens, std::int64_t block_size,
+                                              std::int64_t num_blocks, std::uint64_t seed = 42) {
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(num_blocks));
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  std::uniform_int_distribution<std::int64_t> offset(0, block_size - 1);
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens), -1);
+  const std::int64_t valid = tokens - decode_padding(tokens);
+  for (std::int64_t t = 0; t < valid; ++t) {
+    slots[static_cast<std::size_t>(t)] =
+        blocks[static_cast<std::size_t>(t)] * block_size + offset(rng);
+  }
+  return slots;
+}
+
+// Decode sizes (up to 64 tokens) get decode_slots, larger batches are a prefill of one
+// sequence through paged_slots.
+constexpr std::int64_t kMaxDecodeTokens = 64;
+
+inline std::vector<std::int64_t> realistic_slots(std::int64_t tokens, std::int64_t block_size,
+                                                 std::int64_t num_blocks) {
+  return tokens <= kMaxDecodeTokens ? decode_slots(tokens, block_size, num_blocks)
+                                    : paged_slots(tokens, block_size, num_blocks);
+}
+
+// Tokens of a realistic_slots() mapping that are written (not padding).
+inline std::int64_t written_tokens(std::int64_t tokens) {
+  return tokens <= kMaxDecodeTokens ? tokens - decode_padding(tokens) : tokens;
+}
+
+}  // namespace kvscatter::cli
