@@ -15,15 +15,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "workload.h"
 
-#include <sys/mman.h>
 
 namespace {
 
@@ -32,30 +30,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::int64_t kHeads = 8, kHead = 128, kBlock = 128;
 
-// Cache storage allocated as NumPy allocates large arrays: 2 MiB aligned with transparent huge
-// pages advised. PA_NZ rows touch one 4 KiB page per 32-byte chunk, so with small pages a
-// decode call is bound by page walks instead of by the bytes it writes.
-struct CacheBuffer {
-  std::uint16_t* p = nullptr;
-  std::size_t n = 0;
-  explicit CacheBuffer(std::size_t elems) : n(elems) {
-    constexpr std::size_t kHuge = std::size_t{2} << 20;
-    const std::size_t bytes = (elems * 2 + kHuge - 1) / kHuge * kHuge;
-    p = static_cast<std::uint16_t*>(std::aligned_alloc(kHuge, bytes));
-    if (p == nullptr) throw std::bad_alloc();
-    madvise(p, bytes, MADV_HUGEPAGE);
-    std::memset(p, 0, bytes);
-  }
-  ~CacheBuffer() { std::free(p); }
-  CacheBuffer(const CacheBuffer&) = delete;
-  CacheBuffer& operator=(const CacheBuffer&) = delete;
-  std::uint16_t* data() { return p; }
-};
-
 struct Setup {
   std::int64_t tokens, blocks;
   std::vector<std::uint16_t> key, value;
-  std::unique_ptr<CacheBuffer> key_cache, value_cache;
+  cli::CacheVector<std::uint16_t> key_cache, value_cache;
   std::vector<std::int64_t> slots;
   std::vector<unsigned char> copy_k, copy_v;  // memcpy destinations
 
@@ -69,8 +47,9 @@ struct Setup {
     std::mt19937 rng(42);
     for (auto& x : key) x = static_cast<std::uint16_t>(rng());
     for (auto& x : value) x = static_cast<std::uint16_t>(rng());
-    key_cache = std::make_unique<CacheBuffer>(static_cast<std::size_t>(blocks * kBlock * row));
-    value_cache = std::make_unique<CacheBuffer>(key_cache->n);
+    // Stored as NumPy stores large arrays (huge pages advised; see tools/workload.h).
+    key_cache.assign(static_cast<std::size_t>(blocks * kBlock * row), 0);
+    value_cache.assign(key_cache.size(), 0);
     std::vector<std::int64_t> order(static_cast<std::size_t>(blocks));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -95,12 +74,12 @@ struct Setup {
     TensorView kc, vc;
     if (nz) {
       o.cache_mode = "PA_NZ";
-      kc = TensorView(key_cache->data(), DType::bfloat16, {blocks, kHeads * kHead / 16, kBlock, 16});
-      vc = TensorView(value_cache->data(), DType::bfloat16,
+      kc = TensorView(key_cache.data(), DType::bfloat16, {blocks, kHeads * kHead / 16, kBlock, 16});
+      vc = TensorView(value_cache.data(), DType::bfloat16,
                       {blocks, kHeads * kHead / 16, kBlock, 16});
     } else {
-      kc = TensorView(key_cache->data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
-      vc = TensorView(value_cache->data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
+      kc = TensorView(key_cache.data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
+      vc = TensorView(value_cache.data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
     }
     return plan_scatter_pa_kv_cache(k, kc, TensorView(slots.data(), DType::int64, {tokens}),
                                     with_value ? std::optional<TensorView>(v) : std::nullopt,
@@ -156,8 +135,8 @@ void run(benchmark::State& state, bool nz, bool with_value) {
 void BM_PaNzStoreFloor(benchmark::State& state) {
   Setup s(state.range(0), true);
   const std::int64_t chunks = kHeads * kHead * 2 / 32, pitch = kBlock * 32;
-  unsigned char* caches[2] = {reinterpret_cast<unsigned char*>(s.key_cache->data()),
-                              reinterpret_cast<unsigned char*>(s.value_cache->data())};
+  unsigned char* caches[2] = {reinterpret_cast<unsigned char*>(s.key_cache.data()),
+                              reinterpret_cast<unsigned char*>(s.value_cache.data())};
   alignas(32) unsigned char fill[32] = {1};
   time_against_memcpy(state, s, true, [&] {
     for (unsigned char* cache : caches) {

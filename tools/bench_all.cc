@@ -58,6 +58,7 @@ struct Workload {
 };
 
 using Bytes = std::vector<unsigned char>;
+using CacheBytes = CacheVector<unsigned char>;
 
 // Random contents tiled from a 1 MiB pattern: the kernels' speed does not depend on the
 // values, and generating hundreds of MiB of random numbers would dominate the sweep's time.
@@ -100,7 +101,8 @@ Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int6
              std::to_string(heads) + "x" + std::to_string(dim), nullptr};
   w.make = [mode, heads, dim, key_only](std::int64_t tokens) {
     struct Buffers {
-      Bytes key, value, key_cache, value_cache;
+      Bytes key, value;
+      CacheBytes key_cache, value_cache;
       std::vector<std::int64_t> slots;
       ScatterPaKvCachePlan plan;
     };
@@ -115,7 +117,7 @@ Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int6
     b->slots = realistic_slots(tokens, kBlockSize, nb);
     const DType dt = DType::bfloat16;
     ScatterPaKvCacheOptions opt;
-    const auto cache = [&](Bytes& c) {
+    const auto cache = [&](CacheBytes& c) {
       if (mode == "PA_NZ") {
         return TensorView(c.data(), dt, {nb, heads * dim / 16, kBlockSize, 16});
       }
@@ -144,7 +146,8 @@ Workload k_scale_workload(std::int64_t heads, std::int64_t dim) {
              std::to_string(heads) + "x" + std::to_string(dim), nullptr};
   w.make = [heads, dim](std::int64_t tokens) {
     struct Buffers {
-      Bytes key, value, key_cache, value_cache;
+      Bytes key, value;
+      CacheBytes key_cache, value_cache;
       std::vector<float> key_scale, scale_cache;
       std::vector<std::int64_t> slots;
       ScatterPaKvCacheWithKScalePlan plan;
@@ -180,7 +183,7 @@ Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
   w.make = [mode, d](std::int64_t tokens) {
     struct Buffers {
       std::vector<std::uint16_t> x;
-      Bytes cache;
+      CacheBytes cache;
       std::vector<std::int64_t> slots;
       KvCompressEpilogPlan plan;
     };
@@ -216,7 +219,7 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
              std::to_string(heads) + "x" + std::to_string(dim), nullptr};
   w.make = [cache_dtype, heads, dim](std::int64_t len) {
     struct Buffers {
-      Bytes key_cache, value_cache;
+      CacheBytes key_cache, value_cache;
       std::vector<float> new_keys, new_values;
       KvCacheUpdatePlan plan;
     };

@@ -1,14 +1,51 @@
-// Realistic slot mappings for the benchmarks (the `kvscatter bench` tables and the Google
-// Benchmark targets share them, so both measure the same access pattern).
+// Realistic slot mappings and cache storage for the benchmarks (the `kvscatter bench` tables
+// and the Google Benchmark targets share them, so both measure the same access pattern).
 #pragma once
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
 
 namespace kvscatter::cli {
+
+// Allocates as NumPy does for large arrays: blocks of 4 MiB or more are 2 MiB aligned with
+// transparent huge pages advised. Engines' caches are large allocations like these; PA_NZ
+// writes touch one 4 KiB page per 32-byte chunk, so on small pages a decode call would measure
+// page walks rather than the kernel.
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) noexcept {}  // NOLINT: rebinding
+  T* allocate(std::size_t n) {
+    constexpr std::size_t kHuge = std::size_t{2} << 20;
+    const std::size_t bytes = n * sizeof(T);
+    if (bytes < 2 * kHuge) {
+      if (void* p = std::malloc(bytes)) return static_cast<T*>(p);
+      throw std::bad_alloc();
+    }
+    void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
+    if (p == nullptr) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+template <class T>
+using CacheVector = std::vector<T, HugePageAllocator<T>>;
 
 // Slots of `tokens` tokens spread over a shuffled set of blocks, as a paged allocator hands
 // them out: consecutive tokens share a block, blocks are scattered.
