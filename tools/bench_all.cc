@@ -287,16 +287,6 @@ struct Result {
   double ratio() const { return t.base_best / t.op_best; }
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 int cores_available() {
   cpu_set_t set;
   CPU_ZERO(&set);

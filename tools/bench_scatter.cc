@@ -33,16 +33,6 @@ Options g_opts;
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // Buffers and a plan for one (mode, tokens) row.
 struct Row {
   std::vector<unsigned char> key, value, key_cache, value_cache, copy_k, copy_v;

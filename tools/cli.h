@@ -6,10 +6,22 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 namespace kvscatter::cli {
+
+// "a,b,,c" -> {"a", "b", "c"}: the comma-separated lists of the bench options.
+inline std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
 
 struct DemoPart {
   std::string name;                            // e.g. "paged"

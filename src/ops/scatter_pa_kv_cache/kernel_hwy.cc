@@ -70,6 +70,36 @@ HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64
   }
 }
 
+constexpr std::int64_t kTile = 8;
+
+// The PA_NZ pieces of a group, tile by tile (see WriteGroup); kStream: non-temporal stores.
+template <bool kStream>
+HWY_INLINE void GroupPieces(const SideJob& j, unsigned char* dst, const unsigned char* src,
+                            std::int64_t n, std::int64_t heads, std::int64_t pieces) {
+  const hn::CappedTag<std::uint8_t, 32> d32;
+  const std::size_t N = hn::Lanes(d32);
+  for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
+    const std::int64_t m = std::min(kTile, n - i0);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      unsigned char* dh = dst + h * j.head_pitch + i0 * 32;
+      const unsigned char* sh = src + h * j.src_head + i0 * j.src_token;
+      for (std::int64_t c = 0; c < pieces; ++c) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::size_t k = 0; k < 32; k += N) {
+            const auto v = hn::LoadU(d32, sh + i * j.src_token + c * 32 + k);
+            unsigned char* to = dh + c * j.chunk_pitch + i * 32 + k;
+            if constexpr (kStream) {
+              hn::Stream(v, d32, to);
+            } else {
+              hn::StoreU(v, d32, to);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block (a prefill). Each
 // destination piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run,
 // so pieces are written piece-major: sequential stores filling whole lines, instead of one
@@ -80,7 +110,6 @@ HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
-  constexpr std::int64_t kTile = 8;
   if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
     for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
       const std::int64_t m = std::min(kTile, n - i0);
@@ -100,42 +129,13 @@ HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64
   // Streaming stores need vector-aligned destinations; every chunk of the group shares the
   // alignment of its first one.
   if (stream && reinterpret_cast<std::uintptr_t>(dst) % N == 0) {
-    for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
-      const std::int64_t m = std::min(kTile, n - i0);
-      for (std::int64_t h = 0; h < heads; ++h) {
-        unsigned char* dh = dst + h * j.head_pitch + i0 * 32;
-        const unsigned char* sh = src + h * j.src_head + i0 * j.src_token;
-        for (std::int64_t c = 0; c < pieces; ++c) {
-          for (std::int64_t i = 0; i < m; ++i) {
-            for (std::size_t k = 0; k < 32; k += N) {
-              hn::Stream(hn::LoadU(d32, sh + i * j.src_token + c * 32 + k), d32,
-                         dh + c * j.chunk_pitch + i * 32 + k);
-            }
-          }
-        }
-      }
-    }
-    return;
-  }
-  for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
-    const std::int64_t m = std::min(kTile, n - i0);
-    for (std::int64_t h = 0; h < heads; ++h) {
-      unsigned char* dh = dst + h * j.head_pitch + i0 * 32;
-      const unsigned char* sh = src + h * j.src_head + i0 * j.src_token;
-      for (std::int64_t c = 0; c < pieces; ++c) {
-        for (std::int64_t i = 0; i < m; ++i) {
-          for (std::size_t k = 0; k < 32; k += N) {
-            hn::StoreU(hn::LoadU(d32, sh + i * j.src_token + c * 32 + k), d32,
-                       dh + c * j.chunk_pitch + i * 32 + k);
-          }
-        }
-      }
-    }
+    GroupPieces<true>(j, dst, src, n, heads, pieces);
+  } else {
+    GroupPieces<false>(j, dst, src, n, heads, pieces);
   }
 }
 
 constexpr int kScatterTile = 16;
-constexpr std::int64_t kAhead = 1;
 
 // Up to kScatterTile single tokens of a PA_NZ side, chunk-major: the chunks of one token are
 // chunk_pitch apart (a multiple of 4 KiB for usual block sizes), so token-major stores all fall
@@ -158,9 +158,7 @@ HWY_INLINE void WriteTileNz(const SideJob& j, std::int64_t block_size, const std
     for (std::int64_t c = 0; c < pieces; ++c) {
       const std::int64_t so = h * j.src_head + c * 32;
       const std::int64_t doff = (h * pieces + c) * j.chunk_pitch;
-      const std::int64_t ahead = doff + kAhead * j.chunk_pitch;
       for (int i = 0; i < m; ++i) {
-        if (h * pieces + c + kAhead < j.num_heads * per_head) __builtin_prefetch(dst[i] + ahead, 1, 3);
         for (std::size_t k = 0; k < 32; k += N) {
           hn::StoreU(hn::LoadU(d32, src[i] + so + k), d32, dst[i] + doff + k);
         }
