@@ -67,7 +67,7 @@ void bench_epilog(QuantMode mode) {
       print_header();
       header = true;
     }
-    std::vector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
+    CacheVector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
     const auto plan = plan_kv_compress_epilog(
         TensorView(cache.data(), DType::uint8, {blocks, c.block_size, 1, row}), tx, ts, gs, mode,
         c.round_scale, 1.0f);
@@ -91,7 +91,7 @@ void bench_scatter() {
     const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
     std::vector<std::uint8_t> key(static_cast<std::size_t>(tokens * H * D), 0x38), value = key;
     std::vector<float> key_scale(static_cast<std::size_t>(tokens * H), 0.5f);
-    std::vector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
+    CacheVector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
     std::vector<float> sc(static_cast<std::size_t>(blocks * H * c.block_size));
     std::vector<std::int64_t> slots = paged_slots(tokens, c.block_size, blocks);
     const DType dt = DType::float8_e4m3fn;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "workload.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
@@ -35,7 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 // Buffers and a plan for one (mode, tokens) row.
 struct Row {
-  std::vector<unsigned char> key, value, key_cache, value_cache, copy_k, copy_v;
+  std::vector<unsigned char> key, value, copy_k, copy_v;
+  CacheVector<unsigned char> key_cache, value_cache;  // huge pages advised, as NumPy does
   std::vector<std::int64_t> slots, lens, offs, seq;
   ScatterPaKvCachePlan plan;
   std::size_t written = 0;  // bytes written to the caches per call (= bytes read)
