@@ -4,8 +4,6 @@
 //   --benchmark_report_aggregates_only=true
 // Targets: kv_compress_epilog fp8_e8m0, d = 576, 16,384 tokens: vs_memcpy >= 0.5;
 //          scatter_pa_kv_cache_with_k_scale, 8,192 tokens: vs_memcpy >= 0.8.
-#include <algorithm>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -13,24 +11,12 @@
 #include "kvscatter/formats.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
+#include "workload.h"
 
 namespace kvscatter {
 namespace {
 
-// Slots of `tokens` tokens spread over a shuffled set of blocks, as a paged allocator hands
-// them out: consecutive tokens share a block, blocks are scattered.
-std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
-                                      std::int64_t num_blocks) {
-  std::vector<std::int64_t> blocks(static_cast<std::size_t>(num_blocks));
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(42));
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    slots[static_cast<std::size_t>(t)] =
-        blocks[static_cast<std::size_t>(t / block_size)] * block_size + t % block_size;
-  }
-  return slots;
-}
+using cli::paged_slots;
 
 void BM_KvCompressEpilog(benchmark::State& state, QuantMode mode, bool round_scale,
                          std::int64_t gs) {

@@ -1,11 +1,10 @@
 // `kvscatter bench quant`: one table per operator and mode (KvCompressEpilog in each quant_mode,
 // ScatterPaKvCacheWithKScale) with tokens, time per call, GB/s of bytes read plus written, and
 // the ratio to memcpy of the same traffic measured in the same run (memcpy of half the traffic
-// between buffers of that size; > 1 means faster than memcpy).
+// between buffers of that size; > 1 means faster than memcpy). Medians of alternating batches.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "measure.h"
+#include "workload.h"
 
 namespace kvscatter::cli {
 namespace {
@@ -26,40 +26,6 @@ struct BenchQuantConfig {
   int reps = 7;
 };
 BenchQuantConfig g_bq;
-
-struct Timing {
-  double op_s, memcpy_s;  // median seconds per call
-};
-
-// Times the operator and memcpy of the same traffic in alternating batches (each sized to last
-// about 20 ms), so that on a shared machine both see the same background load; medians.
-template <class F>
-Timing time_against_memcpy(F&& op, std::int64_t traffic, int reps) {
-  MemcpyBaseline base(static_cast<std::size_t>(traffic));
-  auto copy = [&] { base.copy(); };
-  const int op_inner = calibrate(op), copy_inner = calibrate(copy);
-  std::vector<double> op_t, copy_t;
-  for (int r = 0; r < reps; ++r) {
-    op_t.push_back(time_per_call(op, 1, op_inner));
-    copy_t.push_back(time_per_call(copy, 1, copy_inner));
-  }
-  std::sort(op_t.begin(), op_t.end());
-  std::sort(copy_t.begin(), copy_t.end());
-  return {op_t[op_t.size() / 2], copy_t[copy_t.size() / 2]};
-}
-
-std::vector<std::int64_t> paged_slots(std::int64_t tokens, std::int64_t block_size,
-                                      std::int64_t num_blocks) {
-  std::vector<std::int64_t> blocks(static_cast<std::size_t>(num_blocks));
-  std::iota(blocks.begin(), blocks.end(), 0);
-  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(42));
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    slots[static_cast<std::size_t>(t)] =
-        blocks[static_cast<std::size_t>(t / block_size)] * block_size + t % block_size;
-  }
-  return slots;
-}
 
 void print_header() {
   std::printf("  %8s  %12s  %9s  %9s\n", "tokens", "time/call", "GB/s", "x memcpy");
@@ -101,13 +67,13 @@ void bench_epilog(QuantMode mode) {
       print_header();
       header = true;
     }
-    std::vector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
+    CacheVector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
     const auto plan = plan_kv_compress_epilog(
         TensorView(cache.data(), DType::uint8, {blocks, c.block_size, 1, row}), tx, ts, gs, mode,
         c.round_scale, 1.0f);
     const std::int64_t traffic = tokens * (2 * c.d + 8 + row);
-    const Timing t = time_against_memcpy([&] { execute(plan); }, traffic, c.reps);
-    print_row(tokens, t.op_s, traffic, t.memcpy_s);
+    const Timing t = time_against_memcpy([&] { execute(plan); }, traffic, c.reps, 0.02);
+    print_row(tokens, t.op_median, traffic, t.base_median);
   }
   std::printf("\n");
 }
@@ -125,7 +91,7 @@ void bench_scatter() {
     const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
     std::vector<std::uint8_t> key(static_cast<std::size_t>(tokens * H * D), 0x38), value = key;
     std::vector<float> key_scale(static_cast<std::size_t>(tokens * H), 0.5f);
-    std::vector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
+    CacheVector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
     std::vector<float> sc(static_cast<std::size_t>(blocks * H * c.block_size));
     std::vector<std::int64_t> slots = paged_slots(tokens, c.block_size, blocks);
     const DType dt = DType::float8_e4m3fn;
@@ -137,8 +103,8 @@ void bench_scatter() {
         TensorView(key_scale.data(), DType::float32, {tokens, H}),
         TensorView(sc.data(), DType::float32, {blocks, H, c.block_size, 1}));
     const std::int64_t traffic = tokens * (2 * (2 * H * D + 4 * H) + 8);
-    const Timing t = time_against_memcpy([&] { execute(plan); }, traffic, c.reps);
-    print_row(tokens, t.op_s, traffic, t.memcpy_s);
+    const Timing t = time_against_memcpy([&] { execute(plan); }, traffic, c.reps, 0.02);
+    print_row(tokens, t.op_median, traffic, t.base_median);
   }
   std::printf("\n");
 }

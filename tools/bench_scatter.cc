@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "workload.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
@@ -33,19 +34,10 @@ Options g_opts;
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // Buffers and a plan for one (mode, tokens) row.
 struct Row {
-  std::vector<unsigned char> key, value, key_cache, value_cache, copy_k, copy_v;
+  std::vector<unsigned char> key, value, copy_k, copy_v;
+  CacheVector<unsigned char> key_cache, value_cache;  // huge pages advised, as NumPy does
   std::vector<std::int64_t> slots, lens, offs, seq;
   ScatterPaKvCachePlan plan;
   std::size_t written = 0;  // bytes written to the caches per call (= bytes read)

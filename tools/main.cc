@@ -1,5 +1,6 @@
 // kvscatter: info, demo (simulated decode loop verified against the reference kernels) and
-// bench (per-operator tables against memcpy of the same bytes).
+// bench (the sweep over every operator, or per-operator tables, against memcpy of the same
+// bytes).
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -54,8 +55,11 @@ int main(int argc, char** argv) {
     if (demo_rc == 0) std::printf("demo: all parts verified against the reference kernels\n");
   });
 
-  auto* bench = app.add_subcommand("bench", "benchmark tables (time, GB/s, ratio to memcpy)");
+  auto* bench = app.add_subcommand(
+      "bench", "every operator x shape x token count x {1, all} threads against memcpy; "
+               "a subcommand prints one operator's tables");
   bench->require_subcommand(0, 1);
+  cli::add_bench_sweep_flags(*bench);
   int bench_rc = 0;
   std::vector<CLI::App*> bench_cmds;
   for (auto& part : cli::bench_parts()) {
@@ -64,11 +68,8 @@ int main(int argc, char** argv) {
     sub->callback([&part, &bench_rc] { bench_rc |= part.run(); });
     bench_cmds.push_back(sub);
   }
-  // `kvscatter bench` alone runs every table.
   bench->callback([&] {
-    if (bench->get_subcommands().empty()) {
-      for (auto& part : cli::bench_parts()) bench_rc |= part.run();
-    }
+    if (bench->get_subcommands().empty()) bench_rc |= cli::run_bench_sweep();
   });
 
   app.parse_complete_callback([&] {

@@ -1,5 +1,6 @@
-// Timing helpers for the demo and bench commands: a monotonic clock, the best-of-N time of a
-// callable, and the memcpy baseline that every figure is compared against.
+// Timing helpers for the demo and bench commands: a monotonic clock, the median time of a
+// callable, the memcpy baseline that every figure is compared against, and the alternating
+// operator-vs-memcpy measurement the bench tables are built from.
 #pragma once
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "runtime/parallel.h"
 
 namespace kvscatter::cli {
 
@@ -42,6 +45,16 @@ struct MemcpyBaseline {
         gap((n + 4095) / 4096 * 4096 + 1024),
         buf(gap + n, 1) {}
   void copy() { std::memcpy(buf.data() + gap, buf.data(), n); }
+  // The same copy split into 256 KiB chunks over the library's thread pool: the roofline for
+  // an operator running on get_num_threads() threads (one thread: plain memcpy).
+  void copy_parallel() {
+    constexpr std::int64_t kChunk = 256 * 1024;
+    const auto total = static_cast<std::int64_t>(n);
+    detail::parallel_for((total + kChunk - 1) / kChunk, 1, [&](std::int64_t b, std::int64_t e) {
+      const std::int64_t lo = b * kChunk, hi = std::min(total, e * kChunk);
+      std::memcpy(buf.data() + gap + lo, buf.data() + lo, static_cast<std::size_t>(hi - lo));
+    });
+  }
   double seconds(int reps = 7, int inner = 1) {
     return time_per_call([&] { copy(); }, reps, inner);
   }
@@ -55,6 +68,39 @@ int calibrate(F&& fn, double target = 0.02) {
   fn();
   const double dt = std::max(now_seconds() - t0, 1e-7);
   return static_cast<int>(std::clamp(target / dt, 1.0, 100000.0));
+}
+
+// Seconds per call of an operator and of its baseline, both from the same run.
+struct Timing {
+  double op_best, op_median, base_best, base_median;
+};
+
+// Times `op` and `base` in alternating batches (each sized to last about `batch_s`), so that on
+// a shared machine both see the same background load; keeps the fastest and the median batch
+// of each. One preemption inside a batch then moves the median, rarely the best.
+template <class F, class G>
+Timing time_alternating(F&& op, G&& base, int reps, double batch_s = 0.01) {
+  const int op_inner = calibrate(op, batch_s), base_inner = calibrate(base, batch_s);
+  std::vector<double> op_t, base_t;
+  for (int r = 0; r < reps; ++r) {
+    double t0 = now_seconds();
+    for (int i = 0; i < op_inner; ++i) op();
+    op_t.push_back((now_seconds() - t0) / op_inner);
+    t0 = now_seconds();
+    for (int i = 0; i < base_inner; ++i) base();
+    base_t.push_back((now_seconds() - t0) / base_inner);
+  }
+  std::sort(op_t.begin(), op_t.end());
+  std::sort(base_t.begin(), base_t.end());
+  return {op_t.front(), op_t[op_t.size() / 2], base_t.front(), base_t[base_t.size() / 2]};
+}
+
+// An operator against memcpy of the same traffic (bytes read plus written; memcpy of half of
+// it moves as much), the copy spread over as many threads as the operator may use.
+template <class F>
+Timing time_against_memcpy(F&& op, std::int64_t traffic, int reps, double batch_s = 0.01) {
+  MemcpyBaseline base(static_cast<std::size_t>(traffic));
+  return time_alternating(op, [&] { base.copy_parallel(); }, reps, batch_s);
 }
 
 }  // namespace kvscatter::cli

@@ -110,8 +110,33 @@ TensorView make_view(void* data, DType dtype, int ndim, const std::int64_t* shap
   return v;
 }
 
-TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
-  nb::handle dtype = arr.attr("dtype");
+// The C structure behind NumPy's __array_struct__ capsule (array interface protocol, version 2).
+struct ArrayInterface {
+  int two;  // always 2
+  int nd;
+  char typekind;
+  int itemsize;
+  int flags;
+  Py_intptr_t* shape;
+  Py_intptr_t* strides;  // in bytes
+  void* data;
+  PyObject* descr;
+};
+constexpr int kArrayWriteable = 0x0400;
+
+// The kvscatter dtype of a NumPy dtype object, checked once per distinct dtype object: NumPy
+// hands out the same object for every array of a builtin or registered (ml_dtypes) type, so a
+// decode-size call does not pay for name lookups. The cache keeps its dtypes alive.
+DType numpy_dtype(nb::handle dtype, std::string_view name) {
+  struct Entry {
+    PyObject* descr;
+    DType dtype;
+  };
+  static std::array<Entry, 32> cache{};
+  static std::size_t used = 0;
+  for (std::size_t i = 0; i < used; ++i) {
+    if (cache[i].descr == dtype.ptr()) return cache[i].dtype;
+  }
   const std::string dname = nb::cast<std::string>(dtype.attr("name"));
   const std::optional<DType> dt = dtype_from_numpy_name(dname);
   if (!dt) unsupported_dtype(name, dname);
@@ -120,17 +145,57 @@ TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
         cat(name, ": byte-swapped (non-native byte order) ", dname, " arrays are not supported")
             .c_str());
   }
+  if (used < cache.size()) cache[used++] = {nb::borrow(dtype).release().ptr(), *dt};
+  return *dt;
+}
+
+[[noreturn]] void read_only_error(std::string_view name) {
+  throw nb::value_error(
+      cat(name,
+          " is read-only; kvscatter writes the caches in place, so pass a writeable "
+          "array")
+          .c_str());
+}
+
+void check_stride(std::string_view name, int axis, std::int64_t bytes, std::int64_t itemsize,
+                  nb::handle dtype) {
+  if (bytes % itemsize == 0) return;
+  throw nb::value_error(cat(name, ": stride of axis ", axis, " is ", bytes,
+                            " bytes, not a multiple of the element size (", itemsize,
+                            " bytes of ", nb::cast<std::string>(dtype.attr("name")), ")")
+                            .c_str());
+}
+
+TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
+  nb::object dtype = arr.attr("dtype");
+  const DType dt = numpy_dtype(dtype, name);
+  // Fast path: the __array_struct__ capsule gives data, flags, shape and strides in one C
+  // structure (the dictionary of __array_interface__ costs microseconds per array).
+  nb::object capsule = nb::steal(PyObject_GetAttrString(arr.ptr(), "__array_struct__"));
+  if (!capsule.is_valid()) PyErr_Clear();
+  const auto* st = capsule.is_valid() && PyCapsule_CheckExact(capsule.ptr())
+                       ? static_cast<const ArrayInterface*>(PyCapsule_GetPointer(capsule.ptr(), nullptr))
+                       : nullptr;
+  if (st == nullptr) PyErr_Clear();
+  if (st != nullptr && st->two == 2 && st->itemsize > 0 && st->strides != nullptr) {
+    if (access == Access::write && (st->flags & kArrayWriteable) == 0) read_only_error(name);
+    if (st->nd > kMaxRank) {
+      throw nb::value_error(cat(name, ": rank must be <= ", kMaxRank, ", got ", st->nd).c_str());
+    }
+    std::array<std::int64_t, kMaxRank> shape{}, strides{};
+    for (int i = 0; i < st->nd; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      shape[k] = st->shape[i];
+      check_stride(name, i, st->strides[i], st->itemsize, dtype);
+      strides[k] = st->strides[i] / st->itemsize;
+    }
+    return make_view(st->data, dt, st->nd, shape.data(), strides.data(), name);
+  }
   nb::dict ai = nb::cast<nb::dict>(arr.attr("__array_interface__"));
   nb::tuple data = nb::cast<nb::tuple>(ai["data"]);
   const auto address = nb::cast<std::uintptr_t>(data[0]);
   const bool readonly = nb::cast<bool>(data[1]);
-  if (access == Access::write && readonly) {
-    throw nb::value_error(
-        cat(name,
-            " is read-only; kvscatter writes the caches in place, so pass a writeable "
-            "array")
-            .c_str());
-  }
+  if (access == Access::write && readonly) read_only_error(name);
   nb::tuple shape_t = nb::cast<nb::tuple>(arr.attr("shape"));
   nb::tuple strides_t = nb::cast<nb::tuple>(arr.attr("strides"));
   const int ndim = static_cast<int>(shape_t.size());
@@ -143,15 +208,10 @@ TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
     const auto k = static_cast<std::size_t>(i);
     shape[k] = nb::cast<std::int64_t>(shape_t[k]);
     const auto bytes = nb::cast<std::int64_t>(strides_t[k]);
-    if (bytes % itemsize != 0) {
-      throw nb::value_error(cat(name, ": stride of axis ", i, " is ", bytes,
-                                " bytes, not a multiple of the element size (", itemsize,
-                                " bytes of ", dname, ")")
-                                .c_str());
-    }
+    check_stride(name, i, bytes, itemsize, dtype);
     strides[k] = bytes / itemsize;
   }
-  return make_view(reinterpret_cast<void*>(address), *dt, ndim, shape.data(), strides.data(), name);
+  return make_view(reinterpret_cast<void*>(address), dt, ndim, shape.data(), strides.data(), name);
 }
 
 std::optional<DType> dtype_from_dlpack(nb::dlpack::dtype d) {

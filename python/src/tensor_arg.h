@@ -1,8 +1,9 @@
 // Python array arguments -> kvscatter::TensorView, without copies.
 //
 // NumPy arrays (ml_dtypes' bfloat16 and float8 types included) are read through
-// __array_interface__ and their dtype name; anything else goes through DLPack (PyTorch tensors,
-// CPU JAX arrays as inputs, ...). Caches must be writeable and are written in place.
+// __array_struct__ (or __array_interface__) and their dtype, checked once per dtype object;
+// anything else goes through DLPack (PyTorch tensors, CPU JAX arrays as inputs, ...). Caches
+// must be writeable and are written in place.
 #pragma once
 
 #include <nanobind/nanobind.h>

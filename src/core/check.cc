@@ -1,6 +1,9 @@
 #include "core/check.h"
 
+#include <algorithm>
+#include <array>
 #include <limits>
+#include <string>
 
 namespace kvscatter::detail {
 
@@ -91,6 +94,44 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view what) 
     invalid(what, ": size ", a, " + ", b, " overflows 64 bits");
   }
   return r;
+}
+
+namespace {
+std::string strides_str(const TensorView& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(t.stride(i));
+  }
+  return s + "]";
+}
+}  // namespace
+
+void require_no_self_overlap(const TensorView& t, std::string_view name) {
+  // Sort the dimensions longer than one by stride; each stride must step over the whole extent
+  // of the dimensions inside it.
+  std::array<int, kMaxRank> order{};
+  int m = 0;
+  for (int a = 0; a < t.rank; ++a) {
+    if (t.dim(a) > 1) order[static_cast<std::size_t>(m++)] = a;
+  }
+  for (int i = 1; i < m; ++i) {  // insertion sort: at most 8 entries
+    for (int j = i; j > 0 && t.stride(order[static_cast<std::size_t>(j)]) <
+                                 t.stride(order[static_cast<std::size_t>(j - 1)]);
+         --j) {
+      std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(j - 1)]);
+    }
+  }
+  std::int64_t extent = 1;  // elements spanned by the inner dimensions
+  for (int k = 0; k < m; ++k) {
+    const int a = order[static_cast<std::size_t>(k)];
+    if (t.stride(a) < extent) {
+      invalid(name, " must not overlap itself: strides ", strides_str(t), " for shape ",
+              shape_str(t), " make distinct elements share memory (dimension ", a, " has stride ",
+              t.stride(a), ", needs at least ", extent, ")");
+    }
+    extent = t.stride(a) * (t.dim(a) - 1) + extent;
+  }
 }
 
 }  // namespace kvscatter::detail

@@ -42,6 +42,10 @@ void require_dim(const TensorView& t, std::string_view name, int axis, std::int6
                  std::string_view why);
 // Rejects negative dims/strides and checks that the highest addressed byte fits in 64 bits.
 void require_sane_layout(const TensorView& t, std::string_view name);
+// Rejects views whose distinct elements share memory (a zero stride on a dimension longer than
+// one, or strides that interleave): concurrent row writes into such an output would race and
+// the result would depend on the thread count (G4).
+void require_no_self_overlap(const TensorView& t, std::string_view name);
 // Index tensors (G7): int32 or int64, 1-D unless told otherwise, contiguous.
 void require_index(const TensorView& t, std::string_view name);
 

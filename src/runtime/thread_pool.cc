@@ -59,52 +59,69 @@ class Pool {
       return;
     }
     resize(threads());
-    const int workers = static_cast<int>(workers_.size());
+    Job job{fn, ctx, n, grain, chunks};
     {
       std::lock_guard<std::mutex> lk(mutex_);
-      job_ = Job{fn, ctx, n, grain, chunks};
-      next_.store(0, std::memory_order_relaxed);
-      pending_.store(std::min<std::int64_t>(workers, chunks - 1), std::memory_order_relaxed);
-      active_ = static_cast<int>(std::min<std::int64_t>(workers, chunks - 1));
+      job_ = &job;
+      wanted_ = static_cast<int>(std::min<std::int64_t>(static_cast<std::int64_t>(workers_.size()),
+                                                        chunks - 1));
       ++generation_;
     }
     cv_.notify_all();
     t_in_parallel = true;
-    work();
+    job.work();
     t_in_parallel = false;
-    // Wait for the workers that joined this generation.
-    while (pending_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    // Every chunk finished; a worker that was woken but not yet scheduled must not find this
+    // job afterwards, and one still inside it must leave before `job` goes out of scope.
+    while (job.done.load(std::memory_order_acquire) != chunks) std::this_thread::yield();
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      job_ = nullptr;
+    }
+    while (job.users.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   }
 
  private:
+  // One parallel_for call, on the caller's stack. Workers join it under mutex_ (users + 1) and
+  // leave when no chunk is left (users - 1).
   struct Job {
-    RangeFn fn = nullptr;
-    void* ctx = nullptr;
-    std::int64_t n = 0, grain = 1, chunks = 0;
-  };
+    RangeFn fn;
+    void* ctx;
+    std::int64_t n, grain, chunks;
+    std::atomic<std::int64_t> next{0}, done{0};
+    std::atomic<int> users{0};
 
-  void work() {
-    for (;;) {
-      const std::int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
-      if (c >= job_.chunks) return;
-      const std::int64_t b = c * job_.grain;
-      job_.fn(job_.ctx, b, std::min(job_.n, b + job_.grain));
+    Job(RangeFn f, void* c, std::int64_t n_, std::int64_t g, std::int64_t ch)
+        : fn(f), ctx(c), n(n_), grain(g), chunks(ch) {}
+
+    void work() {
+      for (;;) {
+        const std::int64_t c = next.fetch_add(1, std::memory_order_relaxed);
+        if (c >= chunks) return;
+        const std::int64_t b = c * grain;
+        fn(ctx, b, std::min(n, b + grain));
+        done.fetch_add(1, std::memory_order_release);
+      }
     }
-  }
+  };
 
   void worker_loop(int index) {
     std::uint64_t seen = 0;
     for (;;) {
+      Job* job = nullptr;
       {
         std::unique_lock<std::mutex> lk(mutex_);
-        cv_.wait(lk, [&] { return stop_ || (generation_ != seen && index < active_); });
+        cv_.wait(lk, [&] { return stop_ || generation_ != seen; });
         if (stop_) return;
         seen = generation_;
+        if (job_ == nullptr || index >= wanted_) continue;  // finished already, or not needed
+        job = job_;
+        job->users.fetch_add(1, std::memory_order_relaxed);
       }
       t_in_parallel = true;
-      work();
+      job->work();
       t_in_parallel = false;
-      pending_.fetch_sub(1, std::memory_order_release);
+      job->users.fetch_sub(1, std::memory_order_release);
     }
   }
 
@@ -126,15 +143,13 @@ class Pool {
   }
 
   std::mutex run_mutex_;  // one job at a time; other callers run inline
-  std::mutex mutex_;
+  std::mutex mutex_;      // guards job_, wanted_, generation_, stop_
   std::condition_variable cv_;
   std::vector<std::thread> workers_;
   std::atomic<int> target_{default_threads()};
-  Job job_;
-  std::atomic<std::int64_t> next_{0};
-  std::atomic<std::int64_t> pending_{0};
+  Job* job_ = nullptr;
+  int wanted_ = 0;
   std::uint64_t generation_ = 0;
-  int active_ = 0;
   bool stop_ = false;
 };
 

@@ -24,6 +24,7 @@
 
 #include "formats/batch_internal.h"
 #include "kvscatter/formats.h"
+#include "simd_targets.h"
 
 namespace kvscatter::formats {
 namespace {
@@ -728,14 +729,7 @@ std::vector<std::int64_t> batch_targets() {
   return out;
 }
 
-// Pins the batch kernels to one target for the scope.
-class PinTarget {
- public:
-  explicit PinTarget(std::int64_t target) { hwy::SetSupportedTargetsForTest(target); }
-  ~PinTarget() { hwy::SetSupportedTargetsForTest(0); }
-  PinTarget(const PinTarget&) = delete;
-  PinTarget& operator=(const PinTarget&) = delete;
-};
+using kvscatter::simd_test::PinTarget;
 
 std::vector<float> special_floats() {
   std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY,

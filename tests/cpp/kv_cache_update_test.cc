@@ -302,5 +302,21 @@ TEST_F(KvCacheUpdateErrors, NullAndStrides) {
   }, Status::invalid_parameter, {"key_cache", "overflows 64 bits"});
 }
 
+// A cache whose distinct elements share memory would be written by several threads in an
+// unspecified order (G4): rejected. Inputs may alias (they are only read).
+TEST_F(KvCacheUpdateErrors, SelfOverlappingCache) {
+  const std::int64_t shape[] = {1, 3, 2, 4}, aliased[] = {8, 0, 4, 1}, interleaved[] = {8, 8, 2, 1};
+  expect([&] {
+    kv_cache_update(TensorView(kc.data(), DType::float32, shape, aliased), V(), NK(), NV(), 0);
+  }, Status::invalid_parameter,
+         {"key_cache must not overlap itself", "strides [8, 0, 4, 1]", "dimension 1 has stride 0"});
+  expect([&] {
+    kv_cache_update(K(), TensorView(vc.data(), DType::float32, shape, interleaved), NK(), NV(), 0);
+  }, Status::invalid_parameter, {"value_cache must not overlap itself", "dimension 2 has stride 2"});
+  const std::int64_t in_shape[] = {1, 1, 2, 4}, broadcast[] = {4, 4, 0, 1};
+  kv_cache_update(K(), V(), TensorView(nk.data(), DType::float32, in_shape, broadcast), NV(), 2);
+  EXPECT_EQ(kc[16], 1.f);
+}
+
 }  // namespace
 }  // namespace kvscatter

@@ -16,12 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "core/streaming.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "ops/quant_common/slots.h"
+#include "simd_targets.h"
 
 namespace kvscatter {
 namespace {
@@ -650,17 +652,8 @@ TEST(KvCompressEpilogSpecial, NonFiniteInMode2) {
 
 // ---- SIMD encoders against the scalar formats, on every compiled target ----------------------
 
-// Every target the library was compiled for that this CPU can run, so the SSE4 and fallback
-// paths are tested too.
-std::vector<std::int64_t> targets() {
-  std::istringstream lib(simd_targets_available());
-  std::vector<std::string> names{std::istream_iterator<std::string>(lib), {}};
-  std::vector<std::int64_t> out;
-  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-    if (std::find(names.begin(), names.end(), hwy::TargetName(t)) != names.end()) out.push_back(t);
-  }
-  return out;
-}
+// Every compiled target this CPU runs, so the SSE4 and fallback paths are tested too.
+std::vector<std::int64_t> targets() { return kvscatter::simd_test::simd_targets(); }
 
 TEST(KvCompressEpilogSimd, TargetsCovered) {
   std::string names;
@@ -790,6 +783,8 @@ struct RandomCase {
   float x_scale;
 };
 
+constexpr std::int64_t kNeverStream = std::int64_t{1} << 62;
+
 void run_random(const RandomCase& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const std::int64_t T = c.tokens, d = c.d;
@@ -819,7 +814,9 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
   const std::int64_t num_slots = nb * bs;
   std::vector<std::int64_t> perm(static_cast<std::size_t>(num_slots));
   for (std::int64_t i = 0; i < num_slots; ++i) perm[static_cast<std::size_t>(i)] = i;
-  std::shuffle(perm.begin(), perm.end(), rng);
+  // Every other permutation case is a prefill into consecutive slots (the streaming path
+  // writes such rows as one run).
+  if (c.slot_pattern != 0 || seed % 4 < 2) std::shuffle(perm.begin(), perm.end(), rng);
   for (std::int64_t t = 0; t < T; ++t) {
     std::int64_t s = perm[static_cast<std::size_t>(t)];
     if (c.slot_pattern == 1 && rng() % 5 == 0) s = -1;
@@ -836,15 +833,20 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
                                       c.gs, c.mode, c.round_scale, c.x_scale);
   reference::execute(plan);
   for (int threads : {1, 2, 3}) {
-    set_num_threads(threads);
-    Bytes got = mem;
-    plan.cache.data = got.data();
-    execute(plan);
-    if (got != ref) {
-      std::size_t i = 0;
-      while (got[i] == ref[i]) ++i;
-      ADD_FAILURE() << "threads " << threads << ": first difference at byte " << i << " (got 0x"
-                    << std::hex << int(got[i]) << ", want 0x" << int(ref[i]) << ")";
+    for (bool stream : {false, true}) {  // ordinary stores, or the large-call streaming path
+      set_num_threads(threads);
+      const std::int64_t threshold = detail::set_stream_threshold(stream ? 0 : kNeverStream);
+      Bytes got = mem;
+      plan.cache.data = got.data();
+      execute(plan);
+      detail::set_stream_threshold(threshold);
+      if (got != ref) {
+        std::size_t i = 0;
+        while (got[i] == ref[i]) ++i;
+        ADD_FAILURE() << "threads " << threads << (stream ? ", streaming" : "")
+                      << ": first difference at byte " << i << " (got 0x" << std::hex
+                      << int(got[i]) << ", want 0x" << int(ref[i]) << ")";
+      }
     }
   }
   set_num_threads(0);

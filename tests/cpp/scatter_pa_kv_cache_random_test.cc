@@ -16,7 +16,9 @@
 
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
+#include "core/streaming.h"
 #include "scatter_pa_kv_cache_util.h"
+#include "simd_targets.h"
 
 namespace kvscatter::testing {
 namespace {
@@ -369,6 +371,7 @@ Case make_case(Gen& g, Kind kind, int i = 0) {
   }
 }
 
+constexpr std::int64_t kNever = std::int64_t{1} << 62;
 constexpr int kCasesPerKind = 220;  // 10 kinds: 2,200 cases per run
 
 class ScatterPaKvCacheGrid : public ::testing::TestWithParam<Kind> {};
@@ -377,11 +380,19 @@ TEST_P(ScatterPaKvCacheGrid, OptimizedMatchesReferenceByteForByte) {
   const Kind kind = GetParam();
   const std::uint64_t seed = base_seed() * 131 + static_cast<std::uint64_t>(kind);
   Gen g(seed);
+  const std::vector<std::int64_t> targets = simd_test::simd_targets();
   for (int i = 0; i < kCasesPerKind; ++i) {
     Case c = make_case(g, kind, i);
     SCOPED_TRACE(::testing::Message() << "seed " << seed << " case " << i << ": " << c.desc);
     Call opt = c.call, ref = c.call;
-    ASSERT_NO_THROW(opt.run());
+    // Every other case takes the non-temporal path of large calls; cases rotate over the SIMD
+    // targets.
+    const std::int64_t threshold = detail::set_stream_threshold(i % 2 ? 0 : kNever);
+    {
+      const simd_test::PinTarget pin(targets[static_cast<std::size_t>(i) % targets.size()]);
+      ASSERT_NO_THROW(opt.run());
+    }
+    detail::set_stream_threshold(threshold);
     ASSERT_NO_THROW(ref.run_reference());
     ASSERT_TRUE(opt.key_cache.bytes == ref.key_cache.bytes) << "key_cache differs";
     if (c.call.has_value) {
@@ -470,6 +481,64 @@ TEST(ScatterPaKvCacheThreads, ResultIndependentOfThreadCount) {
 
 // 13 heads of 46 bfloat16 elements (92-byte heads, 1,196-byte rows) in buffers starting one
 // byte past an even address, in every mode that accepts them (PA_NZ needs 32-byte heads).
+// Storage for a contiguous tensor whose first element sits `misalign` bytes past a 64-byte
+// boundary, with guard bytes on both sides.
+Buf placed(Gen& g, DType dt, std::vector<std::int64_t> shape, std::size_t misalign) {
+  Buf b;
+  b.dtype = dt;
+  b.shape = std::move(shape);
+  std::int64_t n = 1;
+  for (auto d : b.shape) n *= d;
+  b.bytes.resize(static_cast<std::size_t>(n) * dtype_size(dt) + 2 * kGuard + 64 + misalign);
+  g.fill(b.bytes);
+  const auto at = reinterpret_cast<std::uintptr_t>(b.bytes.data()) + kGuard;
+  b.offset = kGuard + (64 - at % 64) % 64 + misalign;
+  return b;
+}
+
+// Large prefills use non-temporal stores for whole lines; force that path on small caches
+// (aligned and not, Norm and PA_NZ, runs starting mid-block and crossing blocks, every target).
+TEST(ScatterPaKvCacheStream, PrefillMatchesReference) {
+  Gen g(base_seed() + 5);
+  const std::int64_t threshold = detail::set_stream_threshold(0);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (bool nz : {false, true}) {
+      for (std::size_t mis : {std::size_t{0}, std::size_t{2}, std::size_t{32}}) {
+        for (DType dt : {DType::bfloat16, DType::int8, DType::float32}) {
+          const std::int64_t es = static_cast<std::int64_t>(dtype_size(dt));
+          const std::int64_t nh = 3, d = 64 / es * 2, bs = 16, nb = 6, t = 61;
+          SCOPED_TRACE(::testing::Message() << (nz ? "PA_NZ " : "Norm ") << dtype_name(dt)
+                                            << " misalign " << mis);
+          Call call;
+          call.key = placed(g, dt, {t, nh, d}, mis);
+          call.value = placed(g, dt, {t, nh, d}, mis);
+          const std::vector<std::int64_t> cache_shape =
+              nz ? std::vector<std::int64_t>{nb, nh * d * es / 32, bs, 32 / es}
+                 : std::vector<std::int64_t>{nb, bs, nh, d};
+          call.key_cache = placed(g, dt, cache_shape, mis);
+          call.value_cache = placed(g, dt, cache_shape, mis);
+          if (nz) call.opts.cache_mode = "PA_NZ";
+          call.slot = Buf(DType::int64, {t});
+          for (std::int64_t i = 0; i < t; ++i) {
+            const std::int64_t slot = i == 7 ? -1 : 5 + i;  // mid-block start, one padding
+            std::memcpy(&call.slot.bytes[static_cast<std::size_t>(i) * 8], &slot, 8);
+          }
+          Call opt = call, ref = call;
+          {
+            const simd_test::PinTarget pin(target);
+            ASSERT_NO_THROW(opt.run());
+          }
+          ASSERT_NO_THROW(ref.run_reference());
+          EXPECT_TRUE(opt.key_cache.bytes == ref.key_cache.bytes);
+          EXPECT_TRUE(opt.value_cache.bytes == ref.value_cache.bytes);
+        }
+      }
+    }
+  }
+  detail::set_stream_threshold(threshold);
+}
+
 TEST(ScatterPaKvCacheOdd, ThirteenHeadsOfFortySixUnaligned) {
   Gen g(base_seed() + 5);
   const std::int64_t t = 300, nh = 13, d = 46, bs = 16, nb = 40;

@@ -78,6 +78,30 @@ def test_read_only_cache(kv):
                  "value_cache is read-only", caches=(vc,))
 
 
+class _InterfaceOnly(np.ndarray):
+    """An ndarray that hides __array_struct__, so the binding reads __array_interface__."""
+
+    @property
+    def __array_struct__(self):
+        raise AttributeError("__array_struct__")
+
+
+def test_array_interface_fallback(kv):
+    kc, vc, new = kv
+    k2, v2 = kc.copy().view(_InterfaceOnly), vc.copy().view(_InterfaceOnly)
+    kvscatter.kv_cache_update(k2, v2, new.view(_InterfaceOnly), new, 1)
+    kvscatter.kv_cache_update(kc, vc, new, new, 1)
+    np.testing.assert_array_equal(np.asarray(k2), kc)
+    np.testing.assert_array_equal(np.asarray(v2), vc)
+    k2.setflags(write=False)
+    expect_error(ValueError, lambda: kvscatter.kv_cache_update(k2, v2, new, new, 0),
+                 "key_cache is read-only", caches=(k2, v2))
+    odd = np.ndarray((2, 3, 2, 4), np.float32, buffer=np.zeros(400, np.uint8), offset=0,
+                     strides=(98, 32, 16, 4)).view(_InterfaceOnly)
+    expect_error(ValueError, lambda: kvscatter.kv_cache_update(kc, vc, odd, new, 0),
+                 "new_keys", "stride of axis 0 is 98 bytes", caches=(kc, vc))
+
+
 def test_jax_array_as_cache(kv):
     jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
     kc, vc, new = kv

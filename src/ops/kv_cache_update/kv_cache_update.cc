@@ -20,6 +20,7 @@ void check_pair(const TensorView& cache, const char* cache_name, const TensorVie
   detail::require_rank(input, input_name, 4, "(B, L, H, D)");
   detail::require_sane_layout(cache, cache_name);
   detail::require_sane_layout(input, input_name);
+  detail::require_no_self_overlap(cache, cache_name);
   detail::require_dtype(cache, cache_name, {DType::float32, DType::bfloat16, DType::float16});
   if (input.dtype != DType::float32 && input.dtype != cache.dtype) {
     invalid(input_name, " dtype must be float32 or the cache dtype (", dtype_name(cache.dtype),

@@ -47,8 +47,4 @@ std::string index_str(const TensorView& t, std::int64_t i);
 // or in [0, num_slots).
 void keep_last_writers(std::vector<std::int64_t>& slots, std::int64_t num_slots);
 
-// Rejects views whose distinct elements share memory (a zero stride on a dimension longer than
-// one, or strides that interleave), which would make concurrent row writes race.
-void require_no_self_overlap(const TensorView& t, std::string_view name);
-
 }  // namespace kvscatter::detail

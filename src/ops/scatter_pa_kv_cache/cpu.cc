@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/streaming.h"
 #include "kvscatter/formats.h"
 #include "ops/scatter_pa_kv_cache/internal.h"
 #include "ops/scatter_pa_kv_cache/kernel.h"
@@ -115,6 +116,7 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
   return j;
 }
 
+
 void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
   RowJob job;
@@ -135,6 +137,7 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   std::int64_t token_bytes = 0;
   for (int k = 0; k < job.num_sides; ++k)
     token_bytes += job.side[k].num_heads * job.side[k].head_bytes;
+  job.stream = use_streaming_stores(p.num_tokens * token_bytes);
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
 }

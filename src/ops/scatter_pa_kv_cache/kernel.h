@@ -30,6 +30,7 @@ struct RowJob {
   const std::int64_t* slots = nullptr;  // per token; < 0 is padding
   const std::uint8_t* skip = nullptr;   // per token: 1 if a later token writes the same slot
   bool group = false;                   // write runs of consecutive slots piece-major
+  bool stream = false;                  // groups may use non-temporal stores (large calls)
 };
 
 // Compress modes: row j of a run is token run_source(j) of its batch (or the Rope mean row).

@@ -1,6 +1,7 @@
 // Byte movers of the optimized ScatterPaKvCache kernel, compiled once per SIMD target (Highway
 // dynamic dispatch, chosen once per chunk of work). Every access is an unaligned vector load or
-// store of bytes (or memcpy), so rows at any address and of any length are safe.
+// store of bytes (or memcpy, or an aligned streaming store), so rows at any address and of any
+// length are safe.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -8,40 +9,18 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/scatter_pa_kv_cache/kernel_hwy.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
+#include "core/bytes-inl.h"
 #include "ops/scatter_pa_kv_cache/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::scatter::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using D8 = hn::ScalableTag<std::uint8_t>;
-
-// n contiguous bytes. Below one vector: memcpy (a few bytes); otherwise full vectors, the last
-// one overlapping the previous store so no scalar tail is needed.
-HWY_INLINE void CopyBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
-                          std::size_t n) {
-  const D8 d;
-  const std::size_t N = hn::Lanes(d);
-  if (n < N) {
-    std::memcpy(dst, src, n);
-    return;
-  }
-  std::size_t i = 0;
-  for (; i + 4 * N <= n; i += 4 * N) {
-    const auto a = hn::LoadU(d, src + i);
-    const auto b = hn::LoadU(d, src + i + N);
-    const auto c = hn::LoadU(d, src + i + 2 * N);
-    const auto e = hn::LoadU(d, src + i + 3 * N);
-    hn::StoreU(a, d, dst + i);
-    hn::StoreU(b, d, dst + i + N);
-    hn::StoreU(c, d, dst + i + 2 * N);
-    hn::StoreU(e, d, dst + i + 3 * N);
-  }
-  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
-  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
-}
+using detail::HWY_NAMESPACE::CopyBytes;
+using detail::HWY_NAMESPACE::StreamBytes;
 
 // n chunks of 32 bytes: source contiguous, destination `pitch` bytes apart (PA_NZ).
 HWY_INLINE void Chunks32(unsigned char* HWY_RESTRICT dst, std::int64_t pitch,
@@ -63,13 +42,17 @@ HWY_INLINE void Chunks32(unsigned char* HWY_RESTRICT dst, std::int64_t pitch,
 }
 
 HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64_t t,
-                           std::int64_t slot) {
+                           std::int64_t slot, bool stream) {
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
   if (j.chunk_pitch == 0) {
     if (j.merged) {
-      CopyBytes(dst, src, static_cast<std::size_t>(j.num_heads * j.head_bytes));
+      const auto bytes = static_cast<std::size_t>(j.num_heads * j.head_bytes);
+      if (stream)
+        StreamBytes(dst, src, bytes);
+      else
+        CopyBytes(dst, src, bytes);
       return;
     }
     for (std::int64_t h = 0; h < j.num_heads; ++h) {
@@ -87,17 +70,46 @@ HWY_INLINE void WriteToken(const SideJob& j, std::int64_t block_size, std::int64
   }
 }
 
+constexpr std::int64_t kTile = 8;
+
+// The PA_NZ pieces of a group, tile by tile (see WriteGroup); kStream: non-temporal stores.
+template <bool kStream>
+HWY_INLINE void GroupPieces(const SideJob& j, unsigned char* dst, const unsigned char* src,
+                            std::int64_t n, std::int64_t heads, std::int64_t pieces) {
+  const hn::CappedTag<std::uint8_t, 32> d32;
+  const std::size_t N = hn::Lanes(d32);
+  for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
+    const std::int64_t m = std::min(kTile, n - i0);
+    for (std::int64_t h = 0; h < heads; ++h) {
+      unsigned char* dh = dst + h * j.head_pitch + i0 * 32;
+      const unsigned char* sh = src + h * j.src_head + i0 * j.src_token;
+      for (std::int64_t c = 0; c < pieces; ++c) {
+        for (std::int64_t i = 0; i < m; ++i) {
+          for (std::size_t k = 0; k < 32; k += N) {
+            const auto v = hn::LoadU(d32, sh + i * j.src_token + c * 32 + k);
+            unsigned char* to = dh + c * j.chunk_pitch + i * 32 + k;
+            if constexpr (kStream) {
+              hn::Stream(v, d32, to);
+            } else {
+              hn::StoreU(v, d32, to);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // n tokens t, t+1, ... going to consecutive slots s, s+1, ... of one block (a prefill). Each
 // destination piece (a 32-byte PA_NZ chunk, an NHSD head) of those slots is one contiguous run,
 // so pieces are written piece-major: sequential stores filling whole lines, instead of one
 // 32-byte store per token on every one of NH*D/L pages. Tokens go in tiles of kTile, whose
 // rows stay in L1 while their pieces are distributed.
 HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64_t t,
-                           std::int64_t slot, std::int64_t n) {
+                           std::int64_t slot, std::int64_t n, bool stream) {
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
-  constexpr std::int64_t kTile = 8;
   if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
     for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
       const std::int64_t m = std::min(kTile, n - i0);
@@ -114,17 +126,41 @@ HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64
   const std::size_t N = hn::Lanes(d32);
   const std::int64_t heads = j.merged ? 1 : j.num_heads;
   const std::int64_t pieces = (j.merged ? j.num_heads * j.head_bytes : j.head_bytes) / 32;
-  for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
-    const std::int64_t m = std::min(kTile, n - i0);
-    for (std::int64_t h = 0; h < heads; ++h) {
-      unsigned char* dh = dst + h * j.head_pitch + i0 * 32;
-      const unsigned char* sh = src + h * j.src_head + i0 * j.src_token;
-      for (std::int64_t c = 0; c < pieces; ++c) {
-        for (std::int64_t i = 0; i < m; ++i) {
-          for (std::size_t k = 0; k < 32; k += N) {
-            hn::StoreU(hn::LoadU(d32, sh + i * j.src_token + c * 32 + k), d32,
-                       dh + c * j.chunk_pitch + i * 32 + k);
-          }
+  // Streaming stores need vector-aligned destinations; every chunk of the group shares the
+  // alignment of its first one.
+  if (stream && reinterpret_cast<std::uintptr_t>(dst) % N == 0) {
+    GroupPieces<true>(j, dst, src, n, heads, pieces);
+  } else {
+    GroupPieces<false>(j, dst, src, n, heads, pieces);
+  }
+}
+
+constexpr int kScatterTile = 16;
+
+// Up to kScatterTile single tokens of a PA_NZ side, chunk-major: the chunks of one token are
+// chunk_pitch apart (a multiple of 4 KiB for usual block sizes), so token-major stores all fall
+// into one L1 set and their misses serialise; interleaving tokens (random slots, hence random
+// sets) keeps many line fills in flight.
+HWY_INLINE void WriteTileNz(const SideJob& j, std::int64_t block_size, const std::int64_t* toks,
+                            const std::int64_t* slots, int m) {
+  const hn::CappedTag<std::uint8_t, 32> d32;
+  const std::size_t N = hn::Lanes(d32);
+  unsigned char* dst[kScatterTile];
+  const unsigned char* src[kScatterTile];
+  for (int i = 0; i < m; ++i) {
+    dst[i] = j.dst + (slots[i] / block_size) * j.block_stride + (slots[i] % block_size) * 32;
+    src[i] = j.src + toks[i] * j.src_token;
+  }
+  const std::int64_t per_head = j.head_bytes / 32;
+  const std::int64_t heads = j.merged ? 1 : j.num_heads;
+  const std::int64_t pieces = j.merged ? j.num_heads * per_head : per_head;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    for (std::int64_t c = 0; c < pieces; ++c) {
+      const std::int64_t so = h * j.src_head + c * 32;
+      const std::int64_t doff = (h * pieces + c) * j.chunk_pitch;
+      for (int i = 0; i < m; ++i) {
+        for (std::size_t k = 0; k < 32; k += N) {
+          hn::StoreU(hn::LoadU(d32, src[i] + so + k), d32, dst[i] + doff + k);
         }
       }
     }
@@ -133,6 +169,13 @@ HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64
 
 void ScatterTokenRange(const RowJob& job, std::int64_t begin, std::int64_t end) {
   const std::int64_t bs = job.block_size;
+  const bool nz = job.side[0].chunk_pitch != 0;
+  std::int64_t tile_tok[kScatterTile], tile_slot[kScatterTile];
+  int m = 0;
+  const auto flush = [&] {
+    for (int k = 0; k < job.num_sides; ++k) WriteTileNz(job.side[k], bs, tile_tok, tile_slot, m);
+    m = 0;
+  };
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t s = job.slots[t];
     if (s < 0 || (job.skip != nullptr && job.skip[t] != 0)) continue;
@@ -145,12 +188,21 @@ void ScatterTokenRange(const RowJob& job, std::int64_t begin, std::int64_t end) 
       }
     }
     if (n > 1) {
-      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n);
+      for (int k = 0; k < job.num_sides; ++k) WriteGroup(job.side[k], bs, t, s, n, job.stream);
       t += n - 1;
       continue;
     }
-    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s);
+    if (nz) {  // writes never overlap (duplicates are skipped), so the order is free
+      tile_tok[m] = t;
+      tile_slot[m] = s;
+      if (++m == kScatterTile) flush();
+      continue;
+    }
+    for (int k = 0; k < job.num_sides; ++k) WriteToken(job.side[k], bs, t, s, job.stream);
   }
+  if (m > 0) flush();
+  // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
+  if (job.stream) hwy::FlushStream();
 }
 
 void CompressRowRange(const CompressJob& job, std::int64_t begin, std::int64_t end) {

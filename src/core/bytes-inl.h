@@ -1,0 +1,71 @@
+// Byte movers shared by the per-target kernels (Highway -inl.h pattern: included once per
+// target from inside a foreach_target translation unit). Every access is an unaligned vector
+// load or store, or an aligned streaming store, so rows at any address and of any length are
+// safe.
+#if defined(KVSCATTER_CORE_BYTES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVSCATTER_CORE_BYTES_INL_H_
+#undef KVSCATTER_CORE_BYTES_INL_H_
+#else
+#define KVSCATTER_CORE_BYTES_INL_H_
+#endif
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <hwy/cache_control.h>
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// n contiguous bytes. Below one vector: memcpy (a few bytes); otherwise full vectors, the last
+// one overlapping the previous store so no scalar tail is needed.
+HWY_INLINE void CopyBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
+                          std::size_t n) {
+  const hn::ScalableTag<std::uint8_t> d;
+  const std::size_t N = hn::Lanes(d);
+  if (n < N) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const auto a = hn::LoadU(d, src + i);
+    const auto b = hn::LoadU(d, src + i + N);
+    const auto c = hn::LoadU(d, src + i + 2 * N);
+    const auto e = hn::LoadU(d, src + i + 3 * N);
+    hn::StoreU(a, d, dst + i);
+    hn::StoreU(b, d, dst + i + N);
+    hn::StoreU(c, d, dst + i + 2 * N);
+    hn::StoreU(e, d, dst + i + 3 * N);
+  }
+  for (; i + N <= n; i += N) hn::StoreU(hn::LoadU(d, src + i), d, dst + i);
+  if (i < n) hn::StoreU(hn::LoadU(d, src + n - N), d, dst + n - N);
+}
+
+// CopyBytes with non-temporal stores for the whole 64-byte lines inside [dst, dst + n), for
+// calls writing more than the caches hold: it skips the read-for-ownership of every line it
+// fills. The partial lines at the ends use ordinary stores (a line never mixes both kinds within
+// one call). The caller issues hwy::FlushStream() before publishing the bytes.
+HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
+                            std::size_t n) {
+  constexpr std::size_t kLine = 64;
+  const hn::ScalableTag<std::uint8_t> d;
+  const std::size_t N = hn::Lanes(d);
+  const std::size_t head = (kLine - reinterpret_cast<std::uintptr_t>(dst) % kLine) % kLine;
+  if (n < head + 2 * kLine || N > kLine) {
+    CopyBytes(dst, src, n);
+    return;
+  }
+  const std::size_t end = head + (n - head) / kLine * kLine;
+  CopyBytes(dst, src, head);
+  for (std::size_t i = head; i < end; i += N) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
+  CopyBytes(dst + end, src + end, n - end);
+}
+
+}  // namespace kvscatter::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVSCATTER_CORE_BYTES_INL_H_

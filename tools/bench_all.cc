@@ -1,0 +1,526 @@
+// `kvscatter bench` (no subcommand): every operator over token counts from 1 to 16,384 on
+// realistic shapes, with 1 thread and with all cores, against memcpy of the same bytes measured
+// alternately in the same run. `--json` feeds bench/compare.py (docs/performance.md); `--quick`
+// is the regression guard: a reduced sweep that fails when an operator falls far below its
+// target ratio to memcpy (never on absolute time, which a shared machine cannot promise).
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli.h"
+#include "kvscatter/error.h"
+#include "kvscatter/formats.h"
+#include "kvscatter/kv_cache_update.h"
+#include "kvscatter/quant_ops.h"
+#include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_kv_cache.h"
+#include "measure.h"
+#include "workload.h"
+
+namespace kvscatter::cli {
+namespace {
+
+constexpr std::int64_t kBlockSize = 128;
+constexpr std::int64_t kMinBlocks = 64;  // decode batches scatter over at least 8,192 slots
+
+struct Options {
+  bool quick = false;
+  std::string json;
+  std::string tokens;   // empty: the default list of the mode
+  std::string ops;      // comma-separated substrings of "op variant shape"; empty: all
+  std::string threads;  // comma-separated counts or "all"; empty: "1,all"
+  int reps = 0;         // alternating batches per row; 0: 7 (5 with --quick)
+  double batch_ms = 10;
+};
+Options g_opts;
+
+// One call's buffers (owned by the closure) and its traffic.
+struct Case {
+  std::function<void()> run;
+  std::int64_t traffic = 0;  // bytes read + bytes written per call
+};
+
+struct Workload {
+  std::string op, variant, shape;
+  std::function<Case(std::int64_t tokens)> make;
+  std::string id() const { return op + " " + variant + " " + shape; }
+};
+
+using Bytes = std::vector<unsigned char>;
+using CacheBytes = CacheVector<unsigned char>;
+
+// Random contents tiled from a 1 MiB pattern: the kernels' speed does not depend on the
+// values, and generating hundreds of MiB of random numbers would dominate the sweep's time.
+template <class T>
+void fill_tiled(T* out, std::size_t n, const std::vector<T>& pattern) {
+  for (std::size_t i = 0; i < n; i += pattern.size()) {
+    std::memcpy(out + i, pattern.data(), std::min(pattern.size(), n - i) * sizeof(T));
+  }
+}
+
+Bytes random_bytes(std::size_t n, std::uint32_t seed) {
+  std::vector<unsigned char> pattern(std::size_t{1} << 20);
+  std::mt19937 rng(seed);
+  for (auto& x : pattern) x = static_cast<unsigned char>(rng());
+  Bytes b(n);
+  fill_tiled(b.data(), n, pattern);
+  return b;
+}
+
+// Normally distributed values (the quantizers' and converters' input), tiled likewise.
+std::vector<float> normal_floats(std::size_t n, float sigma, std::uint32_t seed) {
+  std::vector<float> pattern(std::size_t{1} << 18);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sigma);
+  for (auto& x : pattern) x = nd(rng);
+  std::vector<float> out(n);
+  fill_tiled(out.data(), n, pattern);
+  return out;
+}
+
+std::int64_t blocks_for(std::int64_t tokens) {
+  return std::max(kMinBlocks, (tokens + kBlockSize - 1) / kBlockSize);
+}
+
+// ScatterPaKvCache, bfloat16, Norm ([NB, BS, H, D]) or PA_NZ ([NB, H*D/16, BS, 16]); no value
+// for key-only (MLA latent) caches.
+Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int64_t dim,
+                          bool key_only) {
+  Workload w{"scatter_pa_kv_cache", mode + (key_only ? " key-only" : "") + " bf16",
+             std::to_string(heads) + "x" + std::to_string(dim), nullptr};
+  w.make = [mode, heads, dim, key_only](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key, value;
+      CacheBytes key_cache, value_cache;
+      std::vector<std::int64_t> slots;
+      ScatterPaKvCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens);
+    b->key = random_bytes(static_cast<std::size_t>(tokens * row), 1);
+    b->key_cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
+    if (!key_only) {
+      b->value = random_bytes(b->key.size(), 2);
+      b->value_cache = b->key_cache;
+    }
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    const DType dt = DType::bfloat16;
+    ScatterPaKvCacheOptions opt;
+    const auto cache = [&](CacheBytes& c) {
+      if (mode == "PA_NZ") {
+        return TensorView(c.data(), dt, {nb, heads * dim / 16, kBlockSize, 16});
+      }
+      return TensorView(c.data(), dt, {nb, kBlockSize, heads, dim});
+    };
+    opt.cache_mode = mode;
+    const TensorView k(b->key.data(), dt, {tokens, heads, dim});
+    const TensorView slot(b->slots.data(), DType::int64, {tokens});
+    if (key_only) {
+      b->plan = plan_scatter_pa_kv_cache(k, cache(b->key_cache), slot, std::nullopt,
+                                         std::nullopt, opt);
+    } else {
+      b->plan = plan_scatter_pa_kv_cache(k, cache(b->key_cache), slot,
+                                         TensorView(b->value.data(), dt, {tokens, heads, dim}),
+                                         cache(b->value_cache), opt);
+    }
+    const std::int64_t sides = key_only ? 1 : 2;
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * sides * row + 8 * tokens};
+  };
+  return w;
+}
+
+// ScatterPaKvCacheWithKScale: float8_e4m3fn K/V, one float32 key scale per (token, head), BNBD.
+Workload k_scale_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"scatter_pa_kv_cache_with_k_scale", "fp8_e4m3 BNBD",
+             std::to_string(heads) + "x" + std::to_string(dim), nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key, value;
+      CacheBytes key_cache, value_cache;
+      std::vector<float> key_scale, scale_cache;
+      std::vector<std::int64_t> slots;
+      ScatterPaKvCacheWithKScalePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    b->key = random_bytes(static_cast<std::size_t>(tokens * heads * dim), 3);
+    b->value = random_bytes(b->key.size(), 4);
+    b->key_scale.assign(static_cast<std::size_t>(tokens * heads), 0.5f);
+    b->key_cache.assign(static_cast<std::size_t>(nb * heads * kBlockSize * dim), 0);
+    b->value_cache = b->key_cache;
+    b->scale_cache.assign(static_cast<std::size_t>(nb * heads * kBlockSize), 0.0f);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    const DType dt = DType::float8_e4m3fn;
+    b->plan = plan_scatter_pa_kv_cache_with_k_scale(
+        TensorView(b->key.data(), dt, {tokens, heads, dim}),
+        TensorView(b->value.data(), dt, {tokens, heads, dim}),
+        TensorView(b->key_cache.data(), dt, {nb, heads, kBlockSize, dim}),
+        TensorView(b->value_cache.data(), dt, {nb, heads, kBlockSize, dim}),
+        TensorView(b->slots.data(), DType::int64, {tokens}),
+        TensorView(b->key_scale.data(), DType::float32, {tokens, heads}),
+        TensorView(b->scale_cache.data(), DType::float32, {nb, heads, kBlockSize, 1}));
+    // read: key, value, key scales; written: the same; plus the slot mapping.
+    const std::int64_t per_token = 2 * (2 * heads * dim + 4 * heads);
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * per_token + 8 * tokens};
+  };
+  return w;
+}
+
+// KvCompressEpilog: bfloat16 rows of d elements quantized into a paged uint8 cache.
+Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
+  Workload w{"kv_compress_epilog", name, "d" + std::to_string(d), nullptr};
+  w.make = [mode, d](std::int64_t tokens) {
+    struct Buffers {
+      std::vector<std::uint16_t> x;
+      CacheBytes cache;
+      std::vector<std::int64_t> slots;
+      KvCompressEpilogPlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->x.resize(static_cast<std::size_t>(tokens * d));
+    fill_tiled(b->x.data(), b->x.size(), bits);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    const TensorView x(b->x.data(), DType::bfloat16, {tokens, d});
+    const TensorView s(b->slots.data(), DType::int64, {tokens});
+    // A first plan on an empty cache tells the row size; then the cache is sized exactly.
+    const std::int64_t row =
+        plan_kv_compress_epilog(TensorView(nullptr, DType::uint8, {0, kBlockSize, 1, 1 << 14}), x,
+                                s, 64, mode, true, 1.0f)
+            .row_bytes;
+    b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
+    b->plan = plan_kv_compress_epilog(
+        TensorView(b->cache.data(), DType::uint8, {nb, kBlockSize, 1, row}), x, s, 64, mode, true,
+        1.0f);
+    // read: the bfloat16 row and its slot; written: the cache row, padding included.
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * (2 * d + row) + 8 * tokens};
+  };
+  return w;
+}
+
+// kv_cache_update: float32 new tokens written at the end of (1, S, H, D) caches, S >= 4,096.
+Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim) {
+  Workload w{"kv_cache_update",
+             std::string("f32->") + (cache_dtype == DType::float32 ? "f32" : "bf16"),
+             std::to_string(heads) + "x" + std::to_string(dim), nullptr};
+  w.make = [cache_dtype, heads, dim](std::int64_t len) {
+    struct Buffers {
+      CacheBytes key_cache, value_cache;
+      std::vector<float> new_keys, new_values;
+      KvCacheUpdatePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t seq = std::max<std::int64_t>(4096, len);
+    const auto es = static_cast<std::int64_t>(dtype_size(cache_dtype));
+    b->key_cache.assign(static_cast<std::size_t>(seq * heads * dim * es), 0);
+    b->value_cache = b->key_cache;
+    b->new_keys = normal_floats(static_cast<std::size_t>(len * heads * dim), 1.0f, 6);
+    b->new_values = normal_floats(b->new_keys.size(), 1.0f, 7);
+    b->plan = plan_kv_cache_update(
+        TensorView(b->key_cache.data(), cache_dtype, {1, seq, heads, dim}),
+        TensorView(b->value_cache.data(), cache_dtype, {1, seq, heads, dim}),
+        TensorView(b->new_keys.data(), DType::float32, {1, len, heads, dim}),
+        TensorView(b->new_values.data(), DType::float32, {1, len, heads, dim}), seq - len);
+    return Case{[b] { execute(b->plan); }, 2 * len * heads * dim * (4 + es)};
+  };
+  return w;
+}
+
+std::vector<Workload> all_workloads() {
+  return {
+      scatter_workload("Norm", 8, 128, false),
+      scatter_workload("Norm", 32, 128, false),
+      scatter_workload("PA_NZ", 8, 128, false),
+      scatter_workload("PA_NZ", 32, 128, false),
+      scatter_workload("Norm", 1, 576, true),
+      k_scale_workload(8, 128),
+      epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
+      epilog_workload(QuantMode::fp8_e8m0, "fp8_e8m0", 576),
+      epilog_workload(QuantMode::hifloat8_fp4, "hifloat8_fp4", 576),
+      update_workload(DType::float32, 8, 128),
+      update_workload(DType::bfloat16, 8, 128),
+      update_workload(DType::float32, 32, 128),
+      update_workload(DType::bfloat16, 32, 128),
+  };
+}
+
+// Ratio targets, 1 thread, at prefill size (the largest token count of the run, >= 1,024).
+// `floor` is what --quick accepts before calling a regression: half the target, or a third of
+// the present speed where the kernel does not reach its target yet (raise it when it does).
+struct Target {
+  const char* name;
+  const char* id;  // Workload::id()
+  double ratio, floor;
+  const char* source;
+};
+constexpr Target kTargets[] = {
+    {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
+    {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
+    {"kv_compress_epilog", "kv_compress_epilog fp8_e8m0 d576", 0.5, 0.05, "performance issue"},
+    {"contiguous update", "kv_cache_update f32->f32 8x128", 0.8, 0.4, "performance issue"},
+    {"contiguous update, bf16 cache", "kv_cache_update f32->bf16 8x128", 0.6, 0.3,
+     "bench/kv_cache_update_bench.cc"},
+    {"FP8 scatter with key scales", "scatter_pa_kv_cache_with_k_scale fp8_e4m3 BNBD 8x128", 0.8,
+     0.4, "docs/operators/scatter_pa_kv_cache_with_k_scale.md"},
+};
+constexpr double kOverheadTargetUs = 2;  // decode: fixed cost per call (reported, not checked)
+
+struct Result {
+  const Workload* w;
+  std::int64_t tokens, bytes;
+  int threads;
+  Timing t;
+  double ratio() const { return t.base_best / t.op_best; }
+};
+
+int cores_available() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    return CPU_COUNT(&set);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+Result measure(const Workload& w, std::int64_t tokens, int threads, int reps) {
+  set_num_threads(threads);
+  Case c = w.make(tokens);
+  c.run();  // first touch of every page, and the thread pool started
+  Result r{&w, tokens, c.traffic, threads,
+           time_against_memcpy(c.run, c.traffic, reps, g_opts.batch_ms / 1e3)};
+  return r;
+}
+
+void print_header() {
+  std::printf("%-34s %-20s %-7s %7s %3s %12s %9s %9s %7s\n", "op", "variant", "shape", "tokens",
+              "thr", "time/call us", "GB/s", "memcpy", "ratio");
+}
+
+void print_row(const Result& r) {
+  std::printf("%-34s %-20s %-7s %7lld %3d %12.2f %9.2f %9.2f %7.3f\n", r.w->op.c_str(),
+              r.w->variant.c_str(), r.w->shape.c_str(), static_cast<long long>(r.tokens),
+              r.threads, r.t.op_best * 1e6, static_cast<double>(r.bytes) / r.t.op_best / 1e9,
+              static_cast<double>(r.bytes) / r.t.base_best / 1e9, r.ratio());
+  std::fflush(stdout);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out;
+}
+
+struct TargetResult {
+  const Target* target;
+  const Result* result;  // null when the run did not measure the workload
+  double ratio;          // best of the re-measurements in --quick
+};
+
+int write_json(const std::string& path, const std::vector<Result>& results,
+               const std::vector<TargetResult>& targets, const std::vector<int>& threads,
+               std::int64_t target_tokens, int reps) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "bench: cannot write %s\n", path.c_str());
+    return 2;
+  }
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::fprintf(f, "{\n  \"version\": \"%s\",\n  \"simd_target\": \"%s\",\n", version_string(),
+               simd_target().c_str());
+  std::fprintf(f, "  \"simd_targets_available\": \"%s\",\n  \"cores\": %d,\n",
+               simd_targets_available().c_str(), cores_available());
+  std::fprintf(f, "  \"date\": \"%s\",\n  \"quick\": %s,\n  \"reps\": %d,\n", date,
+               g_opts.quick ? "true" : "false", reps);
+  std::fprintf(f, "  \"batch_ms\": %g,\n  \"block_size\": %lld,\n  \"threads\": [", g_opts.batch_ms,
+               static_cast<long long>(kBlockSize));
+  for (std::size_t i = 0; i < threads.size(); ++i) {
+    std::fprintf(f, "%s%d", i ? ", " : "", threads[i]);
+  }
+  std::fprintf(f, "],\n  \"target_tokens\": %lld,\n", static_cast<long long>(target_tokens));
+  std::fprintf(f, "  \"overhead_target_us\": %g,\n  \"decode_padding\": \"1 in 8 tokens (-1)\",\n",
+               kOverheadTargetUs);
+  std::fprintf(f, "  \"rows\": [\n");
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    std::fprintf(f,
+                 "    {\"op\": \"%s\", \"variant\": \"%s\", \"shape\": \"%s\", \"tokens\": %lld, "
+                 "\"threads\": %d, \"bytes\": %lld, \"time_us\": %.4f, \"time_us_median\": %.4f, "
+                 "\"memcpy_us\": %.4f, \"memcpy_us_median\": %.4f, \"gbps\": %.4f, "
+                 "\"memcpy_gbps\": %.4f, \"ratio\": %.4f, \"ratio_median\": %.4f}%s\n",
+                 json_escape(r.w->op).c_str(), json_escape(r.w->variant).c_str(),
+                 json_escape(r.w->shape).c_str(), static_cast<long long>(r.tokens), r.threads,
+                 static_cast<long long>(r.bytes), r.t.op_best * 1e6, r.t.op_median * 1e6,
+                 r.t.base_best * 1e6, r.t.base_median * 1e6,
+                 static_cast<double>(r.bytes) / r.t.op_best / 1e9,
+                 static_cast<double>(r.bytes) / r.t.base_best / 1e9, r.ratio(),
+                 r.t.base_median / r.t.op_median, i + 1 < results.size() ? "," : "");
+  }
+  std::fprintf(f, "  ],\n  \"targets\": [\n");
+  for (std::size_t i = 0; i < targets.size(); ++i) {
+    const TargetResult& t = targets[i];
+    std::fprintf(f,
+                 "    {\"name\": \"%s\", \"id\": \"%s\", \"target\": %g, \"floor\": %g, "
+                 "\"source\": \"%s\", \"measured\": ",
+                 t.target->name, t.target->id, t.target->ratio, t.target->floor,
+                 t.target->source);
+    if (t.result) {
+      std::fprintf(f, "%.4f, \"met\": %s}", t.ratio, t.ratio >= t.target->ratio ? "true" : "false");
+    } else {
+      std::fprintf(f, "null, \"met\": null}");
+    }
+    std::fprintf(f, "%s\n", i + 1 < targets.size() ? "," : "");
+  }
+  std::fprintf(f, "  ]\n}\n");
+  std::fclose(f);
+  return 0;
+}
+
+int run_sweep() {
+  const Options& o = g_opts;
+  const std::string tokens_text =
+      !o.tokens.empty() ? o.tokens : o.quick ? "1,64,4096" : "1,4,16,64,256,1024,4096,16384";
+  std::vector<std::int64_t> tokens;
+  for (const auto& t : split(tokens_text)) {
+    const long long v = std::stoll(t);
+    if (v < 1 || v > (1 << 20)) {
+      std::fprintf(stderr, "bench: token count %s out of [1, 1048576]\n", t.c_str());
+      return 2;
+    }
+    tokens.push_back(v);
+  }
+  std::vector<int> threads;
+  const int cores = cores_available();
+  for (const auto& t : split(o.threads.empty() ? "1,all" : o.threads)) {
+    const int n = t == "all" ? cores : std::stoi(t);
+    if (n < 1) {
+      std::fprintf(stderr, "bench: thread count %s must be >= 1 or 'all'\n", t.c_str());
+      return 2;
+    }
+    if (std::find(threads.begin(), threads.end(), n) == threads.end()) threads.push_back(n);
+  }
+  const int reps = o.reps > 0 ? o.reps : o.quick ? 5 : 7;
+  const std::vector<Workload> workloads = all_workloads();
+  std::vector<const Workload*> selected;
+  for (const auto& w : workloads) {
+    bool keep = o.ops.empty();
+    for (const auto& f : split(o.ops)) keep = keep || w.id().find(f) != std::string::npos;
+    if (keep) selected.push_back(&w);
+  }
+  if (selected.empty()) {
+    std::fprintf(stderr, "bench: --ops %s matches no workload\n", o.ops.c_str());
+    return 2;
+  }
+
+  std::printf("kvscatter %s, SIMD %s, %d cores; block size %lld; %s\n", version_string(),
+              simd_target().c_str(), cores, static_cast<long long>(kBlockSize),
+              o.quick ? "quick mode" : "full sweep");
+  std::printf(
+      "GB/s: bytes read + written per call (keys/values/rows read, slot_mapping, scales; cache "
+      "bytes written) / time.\nmemcpy: memcpy of the same bytes on as many threads, timed in "
+      "alternating batches with the operator; ratio = memcpy time / operator time (best "
+      "batches).\n\n");
+  print_header();
+  std::vector<Result> results;
+  results.reserve(selected.size() * tokens.size() * threads.size());
+  const double start = now_seconds();
+  for (const Workload* w : selected) {
+    for (std::int64_t t : tokens) {
+      for (int n : threads) {
+        results.push_back(measure(*w, t, n, reps));
+        print_row(results.back());
+      }
+    }
+  }
+  std::printf("\nswept %zu rows in %.1f s\n", results.size(), now_seconds() - start);
+
+  // Targets at the largest token count of at least 1,024 with 1 thread.
+  std::int64_t target_tokens = 0;
+  for (std::int64_t t : tokens) {
+    if (t >= 1024) target_tokens = std::max(target_tokens, t);
+  }
+  std::vector<TargetResult> targets;
+  int failures = 0;
+  if (target_tokens > 0) {
+    std::printf("\ntargets (ratio to memcpy, 1 thread, %lld tokens)%s\n",
+                static_cast<long long>(target_tokens),
+                o.quick ? "; --quick fails below the floor" : "");
+  }
+  for (const Target& tg : kTargets) {
+    const Result* found = nullptr;
+    for (const Result& r : results) {
+      if (r.w->id() == tg.id && r.threads == 1 && r.tokens == target_tokens) found = &r;
+    }
+    if (!found) continue;
+    double ratio = found->ratio();
+    // A shared machine can stall any one measurement: re-measure before calling a regression.
+    for (int retry = 0; o.quick && ratio < tg.floor && retry < 2; ++retry) {
+      ratio = std::max(ratio, measure(*found->w, target_tokens, 1, reps).ratio());
+    }
+    targets.push_back({&tg, found, ratio});
+    const bool met = ratio >= tg.ratio;
+    const bool floor_ok = ratio >= tg.floor;
+    if (o.quick && !floor_ok) ++failures;
+    std::printf("  %-32s %7.3f  target %.2f  floor %.3f  %s%s\n", tg.name, ratio, tg.ratio,
+                tg.floor, met ? "met" : "missed",
+                o.quick ? (floor_ok ? "" : "  REGRESSION (below the floor)") : "");
+  }
+  if (!o.json.empty()) {
+    const int rc = write_json(o.json, results, targets, threads, target_tokens, reps);
+    if (rc != 0) return rc;
+    std::printf("\nwrote %s\n", o.json.c_str());
+  }
+  set_num_threads(0);
+  if (o.quick) {
+    std::printf("\nregression guard: %s\n", failures ? "FAILED" : "ok");
+  }
+  return failures ? 1 : 0;
+}
+
+}  // namespace
+
+void add_bench_sweep_flags(CLI::App& app) {
+  app.add_flag("--quick", g_opts.quick,
+               "reduced sweep (< 60 s); exit 1 when a target ratio falls below its floor");
+  app.add_option("--json", g_opts.json, "also write every row and the targets to this file");
+  app.add_option("--tokens", g_opts.tokens,
+                 "comma-separated token counts (default 1,4,16,64,256,1024,4096,16384; "
+                 "--quick: 1,64,4096)");
+  app.add_option("--ops", g_opts.ops,
+                 "comma-separated filters on 'op variant shape', e.g. PA_NZ,kv_cache_update");
+  app.add_option("--threads-list", g_opts.threads, "thread counts to sweep (default 1,all)");
+  app.add_option("--reps", g_opts.reps, "alternating batches per row (default 7, --quick 5)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--batch-ms", g_opts.batch_ms, "length of one timed batch, ms")
+      ->check(CLI::Range(0.1, 1000.0))
+      ->capture_default_str();
+}
+
+int run_bench_sweep() {
+  try {
+    return run_sweep();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench: %s\n", e.what());
+    return 2;
+  }
+}
+
+}  // namespace kvscatter::cli
