@@ -7,7 +7,6 @@
 
 #include "fuzz_common.h"
 #include "kvscatter/kv_cache_update.h"
-#include "ops/quant_common/slots.h"
 
 namespace kvscatter::fuzz {
 namespace {
@@ -28,15 +27,6 @@ void layout(Tensor& t, Input& in, bool allow_zero) {
     if (in.pick(8) == 7) s += in.pick(5);
   }
   if (allow_zero && in.pick(8) == 7) t.strides[in.pick(3)] = 0;  // broadcast input
-}
-
-bool self_overlaps(const Tensor& t) {
-  try {
-    detail::require_no_self_overlap(t.view(false), t.name);
-    return false;
-  } catch (const Error&) {
-    return true;
-  }
 }
 
 int run(const std::uint8_t* data, std::size_t size) {
@@ -81,11 +71,6 @@ int run(const std::uint8_t* data, std::size_t size) {
   if (!materialize(c)) return -1;
   c.note = "kv_cache_update position " + std::to_string(position) + " path " +
            std::to_string(static_cast<int>(path));
-
-  // The plan does not reject caches whose distinct elements share memory (unlike the other
-  // operators); such a cache is written from several threads in an unspecified order, so the
-  // comparison with the in-order reference is made single-threaded.
-  if (self_overlaps(kc) || self_overlaps(vc)) set_num_threads(1);
 
   auto plan = [&](bool r) {
     return plan_kv_cache_update(kc.view(r), vc.view(r), nk.view(r), nv.view(r), position);

@@ -498,11 +498,10 @@ TEST_F(Concurrency, ErrorMessagesStayOnTheirThread) {
 }
 
 // G4 for kv_cache_update: a cache whose distinct elements share memory (here all sequence
-// positions alias one row) is written by several threads in an unspecified order, so the
-// result depends on the thread count. ScatterPaKvCacheWithKScale and KvCompressEpilog reject
-// such caches in their plans (ScatterPaKvCache's cache layout rule excludes them too);
-// plan_kv_cache_update does not check yet. Enable once it does.
-TEST(ConcurrencyDeterminism, DISABLED_KvCacheUpdateRejectsSelfOverlappingCaches) {
+// positions alias one row) would be written by several threads in an unspecified order, so the
+// result would depend on the thread count; the plan rejects it, as the other operators' plans
+// do.
+TEST(ConcurrencyDeterminism, KvCacheUpdateRejectsSelfOverlappingCaches) {
   constexpr std::int64_t s = 512, h = 8, d = 64;
   std::vector<float> kc(static_cast<std::size_t>(h * d)), vc(kc.size());
   std::vector<float> nk(static_cast<std::size_t>(s * h * d)), nv(nk.size());
