@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the C++ suite in release with warnings as errors, the
-# same suite under address + undefined sanitizers, the concurrency suite under
+# quick performance regression guard, the same suite under address + undefined sanitizers, the concurrency suite under
 # ThreadSanitizer, a short fuzz run of every operator (FUZZ_SECONDS each, default 60), then the
 # Python package (pip install .) and its pytest suite. The exhaustive format sweeps and long
 # fuzz campaigns are separate: see README.
@@ -17,6 +17,10 @@ stage "C++: release (-Werror)"
 cmake --preset ci >/dev/null
 cmake --build build/ci -j"$jobs"
 ctest --preset ci -j"$jobs"
+
+# Ratios to memcpy against floors at about half the targets, never absolute times.
+stage "Performance regression guard (kvscatter bench --quick)"
+ctest --test-dir build/ci -L perf --output-on-failure
 
 stage "C++: address + undefined sanitizers"
 cmake --preset asan >/dev/null
