@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "core/streaming.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/quant_ops.h"
@@ -783,8 +782,6 @@ struct RandomCase {
   float x_scale;
 };
 
-constexpr std::int64_t kNeverStream = std::int64_t{1} << 62;
-
 void run_random(const RandomCase& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   const std::int64_t T = c.tokens, d = c.d;
@@ -814,8 +811,7 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
   const std::int64_t num_slots = nb * bs;
   std::vector<std::int64_t> perm(static_cast<std::size_t>(num_slots));
   for (std::int64_t i = 0; i < num_slots; ++i) perm[static_cast<std::size_t>(i)] = i;
-  // Every other permutation case is a prefill into consecutive slots (the streaming path
-  // writes such rows as one run).
+  // Every other permutation case is a prefill into consecutive slots.
   if (c.slot_pattern != 0 || seed % 4 < 2) std::shuffle(perm.begin(), perm.end(), rng);
   for (std::int64_t t = 0; t < T; ++t) {
     std::int64_t s = perm[static_cast<std::size_t>(t)];
@@ -833,20 +829,15 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
                                       c.gs, c.mode, c.round_scale, c.x_scale);
   reference::execute(plan);
   for (int threads : {1, 2, 3}) {
-    for (bool stream : {false, true}) {  // ordinary stores, or the large-call streaming path
-      set_num_threads(threads);
-      const std::int64_t threshold = detail::set_stream_threshold(stream ? 0 : kNeverStream);
-      Bytes got = mem;
-      plan.cache.data = got.data();
-      execute(plan);
-      detail::set_stream_threshold(threshold);
-      if (got != ref) {
-        std::size_t i = 0;
-        while (got[i] == ref[i]) ++i;
-        ADD_FAILURE() << "threads " << threads << (stream ? ", streaming" : "")
-                      << ": first difference at byte " << i << " (got 0x" << std::hex
-                      << int(got[i]) << ", want 0x" << int(ref[i]) << ")";
-      }
+    set_num_threads(threads);
+    Bytes got = mem;
+    plan.cache.data = got.data();
+    execute(plan);
+    if (got != ref) {
+      std::size_t i = 0;
+      while (got[i] == ref[i]) ++i;
+      ADD_FAILURE() << "threads " << threads << ": first difference at byte " << i << " (got 0x"
+                    << std::hex << int(got[i]) << ", want 0x" << int(ref[i]) << ")";
     }
   }
   set_num_threads(0);

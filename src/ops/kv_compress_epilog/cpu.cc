@@ -13,15 +13,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/cpu.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
-#include "core/bytes-inl.h"
 #include "ops/kv_compress_epilog/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -425,19 +422,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
 }
 
 void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
-                  std::int64_t end, bool stream) {
-  // Streaming: rows bound for consecutive cache rows are built in a buffer that stays in L1 and
-  // written as one run with non-temporal stores (only its two end lines take ordinary stores).
-  thread_local std::vector<std::uint8_t> buffer;
-  const auto row_bytes = static_cast<std::size_t>(p.row_bytes);
-  const std::size_t capacity = std::max<std::size_t>(16384 / row_bytes, 1) * row_bytes;
-  if (stream) buffer.resize(capacity);
-  std::uint8_t* run_dst = nullptr;
-  std::size_t run_bytes = 0;
-  const auto flush = [&] {
-    if (run_bytes > 0) StreamBytes(run_dst, buffer.data(), run_bytes);
-    run_bytes = 0;
-  };
+                  std::int64_t end) {
   const auto* x = static_cast<const std::uint16_t*>(p.x.data);
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   const std::int64_t n = p.d - kRopeDim;
@@ -449,13 +434,6 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
     if (slot == -1) continue;
     const std::uint16_t* xr = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
     std::uint8_t* out = cache + cache_row_offset(p, split, slot);
-    if (stream) {
-      // Rows are flushed in token order, so a repeated slot still ends with the last writer.
-      if (run_bytes == capacity || (run_bytes > 0 && out != run_dst + run_bytes)) flush();
-      if (run_bytes == 0) run_dst = out;
-      out = buffer.data() + run_bytes;
-      run_bytes += row_bytes;
-    }
     switch (p.quant_mode) {
       case QuantMode::fp8_bf16:
         if (p.round_scale) {
@@ -476,10 +454,6 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
         break;
     }
     if (pad) std::memset(out + p.payload_bytes, 0, pad);
-  }
-  if (stream) {
-    flush();
-    hwy::FlushStream();  // before the pool reports the chunk done
   }
 }
 
@@ -532,8 +506,8 @@ HWY_EXPORT(EncodeE2M1FiniteBatch);
 HWY_EXPORT(EncodeHiF8Batch);
 
 void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* slots,
-                            std::int64_t begin, std::int64_t end, bool stream) {
-  HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end, stream);
+                            std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
 }
 
 void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n, bool finite_only) {

@@ -43,10 +43,9 @@ inline std::int64_t cache_row_offset(const KvCompressEpilogPlan& p, const SlotSp
 // a skip marker, anything else outside [0, num_slots) throws kvscatter::Error (161002).
 std::vector<std::int64_t> checked_epilog_slots(const KvCompressEpilogPlan& p);
 
-// Optimized kernel: rows [begin, end) of x into the cache rows named by slots (-1 = skip);
-// `stream`: write the rows with non-temporal stores (large calls).
+// Optimized kernel: rows [begin, end) of x into the cache rows named by slots (-1 = skip).
 void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* slots,
-                            std::int64_t begin, std::int64_t end, bool stream);
+                            std::int64_t begin, std::int64_t end);
 
 // The SIMD element encoders of the optimized kernel (runtime dispatched), for tests:
 // q -> e4m3fn code after the clamp to [-448, 448], NaN -> 0x7F (modes 0/1);

@@ -4,7 +4,6 @@
 #include <cctype>
 
 #include "core/check.h"
-#include "core/streaming.h"
 #include "kvscatter/quant_ops.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "ops/quant_common/slots.h"
@@ -147,9 +146,8 @@ void execute(const KvCompressEpilogPlan& plan) {
   // Threads split rows; dropping earlier writers of a repeated slot makes the chunks write
   // disjoint rows and keeps the last writer in token order (G4).
   if (plan.rows > grain) detail::keep_last_writers(slots, plan.num_slots);
-  const bool stream = detail::use_streaming_stores(plan.rows * plan.row_bytes);
   detail::parallel_for(plan.rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    detail::kv_compress_epilog_cpu(plan, slots.data(), begin, end, stream);
+    detail::kv_compress_epilog_cpu(plan, slots.data(), begin, end);
   });
 }
 
