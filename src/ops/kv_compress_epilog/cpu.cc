@@ -421,6 +421,11 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   }
 }
 
+// Rows are read rope first (the row's end), then the nope from its start: the backward jump
+// defeats the hardware stream prefetcher, so the next row is prefetched by hand (16,384 x 576
+// rows, one thread: fp8 modes ~6.1 -> ~4.7 ms, hifloat8_fp4 ~14.7 -> ~7.8 ms).
+constexpr std::int64_t kAheadRows = 1;
+
 void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
   const auto* x = static_cast<const std::uint16_t*>(p.x.data);
@@ -434,6 +439,10 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
     if (slot == -1) continue;
     const std::uint16_t* xr = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
     std::uint8_t* out = cache + cache_row_offset(p, split, slot);
+    if (x_rows_dense && r + kAheadRows < end) {
+      const auto* next = reinterpret_cast<const char*>(xr + kAheadRows * p.d);
+      for (std::int64_t b = 0; b < 2 * p.d; b += 64) __builtin_prefetch(next + b, 0, 3);
+    }
     switch (p.quant_mode) {
       case QuantMode::fp8_bf16:
         if (p.round_scale) {
