@@ -610,15 +610,17 @@ def report(native, cli_info, comp, meta, made, out: pathlib.Path) -> str:
         nmax = threads[-1]
         k = by_key(rows, "op", "variant", "shape", "tokens", "threads")
         w(f"**Decode overhead** (target: a fixed cost per call under {target_us:g} us at 1 to "
-          "64 tokens). Fixed cost = time of a 1-token call minus memcpy of the same bytes; the "
-          "intercept of a least-squares line through the 1, 4, 16 and 64-token times "
-          "(1 thread) is a cross-check.\n")
-        head = "| Workload | 1 token, 1 thread | fixed cost, 1 thread |"
+          "64 tokens). The fixed cost is the part of the time that does not grow with the "
+          "tokens: the intercept of a least-squares line through the 1, 4, 16 and 64-token "
+          "times (1 thread), which decides the status. The excess of a 1-token call over memcpy "
+          "of the same bytes is an upper bound on it that also holds the per-token cost of the "
+          "layout (a PA_NZ token writes one cache line per 32 bytes).\n")
+        head = "| Workload | 1 token, 1 thread | 1 token minus memcpy, 1 thread |"
         sep = "|---|---|---|"
         if nmax > 1:
-            head += f" fixed cost, {nmax} threads |"
+            head += f" 1 token minus memcpy, {nmax} threads |"
             sep += "---|"
-        w(head + " intercept 1-64 | Status |")
+        w(head + " fixed cost (intercept 1-64) | Status |")
         w(sep + "---|---|")
         over_missed = []
         for i in ordered_ids(rows):
@@ -639,11 +641,13 @@ def report(native, cli_info, comp, meta, made, out: pathlib.Path) -> str:
                 xs, ys = zip(*pts)
                 b, a = np.polyfit(xs, ys, 1)
                 line += f" {a:.2f} us |"
+                fixed = max(a, 0.0)
             else:
                 line += " - |"
-            ok = max(costs) < target_us
+                fixed = max(costs)
+            ok = fixed < target_us
             if not ok:
-                over_missed.append((i, max(costs)))
+                over_missed.append((i, fixed))
             w(line + (" met |" if ok else " **missed** |"))
         w("")
 
