@@ -473,6 +473,24 @@ inline Outcome from_c(kvsStatus s) {
   return o;
 }
 
+// The C ABI's two phases: get_workspace(&workspace, &executor), then run(executor) on success.
+// Dies when the pair breaks its contract (a nonzero workspace, a missing executor, or an
+// executor returned with a failure). Returns the outcome of the phase that decided.
+template <class GetWorkspace, class Run>
+Outcome c_two_phase(const char* name, GetWorkspace get_workspace, Run run) {
+  std::uint64_t ws = 1;
+  kvsExecutor* ex = nullptr;
+  kvsStatus s = get_workspace(&ws, &ex);
+  if (s == KVS_SUCCESS) {
+    if (ws != 0 || ex == nullptr) die(std::string(name) + "GetWorkspaceSize: bad outputs");
+    s = run(ex);
+    kvsDestroyExecutor(ex);
+  } else if (ex != nullptr) {
+    die(std::string(name) + "GetWorkspaceSize failed but returned an executor");
+  }
+  return from_c(s);
+}
+
 // A C descriptor for a tensor (nullptr for an absent one); freed with the holder.
 class CTensors {
  public:

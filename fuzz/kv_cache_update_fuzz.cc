@@ -96,21 +96,18 @@ int run(const std::uint8_t* data, std::size_t size) {
       tested = ct.first_error;
       any_status = true;
     } else {
-      std::uint64_t ws = 1;
       std::int64_t new_len = -7;
-      kvsExecutor* ex = nullptr;
-      kvsStatus st =
-          kvsKvCacheUpdateGetWorkspaceSize(tkc, tvc, tnk, tnv, position, &new_len, &ws, &ex);
-      if (st == KVS_SUCCESS) {
-        if (ws != 0 || ex == nullptr || new_len != position + nk.shape[1]) {
-          die("kvsKvCacheUpdateGetWorkspaceSize: bad outputs");
-        }
-        st = kvsKvCacheUpdate(nullptr, 0, ex);
-        kvsDestroyExecutor(ex);
-      } else if (ex != nullptr) {
-        die("GetWorkspaceSize failed but returned an executor");
-      }
-      tested = from_c(st);
+      tested = c_two_phase(
+          "kvsKvCacheUpdate",
+          [&](std::uint64_t* ws, kvsExecutor** ex) {
+            const kvsStatus st =
+                kvsKvCacheUpdateGetWorkspaceSize(tkc, tvc, tnk, tnv, position, &new_len, ws, ex);
+            if (st == KVS_SUCCESS && new_len != position + nk.shape[1]) {
+              die("kvsKvCacheUpdateGetWorkspaceSize: wrong new length");
+            }
+            return st;
+          },
+          [](kvsExecutor* ex) { return kvsKvCacheUpdate(nullptr, 0, ex); });
     }
   }
   check(c, tested, ref, any_status);

@@ -132,18 +132,13 @@ int run(const std::uint8_t* data, std::size_t size) {
       tested = ct.first_error;
       any_status = true;
     } else {
-      std::uint64_t ws = 1;
-      kvsExecutor* ex = nullptr;
-      kvsStatus s = kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, group, text, round_scale,
-                                                        x_scale, &ws, &ex);
-      if (s == KVS_SUCCESS) {
-        if (ws != 0 || ex == nullptr) die("GetWorkspaceSize: bad outputs");
-        s = kvsKvCompressEpilog(nullptr, 0, ex);
-        kvsDestroyExecutor(ex);
-      } else if (ex != nullptr) {
-        die("GetWorkspaceSize failed but returned an executor");
-      }
-      tested = from_c(s);
+      tested = c_two_phase(
+          "kvsKvCompressEpilog",
+          [&](std::uint64_t* ws, kvsExecutor** ex) {
+            return kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, group, text, round_scale,
+                                                       x_scale, ws, ex);
+          },
+          [](kvsExecutor* ex) { return kvsKvCompressEpilog(nullptr, 0, ex); });
     }
   }
   check(c, tested, ref, any_status);

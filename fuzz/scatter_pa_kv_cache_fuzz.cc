@@ -309,21 +309,16 @@ int run(const std::uint8_t* data, std::size_t size) {
       tested = ct.first_error;
       any_status = true;
     } else {
-      std::uint64_t ws = 1;
-      kvsExecutor* ex = nullptr;
       const std::int64_t* sp = opt.strides ? opt.strides->data() : nullptr;
       const std::int64_t* op = opt.offsets ? opt.offsets->data() : nullptr;
-      kvsStatus s = kvsScatterPaKvCacheGetWorkspaceSize(
-          tk, tkc, ts, tv, tvc, tl, to, tq, opt.cache_mode.c_str(), opt.scatter_mode.c_str(), sp,
-          sp ? 2 : 0, op, op ? 2 : 0, &ws, &ex);
-      if (s == KVS_SUCCESS) {
-        if (ws != 0 || ex == nullptr) die("kvsScatterPaKvCacheGetWorkspaceSize: bad outputs");
-        s = kvsScatterPaKvCache(nullptr, 0, ex);
-        kvsDestroyExecutor(ex);
-      } else if (ex != nullptr) {
-        die("kvsScatterPaKvCacheGetWorkspaceSize failed but returned an executor");
-      }
-      tested = from_c(s);
+      tested = c_two_phase(
+          "kvsScatterPaKvCache",
+          [&](std::uint64_t* ws, kvsExecutor** ex) {
+            return kvsScatterPaKvCacheGetWorkspaceSize(
+                tk, tkc, ts, tv, tvc, tl, to, tq, opt.cache_mode.c_str(),
+                opt.scatter_mode.c_str(), sp, sp ? 2 : 0, op, op ? 2 : 0, ws, ex);
+          },
+          [](kvsExecutor* ex) { return kvsScatterPaKvCache(nullptr, 0, ex); });
     }
   }
   check(c, tested, ref, any_status);

@@ -112,18 +112,13 @@ int run(const std::uint8_t* data, std::size_t size) {
       tested = ct.first_error;
       any_status = true;
     } else {
-      std::uint64_t ws = 1;
-      kvsExecutor* ex = nullptr;
-      kvsStatus s = kvsScatterPaKvCacheWithKScaleGetWorkspaceSize(tk, tv, tkc, tvc, ts, tks, tksc,
-                                                                  cache_layout.c_str(), &ws, &ex);
-      if (s == KVS_SUCCESS) {
-        if (ws != 0 || ex == nullptr) die("GetWorkspaceSize: bad outputs");
-        s = kvsScatterPaKvCacheWithKScale(nullptr, 0, ex);
-        kvsDestroyExecutor(ex);
-      } else if (ex != nullptr) {
-        die("GetWorkspaceSize failed but returned an executor");
-      }
-      tested = from_c(s);
+      tested = c_two_phase(
+          "kvsScatterPaKvCacheWithKScale",
+          [&](std::uint64_t* ws, kvsExecutor** ex) {
+            return kvsScatterPaKvCacheWithKScaleGetWorkspaceSize(tk, tv, tkc, tvc, ts, tks, tksc,
+                                                                 cache_layout.c_str(), ws, ex);
+          },
+          [](kvsExecutor* ex) { return kvsScatterPaKvCacheWithKScale(nullptr, 0, ex); });
     }
   }
   check(c, tested, ref, any_status);
