@@ -473,24 +473,6 @@ inline Outcome from_c(kvsStatus s) {
   return o;
 }
 
-// The C ABI's two phases: get_workspace(&workspace, &executor), then run(executor) on success.
-// Dies when the pair breaks its contract (a nonzero workspace, a missing executor, or an
-// executor returned with a failure). Returns the outcome of the phase that decided.
-template <class GetWorkspace, class Run>
-Outcome c_two_phase(const char* name, GetWorkspace get_workspace, Run run) {
-  std::uint64_t ws = 1;
-  kvsExecutor* ex = nullptr;
-  kvsStatus s = get_workspace(&ws, &ex);
-  if (s == KVS_SUCCESS) {
-    if (ws != 0 || ex == nullptr) die(std::string(name) + "GetWorkspaceSize: bad outputs");
-    s = run(ex);
-    kvsDestroyExecutor(ex);
-  } else if (ex != nullptr) {
-    die(std::string(name) + "GetWorkspaceSize failed but returned an executor");
-  }
-  return from_c(s);
-}
-
 // A C descriptor for a tensor (nullptr for an absent one); freed with the holder.
 class CTensors {
  public:
@@ -517,6 +499,32 @@ class CTensors {
  private:
   std::vector<kvsTensor*> held_;
 };
+
+// The C ABI's two phases on descriptors made by `ct`: get_workspace(&workspace, &executor),
+// then run(executor) on success. A descriptor that could not be made decides the outcome
+// instead (and sets any_status: its status is compared, not only success). Dies when the pair
+// breaks its contract (a nonzero workspace, a missing executor, or an executor returned with a
+// failure).
+template <class GetWorkspace, class Run>
+Outcome c_two_phase(const CTensors& ct, bool& any_status, const char* name,
+                    GetWorkspace get_workspace, Run run) {
+  if (!ct.ok) {
+    any_status = true;
+    return ct.first_error;
+  }
+  std::uint64_t ws = 1;
+  kvsExecutor* ex = nullptr;
+  kvsStatus s = get_workspace(&ws, &ex);
+  if (s == KVS_SUCCESS) {
+    if (ws != 0 || ex == nullptr) die(std::string(name) + "GetWorkspaceSize: bad outputs");
+    s = run(ex);
+    kvsDestroyExecutor(ex);
+  } else if (ex != nullptr) {
+    die(std::string(name) + "GetWorkspaceSize failed but returned an executor");
+  }
+  return from_c(s);
+}
+
 
 // True when every element that differs between the tested and the reference cache is a NaN
 // in both (floating dtypes only).

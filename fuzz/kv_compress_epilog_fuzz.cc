@@ -128,18 +128,13 @@ int run(const std::uint8_t* data, std::size_t size) {
     static const char* kNames[] = {"fp8_bf16", "FP8_E8M0", " hifloat8_fp4 ", "3"};
     static const char* kDigits[] = {"0", "1", "2", "3"};
     const char* text = (path == Path::c_abi && (c.rng.s & 1)) ? kDigits[mode] : kNames[mode];
-    if (!ct.ok) {
-      tested = ct.first_error;
-      any_status = true;
-    } else {
-      tested = c_two_phase(
-          "kvsKvCompressEpilog",
-          [&](std::uint64_t* ws, kvsExecutor** ex) {
-            return kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, group, text, round_scale,
-                                                       x_scale, ws, ex);
-          },
-          [](kvsExecutor* ex) { return kvsKvCompressEpilog(nullptr, 0, ex); });
-    }
+    tested = c_two_phase(
+        ct, any_status, "kvsKvCompressEpilog",
+        [&](std::uint64_t* ws, kvsExecutor** ex) {
+          return kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, group, text, round_scale,
+                                                     x_scale, ws, ex);
+        },
+        [](kvsExecutor* ex) { return kvsKvCompressEpilog(nullptr, 0, ex); });
   }
   check(c, tested, ref, any_status);
   return 0;

@@ -108,18 +108,13 @@ int run(const std::uint8_t* data, std::size_t size) {
     kvsTensor* ts = ct.make(slot);
     kvsTensor* tks = ct.make(ks);
     kvsTensor* tksc = ct.make(ksc);
-    if (!ct.ok) {
-      tested = ct.first_error;
-      any_status = true;
-    } else {
-      tested = c_two_phase(
-          "kvsScatterPaKvCacheWithKScale",
-          [&](std::uint64_t* ws, kvsExecutor** ex) {
-            return kvsScatterPaKvCacheWithKScaleGetWorkspaceSize(tk, tv, tkc, tvc, ts, tks, tksc,
-                                                                 cache_layout.c_str(), ws, ex);
-          },
-          [](kvsExecutor* ex) { return kvsScatterPaKvCacheWithKScale(nullptr, 0, ex); });
-    }
+    tested = c_two_phase(
+        ct, any_status, "kvsScatterPaKvCacheWithKScale",
+        [&](std::uint64_t* ws, kvsExecutor** ex) {
+          return kvsScatterPaKvCacheWithKScaleGetWorkspaceSize(tk, tv, tkc, tvc, ts, tks, tksc,
+                                                               cache_layout.c_str(), ws, ex);
+        },
+        [](kvsExecutor* ex) { return kvsScatterPaKvCacheWithKScale(nullptr, 0, ex); });
   }
   check(c, tested, ref, any_status);
   return 0;
