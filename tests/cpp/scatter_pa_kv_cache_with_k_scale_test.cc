@@ -460,10 +460,17 @@ TEST(ScatterPaKvCacheWithKScaleRandom, OptimizedMatchesReference) {
     auto vc = make_strided(dt, {NB, N, BS, Dv}, identity(4), pad, rng);
     auto sc = make_strided(DType::float32, {NB, N, BS, 1},
                            strided ? std::vector<int>{1, 0, 2, 3} : identity(4), pad, rng);
-    // Slots: valid, padding (-1 and other negatives), past the end, and repeated.
+    // Slots: valid, padding (-1 and other negatives), past the end, and repeated; every third
+    // case a prefill into consecutive slots (runs crossing blocks, a few padding tokens).
     std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
-    for (auto& s : slots) {
+    const std::int64_t start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(BS));
+    for (std::size_t t = 0; t < slots.size(); ++t) {
+      auto& s = slots[t];
       const int k = static_cast<int>(rng() % 10);
+      if (iter % 3 == 2) {
+        s = k == 0 ? -1 : (start + static_cast<std::int64_t>(t)) % (NB * BS);
+        continue;
+      }
       s = k == 0   ? -1
           : k == 1 ? -static_cast<std::int64_t>(rng() % 1000) - 2
           : k == 2 ? NB * BS + static_cast<std::int64_t>(rng() % 5)
