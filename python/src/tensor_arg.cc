@@ -157,13 +157,30 @@ DType numpy_dtype(nb::handle dtype, std::string_view name) {
           .c_str());
 }
 
-void check_stride(std::string_view name, int axis, std::int64_t bytes, std::int64_t itemsize,
-                  nb::handle dtype) {
-  if (bytes % itemsize == 0) return;
-  throw nb::value_error(cat(name, ": stride of axis ", axis, " is ", bytes,
-                            " bytes, not a multiple of the element size (", itemsize,
-                            " bytes of ", nb::cast<std::string>(dtype.attr("name")), ")")
-                            .c_str());
+// The view of a NumPy array described by its data pointer, writeability and, per axis, shape
+// and stride in bytes (read through shape_at(i) / stride_at(i)), whichever protocol gave them.
+template <class ShapeAt, class StrideAt>
+TensorView numpy_layout_view(std::string_view name, Access access, nb::handle dtype, DType dt,
+                             void* data, bool writeable, std::int64_t itemsize, int ndim,
+                             ShapeAt shape_at, StrideAt stride_at) {
+  if (access == Access::write && !writeable) read_only_error(name);
+  if (ndim > kMaxRank) {
+    throw nb::value_error(cat(name, ": rank must be <= ", kMaxRank, ", got ", ndim).c_str());
+  }
+  std::array<std::int64_t, kMaxRank> shape{}, strides{};
+  for (int i = 0; i < ndim; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    shape[k] = shape_at(i);
+    const std::int64_t bytes = stride_at(i);
+    if (bytes % itemsize != 0) {
+      throw nb::value_error(cat(name, ": stride of axis ", i, " is ", bytes,
+                                " bytes, not a multiple of the element size (", itemsize,
+                                " bytes of ", nb::cast<std::string>(dtype.attr("name")), ")")
+                                .c_str());
+    }
+    strides[k] = bytes / itemsize;
+  }
+  return make_view(data, dt, ndim, shape.data(), strides.data(), name);
 }
 
 TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
@@ -172,46 +189,27 @@ TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
   // Fast path: the __array_struct__ capsule gives data, flags, shape and strides in one C
   // structure (the dictionary of __array_interface__ costs microseconds per array).
   nb::object capsule = nb::steal(PyObject_GetAttrString(arr.ptr(), "__array_struct__"));
-  if (!capsule.is_valid()) PyErr_Clear();
-  const auto* st = capsule.is_valid() && PyCapsule_CheckExact(capsule.ptr())
-                       ? static_cast<const ArrayInterface*>(PyCapsule_GetPointer(capsule.ptr(), nullptr))
-                       : nullptr;
+  const auto* st =
+      capsule.is_valid() && PyCapsule_CheckExact(capsule.ptr())
+          ? static_cast<const ArrayInterface*>(PyCapsule_GetPointer(capsule.ptr(), nullptr))
+          : nullptr;
   if (st == nullptr) PyErr_Clear();
   if (st != nullptr && st->two == 2 && st->itemsize > 0 && st->strides != nullptr) {
-    if (access == Access::write && (st->flags & kArrayWriteable) == 0) read_only_error(name);
-    if (st->nd > kMaxRank) {
-      throw nb::value_error(cat(name, ": rank must be <= ", kMaxRank, ", got ", st->nd).c_str());
-    }
-    std::array<std::int64_t, kMaxRank> shape{}, strides{};
-    for (int i = 0; i < st->nd; ++i) {
-      const auto k = static_cast<std::size_t>(i);
-      shape[k] = st->shape[i];
-      check_stride(name, i, st->strides[i], st->itemsize, dtype);
-      strides[k] = st->strides[i] / st->itemsize;
-    }
-    return make_view(st->data, dt, st->nd, shape.data(), strides.data(), name);
+    return numpy_layout_view(
+        name, access, dtype, dt, st->data, (st->flags & kArrayWriteable) != 0, st->itemsize,
+        st->nd, [&](int i) { return std::int64_t{st->shape[i]}; },
+        [&](int i) { return std::int64_t{st->strides[i]}; });
   }
   nb::dict ai = nb::cast<nb::dict>(arr.attr("__array_interface__"));
   nb::tuple data = nb::cast<nb::tuple>(ai["data"]);
-  const auto address = nb::cast<std::uintptr_t>(data[0]);
-  const bool readonly = nb::cast<bool>(data[1]);
-  if (access == Access::write && readonly) read_only_error(name);
   nb::tuple shape_t = nb::cast<nb::tuple>(arr.attr("shape"));
   nb::tuple strides_t = nb::cast<nb::tuple>(arr.attr("strides"));
-  const int ndim = static_cast<int>(shape_t.size());
-  const auto itemsize = nb::cast<std::int64_t>(dtype.attr("itemsize"));
-  if (ndim > kMaxRank) {
-    throw nb::value_error(cat(name, ": rank must be <= ", kMaxRank, ", got ", ndim).c_str());
-  }
-  std::array<std::int64_t, kMaxRank> shape{}, strides{};
-  for (int i = 0; i < ndim; ++i) {
-    const auto k = static_cast<std::size_t>(i);
-    shape[k] = nb::cast<std::int64_t>(shape_t[k]);
-    const auto bytes = nb::cast<std::int64_t>(strides_t[k]);
-    check_stride(name, i, bytes, itemsize, dtype);
-    strides[k] = bytes / itemsize;
-  }
-  return make_view(reinterpret_cast<void*>(address), dt, ndim, shape.data(), strides.data(), name);
+  return numpy_layout_view(
+      name, access, dtype, dt, reinterpret_cast<void*>(nb::cast<std::uintptr_t>(data[0])),
+      !nb::cast<bool>(data[1]), nb::cast<std::int64_t>(dtype.attr("itemsize")),
+      static_cast<int>(shape_t.size()),
+      [&](int i) { return nb::cast<std::int64_t>(shape_t[static_cast<std::size_t>(i)]); },
+      [&](int i) { return nb::cast<std::int64_t>(strides_t[static_cast<std::size_t>(i)]); });
 }
 
 std::optional<DType> dtype_from_dlpack(nb::dlpack::dtype d) {
