@@ -718,17 +718,6 @@ INSTANTIATE_TEST_SUITE_P(AllFormats, FormatsEncodeExhaustive,
 
 // ---- batch conversions vs scalar, on every compiled target ------------------------------------
 
-// The targets the library was built for that this CPU runs, and always the portable fallback
-// (HWY_EMU128, or HWY_SCALAR with compilers where Highway disables EMU128, e.g. GCC < 12.3).
-std::vector<std::int64_t> batch_targets() {
-  std::vector<std::int64_t> out;
-  for (std::int64_t t : {HWY_AVX3, HWY_AVX2, HWY_SSE4}) {
-    if ((hwy::SupportedTargets() & t) != 0) out.push_back(t);
-  }
-  out.push_back(HWY_BASELINE_SCALAR);
-  return out;
-}
-
 using kvscatter::simd_test::PinTarget;
 
 std::vector<float> special_floats() {
@@ -775,7 +764,7 @@ TEST(FormatsBatch, MatchesScalarOnEveryTarget) {
   const std::vector<float> sweep16 = sweep_inputs(format("float16").ref);
   sweep.insert(sweep.end(), sweep16.begin(), sweep16.end());
 
-  for (std::int64_t target : batch_targets()) {
+  for (std::int64_t target : simd_test::simd_targets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     PinTarget pin(target);
     ASSERT_EQ(detail::batch_dispatch_target(), target);
@@ -811,7 +800,7 @@ TEST(FormatsBatch, LengthsAndUnalignedPointersOnEveryTarget) {
   std::vector<std::uint16_t> codes(kMax + kPad);
   for (std::uint16_t& c : codes) c = static_cast<std::uint16_t>(rng());
 
-  for (std::int64_t target : batch_targets()) {
+  for (std::int64_t target : simd_test::simd_targets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     PinTarget pin(target);
     ASSERT_EQ(detail::batch_dispatch_target(), target);
@@ -842,7 +831,7 @@ TEST(FormatsBatchExhaustive, EveryFloat32OnEveryTarget) {
   constexpr std::size_t kChunk = 1 << 16;
   std::vector<float> in(kChunk);
   std::vector<std::uint16_t> bf(kChunk), h(kChunk);
-  for (std::int64_t target : batch_targets()) {
+  for (std::int64_t target : simd_test::simd_targets()) {
     SCOPED_TRACE(hwy::TargetName(target));
     PinTarget pin(target);
     ASSERT_EQ(detail::batch_dispatch_target(), target);
