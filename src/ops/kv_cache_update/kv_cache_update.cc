@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/overlap.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
 #include "runtime/parallel.h"
@@ -153,8 +154,14 @@ KvCacheUpdatePlan plan_kv_cache_update(const TensorView& key_cache, const Tensor
 }
 
 void execute(const KvCacheUpdatePlan& plan) {
-  run_pair(plan.key_cache, plan.new_keys, plan.position);
-  run_pair(plan.value_cache, plan.new_values, plan.position);
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
+  detail::execute_staged(plan, [](auto& p) {
+    return detail::Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
+                            {{{&p.new_keys, "new_keys"}, {&p.new_values, "new_values"}}}};
+  }, [](const KvCacheUpdatePlan& p) {
+    run_pair(p.key_cache, p.new_keys, p.position);
+    run_pair(p.value_cache, p.new_values, p.position);
+  });
 }
 
 std::int64_t kv_cache_update(const TensorView& key_cache, const TensorView& value_cache,

@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "core/check.h"
+#include "core/overlap.h"
 #include "kvscatter/quant_ops.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "ops/quant_common/slots.h"
@@ -141,13 +142,19 @@ std::vector<std::int64_t> checked_epilog_slots(const KvCompressEpilogPlan& p) {
 
 void execute(const KvCompressEpilogPlan& plan) {
   if (plan.rows == 0) return;
-  std::vector<std::int64_t> slots = detail::checked_epilog_slots(plan);
-  const std::int64_t grain = detail::grain_for_bytes(2 * plan.d + plan.row_bytes);
-  // Threads split rows; dropping earlier writers of a repeated slot makes the chunks write
-  // disjoint rows and keeps the last writer in token order (G4).
-  if (plan.rows > grain) detail::keep_last_writers(slots, plan.num_slots);
-  detail::parallel_for(plan.rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    detail::kv_compress_epilog_cpu(plan, slots.data(), begin, end);
+  // Overlapping inputs are read from a copy (docs/semantics.md).
+  detail::execute_staged(plan, [](auto& p) {
+    return detail::Operands{{{{&p.cache, "cache"}}},
+                            {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
+  }, [](const KvCompressEpilogPlan& p) {
+    std::vector<std::int64_t> slots = detail::checked_epilog_slots(p);
+    const std::int64_t grain = detail::grain_for_bytes(2 * p.d + p.row_bytes);
+    // Threads split rows; dropping earlier writers of a repeated slot makes the chunks write
+    // disjoint rows and keeps the last writer in token order (G4).
+    if (p.rows > grain) detail::keep_last_writers(slots, p.num_slots);
+    detail::parallel_for(p.rows, grain, [&](std::int64_t begin, std::int64_t end) {
+      detail::kv_compress_epilog_cpu(p, slots.data(), begin, end);
+    });
   });
 }
 

@@ -2,6 +2,7 @@
 // and the public entry points. The operator moves bytes only, so every rule is a shape, dtype or
 // layout rule checked here; out-of-range slots are skipped, never rejected (G6 exception).
 #include "core/check.h"
+#include "core/overlap.h"
 #include "kvscatter/quant_ops.h"
 #include "ops/quant_common/slots.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
@@ -107,7 +108,16 @@ ScatterPaKvCacheWithKScalePlan plan_scatter_pa_kv_cache_with_k_scale(
 }
 
 void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
-  detail::scatter_pa_kv_cache_with_k_scale_cpu(plan);
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
+  detail::execute_staged(plan, [](auto& p) {
+    return detail::Operands{{{{&p.key_cache, "key_cache"},
+                              {&p.value_cache, "value_cache"},
+                              {&p.key_scale_cache, "key_scale_cache"}}},
+                            {{{&p.key, "key"},
+                              {&p.value, "value"},
+                              {&p.slot_mapping, "slot_mapping"},
+                              {&p.key_scale, "key_scale"}}}};
+  }, detail::scatter_pa_kv_cache_with_k_scale_cpu);
 }
 
 void scatter_pa_kv_cache_with_k_scale(const TensorView& key, const TensorView& value,
