@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -214,6 +215,57 @@ INSTANTIATE_TEST_SUITE_P(Ops, Harness, ::testing::ValuesIn(registry()),
                          [](const ::testing::TestParamInfo<OpCases>& param) {
                            return std::string(param.param.op);
                          });
+
+// The driver's own checks catch what they are there to catch.
+Case two_buffers(std::function<void(const std::vector<std::uint8_t*>&, bool)> run) {
+  Case c;
+  c.name = "self-test";
+  c.buffers = {std::vector<std::uint8_t>(10, 1), std::vector<std::uint8_t>(3, 2)};
+  c.buffer_names = {"a", "b"};
+  c.misalign = {3, 0};
+  c.run = std::move(run);
+  return c;
+}
+
+TEST(HarnessSelfTest, ReportsTheFirstDifferingByte) {
+  const Case c = two_buffers(
+      [](const std::vector<std::uint8_t*>& d, bool reference) { d[1][2] = reference ? 7 : 8; });
+  const Outcome ref = run_case(c, true), opt = run_case(c, false);
+  EXPECT_EQ(judge(c, ref, spans(c, &ref.arena)), "");
+  EXPECT_EQ(judge(c, opt, spans(c, &ref.arena)),
+            "buffer 'b' (3 bytes) first differs at byte 2: got 0x8, want 0x7");
+}
+
+TEST(HarnessSelfTest, ReportsOverwrittenCanaries) {
+  for (std::ptrdiff_t at : {-1, 10, 20}) {
+    const Case c = two_buffers([at](const std::vector<std::uint8_t*>& d, bool) { d[0][at] ^= 1; });
+    const Outcome o = run_case(c, false);
+    EXPECT_NE(
+        judge(c, o, spans(c, &o.arena)).find("buffer 'a' canary byte at " + std::to_string(at)),
+        std::string::npos)
+        << at;
+  }
+}
+
+TEST(HarnessSelfTest, ExpectedErrorsMustThrowAndLeaveBuffersUnchanged) {
+  Case quiet = two_buffers([](const std::vector<std::uint8_t*>&, bool) {});
+  quiet.expect_error = true;
+  EXPECT_EQ(judge(quiet, run_case(quiet, false), spans(quiet, nullptr)),
+            "expected kvscatter::Error, the call succeeded");
+  Case partial = two_buffers([](const std::vector<std::uint8_t*>& d, bool) {
+    d[0][0] = 9;
+    throw Error(Status::invalid_parameter, "late check");
+  });
+  partial.expect_error = true;
+  EXPECT_EQ(judge(partial, run_case(partial, false), spans(partial, nullptr)),
+            "failed call changed a buffer: buffer 'a' (10 bytes) first differs at byte 0: got "
+            "0x9, want 0x1");
+  Case throws = two_buffers([](const std::vector<std::uint8_t*>&, bool) {
+    throw Error(Status::invalid_parameter, "bad slot");
+  });
+  EXPECT_EQ(judge(throws, run_case(throws, false), spans(throws, nullptr)),
+            "unexpected kvscatter::Error: bad slot");
+}
 
 TEST(HarnessRegistry, EveryOperatorHasOneGenerator) {
   std::set<std::string> names;
