@@ -18,8 +18,8 @@ TensorView view(std::vector<float>& v, std::initializer_list<std::int64_t> shape
   return TensorView(v.data(), DType::float32, shape);
 }
 
-// Seed 004, example 1: one token at position 0 of a four-slot cache.
-TEST(KvCacheUpdateSeed, Example1) {
+// Worked example 1: one token at position 0 of a four-slot cache.
+TEST(KvCacheUpdateExamples, Example1) {
   std::vector<float> kc(8, 0.f), vc(8, 0.f), nk{1, 2}, nv{3, 4};
   const auto len = kv_cache_update(view(kc, {1, 4, 1, 2}), view(vc, {1, 4, 1, 2}),
                                    view(nk, {1, 1, 1, 2}), view(nv, {1, 1, 1, 2}), 0);
@@ -28,8 +28,8 @@ TEST(KvCacheUpdateSeed, Example1) {
   EXPECT_EQ(vc, (std::vector<float>{3, 4, 0, 0, 0, 0, 0, 0}));
 }
 
-// Seed 004, example 2: two tokens at position 2 fill the cache.
-TEST(KvCacheUpdateSeed, Example2) {
+// Worked example 2: two tokens at position 2 fill the cache.
+TEST(KvCacheUpdateExamples, Example2) {
   std::vector<float> kc{1, 1, 2, 2, 9, 9, 9, 9}, vc{-1, -1, -2, -2, 9, 9, 9, 9};
   std::vector<float> nk{3, 3, 4, 4}, nv{-3, -3, -4, -4};
   const auto len = kv_cache_update(view(kc, {1, 4, 1, 2}), view(vc, {1, 4, 1, 2}),
@@ -39,8 +39,8 @@ TEST(KvCacheUpdateSeed, Example2) {
   EXPECT_EQ(vc, (std::vector<float>{-1, -1, -2, -2, -3, -3, -4, -4}));
 }
 
-// Seed 004, example 3: batch of two, two heads of size 1, position 1.
-TEST(KvCacheUpdateSeed, Example3) {
+// Worked example 3: batch of two, two heads of size 1, position 1.
+TEST(KvCacheUpdateExamples, Example3) {
   std::vector<float> kc{1, 2, 0, 0, 0, 0, 5, 6, 0, 0, 0, 0};
   std::vector<float> vc{0.1f, 0.2f, 0, 0, 0, 0, 0.5f, 0.6f, 0, 0, 0, 0};
   std::vector<float> nk{3, 4, 7, 8}, nv{0.3f, 0.4f, 0.7f, 0.8f};
@@ -214,7 +214,7 @@ TEST_F(KvCacheUpdateErrors, NullAndStrides) {
 }
 
 // A cache whose distinct elements share memory would be written by several threads in an
-// unspecified order (G4): rejected. Inputs may alias (they are only read).
+// unspecified order: rejected. Inputs may alias (they are only read).
 TEST_F(KvCacheUpdateErrors, SelfOverlappingCache) {
   const std::int64_t shape[] = {1, 3, 2, 4}, aliased[] = {8, 0, 4, 1}, interleaved[] = {8, 8, 2, 1};
   expect([&] {

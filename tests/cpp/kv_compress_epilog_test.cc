@@ -1,6 +1,7 @@
-// KvCompressEpilog: the worked examples of spec quant_ops.md section 4.8 byte for byte, every
-// rejection, non-finite inputs, and the optimized kernel against the reference (randomized,
-// every compiled SIMD target, several thread counts).
+// KvCompressEpilog: the worked examples of docs/operators/kv_compress_epilog.md byte for byte,
+// every rejection, non-finite inputs, and the SIMD encoders against the scalar formats on every
+// compiled target. Randomized optimized-versus-reference cases live in the shared harness
+// (tests/cpp/harness/kv_compress_epilog_cases.cc).
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 #include <sys/mman.h>
@@ -63,8 +64,8 @@ std::string dump(const Bytes& b) {
   return s;
 }
 
-// The input of spec 4.8: d = 128, nope x[k] = (k - 32) / 4, rope [1, -1, 0.5, 3, 1.0625, 100,
-// -0.3, 40000, 0, ...].
+// The input of the worked example: d = 128, nope x[k] = (k - 32) / 4, rope [1, -1, 0.5, 3,
+// 1.0625, 100, -0.3, 40000, 0, ...].
 std::vector<std::uint16_t> spec_row() {
   std::vector<std::uint16_t> x(128, bf16(0.0f));
   for (int k = 0; k < 64; ++k) x[k] = bf16(static_cast<float>(k - 32) / 4.0f);
@@ -148,8 +149,8 @@ TEST(KvCompressEpilogSpec, Mode2Group32) {
   EXPECT_EQ(dump(quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 32)), dump(row));
 }
 
-// gs = 64: the spec quotes the scale and the run "44 44 55"; the other bytes follow from its
-// rules (one group, multiplier 0.75, e2m1 round to nearest even).
+// gs = 64: the worked example quotes the scale and the run "44 44 55"; the other bytes follow
+// from the rules (one group, multiplier 0.75, e2m1 round to nearest even).
 TEST(KvCompressEpilogSpec, Mode2Group64) {
   const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 64);
   EXPECT_EQ(dump(row),
@@ -159,7 +160,7 @@ TEST(KvCompressEpilogSpec, Mode2Group64) {
                       hex("AB 3F"), zeros(30)})));
 }
 
-// gs = 16: the spec quotes the four scales; group multipliers 0.75, 1.5, bf16(1.6) and
+// gs = 16: the worked example quotes the four scales; group multipliers 0.75, 1.5, bf16(1.6) and
 // bf16(6 / 7.75) give the data bytes.
 TEST(KvCompressEpilogSpec, Mode2Group16) {
   const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 16);
@@ -179,7 +180,7 @@ TEST(KvCompressEpilogSpec, Mode2XScaleHalf) {
   EXPECT_EQ(dump(Bytes(row.begin() + 64, row.end())), dump(Bytes(one.begin() + 64, one.end())));
 }
 
-// The degenerate-group table of spec 4.8 (d = 128: one group of 64 in modes 0/1).
+// The degenerate-group table (d = 128: one group of 64 in modes 0/1).
 struct Degenerate {
   float value;
   int mode;
@@ -222,7 +223,7 @@ TEST(KvCompressEpilogSpec, DegenerateGroups) {
   }
 }
 
-// Paged scatter of spec 4.8: cache [3, 2, 1, 200] with block stride 500, prefilled 0xEE.
+// Paged scatter: cache [3, 2, 1, 200] with block stride 500, prefilled 0xEE.
 TEST(KvCompressEpilogSpec, PagedScatterStridedBlocks) {
   std::vector<std::uint16_t> x = spec_row();
   std::vector<std::uint16_t> x2(128);
@@ -254,7 +255,7 @@ TEST(KvCompressEpilogSpec, PagedScatterStridedBlocks) {
 }
 
 TEST(KvCompressEpilogSpec, RowLayoutTable) {
-  // Spec 4.3: kvCacheCol for d in {128, 256, 512, 8192}.
+  // Row bytes (kvCacheCol) for d in {128, 256, 512, 8192}.
   struct Row {
     std::int64_t d, m0, m1, g16, g32, g64;
   } table[] = {{128, 224, 193, 128, 128, 128},
@@ -278,7 +279,7 @@ TEST(KvCompressEpilogSpec, RowLayoutTable) {
   }
 }
 
-// 64-bit offsets (G8): the second block of this cache starts past 4 GiB. Only two pages of the
+// 64-bit offsets: the second block of this cache starts past 4 GiB. Only two pages of the
 // reserved range are touched.
 TEST(KvCompressEpilogSpec, OffsetsPast4GiB) {
   const std::int64_t block_stride = (std::int64_t{1} << 32) + 4096;
@@ -332,7 +333,7 @@ TEST(KvCompressEpilogApi, ParseQuantMode) {
 }
 
 TEST(KvCompressEpilogApi, QuantGroupSizeIgnoredInFp8Modes) {
-  // Modes 0/1 always use groups of 64 and do not validate quant_group_size (spec 4.2).
+  // Modes 0/1 always use groups of 64 and do not validate quant_group_size.
   for (std::int64_t gs : {0, 8, 128, -5}) {
     EXPECT_EQ(dump(quantize_one(spec_row(), QuantMode::fp8_e8m0, true, gs)),
               dump(quantize_one(spec_row(), QuantMode::fp8_e8m0, true, 64)));
@@ -541,7 +542,7 @@ TEST(KvCompressEpilogErrors, SlotValues) {
 TEST(KvCompressEpilogApi, EmptyAndAllSkipped) {
   Inputs s;
   const Bytes before = s.cache;
-  // Zero tokens: a successful no-op, even with null data (G10).
+  // Zero tokens: a successful no-op, even with null data.
   kv_compress_epilog(s.tcache(), TensorView(nullptr, DType::bfloat16, {0, 128}),
                      TensorView(nullptr, DType::int32, {0}), 64, QuantMode::fp8_e8m0, true, 1.0f);
   kv_compress_epilog(s.tcache(), TensorView(nullptr, DType::bfloat16, {3, 0, 128}),
@@ -612,7 +613,7 @@ TEST(KvCompressEpilogSpecial, SubnormalsAndNegativeZeroInFp8Modes) {
   EXPECT_EQ(m1[131], 0x00);
   EXPECT_EQ(m1[192], 0x69);
   // Values that land in e4m3's subnormal range keep their rounding: amax 448 -> s = 1 and
-  // 1.5 * 2^-9 -> code 0x02, 0.75 * 2^-9 -> 0x01 (spec 2.3).
+  // 1.5 * 2^-9 -> code 0x02, 0.75 * 2^-9 -> 0x01 (float8_e4m3fn subnormals).
   auto y =
       row_with({{0, bf16(448.0f)}, {1, bf16(0.0029296875f)}, {2, bf16(-0.00146484375f)}}, 0.0f);
   const Bytes r = quantize_one(y, QuantMode::fp8_e8m0, true);

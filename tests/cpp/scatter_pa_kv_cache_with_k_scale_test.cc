@@ -1,6 +1,8 @@
-// ScatterPaKvCacheWithKScale: the worked example of spec quant_ops.md section 3.5, skipping of
-// out-of-range slots, strided views, every rejection (status, message, caches untouched), and
-// the optimized kernel against the reference over random shapes, slot patterns and threads.
+// ScatterPaKvCacheWithKScale: the worked example of docs/operators/
+// scatter_pa_kv_cache_with_k_scale.md, skipping of out-of-range slots, every rejection (status,
+// message, caches untouched), and the last writer of duplicate slots. Randomized
+// optimized-versus-reference cases (strided views, slot patterns, threads) live in the shared
+// harness (tests/cpp/harness/scatter_pa_kv_cache_with_k_scale_cases.cc).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -69,7 +71,7 @@ std::uint32_t to_bits(float f) {
 }
 
 TEST(ScatterPaKvCacheWithKScaleSpec, WorkedExample) {
-  // Spec 3.5: NB=2, N=2, BS=4, D=4, T=3, slots [5, -1, 8], key[t][h] = [16(t+1) + 4h + i],
+  // NB=2, N=2, BS=4, D=4, T=3, slots [5, -1, 8], key[t][h] = [16(t+1) + 4h + i],
   // key_scale[t][h] = 0.5(t+1) + h; value = key + 0x40 here.
   for (bool reference_kernel : {false, true}) {
     Problem p(3, 2, 4, 4, 2, 4);
@@ -151,7 +153,7 @@ TEST(ScatterPaKvCacheWithKScaleSpec, EmptyIsNoOp) {
   EXPECT_EQ(p.key_cache, Bytes(p.key_cache.size(), 0));
 }
 
-// 64-bit offsets (G8): block 1 of each cache lies past 4 GiB (one reserved range, a few
+// 64-bit offsets: block 1 of each cache lies past 4 GiB (one reserved range, a few
 // touched pages).
 TEST(ScatterPaKvCacheWithKScaleSpec, OffsetsPast4GiB) {
   const std::int64_t block_stride = (std::int64_t{1} << 32) + 8192;
