@@ -7,7 +7,7 @@
 //     cache equals the caches written by reference::execute of the same plan;
 //   * inputs are never written;
 //   * an input placed inside a cache's buffer (aliasing) is read as it was before the call:
-//     the reference reads a separate copy of those bytes (docs/reliability.md, "Inputs that
+//     the reference reads a separate copy of those bytes (docs/semantics.md, "Inputs that
 //     overlap outputs");
 //   * no byte outside any buffer is read or written: each buffer sits between canary zones that
 //     are poisoned for AddressSanitizer (reads and writes trap at once) and checked afterwards.

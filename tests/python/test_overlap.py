@@ -1,4 +1,4 @@
-"""Inputs that share memory with the caches a call writes (docs/reliability.md, "Inputs that
+"""Inputs that share memory with the caches a call writes (docs/semantics.md, "Inputs that
 overlap outputs"): the result is that of reading every input before writing, at every thread
 count; caches that share memory with each other are rejected, naming both."""
 
