@@ -70,7 +70,7 @@ struct DemoPart {
   std::function<bool()> run;                   // prints its report; false if verification failed
   // Checks the options together before any part runs; throws CLI::ValidationError naming the
   // options when the combination cannot run (may be empty).
-  std::function<void()> check;
+  std::function<void()> check = {};
 };
 
 struct BenchPart {

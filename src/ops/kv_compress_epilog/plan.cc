@@ -150,7 +150,7 @@ void execute(const KvCompressEpilogPlan& plan) {
     std::vector<std::int64_t> slots = detail::checked_epilog_slots(p);
     const std::int64_t grain = detail::grain_for_bytes(2 * p.d + p.row_bytes);
     // Threads split rows; dropping earlier writers of a repeated slot makes the chunks write
-    // disjoint rows and keeps the last writer in token order (G4).
+    // disjoint rows and keeps the last writer in token order.
     if (p.rows > grain) detail::keep_last_writers(slots, p.num_slots);
     detail::parallel_for(p.rows, grain, [&](std::int64_t begin, std::int64_t end) {
       detail::kv_compress_epilog_cpu(p, slots.data(), begin, end);

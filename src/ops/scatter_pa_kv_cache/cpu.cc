@@ -451,7 +451,7 @@ void execute(const ScatterPaKvCachePlan& plan) {
           {detail::opt(p.seq_lens), "seq_lens"}}}};
   }, [](const ScatterPaKvCachePlan& p) {
     Scratch& sc = scratch();
-    check_data(p, sc.checked);  // every data rule before the first write (G1)
+    check_data(p, sc.checked);  // every data rule before the first write
     if (is_compress(p.scatter_mode)) {
       execute_compress(p, sc);
     } else if (p.num_tokens > 0) {
