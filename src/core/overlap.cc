@@ -54,18 +54,23 @@ bool reachable(const Dims& d, const std::array<std::int64_t, kMaxRank + 1>& reac
 
 ByteSpan byte_span(const TensorView& t, std::int64_t read_elems) {
   if (t.data == nullptr) return {};
-  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
-  const std::int64_t bits = dtype_bits(t.dtype);
   std::int64_t lo = 0, hi = 0;  // element offsets of the first and last element
   for (int a = 0; a < t.rank; ++a) {
-    if (t.dim(a) == 0) return {};
-    const std::int64_t reach = t.stride(a) * (t.dim(a) - 1);
+    const std::int64_t n = t.shape[static_cast<std::size_t>(a)];
+    if (n == 0) return {};
+    const std::int64_t reach = t.strides[static_cast<std::size_t>(a)] * (n - 1);
     (reach < 0 ? lo : hi) += reach;
   }
   hi = std::max(hi + 1, read_elems);
+  const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+  const std::int64_t bits = dtype_bits(t.dtype);
+  if (bits % 8 == 0) {
+    const std::int64_t es = bits / 8;
+    return {base + static_cast<std::uintptr_t>(lo * es), base + static_cast<std::uintptr_t>(hi * es)};
+  }
   // Sub-byte dtypes: round outward to whole bytes.
-  const auto lo_byte = static_cast<std::intptr_t>(lo * bits >= 0 ? lo * bits / 8 : (lo * bits - 7) / 8);
-  const auto hi_byte = static_cast<std::intptr_t>((hi * bits + 7) / 8);
+  const std::int64_t lo_byte = lo * bits >= 0 ? lo * bits / 8 : (lo * bits - 7) / 8;
+  const std::int64_t hi_byte = (hi * bits + 7) / 8;
   return {base + static_cast<std::uintptr_t>(lo_byte), base + static_cast<std::uintptr_t>(hi_byte)};
 }
 
@@ -94,28 +99,36 @@ bool may_overlap(const TensorView& a, const TensorView& b) {
 }
 
 bool StagedInputs::stage(const Operands& ops) {
-  const auto live = [](const Operand& o) { return o.view != nullptr && o.view->data != nullptr; };
-  for (std::size_t i = 0; i < ops.outputs.size(); ++i) {
-    for (std::size_t j = i + 1; j < ops.outputs.size(); ++j) {
+  // Byte spans of the outputs, computed once; the exact test runs only when spans meet.
+  const auto count = [](const std::array<Operand, kMaxOperands>& list) {
+    std::size_t n = list.size();
+    while (n > 0 && list[n - 1].view == nullptr) --n;
+    return n;
+  };
+  const std::size_t n_out = count(ops.outputs), n_in = count(ops.inputs);
+  std::array<ByteSpan, kMaxOperands> out;  // the first n_out are set
+  for (std::size_t i = 0; i < n_out; ++i) {
+    out[i] = ops.outputs[i].view != nullptr ? byte_span(*ops.outputs[i].view) : ByteSpan{};
+  }
+  const auto meet = [](const ByteSpan& x, const ByteSpan& y) {
+    return x.lo < x.hi && y.lo < y.hi && x.lo < y.hi && y.lo < x.hi;
+  };
+  for (std::size_t i = 0; i < n_out; ++i) {
+    for (std::size_t j = i + 1; j < n_out; ++j) {
       const Operand &a = ops.outputs[i], &b = ops.outputs[j];
-      if (live(a) && live(b) && may_overlap(*a.view, *b.view)) {
+      if (meet(out[i], out[j]) && may_overlap(*a.view, *b.view)) {
         invalid(a.name, " ", a.view->describe(), " and ", b.name, " ", b.view->describe(),
                 " share memory; outputs of one call must not overlap");
       }
     }
   }
-  for (std::size_t i = 0; i < ops.inputs.size(); ++i) {
+  for (std::size_t i = 0; i < n_in; ++i) {
     const Operand& in = ops.inputs[i];
-    if (!live(in)) continue;
+    if (in.view == nullptr) continue;
     const ByteSpan s = byte_span(*in.view, in.read_elems);
     bool overlaps = false;
-    for (const Operand& out : ops.outputs) {
-      if (!live(out)) continue;
-      const ByteSpan o = byte_span(*out.view);
-      if (s.lo < o.hi && o.lo < s.hi && o.lo < o.hi &&
-          (in.read_elems > 0 || may_overlap(*in.view, *out.view))) {
-        overlaps = true;
-      }
+    for (std::size_t k = 0; k < n_out && !overlaps; ++k) {
+      overlaps = meet(s, out[k]) && (in.read_elems > 0 || may_overlap(*in.view, *ops.outputs[k].view));
     }
     if (!overlaps) continue;
     const std::size_t bytes = s.hi - s.lo;
