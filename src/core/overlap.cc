@@ -35,8 +35,9 @@ Dims sorted_dims(const TensorView& t) {
 // strides that step over the inner extent at most two c_k fit per level, so this is cheap.
 bool reachable(const Dims& d, const std::array<std::int64_t, kMaxRank + 1>& reach, int level,
                std::int64_t target) {
-  if (level == d.m) return target > -reach[static_cast<std::size_t>(level)] &&
-                           target < reach[static_cast<std::size_t>(level)];
+  if (level == d.m)
+    return target > -reach[static_cast<std::size_t>(level)] &&
+           target < reach[static_cast<std::size_t>(level)];
   const auto k = static_cast<std::size_t>(level);
   const std::int64_t s = d.stride[k], r = reach[k + 1] - 1, n = d.len[k] - 1;
   // c * s in [target - r, target + r]
@@ -66,7 +67,8 @@ ByteSpan byte_span(const TensorView& t, std::int64_t read_elems) {
   const std::int64_t bits = dtype_bits(t.dtype);
   if (bits % 8 == 0) {
     const std::int64_t es = bits / 8;
-    return {base + static_cast<std::uintptr_t>(lo * es), base + static_cast<std::uintptr_t>(hi * es)};
+    return {base + static_cast<std::uintptr_t>(lo * es),
+            base + static_cast<std::uintptr_t>(hi * es)};
   }
   // Sub-byte dtypes: round outward to whole bytes.
   const std::int64_t lo_byte = lo * bits >= 0 ? lo * bits / 8 : (lo * bits - 7) / 8;
@@ -128,7 +130,8 @@ bool StagedInputs::stage(const Operands& ops) {
     const ByteSpan s = byte_span(*in.view, in.read_elems);
     bool overlaps = false;
     for (std::size_t k = 0; k < n_out && !overlaps; ++k) {
-      overlaps = meet(s, out[k]) && (in.read_elems > 0 || may_overlap(*in.view, *ops.outputs[k].view));
+      overlaps =
+          meet(s, out[k]) && (in.read_elems > 0 || may_overlap(*in.view, *ops.outputs[k].view));
     }
     if (!overlaps) continue;
     const std::size_t bytes = s.hi - s.lo;

@@ -9,7 +9,8 @@
 //
 //   void execute(const FooPlan& plan) {
 //     detail::execute_staged(plan, [](auto& p) {
-//       return detail::Operands{{{&p.cache, "cache"}}, {{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}};
+//       return detail::Operands{{{&p.cache, "cache"}}, {{&p.x, "x"}, {&p.slot_mapping,
+//       "slot_mapping"}}};
 //     }, run);   // run(const FooPlan&): the execute body (checks, then writes)
 //   }
 #pragma once

@@ -3,6 +3,8 @@
 // half past its end, every other row), at 1, 2 and 3 threads. The rule: the result equals reading
 // every input before writing anything, i.e. the same call with the inputs in separate buffers
 // holding the same bytes; outputs that share memory are rejected naming both, outputs untouched.
+#include "core/overlap.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "core/overlap.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/quant_ops.h"
@@ -32,7 +33,7 @@ struct Region {
   std::int64_t bytes;      // its extent with the natural row stride
   std::int64_t row_bytes;  // one token row (inputs) or one slot row (outputs)
   bool output;
-  bool index = false;      // an index tensor: contiguous only, values planted in the arena
+  bool index = false;  // an index tensor: contiguous only, values planted in the arena
 };
 
 struct Placement {
@@ -69,8 +70,10 @@ Placement apart(const Op& op, std::int64_t* arena_bytes) {
 
 enum class Kind { whole, next_row, partial, strided };
 const char* kind_name(Kind k) {
-  return k == Kind::whole ? "whole" : k == Kind::next_row ? "next row" : k == Kind::partial
-                                                                        ? "partial" : "strided";
+  return k == Kind::whole      ? "whole"
+         : k == Kind::next_row ? "next row"
+         : k == Kind::partial  ? "partial"
+                               : "strided";
 }
 
 void check_alias(const Op& op, std::size_t in, std::size_t out, Kind kind) {
@@ -160,7 +163,7 @@ Op scatter_op() {
   op.run = [](unsigned char* o, unsigned char* i, const Placement& at, bool reference) {
     auto in = [&](int r) {
       return strided(i + at.off[static_cast<std::size_t>(r)], DType::float32, {T, H, D},
-                        {at.mult[static_cast<std::size_t>(r)] * H * D, D, 1});
+                     {at.mult[static_cast<std::size_t>(r)] * H * D, D, 1});
     };
     const TensorView kc(o + at.off[0], DType::float32, {NB, BS, H, D});
     const TensorView vc(o + at.off[1], DType::float32, {NB, BS, H, D});
@@ -184,7 +187,7 @@ Op update_op() {
     auto in = [&](int r) {
       const std::int64_t m = at.mult[static_cast<std::size_t>(r)];
       return strided(i + at.off[static_cast<std::size_t>(r)], DType::float32, {B, L, H, D},
-                        {m * L * H * D, m * H * D, D, 1});
+                     {m * L * H * D, m * H * D, D, 1});
     };
     const TensorView kc(o + at.off[0], DType::float32, {B, S, H, D});
     const TensorView vc(o + at.off[1], DType::float32, {B, S, H, D});
@@ -241,12 +244,11 @@ Op k_scale_op() {
     const DType f8 = DType::float8_e4m3fn;
     auto kv = [&](int r) {
       return strided(i + at.off[static_cast<std::size_t>(r)], f8, {T, H, D},
-                        {at.mult[static_cast<std::size_t>(r)] * H * D, D, 1});
+                     {at.mult[static_cast<std::size_t>(r)] * H * D, D, 1});
     };
     const auto plan = plan_scatter_pa_kv_cache_with_k_scale(
         kv(3), kv(4), TensorView(o + at.off[0], f8, {NB, H, BS, D}),
-        TensorView(o + at.off[1], f8, {NB, H, BS, D}),
-        TensorView(i + at.off[6], DType::int64, {T}),
+        TensorView(o + at.off[1], f8, {NB, H, BS, D}), TensorView(i + at.off[6], DType::int64, {T}),
         strided(i + at.off[5], DType::float32, {T, H}, {at.mult[5] * H, 1}),
         TensorView(o + at.off[2], DType::float32, {NB, H, BS, 1}));
     reference ? reference::execute(plan) : execute(plan);
@@ -273,7 +275,8 @@ TEST(Overlap, ScatterPaKvCacheOutputsThatShareMemory) {
   std::vector<float> key(T * row, 1.0f), value(T * row, 2.0f);
   std::vector<std::int64_t> slots(T);
   for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = 2 * t;
-  const TensorView k(key.data(), DType::float32, {T, H, D}), v(value.data(), DType::float32, {T, H, D});
+  const TensorView k(key.data(), DType::float32, {T, H, D}),
+      v(value.data(), DType::float32, {T, H, D});
   const TensorView sm(slots.data(), DType::int64, {T});
   float* base = reinterpret_cast<float*>(arena.data());
   const TensorView kc(base, DType::float32, {NB, BS, H, D});
@@ -289,7 +292,8 @@ TEST(Overlap, ScatterPaKvCacheOutputsThatShareMemory) {
   }
   // A plan made for separate caches and rebound onto one buffer is rejected by execute().
   std::vector<float> other(static_cast<std::size_t>(NB * BS * row));
-  auto plan = plan_scatter_pa_kv_cache(k, kc, sm, v, TensorView(other.data(), DType::float32, {NB, BS, H, D}));
+  auto plan = plan_scatter_pa_kv_cache(k, kc, sm, v,
+                                       TensorView(other.data(), DType::float32, {NB, BS, H, D}));
   plan.value_cache->data = base + row;
   expect_rejected([&] { execute(plan); }, arena, before,
                   {"key_cache", "value_cache", "share memory"});
@@ -304,7 +308,8 @@ TEST(Overlap, InterleavedKeyValueCacheIsAccepted) {
   for (auto& x : key) x = static_cast<float>(rng() % 1000);
   for (auto& x : value) x = -static_cast<float>(rng() % 1000);
   const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
-  const TensorView k(key.data(), DType::float32, {T, H, D}), v(value.data(), DType::float32, {T, H, D});
+  const TensorView k(key.data(), DType::float32, {T, H, D}),
+      v(value.data(), DType::float32, {T, H, D});
   const TensorView sm(const_cast<std::int64_t*>(slots.data()), DType::int64, {T});
   const std::vector<std::int64_t> shape{NB, BS, H, D}, st{2 * BS * row, row, D, 1};
   std::vector<float> kv(static_cast<std::size_t>(2 * NB * BS * row), 0.5f);
@@ -362,7 +367,8 @@ TEST(Overlap, ScatterPaKvCacheWithKScaleOutputsThatShareMemory) {
         scatter_pa_kv_cache_with_k_scale(
             TensorView(key.data(), f8, {T, H, D}), TensorView(value.data(), f8, {T, H, D}),
             TensorView(a, f8, {NB, H, BS, D}), TensorView(a + NB * H * BS * D, f8, {NB, H, BS, D}),
-            TensorView(slots.data(), DType::int64, {T}), TensorView(scale.data(), DType::float32, {T, H}),
+            TensorView(slots.data(), DType::int64, {T}),
+            TensorView(scale.data(), DType::float32, {T, H}),
             TensorView(a + 64, DType::float32, {NB, H, BS, 1}));
       },
       arena, before, {"key_cache", "key_scale_cache", "share memory"});
@@ -378,7 +384,8 @@ TEST(Overlap, MayOverlapIsExactForOneLayoutAtTwoAddresses) {
   EXPECT_TRUE(detail::may_overlap(a, a));
   EXPECT_FALSE(detail::may_overlap(a, TensorView(buf.data() + 1024, DType::float32, shape, st)));
   // Half an element apart: the views share bytes.
-  const TensorView half(reinterpret_cast<unsigned char*>(buf.data()) + 2 + 128 * 4, DType::float32, shape, st);
+  const TensorView half(reinterpret_cast<unsigned char*>(buf.data()) + 2 + 128 * 4, DType::float32,
+                        shape, st);
   EXPECT_TRUE(detail::may_overlap(a, half));
   // Different layouts whose ranges meet are taken as overlapping.
   EXPECT_TRUE(detail::may_overlap(a, TensorView(buf.data() + 128, DType::float32, {4, 128})));
