@@ -8,10 +8,13 @@
 // the rest to execute_staged():
 //
 //   void execute(const FooPlan& plan) {
-//     detail::execute_staged(plan, [](auto& p) {
-//       return detail::Operands{{{&p.cache, "cache"}}, {{&p.x, "x"}, {&p.slot_mapping,
-//       "slot_mapping"}}};
-//     }, run);   // run(const FooPlan&): the execute body (checks, then writes)
+//     detail::execute_staged(
+//         plan,
+//         [](auto& p) {  // outputs, then inputs (at most 8 each; null: an absent optional)
+//           return detail::Operands{{{{&p.cache, "cache"}}},
+//                                   {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
+//         },
+//         run);  // run(const FooPlan&): the execute body (data checks, then writes)
 //   }
 #pragma once
 
