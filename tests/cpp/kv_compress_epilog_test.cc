@@ -21,7 +21,7 @@
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 #include "simd_targets.h"
 
 namespace kvscatter {

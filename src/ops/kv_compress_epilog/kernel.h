@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kvscatter/quant_ops.h"
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 
 namespace kvscatter::detail {
 

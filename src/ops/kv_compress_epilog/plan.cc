@@ -6,7 +6,7 @@
 #include "core/check.h"
 #include "kvscatter/quant_ops.h"
 #include "ops/kv_compress_epilog/kernel.h"
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {

@@ -3,7 +3,7 @@
 // layout rule checked here; out-of-range slots are skipped, never rejected (G6 exception).
 #include "core/check.h"
 #include "kvscatter/quant_ops.h"
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
 
 namespace kvscatter {

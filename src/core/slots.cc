@@ -1,4 +1,4 @@
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 
 #include <algorithm>
 #include <array>

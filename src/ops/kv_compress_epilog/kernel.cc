@@ -15,7 +15,7 @@
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/cpu.cc"
+#define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/kernel.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 

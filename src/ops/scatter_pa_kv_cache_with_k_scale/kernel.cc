@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
 #include "runtime/parallel.h"
 
