@@ -1,17 +1,14 @@
-// Contiguous cache update: validation (plan), reference kernel and optimized CPU kernel.
-#include <algorithm>
-#include <cstring>
-
+// kv_cache_update validation: every shape, dtype, stride and position rule in
+// plan_kv_cache_update(); the operator has no data-dependent rule.
 #include "core/check.h"
-#include "kvscatter/formats.h"
-#include "kvscatter/kv_cache_update.h"
-#include "runtime/parallel.h"
+#include "ops/kv_cache_update/internal.h"
 
 namespace kvscatter {
 namespace {
 
 using detail::invalid;
 
+// One cache and its input; null pointers first, in argument order.
 void check_pair(const TensorView& cache, const char* cache_name, const TensorView& input,
                 const char* input_name) {
   detail::require_data(cache, cache_name);
@@ -30,9 +27,8 @@ void check_pair(const TensorView& cache, const char* cache_name, const TensorVie
     if (input.dim(axis) != cache.dim(axis)) {
       static constexpr const char* kAxis[] = {"B", "S", "H", "D"};
       invalid(input_name, ".shape[", axis, "] (", kAxis[axis], ") must equal ", cache_name,
-              ".shape[", axis, "] = ", cache.dim(axis), ", got ", input.dim(axis), " (",
-              input_name, " ", detail::shape_str(input), ", ", cache_name, " ",
-              detail::shape_str(cache), ")");
+              ".shape[", axis, "] = ", cache.dim(axis), ", got ", input.dim(axis), " (", input_name,
+              " ", detail::shape_str(input), ", ", cache_name, " ", detail::shape_str(cache), ")");
     }
   }
   // Rows of D elements are read and written as contiguous runs.
@@ -44,73 +40,18 @@ void check_pair(const TensorView& cache, const char* cache_name, const TensorVie
   }
 }
 
-// Converts n elements from `in` dtype to `out` dtype; same dtype is a byte copy.
-void convert_row(void* dst, DType out, const void* src, DType in, std::int64_t n) {
-  const auto count = static_cast<std::size_t>(n);
-  if (in == out) {
-    std::memcpy(dst, src, count * dtype_size(in));
-  } else if (out == DType::bfloat16) {
-    formats::float32_to_bfloat16(static_cast<const float*>(src), static_cast<std::uint16_t*>(dst),
-                                 count);
-  } else {
-    formats::float32_to_float16(static_cast<const float*>(src), static_cast<std::uint16_t*>(dst),
-                                count);
-  }
-}
-
-char* at(const TensorView& t, std::int64_t b, std::int64_t s, std::int64_t h) {
-  const std::int64_t off = b * t.stride(0) + s * t.stride(1) + h * t.stride(2);
-  return static_cast<char*>(t.data) + off * static_cast<std::int64_t>(t.element_size());
-}
-
-// The largest run of elements that is contiguous in both cache and input, starting at a
-// (b, l, h) row: D, H*D when the head axis is dense, L*H*D when the sequence axis is too.
-struct Runs {
-  std::int64_t rows_l = 0, rows_h = 0, run = 0;  // rows per b along L and H, run length
-};
-
-Runs plan_runs(const TensorView& cache, const TensorView& input, std::int64_t len) {
-  const std::int64_t h = cache.dim(2), d = cache.dim(3);
-  const bool heads_dense = (h <= 1 || (cache.stride(2) == d && input.stride(2) == d));
-  const bool seq_dense = heads_dense && (len <= 1 || (cache.stride(1) == h * d &&
-                                                      input.stride(1) == h * d));
-  if (seq_dense) return {1, 1, len * h * d};
-  if (heads_dense) return {len, 1, h * d};
-  return {len, h, d};
-}
-
-void run_pair(const TensorView& cache, const TensorView& input, std::int64_t position) {
-  const std::int64_t batch = cache.dim(0), len = input.dim(1);
-  if (batch == 0 || len == 0 || cache.dim(2) == 0 || cache.dim(3) == 0) return;
-  const Runs r = plan_runs(cache, input, len);
-  // Long runs are cut into pieces so a single-batch prefill still spreads over threads.
-  constexpr std::int64_t kPiece = 32 * 1024;
-  const std::int64_t pieces = (r.run + kPiece - 1) / kPiece;
-  const std::int64_t piece_len = (r.run + pieces - 1) / pieces;
-  const std::int64_t items = batch * r.rows_l * r.rows_h * pieces;
-  const std::int64_t bytes = piece_len * static_cast<std::int64_t>(
-                                             dtype_size(cache.dtype) + dtype_size(input.dtype));
-  const std::int64_t in_esize = static_cast<std::int64_t>(dtype_size(input.dtype));
-  const std::int64_t out_esize = static_cast<std::int64_t>(dtype_size(cache.dtype));
-  detail::parallel_for(items, detail::grain_for_bytes(bytes), [&](std::int64_t i0,
-                                                                  std::int64_t i1) {
-    for (std::int64_t i = i0; i < i1; ++i) {
-      std::int64_t rest = i;
-      const std::int64_t p = rest % pieces;
-      rest /= pieces;
-      const std::int64_t h = rest % r.rows_h;
-      rest /= r.rows_h;
-      const std::int64_t l = rest % r.rows_l;
-      const std::int64_t b = rest / r.rows_l;
-      const std::int64_t first = p * piece_len;
-      const std::int64_t n = std::min(piece_len, r.run - first);
-      convert_row(at(cache, b, position + l, h) + first * out_esize, cache.dtype,
-                  at(input, b, l, h) + first * in_esize, input.dtype, n);
-    }
-  });
-}
-
 }  // namespace
+
+namespace detail::update {
+
+void check_bound_data(const KvCacheUpdatePlan& p) {
+  require_data(p.key_cache, "key_cache");
+  require_data(p.new_keys, "new_keys");
+  require_data(p.value_cache, "value_cache");
+  require_data(p.new_values, "new_values");
+}
+
+}  // namespace detail::update
 
 KvCacheUpdatePlan plan_kv_cache_update(const TensorView& key_cache, const TensorView& value_cache,
                                        const TensorView& new_keys, const TensorView& new_values,
@@ -152,11 +93,6 @@ KvCacheUpdatePlan plan_kv_cache_update(const TensorView& key_cache, const Tensor
   return plan;
 }
 
-void execute(const KvCacheUpdatePlan& plan) {
-  run_pair(plan.key_cache, plan.new_keys, plan.position);
-  run_pair(plan.value_cache, plan.new_values, plan.position);
-}
-
 std::int64_t kv_cache_update(const TensorView& key_cache, const TensorView& value_cache,
                              const TensorView& new_keys, const TensorView& new_values,
                              std::int64_t position) {
@@ -166,37 +102,4 @@ std::int64_t kv_cache_update(const TensorView& key_cache, const TensorView& valu
   return position + plan.new_len;
 }
 
-namespace reference {
-
-namespace {
-void write_pair(const TensorView& cache, const TensorView& input, std::int64_t position) {
-  for (std::int64_t b = 0; b < input.dim(0); ++b) {
-    for (std::int64_t l = 0; l < input.dim(1); ++l) {
-      for (std::int64_t h = 0; h < input.dim(2); ++h) {
-        char* dst = at(cache, b, position + l, h);
-        const char* src = at(input, b, l, h);
-        for (std::int64_t d = 0; d < input.dim(3); ++d) {
-          if (input.dtype == cache.dtype) {
-            const std::size_t es = dtype_size(cache.dtype);
-            std::memcpy(dst + static_cast<std::size_t>(d) * es,
-                        src + static_cast<std::size_t>(d) * es, es);
-            continue;
-          }
-          float x;
-          std::memcpy(&x, src + d * 4, 4);
-          const auto code = static_cast<std::uint16_t>(formats::encode(cache.dtype, x));
-          std::memcpy(dst + d * 2, &code, 2);
-        }
-      }
-    }
-  }
-}
-}  // namespace
-
-void execute(const KvCacheUpdatePlan& plan) {
-  write_pair(plan.key_cache, plan.new_keys, plan.position);
-  write_pair(plan.value_cache, plan.new_values, plan.position);
-}
-
-}  // namespace reference
 }  // namespace kvscatter

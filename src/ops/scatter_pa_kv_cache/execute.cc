@@ -1,13 +1,12 @@
-// The optimized ScatterPaKvCache kernel: resolves the plan into byte addresses, makes duplicate
-// destinations deterministic (G4), and splits the rows over the thread pool. The bytes are moved
-// by kernel_hwy.cc.
+// execute(plan) of scatter_pa_kv_cache: re-checks the bound pointers and the data, resolves the
+// plan into the kernel's jobs (byte addresses and pitches), makes duplicate destinations
+// deterministic, and splits the rows over the thread pool. kernel.cc moves the bytes.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "core/check.h"
+#include "core/slots.h"
 #include "core/streaming.h"
-#include "kvscatter/formats.h"
 #include "ops/scatter_pa_kv_cache/internal.h"
 #include "ops/scatter_pa_kv_cache/kernel.h"
 #include "runtime/parallel.h"
@@ -19,8 +18,6 @@ namespace {
 // Per-thread scratch reused across calls, so a decode-size call allocates nothing.
 struct Scratch {
   CheckedData checked;
-  std::vector<std::int64_t> keys, last;
-  std::vector<std::uint8_t> skip;
   std::vector<CompressRun> runs;
   std::vector<std::int64_t> first_row;
   std::vector<std::pair<std::int64_t, std::int64_t>> spans;
@@ -30,55 +27,6 @@ struct Scratch {
 Scratch& scratch() {
   thread_local Scratch s;
   return s;
-}
-
-// Marks every token whose slot is written again by a later token (last writer wins, G4), so the
-// remaining writes touch disjoint bytes and any split over threads gives the same result.
-// Returns whether any token was marked.
-bool mark_overwritten(const std::vector<std::int64_t>& slots, Scratch& sc) {
-  const auto n = static_cast<std::int64_t>(slots.size());
-  // Strictly increasing slots (a prefill into fresh blocks) cannot repeat.
-  std::int64_t prev = -1;
-  bool increasing = true;
-  for (std::int64_t s : slots) {
-    if (s < 0) continue;
-    if (s <= prev) {
-      increasing = false;
-      break;
-    }
-    prev = s;
-  }
-  if (increasing) return false;
-  std::size_t cap = 16;
-  while (cap < 2 * static_cast<std::size_t>(n)) cap *= 2;
-  const int shift = 64 - __builtin_ctzll(cap);
-  sc.keys.assign(cap, -1);
-  sc.last.resize(cap);
-  bool any = false;
-  for (std::int64_t t = 0; t < n; ++t) {
-    const std::int64_t s = slots[static_cast<std::size_t>(t)];
-    if (s < 0) continue;
-    std::size_t i =
-        static_cast<std::size_t>((static_cast<std::uint64_t>(s) * 0x9E3779B97F4A7C15ull) >> shift);
-    for (;;) {
-      if (sc.keys[i] == s) {
-        if (!any) {
-          sc.skip.assign(static_cast<std::size_t>(n), 0);
-          any = true;
-        }
-        sc.skip[static_cast<std::size_t>(sc.last[i])] = 1;
-        sc.last[i] = t;
-        break;
-      }
-      if (sc.keys[i] < 0) {
-        sc.keys[i] = s;
-        sc.last[i] = t;
-        break;
-      }
-      i = (i + 1) & (cap - 1);
-    }
-  }
-  return any;
 }
 
 SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const TensorView& cache,
@@ -116,20 +64,21 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
   return j;
 }
 
-
 void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
   RowJob job;
-  job.block_size = p.block_size;
+  job.split = SlotSplitter(p.block_size);
   job.side[0] = side_job(p, p.key, p.key_cache, p.key_head_size, nct, p.strides[0], p.offsets[0]);
   if (p.value) {
     job.side[1] =
         side_job(p, *p.value, *p.value_cache, p.value_head_size, nct, p.strides[1], p.offsets[1]);
     job.num_sides = 2;
   }
-  const std::vector<std::int64_t>& slots = sc.checked.slots;
+  // Duplicate slots keep their last writer only, so the writes left touch disjoint bytes and
+  // any split over threads (or tile order) gives the same result.
+  std::vector<std::int64_t>& slots = sc.checked.slots;
+  keep_last_writers(slots, p.num_slots);
   job.slots = slots.data();
-  if (mark_overwritten(slots, sc)) job.skip = sc.skip.data();
 
   // Layouts whose slot rows are split into pieces far apart (PA_NZ chunks, NHSD heads) gain
   // from writing consecutive slots piece by piece.
@@ -140,204 +89,6 @@ void execute_slots(const ScatterPaKvCachePlan& p, Scratch& sc) {
   job.stream = use_streaming_stores(p.num_tokens * token_bytes);
   parallel_for(p.num_tokens, grain_for_bytes(token_bytes),
                [&](std::int64_t b, std::int64_t e) { scatter_token_range(job, b, e); });
-}
-
-// ---- Rope mean (S4) ------------------------------------------------------------------------
-
-// Decoded value of every code of an 8-bit float format.
-const float* decode_table(DType d) {
-  struct Tables {
-    float t[3][256];
-    Tables() {
-      const DType types[3] = {DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
-      for (int k = 0; k < 3; ++k) {
-        for (std::uint32_t c = 0; c < 256; ++c) t[k][c] = formats::decode(types[k], c);
-      }
-    }
-  };
-  static const Tables tables;
-  return tables.t[d == DType::hifloat8 ? 0 : d == DType::float8_e5m2 ? 1 : 2];
-}
-
-template <class T>
-T load_as(const unsigned char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
-}
-template <class T>
-void store_as(unsigned char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
-}
-
-// One Rope mean row being accumulated (S4): fp32 sums for floating types (token order, from
-// +0.0, `x + acc`), wrapping (u)int32 sums for integer types.
-class MeanAcc {
- public:
-  void reset(DType dtype, std::int64_t n) {
-    dtype_ = dtype;
-    n_ = static_cast<std::size_t>(n);
-    if (dtype_is_floating(dtype))
-      f_.assign(n_, 0.0f);
-    else
-      u_.assign(n_, 0);
-  }
-
-  void add(const unsigned char* row) {
-    const std::size_t n = n_;
-    switch (dtype_) {
-      case DType::float32:
-        tmp_.resize(n);
-        std::memcpy(tmp_.data(), row, n * 4);
-        break;
-      case DType::bfloat16:
-      case DType::float16:
-        tmp_.resize(n);
-        c16_.resize(n);
-        std::memcpy(c16_.data(), row, n * 2);
-        if (dtype_ == DType::bfloat16)
-          formats::bfloat16_to_float32(c16_.data(), tmp_.data(), n);
-        else
-          formats::float16_to_float32(c16_.data(), tmp_.data(), n);
-        break;
-      case DType::hifloat8:
-      case DType::float8_e5m2:
-      case DType::float8_e4m3fn: {
-        const float* table = decode_table(dtype_);
-        tmp_.resize(n);
-        for (std::size_t e = 0; e < n; ++e) tmp_[e] = table[row[e]];
-        break;
-      }
-      case DType::int8:
-        for (std::size_t e = 0; e < n; ++e)
-          u_[e] += static_cast<std::uint32_t>(
-              static_cast<std::int32_t>(static_cast<std::int8_t>(row[e])));
-        return;
-      case DType::uint8:
-        for (std::size_t e = 0; e < n; ++e) u_[e] += row[e];
-        return;
-      case DType::int16:
-        for (std::size_t e = 0; e < n; ++e)
-          u_[e] += static_cast<std::uint32_t>(
-              static_cast<std::int32_t>(load_as<std::int16_t>(row + 2 * e)));
-        return;
-      case DType::uint16:
-        for (std::size_t e = 0; e < n; ++e) u_[e] += load_as<std::uint16_t>(row + 2 * e);
-        return;
-      default:  // int32, uint32: the same wrapping 32-bit sum
-        for (std::size_t e = 0; e < n; ++e) u_[e] += load_as<std::uint32_t>(row + 4 * e);
-        return;
-    }
-    for (std::size_t e = 0; e < n; ++e) f_[e] = tmp_[e] + f_[e];
-  }
-
-  void store(std::int64_t w, unsigned char* dst) {
-    const std::size_t n = n_;
-    switch (dtype_) {
-      case DType::int8:
-      case DType::int16:
-      case DType::int32: {
-        // Division truncating toward zero, then the low bits.
-        const auto wi = static_cast<std::int32_t>(w);
-        for (std::size_t e = 0; e < n; ++e) {
-          const std::int32_t q = static_cast<std::int32_t>(u_[e]) / wi;
-          if (dtype_ == DType::int8)
-            dst[e] = static_cast<unsigned char>(q);
-          else if (dtype_ == DType::int16)
-            store_as(dst + 2 * e, static_cast<std::int16_t>(q));
-          else
-            store_as(dst + 4 * e, q);
-        }
-        return;
-      }
-      case DType::uint8:
-      case DType::uint16:
-      case DType::uint32: {
-        const auto wu = static_cast<std::uint32_t>(w);
-        for (std::size_t e = 0; e < n; ++e) {
-          const std::uint32_t q = u_[e] / wu;
-          if (dtype_ == DType::uint8)
-            dst[e] = static_cast<unsigned char>(q);
-          else if (dtype_ == DType::uint16)
-            store_as(dst + 2 * e, static_cast<std::uint16_t>(q));
-          else
-            store_as(dst + 4 * e, q);
-        }
-        return;
-      }
-      default:
-        break;
-    }
-    const auto wf = static_cast<float>(w);
-    for (std::size_t e = 0; e < n; ++e) f_[e] = f_[e] / wf;  // one IEEE division per element
-    switch (dtype_) {
-      case DType::float32:
-        std::memcpy(dst, f_.data(), n * 4);
-        return;
-      case DType::bfloat16:
-      case DType::float16:
-        c16_.resize(n);
-        if (dtype_ == DType::bfloat16)
-          formats::float32_to_bfloat16(f_.data(), c16_.data(), n);
-        else
-          formats::float32_to_float16(f_.data(), c16_.data(), n);
-        std::memcpy(dst, c16_.data(), n * 2);
-        return;
-      case DType::hifloat8:  // round half away from zero; infinities and NaN kept
-        for (std::size_t e = 0; e < n; ++e) dst[e] = formats::encode_hifloat8(f_[e], false);
-        return;
-      case DType::float8_e5m2:
-        for (std::size_t e = 0; e < n; ++e) dst[e] = formats::encode_float8_e5m2(f_[e]);
-        return;
-      default:
-        for (std::size_t e = 0; e < n; ++e) dst[e] = formats::encode_float8_e4m3fn(f_[e]);
-        return;
-    }
-  }
-
- private:
-  DType dtype_ = DType::float32;
-  std::size_t n_ = 0;
-  std::vector<float> f_, tmp_;
-  std::vector<std::uint32_t> u_;
-  std::vector<std::uint16_t> c16_;
-};
-
-unsigned char* cache_row(const CompressJob& job, const CompressSide& s, std::int64_t row) {
-  return s.dst + (row / job.block_size) * s.block_stride + (row % job.block_size) * s.row_bytes;
-}
-
-// Every Rope mean row of batch b on one side. The batch's tokens are read in order (a token's
-// heads are adjacent in the source) and each head whose window holds the token accumulates it,
-// so every head keeps its own token-order sum.
-void batch_mean_rows(const CompressJob& job, const CompressSide& s, std::int64_t b) {
-  thread_local std::vector<MeanAcc> accs;
-  const std::int64_t nh = job.num_heads;
-  const CompressRun* runs = job.all_runs + b * nh;
-  if (static_cast<std::int64_t>(accs.size()) < nh) accs.resize(static_cast<std::size_t>(nh));
-  std::int64_t lo = -1, hi = -1;
-  for (std::int64_t h = 0; h < nh; ++h) {
-    const CompressRun& r = runs[h];
-    if (r.rows == 0 || r.window == 0) continue;
-    accs[static_cast<std::size_t>(h)].reset(s.dtype, s.head_size);
-    lo = lo < 0 ? r.offset : std::min(lo, r.offset);
-    hi = std::max(hi, r.offset + r.window);
-  }
-  if (lo < 0) return;
-  const unsigned char* src0 =
-      s.src + (job.packed ? job.batch_first[b] * s.src_token : b * s.src_batch);
-  for (std::int64_t pos = lo; pos < hi; ++pos) {
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const CompressRun& r = runs[h];
-      if (r.rows == 0 || pos < r.offset || pos >= r.offset + r.window) continue;
-      accs[static_cast<std::size_t>(h)].add(src0 + pos * s.src_token + h * s.src_head);
-    }
-  }
-  for (std::int64_t h = 0; h < nh; ++h) {
-    const CompressRun& r = runs[h];
-    if (r.rows == 0 || r.window == 0) continue;
-    accs[static_cast<std::size_t>(h)].store(r.window, cache_row(job, s, r.start + r.offset));
-  }
 }
 
 CompressSide compress_side(const TensorView& x, const TensorView& cache, std::int64_t d,
@@ -365,7 +116,7 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
   CompressJob job;
   job.mode = p.scatter_mode;
   job.packed = p.key.rank == 3;
-  job.block_size = p.block_size;
+  job.split = SlotSplitter(p.block_size);
   job.side[0] = compress_side(p.key, p.key_cache, p.key_head_size, job.packed);
   if (p.value) {
     job.side[1] = compress_side(*p.value, *p.value_cache, p.value_head_size, job.packed);
@@ -385,7 +136,7 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
   job.first_row = sc.first_row.data();
   job.num_runs = static_cast<std::int64_t>(sc.runs.size());
 
-  // Overlapping runs (G4: the later run wins) are rare; they run in task order on one thread.
+  // Overlapping runs (the later run wins) are rare; they run in task order on one thread.
   sc.spans.clear();
   for (const CompressRun& r : sc.runs) sc.spans.emplace_back(r.start, r.start + r.rows);
   std::sort(sc.spans.begin(), sc.spans.end());
@@ -422,22 +173,13 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
 }
 
 }  // namespace
-
-void rope_mean_row(DType dtype, const unsigned char* src, std::int64_t stride, std::int64_t w,
-                   std::int64_t n, unsigned char* dst) {
-  thread_local MeanAcc acc;
-  acc.reset(dtype, n);
-  for (std::int64_t k = 0; k < w; ++k) acc.add(src + k * stride);
-  acc.store(w, dst);
-}
-
 }  // namespace detail::scatter
 
 void execute(const ScatterPaKvCachePlan& plan) {
   using namespace detail::scatter;
   check_bound_data(plan);
   Scratch& sc = scratch();
-  check_data(plan, sc.checked);  // every data rule before the first write (G1)
+  check_data(plan, sc.checked);  // every data rule before the first write
   if (is_compress(plan.scatter_mode)) {
     execute_compress(plan, sc);
   } else if (plan.num_tokens > 0) {
