@@ -17,9 +17,10 @@
 
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "testing.h"
 
 namespace kvscatter {
@@ -168,7 +169,7 @@ Op scatter_op() {
     const TensorView kc(o + at.off[0], DType::float32, {NB, BS, H, D});
     const TensorView vc(o + at.off[1], DType::float32, {NB, BS, H, D});
     const TensorView sm(i + at.off[4], DType::int64, {T});
-    const auto plan = plan_scatter_pa_kv_cache(in(2), kc, sm, in(3), vc);
+    const auto plan = plan_scatter_pa_kv_cache(in(2), in(3), kc, vc, sm);
     reference ? reference::execute(plan) : execute(plan);
   };
   return op;
@@ -282,18 +283,18 @@ TEST(Overlap, ScatterPaKvCacheOutputsThatShareMemory) {
   const TensorView kc(base, DType::float32, {NB, BS, H, D});
   const Bytes before = arena;
   const TensorView same(base, DType::float32, {NB, BS, H, D});
-  expect_rejected([&] { scatter_pa_kv_cache(k, kc, sm, v, same); }, arena, before,
+  expect_rejected([&] { scatter_pa_kv_cache(k, v, kc, same, sm); }, arena, before,
                   {"key_cache", "value_cache"});
   for (std::int64_t shift : {row, std::int64_t{1}, NB * BS * row - 1}) {
     const TensorView vc(base + shift, DType::float32, {NB, BS, H, D});
-    expect_rejected([&] { scatter_pa_kv_cache(k, kc, sm, v, vc); }, arena, before,
+    expect_rejected([&] { scatter_pa_kv_cache(k, v, kc, vc, sm); }, arena, before,
                     {"key_cache [8, 16, 2, 16] float32 and value_cache [8, 16, 2, 16] float32 "
                      "share memory; outputs of one call must not overlap"});
   }
   // A plan made for separate caches and rebound onto one buffer is rejected by execute().
   std::vector<float> other(static_cast<std::size_t>(NB * BS * row));
-  auto plan = plan_scatter_pa_kv_cache(k, kc, sm, v,
-                                       TensorView(other.data(), DType::float32, {NB, BS, H, D}));
+  auto plan = plan_scatter_pa_kv_cache(
+      k, v, kc, TensorView(other.data(), DType::float32, {NB, BS, H, D}), sm);
   plan.value_cache->data = base + row;
   expect_rejected([&] { execute(plan); }, arena, before,
                   {"key_cache", "value_cache", "share memory"});
@@ -314,13 +315,13 @@ TEST(Overlap, InterleavedKeyValueCacheIsAccepted) {
   const std::vector<std::int64_t> shape{NB, BS, H, D}, st{2 * BS * row, row, D, 1};
   std::vector<float> kv(static_cast<std::size_t>(2 * NB * BS * row), 0.5f);
   std::vector<float> sep_k(static_cast<std::size_t>(NB * BS * row), 0.5f), sep_v = sep_k;
-  scatter_pa_kv_cache(k, TensorView(sep_k.data(), DType::float32, {NB, BS, H, D}), sm, v,
-                      TensorView(sep_v.data(), DType::float32, {NB, BS, H, D}));
+  scatter_pa_kv_cache(k, v, TensorView(sep_k.data(), DType::float32, {NB, BS, H, D}),
+                      TensorView(sep_v.data(), DType::float32, {NB, BS, H, D}), sm);
   for (int threads : {1, 2, 3}) {
     set_num_threads(threads);
     std::fill(kv.begin(), kv.end(), 0.5f);
-    scatter_pa_kv_cache(k, TensorView(kv.data(), DType::float32, shape, st), sm, v,
-                        TensorView(kv.data() + BS * row, DType::float32, shape, st));
+    scatter_pa_kv_cache(k, v, TensorView(kv.data(), DType::float32, shape, st),
+                        TensorView(kv.data() + BS * row, DType::float32, shape, st), sm);
     for (std::int64_t b = 0; b < NB; ++b) {
       const auto n = static_cast<std::size_t>(BS * row);
       const auto at = static_cast<std::ptrdiff_t>(b * 2 * BS * row);
