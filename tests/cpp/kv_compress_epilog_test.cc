@@ -780,7 +780,21 @@ struct RandomCase {
   bool strided;  // strided cache blocks and non-contiguous x rows
   std::int64_t tokens;
   float x_scale;
+  // Realistic rows: one magnitude per 64 elements (as activations have), so that nearly every
+  // group takes the kernels' fast paths, with zeros, -0 and a few tiny values that send some
+  // groups down the careful paths.
+  bool group_scaled = false;
 };
+
+std::uint16_t group_scaled_bf16(std::mt19937_64& rng, int exponent, bool specials) {
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const int p = static_cast<int>(rng() % 1000);
+  if (p < 10) return 0x0000;
+  if (p < 20) return 0x8000;
+  if (p < 25) return bf16(std::ldexp(n(rng), exponent - 14));
+  if (specials && p < 27) return rng() % 2 ? 0x7F80 : 0xFFC1;
+  return bf16(std::ldexp(n(rng), exponent));
+}
 
 void run_random(const RandomCase& c, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -788,7 +802,15 @@ void run_random(const RandomCase& c, std::uint64_t seed) {
   // x as [2, T/2, d] viewed with a padded row pitch when strided.
   const std::int64_t pitch = c.strided ? d + 64 : d;
   std::vector<std::uint16_t> xmem(static_cast<std::size_t>(T * pitch));
-  for (auto& v : xmem) v = random_bf16(rng, c.specials);
+  if (c.group_scaled) {
+    int exponent = 0;
+    for (std::size_t i = 0; i < xmem.size(); ++i) {
+      if (i % 64 == 0) exponent = static_cast<int>(rng() % 41) - 20;
+      xmem[i] = group_scaled_bf16(rng, exponent, c.specials);
+    }
+  } else {
+    for (auto& v : xmem) v = random_bf16(rng, c.specials);
+  }
   const std::int64_t xs_shape[] = {2, T / 2, d};
   const std::int64_t xs_strides[] = {(T / 2) * pitch, pitch, 1};
   TensorView x(xmem.data(), DType::bfloat16, xs_shape, xs_strides);
@@ -880,6 +902,42 @@ TEST(KvCompressEpilogRandom, OptimizedMatchesReference) {
 
 // Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over
 // large ones) against the obvious quadratic rule.
+TEST(KvCompressEpilogRandom, GroupScaledRowsMatchReference) {
+  const QuantMode modes[] = {QuantMode::fp8_bf16, QuantMode::fp8_e8m0, QuantMode::hifloat8_fp4};
+  // Group counts below, at and past a multiple of 8 (the kernels reduce 8 groups at once).
+  const std::int64_t ds[] = {128, 576, 640, 1088, 8192};
+  std::uint64_t seed = 101;
+  for (std::int64_t target : targets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    for (std::int64_t d : ds) {
+      for (QuantMode mode : modes) {
+        for (std::int64_t gs : {16, 32, 64}) {
+          if (mode != QuantMode::hifloat8_fp4 && gs != 64) continue;
+          for (bool rs : {true, false}) {
+            if (mode == QuantMode::hifloat8_fp4 && !rs) continue;
+            RandomCase c{d,
+                         mode,
+                         gs,
+                         rs,
+                         seed % 3 == 0,
+                         static_cast<int>(seed % 3),
+                         seed % 2 == 1,
+                         seed % 4 < 2,
+                         d >= 4096 ? 8 : 32,
+                         seed % 5 == 0 ? 0.5f : 1.0f,
+                         true};
+            SCOPED_TRACE(testing::Message() << "d " << d << " mode " << int(mode) << " gs " << gs
+                                            << " rs " << rs << " seed " << seed);
+            run_random(c, seed++);
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(KvCompressEpilogRandom, KeepLastWriters) {
   std::mt19937_64 rng(3);
   for (std::int64_t num_slots : {std::int64_t{50}, std::int64_t{1} << 40}) {
