@@ -20,6 +20,7 @@
 #include <hwy/highway.h>
 
 #include "ops/kv_compress_epilog/kernel.h"
+#include "ops/quant_common/hifloat8_table.h"
 #include "ops/quant_common/quant_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -423,6 +424,59 @@ HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_R
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The nope of a row whose multipliers are all finite: FP4 codes by per-group thresholds.
+HWY_INLINE void Fp4NopeByThresholds(const std::uint16_t* HWY_RESTRICT x,
+                                    std::uint8_t* HWY_RESTRICT data, std::int64_t gs,
+                                    std::int64_t groups, const float* HWY_RESTRICT inv_b) {
+  namespace qn = quant::HWY_NAMESPACE;
+  constexpr std::int64_t kStride = kMaxGroups + 8;
+  alignas(64) std::uint16_t thr[7 * kStride];
+  qn::E2M1Thresholds(inv_b, groups, thr, kStride);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint16_t* xg = x + gs * g;
+    std::uint8_t* out = data + gs / 2 * g;
+    if (gs == 16) {
+      qn::QuantizeE2M1Group<16>(xg, out, thr + g, kStride);
+    } else if (gs == 32) {
+      qn::QuantizeE2M1Group<32>(xg, out, thr + g, kStride);
+    } else {
+      qn::QuantizeE2M1Group<64>(xg, out, thr + g, kStride);
+    }
+  }
+}
+#endif
+
+// The rope's HiFloat8 codes by table lookup; false (nothing written) when a product is NaN.
+HWY_INLINE bool HiF8RopeByTable(const std::uint16_t* HWY_RESTRICT rope,
+                                std::uint8_t* HWY_RESTRICT out, float x_scale) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto xs = hn::Set(df, x_scale);
+  auto nan = hn::FirstN(df, 0);
+  alignas(64) std::uint16_t keys[64];
+  for (std::int64_t j = 0; j < 64; j += L) {
+    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, rope + j))));
+    const auto p = hn::Mul(v, xs);
+    nan = hn::Or(nan, hn::IsNaN(p));
+    const auto key = hn::ShiftRight<kHiFloat8TableShift>(hn::BitCast(du, p));
+    hn::Store(hn::TruncateTo(d16, key), d16, keys + j);
+  }
+  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
+  const std::uint8_t* table = hifloat8_sat_table();
+  for (int j = 0; j < 64; ++j) out[j] = table[keys[j]];
+  return true;
+#else
+  (void)rope;
+  (void)out;
+  (void)x_scale;
+  return false;
+#endif
+}
+
 void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                 std::int64_t gs, std::int64_t groups, float x_scale) {
   const DF df;
@@ -430,10 +484,12 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float C6 = f32_from_bits(kC6Bits);
-  const VF xs = hn::Set(df, x_scale);
-  for (std::int64_t j = 0; j < 64; j += step) {
-    const Pair v = LoadPairs(x + n + j);
-    StoreBytePairs(EncodeHiF8(hn::Mul(v.even, xs)), EncodeHiF8(hn::Mul(v.odd, xs)), out + j);
+  if (!HiF8RopeByTable(x + n, out, x_scale)) {
+    const VF xs = hn::Set(df, x_scale);
+    for (std::int64_t j = 0; j < 64; j += step) {
+      const Pair v = LoadPairs(x + n + j);
+      StoreBytePairs(EncodeHiF8(hn::Mul(v.even, xs)), EncodeHiF8(hn::Mul(v.odd, xs)), out + j);
+    }
   }
   // Per-group amax, then every group's scale and multiplier at once (one vector division
   // instead of a scalar one per group; the same IEEE operations as the reference).
@@ -464,7 +520,11 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   // Finite amax and multipliers make every product finite (|v * inv_b| <= ~6); any other
   // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
   if (hn::AllFalse(df, non_finite)) {
+#if HWY_TARGET != HWY_SCALAR
+    Fp4NopeByThresholds(x, out + 64, gs, groups, inv_b);
+#else
     Fp4Nope<true>(x, out + 64, n, gs, inv_b);
+#endif
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }

@@ -14,6 +14,9 @@
 // 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
 //
+// - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
+//   16-bit compares per element (the multiply and both roundings folded into the thresholds).
+//
 // All of them are exact lane forms of the scalar rules; none of them depends on
 // the target. They need at least 8 lanes of 16 bits, so the scalar target has
 // none of them.
@@ -183,6 +186,68 @@ HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t *HWY_RESTRICT x,
     const auto odd = hn::And(hn::ShiftRight<4>(t), one);
     const auto code = hn::ShiftRight<4>(hn::Add(hn::Add(t, odd), seven));
     hn::StoreU(hn::TruncateTo(d8, hn::OrAnd(code, hn::ShiftRight<8>(w), sign)), d8, out + i);
+  }
+}
+
+// FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
+// finite, >= 0) is e2m1_RNE(clamp(bf16_RNE(v * m), -6, 6)): a monotone function of |v|, so
+// its magnitude is the number of thresholds |v| reaches. thr[k * stride + g] = (the smallest
+// bf16 magnitude bits whose code is at least k + 1) - 1, for k = 0..6 and every group g. On
+// 16-bit lanes that turns the multiply, the two roundings and the clamp into seven compares.
+HWY_INLINE void E2M1Thresholds(const float *HWY_RESTRICT mult, std::int64_t groups,
+                               std::uint16_t *HWY_RESTRICT thr, std::int64_t stride) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  // The smallest bf16 that rounds (nearest even) to an e2m1 code >= k + 1: just above 0.25,
+  // 0.75, just above 1.25, 1.75, just above 2.5, 3.5, just above 5 (ties go to even codes).
+  constexpr std::uint32_t kLeast[7] = {0x3E81, 0x3F40, 0x3FA1, 0x3FE0, 0x4021, 0x4060, 0x40A1};
+  for (std::int64_t g = 0; g < groups; g += L) {
+    const auto m = hn::LoadU(df, mult + g);
+    for (int k = 0; k < 7; ++k) {
+      // bf16_RNE(p) >= least  <=>  p above the midpoint below it (or at it, if least is even).
+      const std::uint32_t mid = (kLeast[k] << 16) - 0x8000u;
+      const auto p = hn::BitCast(df, hn::Set(du, mid));
+      const auto above = hn::BitCast(df, hn::Set(du, (kLeast[k] & 1) ? mid : mid - 1));
+      // Candidate: p / m truncated to bf16 (m = 0 gives infinity: no finite |v| reaches it);
+      // the threshold is the candidate or the next bf16, whichever first passes (v * m is exact).
+      const auto t0 = hn::ShiftRight<16>(hn::BitCast(du, hn::Div(p, m)));
+      const auto prod = hn::Mul(hn::BitCast(df, hn::ShiftLeft<16>(t0)), m);
+      const auto passes = hn::RebindMask(du, hn::Gt(prod, above));
+      hn::StoreU(hn::TruncateTo(d16, hn::Sub(t0, hn::IfThenElseZero(passes, hn::Set(du, 1u)))), d16,
+                 thr + k * stride + g);
+    }
+  }
+}
+
+// FP4 codes of the kGs bf16 values at x with the E2M1Thresholds entries of their group
+// (thr[k * stride], k = 0..6), packed two per byte, element 2i in the low nibble. At most 16
+// lanes: on AVX-512 each compare would yield a mask register that costs one more instruction
+// to turn into a vector, which made 32 lanes slower than 16.
+template <std::size_t kGs>
+HWY_INLINE void QuantizeE2M1Group(const std::uint16_t *HWY_RESTRICT x,
+                                  std::uint8_t *HWY_RESTRICT out,
+                                  const std::uint16_t *HWY_RESTRICT thr, std::int64_t stride) {
+  const GroupTag<(kGs < 16 ? kGs : 16)> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+  using VI = hn::Vec<decltype(di)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  VI t[7];
+  for (int k = 0; k < 7; ++k) t[k] = hn::Set(di, static_cast<std::int16_t>(thr[k * stride]));
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const auto eight = hn::Set(d, std::uint16_t{8});
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+    const auto w = hn::LoadU(d, x + i);
+    const VI a = hn::BitCast(di, hn::And(w, mag));
+    // Each reached threshold is a -1 lane; the sign goes to bit 3.
+    VI count = hn::VecFromMask(di, hn::Gt(a, t[0]));
+    for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t[k])));
+    const VI code = hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
+    const auto pairs = hn::BitCast(d32, code);
+    hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
   }
 }
 
