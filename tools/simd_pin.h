@@ -28,7 +28,7 @@ inline std::string upper(std::string s) {
 // Pins `name`; false (and a message naming the choices) when this build or CPU
 // lacks it. Only the library's own targets count: this file's translation unit
 // may list more.
-inline bool pin_simd_target(const std::string &name) {
+inline bool pin_simd_target(const std::string& name) {
   const std::string choices = simd_targets_available();
   std::istringstream lib(choices);
   std::string have;
@@ -49,7 +49,7 @@ inline bool pin_simd_target(const std::string &name) {
 // KVSCATTER_SIMD from the environment, if set; exits when it names no available
 // target.
 inline bool pin_simd_target_from_env() {
-  const char *name = std::getenv("KVSCATTER_SIMD");
+  const char* name = std::getenv("KVSCATTER_SIMD");
   if (name == nullptr || *name == '\0') return false;
   if (!pin_simd_target(name)) std::exit(2);
   return true;

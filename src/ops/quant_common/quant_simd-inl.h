@@ -44,7 +44,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // then the blocks are combined. About three single-instruction shuffles per
 // group on every x86 target.
 template <class D, class Op>
-HWY_INLINE void Reduce8(D d, const hn::Vec<D> *m, Op op, hn::TFromD<D> *HWY_RESTRICT out) {
+HWY_INLINE void Reduce8(D d, const hn::Vec<D>* m, Op op, hn::TFromD<D>* HWY_RESTRICT out) {
   using T = hn::TFromD<D>;
   const hn::Repartition<std::uint32_t, D> d32;
   const hn::Repartition<std::uint64_t, D> d64;
@@ -82,9 +82,9 @@ using GroupTag = hn::CappedTag<std::uint16_t, kGs>;
 // than its smallest nonzero magnitude. Both arrays need groups + 8 entries.
 // Needs at least 8 lanes (every target but scalar).
 template <std::size_t kGs, bool kMin>
-HWY_INLINE void GroupMagnitudes(const std::uint16_t *HWY_RESTRICT x, std::int64_t groups,
-                                std::uint16_t *HWY_RESTRICT amax,
-                                std::uint16_t *HWY_RESTRICT min1) {
+HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
+                                std::uint16_t* HWY_RESTRICT amax,
+                                std::uint16_t* HWY_RESTRICT min1) {
   const GroupTag<kGs> d;
   using V = hn::Vec<decltype(d)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
@@ -98,7 +98,7 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t *HWY_RESTRICT x, std::int64_
       // Past the last group, the last group again: its results land in unused
       // entries.
       const std::int64_t g = g0 + k < groups ? g0 + k : groups - 1;
-      const std::uint16_t *xg = x + g * static_cast<std::int64_t>(kGs);
+      const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
       const V a = hn::And(hn::LoadU(d, xg), mag);
       hi[k] = a;
       if (kMin) lo[k] = hn::Sub(a, one);
@@ -127,11 +127,11 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t *HWY_RESTRICT x, std::int64_
 //   general path).
 // c448 and eps are the bit patterns of f32(1/448) and f32(1e-4). Arrays of
 // groups + 8 entries.
-HWY_INLINE void E4M3Pow2Scales(const std::uint16_t *HWY_RESTRICT amax,
-                               const std::uint16_t *HWY_RESTRICT min1, std::int64_t groups,
+HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
+                               const std::uint16_t* HWY_RESTRICT min1, std::int64_t groups,
                                std::uint32_t c448, std::uint32_t eps,
-                               std::uint16_t *HWY_RESTRICT sub, std::uint32_t *HWY_RESTRICT exp,
-                               std::uint32_t *HWY_RESTRICT fast) {
+                               std::uint16_t* HWY_RESTRICT sub, std::uint32_t* HWY_RESTRICT exp,
+                               std::uint32_t* HWY_RESTRICT fast) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const hn::RebindToSigned<decltype(df)> di;
@@ -169,8 +169,8 @@ HWY_INLINE void E4M3Pow2Scales(const std::uint16_t *HWY_RESTRICT amax,
 // bits rounded to 3 (nearest even); the sign is the input's. kGs / Lanes codes
 // per vector, stored at out.
 template <std::size_t kGs>
-HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t *HWY_RESTRICT x,
-                                      std::uint8_t *HWY_RESTRICT out, std::uint16_t sub) {
+HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
+                                      std::uint8_t* HWY_RESTRICT out, std::uint16_t sub) {
   const GroupTag<kGs> d;
   const hn::Rebind<std::uint8_t, decltype(d)> d8;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
@@ -194,8 +194,8 @@ HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t *HWY_RESTRICT x,
 // its magnitude is the number of thresholds |v| reaches. thr[k * stride + g] = (the smallest
 // bf16 magnitude bits whose code is at least k + 1) - 1, for k = 0..6 and every group g. On
 // 16-bit lanes that turns the multiply, the two roundings and the clamp into seven compares.
-HWY_INLINE void E2M1Thresholds(const float *HWY_RESTRICT mult, std::int64_t groups,
-                               std::uint16_t *HWY_RESTRICT thr, std::int64_t stride) {
+HWY_INLINE void E2M1Thresholds(const float* HWY_RESTRICT mult, std::int64_t groups,
+                               std::uint16_t* HWY_RESTRICT thr, std::int64_t stride) {
   const hn::CappedTag<float, 8> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const hn::Rebind<std::uint16_t, decltype(df)> d16;
@@ -226,9 +226,9 @@ HWY_INLINE void E2M1Thresholds(const float *HWY_RESTRICT mult, std::int64_t grou
 // lanes: on AVX-512 each compare would yield a mask register that costs one more instruction
 // to turn into a vector, which made 32 lanes slower than 16.
 template <std::size_t kGs>
-HWY_INLINE void QuantizeE2M1Group(const std::uint16_t *HWY_RESTRICT x,
-                                  std::uint8_t *HWY_RESTRICT out,
-                                  const std::uint16_t *HWY_RESTRICT thr, std::int64_t stride) {
+HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
+                                  std::uint8_t* HWY_RESTRICT out,
+                                  const std::uint16_t* HWY_RESTRICT thr, std::int64_t stride) {
   const GroupTag<(kGs < 16 ? kGs : 16)> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Repartition<std::uint32_t, decltype(d)> d32;
