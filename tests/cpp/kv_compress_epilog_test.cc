@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -21,6 +22,7 @@
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "ops/quant_common/hifloat8_table.h"
 #include "ops/quant_common/slots.h"
 #include "simd_targets.h"
 
@@ -752,6 +754,53 @@ TEST(KvCompressEpilogSimd, EncodersMatchScalarExhaustive) {
     }
     sweep_encoders(chunk, /*all_targets=*/false);
   }
+}
+
+// The table behind the rope's HiFloat8 codes: every entry against the scalar encoder, at the
+// bottom, the middle and the top of the 19 low bits it ignores.
+TEST(KvCompressEpilogSimd, HiFloat8TableMatchesScalar) {
+  const std::uint8_t* table = detail::hifloat8_sat_table();
+  std::mt19937 rng(7);
+  for (std::uint32_t k = 0; k < 8192; ++k) {
+    for (std::uint32_t low : {0u, 1u, 0x3FFFFu, 0x40000u, 0x7FFFFu, static_cast<std::uint32_t>(rng() & 0x7FFFFu)}) {
+      const float x = std::bit_cast<float>(k << 19 | low);
+      if (std::isnan(x)) continue;
+      ASSERT_EQ(table[k], formats::encode_hifloat8(x, true)) << std::hex << (k << 19 | low);
+    }
+  }
+}
+
+// The FP4 fast path's thresholds for every finite bf16 multiplier: threshold k is the last
+// magnitude below code k + 1 of the scalar rule, e2m1(clamp(bf16_RNE(v * m), -6, 6)).
+TEST(KvCompressEpilogSimd, E2M1ThresholdsExhaustive) {
+  const auto code = [](std::uint16_t vbits, float m) {
+    const float v = std::bit_cast<float>(static_cast<std::uint32_t>(vbits) << 16);
+    const float p = std::bit_cast<float>(static_cast<std::uint32_t>(bf16(v * m)) << 16);
+    return formats::encode_float4_e2m1(std::min(p, 6.0f));
+  };
+  std::vector<float> mult;
+  for (std::uint32_t b = 0; b < 0x7F80; ++b) mult.push_back(std::bit_cast<float>(b << 16));
+  const auto n = static_cast<std::int64_t>(mult.size());  // 0x7F80, a multiple of 8
+  std::vector<std::uint16_t> thr(static_cast<std::size_t>(7 * n));
+  for (std::int64_t target : targets()) {
+    if (target == HWY_SCALAR) continue;
+    hwy::SetSupportedTargetsForTest(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    detail::simd_e2m1_thresholds(mult.data(), n, thr.data());
+    for (std::int64_t i = 0; i < n; ++i) {
+      for (int k = 0; k < 7; ++k) {
+        const std::uint32_t t = thr[static_cast<std::size_t>(k * n + i)];
+        // Magnitudes above t reach code k + 1 (or none does: t >= 0x7F7F), t itself does not.
+        if (t < 0x7F7F) {
+          ASSERT_GE(code(static_cast<std::uint16_t>(t + 1), mult[i]), k + 1) << i << " " << k;
+        }
+        if (t <= 0x7F7F) {
+          ASSERT_LT(code(static_cast<std::uint16_t>(t), mult[i]), k + 1) << i << " " << k;
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 // ---- optimized against reference ------------------------------------------------------------

@@ -613,6 +613,16 @@ void EncodeHiF8Batch(const float* x, std::uint8_t* out, std::size_t n) {
   EncodeBatch(x, out, n, [](VF v) { return EncodeHiF8(v); });
 }
 
+void E2M1ThresholdsBatch(const float* mult, std::int64_t n, std::uint16_t* thr) {
+#if HWY_TARGET != HWY_SCALAR
+  quant::HWY_NAMESPACE::E2M1Thresholds(mult, n, thr, n);
+#else
+  (void)mult;
+  (void)n;
+  (void)thr;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvscatter::detail
 HWY_AFTER_NAMESPACE();
@@ -626,6 +636,7 @@ HWY_EXPORT(EncodeE4M3FiniteBatch);
 HWY_EXPORT(EncodeE2M1Batch);
 HWY_EXPORT(EncodeE2M1FiniteBatch);
 HWY_EXPORT(EncodeHiF8Batch);
+HWY_EXPORT(E2M1ThresholdsBatch);
 
 void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* slots,
                             std::int64_t begin, std::int64_t end) {
@@ -649,6 +660,9 @@ void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_
 }
 void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(EncodeHiF8Batch)(x, out, n);
+}
+void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr) {
+  HWY_DYNAMIC_DISPATCH(E2M1ThresholdsBatch)(mult, n, thr);
 }
 
 }  // namespace kvscatter::detail
