@@ -163,28 +163,26 @@ HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
   }
 }
 
-// e4m3fn codes of the kGs bf16 values at x divided by the power of two whose
-// E4M3Pow2Scales entry is sub, for a group with fast = 1: |q| is the magnitude
-// bits minus sub, saturating at 0 for zeros, clamped to 448, its 7 mantissa
-// bits rounded to 3 (nearest even); the sign is the input's. kGs / Lanes codes
-// per vector, stored at out.
+// e4m3fn codes of the kGs bf16 values at x divided by the power of two whose E4M3Pow2Scales
+// entry is sub, for a group with fast = 1: |q| is the magnitude bits minus sub (saturating at
+// 0 for zeros), clamped to 448, its 7 mantissa bits rounded to 3, nearest even; the sign is
+// the input's. The rounding's +7 rides on the subtraction: where t + 7 carries into bit 4 the
+// result rounds up whatever the parity, so bit 4 of t + 7 serves as t's parity bit.
 template <std::size_t kGs>
 HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::uint16_t sub) {
   const GroupTag<kGs> d;
   const hn::Rebind<std::uint8_t, decltype(d)> d8;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto vsub = hn::Set(d, sub);
+  const auto vsub = hn::Set(d, static_cast<std::uint16_t>(sub - 7));  // sub >= 0x3100
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const auto max448 = hn::Set(d, std::uint16_t{0x07E0});  // 448 in e4m3-biased bf16 bits
+  const auto max448 = hn::Set(d, std::uint16_t{0x07E7});  // 448 in e4m3-biased bf16 bits, + 7
   const auto one = hn::Set(d, std::uint16_t{1});
-  const auto seven = hn::Set(d, std::uint16_t{7});
   const auto sign = hn::Set(d, std::uint16_t{0x80});
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
     const auto w = hn::LoadU(d, x + i);
-    const auto t = hn::Min(hn::SaturatedSub(hn::And(w, mag), vsub), max448);
-    const auto odd = hn::And(hn::ShiftRight<4>(t), one);
-    const auto code = hn::ShiftRight<4>(hn::Add(hn::Add(t, odd), seven));
+    const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, mag), vsub), max448);
+    const auto code = hn::ShiftRight<4>(hn::Add(t7, hn::And(hn::ShiftRight<4>(t7), one)));
     hn::StoreU(hn::TruncateTo(d8, hn::OrAnd(code, hn::ShiftRight<8>(w), sign)), d8, out + i);
   }
 }
