@@ -762,7 +762,8 @@ TEST(KvCompressEpilogSimd, HiFloat8TableMatchesScalar) {
   const std::uint8_t* table = detail::hifloat8_sat_table();
   std::mt19937 rng(7);
   for (std::uint32_t k = 0; k < 8192; ++k) {
-    for (std::uint32_t low : {0u, 1u, 0x3FFFFu, 0x40000u, 0x7FFFFu, static_cast<std::uint32_t>(rng() & 0x7FFFFu)}) {
+    for (std::uint32_t low :
+         {0u, 1u, 0x3FFFFu, 0x40000u, 0x7FFFFu, static_cast<std::uint32_t>(rng() & 0x7FFFFu)}) {
       const float x = std::bit_cast<float>(k << 19 | low);
       if (std::isnan(x)) continue;
       ASSERT_EQ(table[k], formats::encode_hifloat8(x, true)) << std::hex << (k << 19 | low);
