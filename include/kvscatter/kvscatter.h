@@ -210,6 +210,32 @@ KVSCATTER_API kvsStatus kvsKvCacheUpdateGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsKvCacheUpdate(void *workspace, uint64_t workspace_size,
                                          kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- GatherPaKvCache ----------------------------------------------------------------------- */
+
+enum {
+  KVS_GATHER_PA_KV_CACHE_KEY_CACHE_INDEX = 0,
+  KVS_GATHER_PA_KV_CACHE_VALUE_CACHE_INDEX = 1,
+  KVS_GATHER_PA_KV_CACHE_BLOCK_TABLES_INDEX = 2,
+  KVS_GATHER_PA_KV_CACHE_SEQ_LENS_INDEX = 3,
+  KVS_GATHER_PA_KV_CACHE_KEY_INDEX = 4,
+  KVS_GATHER_PA_KV_CACHE_VALUE_INDEX = 5,
+  KVS_GATHER_PA_KV_CACHE_SEQ_OFFSET_INDEX = 6
+};
+
+/* Reads each sequence's tokens out of paged caches through its row of block_tables into
+ * consecutive rows of key (and value), which are written in place; the caches are only read.
+ * value_cache/value NULL together: key-only call. seq_offset: NULL when absent. cache_mode:
+ * "Norm" (default) | "PA_NZ", exact case. is_seq_lens_cumsum: seq_lens holds batch + 1 prefix
+ * sums starting at 0. Negative block ids are padding blocks (rows written as zero bytes). */
+KVSCATTER_API kvsStatus kvsGatherPaKvCacheGetWorkspaceSize(
+    const kvsTensor *key_cache, const kvsTensor *value_cache, const kvsTensor *block_tables,
+    const kvsTensor *seq_lens, kvsTensor *key, kvsTensor *value, const kvsTensor *seq_offset,
+    const char *cache_mode, bool is_seq_lens_cumsum, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsGatherPaKvCache(void *workspace, uint64_t workspace_size,
+                                           kvsExecutor *executor) KVS_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -4,6 +4,7 @@
 #include "kvscatter/dtype.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/gather_pa_kv_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/tensor.h"
