@@ -31,9 +31,11 @@ __all__ = [
     "Error",
     "__version__",
     "formats",
+    "gather_pa_kv_cache",
     "get_num_threads",
     "kv_cache_update",
     "kv_compress_epilog",
+    "npu_gather_pa_kv_cache",
     "npu_scatter_pa_kv_cache",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
@@ -87,6 +89,87 @@ def scatter_pa_kv_cache(
 
 #: Alias for code written against ``torch_npu.npu_scatter_pa_kv_cache``.
 npu_scatter_pa_kv_cache = scatter_pa_kv_cache
+
+
+def gather_pa_kv_cache(
+    key_cache,
+    value_cache,
+    block_tables,
+    seq_lens,
+    key,
+    value,
+    *,
+    seq_offset=None,
+    is_seq_lens_cumsum=False,
+    cache_mode="Norm",
+    dtype=None,
+) -> None:
+    """Reads each sequence's tokens out of paged caches into dense ``key`` / ``value`` rows.
+
+    The inverse of :func:`scatter_pa_kv_cache`: sequence ``b`` owns ``seq_lens[b]`` tokens,
+    stored block by block in the physical blocks ``block_tables[b][shift:]`` with
+    ``shift = seq_offset[b] // block_size``; its tokens become consecutive rows of ``key`` (and
+    ``value``), sequences one after another in batch order. ``key`` and ``value`` are written
+    in place; the caches are only read.
+
+    Parameters
+    ----------
+    key_cache, value_cache : array
+        ``cache_mode="Norm"``: ``[num_blocks, block_size, num_heads, head_size]``;
+        ``"PA_NZ"``: ``[num_blocks, head_size * num_heads / L, block_size, L]`` with
+        ``L = 32 / itemsize``. ``value_cache`` may be None together with ``value`` (key only).
+        A cache may be strided along its block axis.
+    block_tables : array of int32 or int64
+        ``[batch, max_blocks_per_seq]``. Only the entries a sequence needs are read; a
+        negative id read there is a padding block, whose rows are written as zero bytes. An
+        id past the cache, or a table too short for its sequence, is an error.
+    seq_lens : array
+        ``[batch]`` lengths, or ``[batch + 1]`` prefix sums starting at 0 when
+        ``is_seq_lens_cumsum`` is True. Same dtype as ``block_tables``.
+    key, value : array
+        Outputs: Norm ``[rows, num_heads, head_size]``, PA_NZ ``[rows, C1 * L]``, with at least
+        as many rows as the sequences hold; rows past the last sequence keep their contents.
+    seq_offset : array, optional
+        ``[batch]``, non-negative; only whole blocks (``seq_offset // block_size``) shift the
+        start in the block table.
+    is_seq_lens_cumsum : bool
+        ``seq_lens`` holds prefix sums.
+    cache_mode : {"Norm", "PA_NZ"}
+        Exact case; None means "Norm". Key and value dtypes may differ in PA_NZ only.
+    dtype : str, optional
+        Element type of integer-typed caches and outputs (e.g. ``"hifloat8"`` for ``uint8``).
+
+    Raises
+    ------
+    kvscatter.Error
+        On any broken rule; nothing has been written then.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> kc = np.arange(4 * 2 * 1 * 2, dtype=np.float32).reshape(4, 2, 1, 2)
+    >>> key = np.zeros((3, 1, 2), np.float32)
+    >>> kvscatter.gather_pa_kv_cache(kc, None, np.array([[2, 0]], np.int32),
+    ...                              np.array([3], np.int32), key, None)
+    >>> key[:, 0, 0].tolist()
+    [8.0, 10.0, 0.0]
+    """
+    _ext.gather_pa_kv_cache(
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        key,
+        value,
+        seq_offset,
+        is_seq_lens_cumsum,
+        cache_mode,
+        formats.canonical_dtype(dtype),
+    )
+
+
+#: Alias for code written against ``torch_npu.npu_gather_pa_kv_cache``.
+npu_gather_pa_kv_cache = gather_pa_kv_cache
 
 
 def scatter_pa_kv_cache_with_k_scale(
