@@ -12,6 +12,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -21,6 +22,7 @@
 #include "cli.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/gather_pa_kv_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
@@ -240,6 +242,53 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   return w;
 }
 
+// GatherPaKvCache: bfloat16 Norm caches read back into dense key/value rows; sequences of up to
+// 512 tokens each in shuffled blocks, as a paged allocator leaves them.
+Workload gather_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"gather_pa_kv_cache", "Norm bf16", std::to_string(heads) + "x" + std::to_string(dim),
+             nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      CacheBytes key_cache, value_cache;
+      Bytes key, value;
+      std::vector<std::int64_t> tables, lens;
+      GatherPaKvCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens) + 4;
+    const std::int64_t seq = 512, batch = (tokens + seq - 1) / seq;
+    const std::int64_t width = (seq + kBlockSize - 1) / kBlockSize;
+    const Bytes pattern = random_bytes(static_cast<std::size_t>(nb * kBlockSize * row), 8);
+    b->key_cache.assign(pattern.begin(), pattern.end());
+    b->value_cache = b->key_cache;
+    b->key.assign(static_cast<std::size_t>(tokens * row), 0);
+    b->value = b->key;
+    std::vector<std::int64_t> blocks(static_cast<std::size_t>(nb));
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(9));
+    b->tables.assign(static_cast<std::size_t>(batch * width), -1);
+    std::size_t next = 0;
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const std::int64_t len = std::min(seq, tokens - i * seq);
+      b->lens.push_back(len);
+      for (std::int64_t k = 0; k * kBlockSize < len; ++k) {
+        b->tables[static_cast<std::size_t>(i * width + k)] = blocks[next++];
+      }
+    }
+    const DType dt = DType::bfloat16;
+    b->plan = plan_gather_pa_kv_cache(
+        TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+        TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+        TensorView(b->tables.data(), DType::int64, {batch, width}),
+        TensorView(b->lens.data(), DType::int64, {batch}),
+        TensorView(b->key.data(), dt, {tokens, heads, dim}),
+        TensorView(b->value.data(), dt, {tokens, heads, dim}));
+    // read: the cache rows and the block tables; written: the same rows.
+    return Case{[b] { execute(b->plan); }, 2 * 2 * tokens * row + 8 * batch * (width + 1)};
+  };
+  return w;
+}
+
 std::vector<Workload> all_workloads() {
   return {
       scatter_workload("Norm", 8, 128, false),
@@ -247,6 +296,7 @@ std::vector<Workload> all_workloads() {
       scatter_workload("PA_NZ", 8, 128, false),
       scatter_workload("PA_NZ", 32, 128, false),
       scatter_workload("Norm", 1, 576, true),
+      gather_workload(8, 128),
       k_scale_workload(8, 128),
       epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
       epilog_workload(QuantMode::fp8_e8m0, "fp8_e8m0", 576),
@@ -270,6 +320,7 @@ struct Target {
 constexpr Target kTargets[] = {
     {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
+    {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
     {"kv_compress_epilog", "kv_compress_epilog fp8_e8m0 d576", 0.5, 0.05, "performance issue"},
     {"contiguous update", "kv_cache_update f32->f32 8x128", 0.8, 0.4, "performance issue"},
     {"contiguous update, bf16 cache", "kv_cache_update f32->bf16 8x128", 0.6, 0.3,
