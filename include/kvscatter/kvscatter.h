@@ -88,7 +88,8 @@ typedef enum kvsDataType KVS_ENUM_INT32 {
   KVS_FLOAT8_E5M2 = 11,
   KVS_FLOAT8_E4M3FN = 12,
   KVS_FLOAT8_E8M0 = 13,
-  KVS_FLOAT4_E2M1 = 14 /* two elements per byte; such tensors address packed bytes */
+  KVS_FLOAT4_E2M1 = 14, /* two elements per byte; such tensors address packed bytes */
+  KVS_FLOAT4_E1M2 = 15  /* likewise */
 } kvsDataType;
 
 #define KVS_MAX_RANK 8

@@ -42,6 +42,7 @@ constexpr std::array<DTypePair, kNumDTypes> kDTypes{{
     {KVS_FLOAT8_E4M3FN, DType::float8_e4m3fn},
     {KVS_FLOAT8_E8M0, DType::float8_e8m0},
     {KVS_FLOAT4_E2M1, DType::float4_e2m1},
+    {KVS_FLOAT4_E1M2, DType::float4_e1m2},
 }};
 
 constexpr bool dtype_table_is_complete() {
