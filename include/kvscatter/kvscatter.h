@@ -237,6 +237,30 @@ KVSCATTER_API kvsStatus kvsGatherPaKvCacheGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsGatherPaKvCache(void *workspace, uint64_t workspace_size,
                                            kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- ScatterPaCache ------------------------------------------------------------------------- */
+
+enum {
+  KVS_SCATTER_PA_CACHE_KEY_INDEX = 0,
+  KVS_SCATTER_PA_CACHE_KEY_CACHE_INDEX = 1,
+  KVS_SCATTER_PA_CACHE_SLOT_MAPPING_INDEX = 2,
+  KVS_SCATTER_PA_CACHE_COMPRESS_LENS_INDEX = 3,
+  KVS_SCATTER_PA_CACHE_COMPRESS_SEQ_OFFSETS_INDEX = 4,
+  KVS_SCATTER_PA_CACHE_SEQ_LENS_INDEX = 5
+};
+
+/* One tensor into one paged cache. 3-D key [T, heads, D] with slot_mapping [T] and no compress
+ * tensors: a row copy (any of the twelve copy dtypes, or packed float4_e2m1 / float4_e1m2 whose
+ * shapes count bytes). 4-D key [B, S, heads, D] into a [blocks, block_size, 1, D] cache with
+ * slot_mapping [B, heads], compress_lens and seq_lens: tail keep, or ReduceMean when
+ * compress_seq_offsets is given. Absent tensors are NULL. */
+KVSCATTER_API kvsStatus kvsScatterPaCacheGetWorkspaceSize(
+    const kvsTensor *key, kvsTensor *key_cache, const kvsTensor *slot_mapping,
+    const kvsTensor *compress_lens, const kvsTensor *compress_seq_offsets,
+    const kvsTensor *seq_lens, uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsScatterPaCache(void *workspace, uint64_t workspace_size,
+                                          kvsExecutor *executor) KVS_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -7,5 +7,6 @@
 #include "kvscatter/gather_pa_kv_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/tensor.h"
 #include "kvscatter/version.h"

@@ -36,7 +36,9 @@ __all__ = [
     "kv_cache_update",
     "kv_compress_epilog",
     "npu_gather_pa_kv_cache",
+    "npu_scatter_pa_cache",
     "npu_scatter_pa_kv_cache",
+    "scatter_pa_cache",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
     "set_num_threads",
@@ -170,6 +172,76 @@ def gather_pa_kv_cache(
 
 #: Alias for code written against ``torch_npu.npu_gather_pa_kv_cache``.
 npu_gather_pa_kv_cache = gather_pa_kv_cache
+
+
+def scatter_pa_cache(
+    key,
+    key_cache,
+    slot_mapping,
+    *,
+    compress_lens=None,
+    compress_seq_offsets=None,
+    seq_lens=None,
+    dtype=None,
+) -> None:
+    """Writes one tensor into one paged cache (``torch_npu``-style ``npu_scatter_pa_cache``).
+
+    Three scenarios, chosen by the rank of ``key`` and the presence of ``compress_seq_offsets``;
+    each writes the bytes of the key side of the matching :func:`scatter_pa_kv_cache` call.
+
+    Parameters
+    ----------
+    key : array
+        3-D ``[tokens, num_heads, head_size]`` (plain), or 4-D
+        ``[batch, seq_len, num_heads, head_size]`` (compress scenarios).
+    key_cache : array
+        Plain: ``[num_blocks, block_size, num_heads, head_size]``; 4-D key:
+        ``[num_blocks, block_size, 1, head_size]``. Same dtype as ``key``; updated in place.
+        May be strided along its block axis.
+    slot_mapping : array of int32 or int64
+        Plain: ``[tokens]``, a negative slot is padding; 4-D key: ``[batch, num_heads]``, the
+        first slot of each (batch, head) run, negative to skip the run. A slot or run reaching
+        past the cache is an error.
+    compress_lens : array, optional
+        4-D key: ``[batch, num_heads]`` or ``[batch * num_heads]``, the window length ``w``.
+    compress_seq_offsets : array, optional
+        4-D key: ``[batch * num_heads]``; given: ReduceMean (tokens ``[o, o + w)`` replaced by
+        their mean, ``w = 0`` or ``o = seq_len`` means no compression); absent: tail keep (the
+        last ``w`` tokens).
+    seq_lens : array, optional
+        4-D key: ``[batch]``, each at most ``seq_len``.
+    dtype : str, optional
+        Element type of integer-typed arrays: ``"hifloat8"``, ``"float8_e4m3fn"``, or the packed
+        ``"float4_e2m1"`` / ``"float4_e1m2"`` (``uint8`` arrays whose last axis counts bytes,
+        two elements each; plain scenario only).
+
+    Raises
+    ------
+    kvscatter.Error
+        On any broken rule; the cache is unchanged then.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> cache = np.zeros((2, 2, 1, 4), np.uint8)
+    >>> key = np.array([[[8, 136, 24, 20]], [[1, 2, 3, 4]]], np.uint8)
+    >>> kvscatter.scatter_pa_cache(key, cache, np.array([3, 0]), dtype="hifloat8")
+    >>> cache.reshape(4, 4)[[0, 3]].tolist()
+    [[1, 2, 3, 4], [8, 136, 24, 20]]
+    """
+    _ext.scatter_pa_cache(
+        key,
+        key_cache,
+        slot_mapping,
+        compress_lens,
+        compress_seq_offsets,
+        seq_lens,
+        formats.canonical_dtype(dtype),
+    )
+
+
+#: Alias for code written against ``torch_npu.npu_scatter_pa_cache``.
+npu_scatter_pa_cache = scatter_pa_cache
 
 
 def scatter_pa_kv_cache_with_k_scale(

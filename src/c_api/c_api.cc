@@ -79,6 +79,8 @@ const char* planner_name(Op op) noexcept {
       return "kvsKvCacheUpdateGetWorkspaceSize";
     case Op::gather_pa_kv_cache:
       return "kvsGatherPaKvCacheGetWorkspaceSize";
+    case Op::scatter_pa_cache:
+      return "kvsScatterPaCacheGetWorkspaceSize";
   }
   return "?";
 }
@@ -95,6 +97,8 @@ const char* runner_name(Op op) noexcept {
       return "kvsKvCacheUpdate";
     case Op::gather_pa_kv_cache:
       return "kvsGatherPaKvCache";
+    case Op::scatter_pa_cache:
+      return "kvsScatterPaCache";
   }
   return "?";
 }
