@@ -12,23 +12,23 @@
 namespace kvscatter::fuzz {
 namespace {
 
-const std::vector<DType> kDtypes = {
-    DType::float16, DType::bfloat16, DType::float32,     DType::int8,
-    DType::uint8,   DType::int16,    DType::uint16,      DType::int32,
-    DType::uint32,  DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
+const std::vector<DType> kDtypes = {DType::float16,  DType::bfloat16,    DType::float32,
+                                    DType::int8,     DType::uint8,       DType::int16,
+                                    DType::uint16,   DType::int32,       DType::uint32,
+                                    DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
 
 std::int64_t block_id(Input &in, std::int64_t nb, DType idt) {
   if (in.rare(12)) {
     switch (in.pick(5)) {
-    case 0:
-      return nb; // one past the cache
-    case 1:
-      return idt == DType::int32 ? std::numeric_limits<std::int32_t>::max()
-                                 : std::int64_t{1} << (32 + in.pick(31));
-    case 2:
-      return std::numeric_limits<std::int32_t>::min();
-    default:
-      return -1 - in.pick(3); // padding block
+      case 0:
+        return nb;  // one past the cache
+      case 1:
+        return idt == DType::int32 ? std::numeric_limits<std::int32_t>::max()
+                                   : std::int64_t{1} << (32 + in.pick(31));
+      case 2:
+        return std::numeric_limits<std::int32_t>::min();
+      default:
+        return -1 - in.pick(3);  // padding block
     }
   }
   return in.pick(8) == 7 ? -1 : (nb > 0 ? in.pick(nb) : -1);
@@ -37,8 +37,7 @@ std::int64_t block_id(Input &in, std::int64_t nb, DType idt) {
 // Cache [nb, a, b, c] with an optionally padded block axis; output rows
 // optionally padded.
 void pad_outer(Tensor &t, Input &in) {
-  if (in.pick(4) == 3)
-    t.strides[0] += in.pick(40);
+  if (in.pick(4) == 3) t.strides[0] += in.pick(40);
 }
 
 struct Call {
@@ -52,22 +51,20 @@ Outcome run_tested(Path path, const Call &k, bool &any_status) {
   opt.cache_mode = k.mode;
   opt.is_seq_lens_cumsum = k.cumsum;
   auto opt_view = [](Tensor *t) {
-    return t->present ? std::optional<TensorView>(t->view(false))
-                      : std::nullopt;
+    return t->present ? std::optional<TensorView>(t->view(false)) : std::nullopt;
   };
   opt.seq_offset = opt_view(k.offset);
   if (path == Path::oneshot) {
     return run_cpp([&] {
-      gather_pa_kv_cache(k.kc->view(false), opt_view(k.vc),
-                         k.tables->view(false), k.lens->view(false),
-                         k.key->view(false), opt_view(k.value), opt);
+      gather_pa_kv_cache(k.kc->view(false), opt_view(k.vc), k.tables->view(false),
+                         k.lens->view(false), k.key->view(false), opt_view(k.value), opt);
     });
   }
   if (path == Path::plan_execute) {
     return run_cpp([&] {
-      execute(plan_gather_pa_kv_cache(
-          k.kc->view(false), opt_view(k.vc), k.tables->view(false),
-          k.lens->view(false), k.key->view(false), opt_view(k.value), opt));
+      execute(plan_gather_pa_kv_cache(k.kc->view(false), opt_view(k.vc), k.tables->view(false),
+                                      k.lens->view(false), k.key->view(false), opt_view(k.value),
+                                      opt));
     });
   }
   CTensors ct;
@@ -82,8 +79,8 @@ Outcome run_tested(Path path, const Call &k, bool &any_status) {
   return c_two_phase(
       ct, any_status, "kvsGatherPaKvCache",
       [&](std::uint64_t *ws, kvsExecutor **ex) {
-        return kvsGatherPaKvCacheGetWorkspaceSize(tkc, tvc, tt, tl, tk, tv, to,
-                                                  mode, k.cumsum, ws, ex);
+        return kvsGatherPaKvCacheGetWorkspaceSize(tkc, tvc, tt, tl, tk, tv, to, mode, k.cumsum, ws,
+                                                  ex);
       },
       [](kvsExecutor *ex) { return kvsGatherPaKvCache(nullptr, 0, ex); });
 }
@@ -96,14 +93,11 @@ int run(const std::uint8_t *data, std::size_t size) {
   c.rng.s = in.u64();
   const CacheMode mode = in.pick(3) == 2 ? CacheMode::PA_NZ : CacheMode::Norm;
   const DType kd = in.choose(kDtypes);
-  const DType vd =
-      mode == CacheMode::PA_NZ && in.pick(2) ? in.choose(kDtypes) : kd;
+  const DType vd = mode == CacheMode::PA_NZ && in.pick(2) ? in.choose(kDtypes) : kd;
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;
-  const bool with_value = in.pick(4) != 3, cumsum = in.pick(2),
-             with_offset = in.pick(3) == 2;
+  const bool with_value = in.pick(4) != 3, cumsum = in.pick(2), with_offset = in.pick(3) == 2;
   static const std::vector<std::int64_t> kBlock = {4, 1, 2, 3, 8, 16, 5, 32};
-  const std::int64_t nb = in.pick(9), bs = in.choose(kBlock),
-                     heads = 1 + in.pick(3);
+  const std::int64_t nb = in.pick(9), bs = in.choose(kBlock), heads = 1 + in.pick(3);
   const std::int64_t batch = in.pick(6), width = in.pick(6);
   Tensor &kc = c.add("key_cache", Role::input);
   Tensor &vc = c.add("value_cache", Role::input);
@@ -119,27 +113,21 @@ int run(const std::uint8_t *data, std::size_t size) {
   tables.dtype = lens.dtype = offset.dtype = idt;
   std::int64_t total = 0;
   tables.set_shape({batch, width});
-  for (std::int64_t i = 0; i < batch * width; ++i)
-    tables.values.push_back(block_id(in, nb, idt));
-  if (cumsum)
-    lens.values.push_back(in.rare() ? 1 : 0);
+  for (std::int64_t i = 0; i < batch * width; ++i) tables.values.push_back(block_id(in, nb, idt));
+  if (cumsum) lens.values.push_back(in.rare() ? 1 : 0);
   for (std::int64_t b = 0; b < batch; ++b) {
     const std::int64_t off = in.rare() ? -1 - in.pick(4) : in.pick(2 * bs);
     offset.values.push_back(off);
     const std::int64_t room =
         std::max<std::int64_t>(width - std::max<std::int64_t>(off, 0) / bs, 0);
-    const std::int64_t n =
-        in.rare(12) ? in.pick(4 * bs + 1) : in.pick(room * bs + 1);
+    const std::int64_t n = in.rare(12) ? in.pick(4 * bs + 1) : in.pick(room * bs + 1);
     total += n;
-    lens.values.push_back(cumsum ? lens.values.back() + (in.rare() ? -1 : n)
-                                 : n);
+    lens.values.push_back(cumsum ? lens.values.back() + (in.rare() ? -1 : n) : n);
   }
   lens.set_shape({static_cast<std::int64_t>(lens.values.size())});
   offset.set_shape({batch});
-  const std::int64_t rows =
-      std::max<std::int64_t>(total + in.pick(3) - (in.rare() ? 1 : 0), 0);
-  for (auto [cache, out, dt] :
-       {std::tuple{&kc, &key, kd}, std::tuple{&vc, &value, vd}}) {
+  const std::int64_t rows = std::max<std::int64_t>(total + in.pick(3) - (in.rare() ? 1 : 0), 0);
+  for (auto [cache, out, dt] : {std::tuple{&kc, &key, kd}, std::tuple{&vc, &value, vd}}) {
     const auto lanes = static_cast<std::int64_t>(32 / dtype_size(dt));
     if (mode == CacheMode::PA_NZ) {
       const std::int64_t c1 = 1 + in.pick(4);
@@ -156,31 +144,23 @@ int run(const std::uint8_t *data, std::size_t size) {
   }
   // Small cases keep the run at thousands of executions per second.
   for (const Tensor *t : {&kc, &vc, &key, &value}) {
-    if (t->extent() * static_cast<std::int64_t>(dtype_size(t->dtype)) >
-        (std::int64_t{1} << 18))
+    if (t->extent() * static_cast<std::int64_t>(dtype_size(t->dtype)) > (std::int64_t{1} << 18))
       return -1;
   }
   mutate(c, in);
-  if (!materialize(c))
-    return -1;
-  c.note = std::string("GatherPaKvCache ") +
-           (mode == CacheMode::PA_NZ ? "PA_NZ" : "Norm") +
-           (cumsum ? " cumsum" : "") + " path " +
-           std::to_string(static_cast<int>(path));
-  const Call call{&kc,  &vc,    &tables, &lens, &offset,
-                  &key, &value, mode,    cumsum};
+  if (!materialize(c)) return -1;
+  c.note = std::string("GatherPaKvCache ") + (mode == CacheMode::PA_NZ ? "PA_NZ" : "Norm") +
+           (cumsum ? " cumsum" : "") + " path " + std::to_string(static_cast<int>(path));
+  const Call call{&kc, &vc, &tables, &lens, &offset, &key, &value, mode, cumsum};
   const Outcome ref = run_cpp([&] {
     GatherPaKvCacheOptions opt;
     opt.cache_mode = mode;
     opt.is_seq_lens_cumsum = cumsum;
-    if (offset.present)
-      opt.seq_offset = offset.view(true);
+    if (offset.present) opt.seq_offset = offset.view(true);
     std::optional<TensorView> rvc, rv;
-    if (with_value)
-      rvc = vc.view(true), rv = value.view(true);
-    reference::execute(
-        plan_gather_pa_kv_cache(kc.view(true), rvc, tables.view(true),
-                                lens.view(true), key.view(true), rv, opt));
+    if (with_value) rvc = vc.view(true), rv = value.view(true);
+    reference::execute(plan_gather_pa_kv_cache(kc.view(true), rvc, tables.view(true),
+                                               lens.view(true), key.view(true), rv, opt));
   });
   bool any_status = false;
   const Outcome tested = run_tested(path, call, any_status);
@@ -188,10 +168,9 @@ int run(const std::uint8_t *data, std::size_t size) {
   return 0;
 }
 
-} // namespace
-} // namespace kvscatter::fuzz
+}  // namespace
+}  // namespace kvscatter::fuzz
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data,
-                                      std::size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
   return kvscatter::fuzz::run(data, size);
 }

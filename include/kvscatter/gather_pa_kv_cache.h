@@ -10,16 +10,14 @@
 #include <string_view>
 
 #include "kvscatter/export.h"
-#include "kvscatter/scatter_pa_kv_cache.h" // CacheMode
+#include "kvscatter/scatter_pa_kv_cache.h"  // CacheMode
 #include "kvscatter/tensor.h"
 
 namespace kvscatter {
 
 struct GatherPaKvCacheOptions {
-  std::optional<TensorView>
-      seq_offset; // [batch]; only seq_offset // block_size is used
-  bool is_seq_lens_cumsum =
-      false; // seq_lens holds batch + 1 prefix sums starting at 0
+  std::optional<TensorView> seq_offset;  // [batch]; only seq_offset // block_size is used
+  bool is_seq_lens_cumsum = false;       // seq_lens holds batch + 1 prefix sums starting at 0
   CacheMode cache_mode = CacheMode::Norm;
 };
 
@@ -30,7 +28,7 @@ struct GatherPaKvCacheOptions {
 // and strides).
 struct KVSCATTER_API GatherPaKvCachePlan {
   TensorView key_cache, block_tables, seq_lens, key;
-  std::optional<TensorView> value_cache, value; // absent: key-only call
+  std::optional<TensorView> value_cache, value;  // absent: key-only call
   std::optional<TensorView> seq_offset;
   bool is_seq_lens_cumsum = false;
   CacheMode cache_mode = CacheMode::Norm;
@@ -47,22 +45,21 @@ KVSCATTER_API CacheMode parse_gather_cache_mode(std::string_view name);
 
 KVSCATTER_API GatherPaKvCachePlan plan_gather_pa_kv_cache(
     const TensorView &key_cache, const std::optional<TensorView> &value_cache,
-    const TensorView &block_tables, const TensorView &seq_lens,
-    const TensorView &key, const std::optional<TensorView> &value,
-    const GatherPaKvCacheOptions &options = {});
+    const TensorView &block_tables, const TensorView &seq_lens, const TensorView &key,
+    const std::optional<TensorView> &value, const GatherPaKvCacheOptions &options = {});
 
 KVSCATTER_API void execute(const GatherPaKvCachePlan &plan);
 
 // Plan and execute in one call.
-KVSCATTER_API void gather_pa_kv_cache(
-    const TensorView &key_cache, const std::optional<TensorView> &value_cache,
-    const TensorView &block_tables, const TensorView &seq_lens,
-    const TensorView &key, const std::optional<TensorView> &value,
-    const GatherPaKvCacheOptions &options = {});
+KVSCATTER_API void gather_pa_kv_cache(const TensorView &key_cache,
+                                      const std::optional<TensorView> &value_cache,
+                                      const TensorView &block_tables, const TensorView &seq_lens,
+                                      const TensorView &key, const std::optional<TensorView> &value,
+                                      const GatherPaKvCacheOptions &options = {});
 
 namespace reference {
 // The scalar oracle: plain loops over every element, same checks.
 KVSCATTER_API void execute(const GatherPaKvCachePlan &plan);
-} // namespace reference
+}  // namespace reference
 
-} // namespace kvscatter
+}  // namespace kvscatter

@@ -16,18 +16,12 @@
 
 namespace kvscatter {
 
-enum class ScatterPaCacheScenario : std::uint8_t {
-  Plain,
-  ReduceMean,
-  TailKeep
-};
+enum class ScatterPaCacheScenario : std::uint8_t { Plain, ReduceMean, TailKeep };
 
 struct ScatterPaCacheOptions {
-  std::optional<TensorView>
-      compress_lens; // 4-D key: [batch, heads] or [batch * heads]
-  std::optional<TensorView>
-      compress_seq_offsets;           // 4-D key, ReduceMean: [batch * heads]
-  std::optional<TensorView> seq_lens; // 4-D key: [batch]
+  std::optional<TensorView> compress_lens;         // 4-D key: [batch, heads] or [batch * heads]
+  std::optional<TensorView> compress_seq_offsets;  // 4-D key, ReduceMean: [batch * heads]
+  std::optional<TensorView> seq_lens;              // 4-D key: [batch]
 };
 
 // Every shape, dtype and stride rule, resolved once; slot values and compress
@@ -45,15 +39,15 @@ struct KVSCATTER_API ScatterPaCachePlan {
   ScatterPaKvCachePlan scatter;
 };
 
-KVSCATTER_API ScatterPaCachePlan plan_scatter_pa_cache(
-    const TensorView &key, const TensorView &key_cache,
-    const TensorView &slot_mapping, const ScatterPaCacheOptions &options = {});
+KVSCATTER_API ScatterPaCachePlan plan_scatter_pa_cache(const TensorView &key,
+                                                       const TensorView &key_cache,
+                                                       const TensorView &slot_mapping,
+                                                       const ScatterPaCacheOptions &options = {});
 
 KVSCATTER_API void execute(const ScatterPaCachePlan &plan);
 
 // Plan and execute in one call.
-KVSCATTER_API void scatter_pa_cache(const TensorView &key,
-                                    const TensorView &key_cache,
+KVSCATTER_API void scatter_pa_cache(const TensorView &key, const TensorView &key_cache,
                                     const TensorView &slot_mapping,
                                     const ScatterPaCacheOptions &options = {});
 
@@ -61,6 +55,6 @@ namespace reference {
 // The scalar oracle: the reference kernel of the matching scatter_pa_kv_cache
 // call.
 KVSCATTER_API void execute(const ScatterPaCachePlan &plan);
-} // namespace reference
+}  // namespace reference
 
-} // namespace kvscatter
+}  // namespace kvscatter

@@ -15,24 +15,19 @@ namespace kvscatter::python {
 void bind_scatter_pa_cache(nb::module_ &m) {
   m.def(
       "scatter_pa_cache",
-      [](nb::handle key, nb::handle key_cache, nb::handle slot_mapping,
-         nb::handle compress_lens, nb::handle compress_seq_offsets,
-         nb::handle seq_lens, nb::handle dtype) {
+      [](nb::handle key, nb::handle key_cache, nb::handle slot_mapping, nb::handle compress_lens,
+         nb::handle compress_seq_offsets, nb::handle seq_lens, nb::handle dtype) {
         ArgScope scope;
         TensorView k = scope.tensor(key, "key", Access::read);
         TensorView kc = scope.tensor(key_cache, "key_cache", Access::write);
-        TensorView sm =
-            scope.tensor(slot_mapping, "slot_mapping", Access::read);
+        TensorView sm = scope.tensor(slot_mapping, "slot_mapping", Access::read);
         apply_dtype_override(dtype, {{&k, "key"}, {&kc, "key_cache"}});
         ScatterPaCacheOptions options;
-        options.compress_lens =
-            scope.optional_tensor(compress_lens, "compress_lens", Access::read);
-        options.compress_seq_offsets = scope.optional_tensor(
-            compress_seq_offsets, "compress_seq_offsets", Access::read);
-        options.seq_lens =
-            scope.optional_tensor(seq_lens, "seq_lens", Access::read);
-        const ScatterPaCachePlan plan =
-            plan_scatter_pa_cache(k, kc, sm, options);
+        options.compress_lens = scope.optional_tensor(compress_lens, "compress_lens", Access::read);
+        options.compress_seq_offsets =
+            scope.optional_tensor(compress_seq_offsets, "compress_seq_offsets", Access::read);
+        options.seq_lens = scope.optional_tensor(seq_lens, "seq_lens", Access::read);
+        const ScatterPaCachePlan plan = plan_scatter_pa_cache(k, kc, sm, options);
         nb::gil_scoped_release release;
         execute(plan);
       },
@@ -41,4 +36,4 @@ void bind_scatter_pa_cache(nb::module_ &m) {
       nb::arg("seq_lens").none(), nb::arg("dtype").none());
 }
 
-} // namespace kvscatter::python
+}  // namespace kvscatter::python

@@ -10,8 +10,7 @@
 namespace kvscatter {
 namespace {
 
-detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p,
-                                     const TensorView &cache,
+detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p, const TensorView &cache,
                                      const TensorView &out) {
   const auto es = static_cast<std::int64_t>(cache.element_size());
   detail::gather::GatherSide s;
@@ -27,40 +26,35 @@ detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p,
     s.slot_pitch = 32;
     s.chunk_pitch = p.block_size * 32;
   }
-  if (out.dim(0) <= 1)
-    s.row_pitch = s.row_bytes; // a single row's stride is never used
+  if (out.dim(0) <= 1) s.row_pitch = s.row_bytes;  // a single row's stride is never used
   return s;
 }
 
-} // namespace
+}  // namespace
 
 void execute(const GatherPaKvCachePlan &p) {
   detail::gather::check_bound_data(p);
   detail::gather::CheckedData checked;
-  detail::gather::check_data(p, checked); // every rule before the first write
+  detail::gather::check_data(p, checked);  // every rule before the first write
   detail::gather::GatherJob job;
   job.num_sides = 0;
   std::int64_t row_bytes = 0;
   auto add_side = [&](const TensorView &cache, const TensorView &out) {
     const detail::gather::GatherSide s = make_side(p, cache, out);
-    if (s.row_bytes == 0)
-      return; // empty rows: nothing to move (the views may be null)
+    if (s.row_bytes == 0) return;  // empty rows: nothing to move (the views may be null)
     job.side[job.num_sides++] = s;
     row_bytes += s.row_bytes;
   };
   add_side(p.key_cache, p.key);
-  if (p.value)
-    add_side(*p.value_cache, *p.value);
-  if (checked.segments.empty() || job.num_sides == 0)
-    return;
+  if (p.value) add_side(*p.value_cache, *p.value);
+  if (checked.segments.empty() || job.num_sides == 0) return;
   job.segments = checked.segments.data();
   const auto n = static_cast<std::int64_t>(checked.segments.size());
   // Segments hold up to block_size rows; each is read once and written once.
-  const std::int64_t grain =
-      detail::grain_for_bytes(2 * row_bytes * p.block_size);
+  const std::int64_t grain = detail::grain_for_bytes(2 * row_bytes * p.block_size);
   detail::parallel_for(n, grain, [&](std::int64_t begin, std::int64_t end) {
     detail::gather::gather_segment_range(job, begin, end);
   });
 }
 
-} // namespace kvscatter
+}  // namespace kvscatter

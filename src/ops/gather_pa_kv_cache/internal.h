@@ -34,4 +34,4 @@ void check_bound_data(const GatherPaKvCachePlan &plan);
 // the offending element.
 void check_data(const GatherPaKvCachePlan &plan, CheckedData &out);
 
-} // namespace kvscatter::detail::gather
+}  // namespace kvscatter::detail::gather

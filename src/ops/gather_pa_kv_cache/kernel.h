@@ -28,7 +28,6 @@ struct GatherJob {
 };
 
 // Dispatched entry point (kernel.cc): segments [begin, end).
-void gather_segment_range(const GatherJob &job, std::int64_t begin,
-                          std::int64_t end);
+void gather_segment_range(const GatherJob &job, std::int64_t begin, std::int64_t end);
 
-} // namespace kvscatter::detail::gather
+}  // namespace kvscatter::detail::gather

@@ -4,26 +4,23 @@
 #include <cstring>
 
 #include "ops/gather_pa_kv_cache/internal.h"
-#include "ops/scatter_pa_kv_cache/internal.h" // IndexReader
+#include "ops/scatter_pa_kv_cache/internal.h"  // IndexReader
 
 namespace kvscatter::reference {
 namespace {
 
 using detail::scatter::IndexReader;
 
-unsigned char *at(const TensorView &t, std::int64_t i0, std::int64_t i1,
-                  std::int64_t i2, std::int64_t i3 = 0) {
-  const std::int64_t e = i0 * t.stride(0) + i1 * t.stride(1) +
-                         (t.rank > 2 ? i2 * t.stride(2) : 0) +
+unsigned char *at(const TensorView &t, std::int64_t i0, std::int64_t i1, std::int64_t i2,
+                  std::int64_t i3 = 0) {
+  const std::int64_t e = i0 * t.stride(0) + i1 * t.stride(1) + (t.rank > 2 ? i2 * t.stride(2) : 0) +
                          (t.rank > 3 ? i3 * t.stride(3) : 0);
-  return static_cast<unsigned char *>(t.data) +
-         e * static_cast<std::int64_t>(t.element_size());
+  return static_cast<unsigned char *>(t.data) + e * static_cast<std::int64_t>(t.element_size());
 }
 
 // Output row r of one side from row o of block blk (negative: zero bytes).
-void copy_row(const GatherPaKvCachePlan &p, const TensorView &cache,
-              const TensorView &out, std::int64_t blk, std::int64_t o,
-              std::int64_t r) {
+void copy_row(const GatherPaKvCachePlan &p, const TensorView &cache, const TensorView &out,
+              std::int64_t blk, std::int64_t o, std::int64_t r) {
   const std::size_t es = out.element_size();
   if (p.cache_mode == CacheMode::Norm) {
     for (std::int64_t h = 0; h < out.dim(1); ++h) {
@@ -49,32 +46,27 @@ void copy_row(const GatherPaKvCachePlan &p, const TensorView &cache,
   }
 }
 
-} // namespace
+}  // namespace
 
 void execute(const GatherPaKvCachePlan &p) {
   detail::gather::check_bound_data(p);
   detail::gather::CheckedData checked;
-  detail::gather::check_data(p, checked); // every rule before the first write
+  detail::gather::check_data(p, checked);  // every rule before the first write
   const IndexReader sl(p.seq_lens), table(p.block_tables);
-  const IndexReader so =
-      p.seq_offset ? IndexReader(*p.seq_offset) : IndexReader();
+  const IndexReader so = p.seq_offset ? IndexReader(*p.seq_offset) : IndexReader();
   std::int64_t start = 0;
   for (std::int64_t b = 0; b < p.batch; ++b) {
     const std::int64_t len = p.is_seq_lens_cumsum ? sl[b + 1] - sl[b] : sl[b];
-    if (p.is_seq_lens_cumsum)
-      start = sl[b];
+    if (p.is_seq_lens_cumsum) start = sl[b];
     const std::int64_t shift = p.seq_offset ? so[b] / p.block_size : 0;
     for (std::int64_t j = 0; j < len; ++j) {
-      const std::int64_t blk =
-          table[b * p.table_width + shift + j / p.block_size];
+      const std::int64_t blk = table[b * p.table_width + shift + j / p.block_size];
       const std::int64_t o = j % p.block_size;
       copy_row(p, p.key_cache, p.key, blk, o, start + j);
-      if (p.value)
-        copy_row(p, *p.value_cache, *p.value, blk, o, start + j);
+      if (p.value) copy_row(p, *p.value_cache, *p.value, blk, o, start + j);
     }
-    if (!p.is_seq_lens_cumsum)
-      start += len;
+    if (!p.is_seq_lens_cumsum) start += len;
   }
 }
 
-} // namespace kvscatter::reference
+}  // namespace kvscatter::reference

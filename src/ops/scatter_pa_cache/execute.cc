@@ -9,4 +9,4 @@ void execute(const ScatterPaCachePlan &plan) {
   execute(detail::scatter_cache::bound_scatter_plan(plan));
 }
 
-} // namespace kvscatter
+}  // namespace kvscatter

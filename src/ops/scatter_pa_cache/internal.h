@@ -11,4 +11,4 @@ namespace kvscatter::detail::scatter_cache {
 // (which a caller may have rebound since planning).
 ScatterPaKvCachePlan bound_scatter_plan(const ScatterPaCachePlan &plan);
 
-} // namespace kvscatter::detail::scatter_cache
+}  // namespace kvscatter::detail::scatter_cache
