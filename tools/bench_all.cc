@@ -26,6 +26,7 @@
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "measure.h"
 #include "workload.h"
@@ -242,6 +243,32 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   return w;
 }
 
+// ScatterPaCache, plain scenario: one bfloat16 cache (an MLA latent cache, or K and V cached
+// separately), the key side of scatter_pa_kv_cache's Norm mode.
+Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"scatter_pa_cache", "plain bf16", std::to_string(heads) + "x" + std::to_string(dim),
+             nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key;
+      CacheBytes key_cache;
+      std::vector<std::int64_t> slots;
+      ScatterPaCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens);
+    b->key = random_bytes(static_cast<std::size_t>(tokens * row), 1);
+    b->key_cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    const DType dt = DType::bfloat16;
+    const TensorView cache(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim});
+    b->plan = plan_scatter_pa_cache(TensorView(b->key.data(), dt, {tokens, heads, dim}), cache,
+                                    TensorView(b->slots.data(), DType::int64, {tokens}));
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * row + 8 * tokens};
+  };
+  return w;
+}
+
 // GatherPaKvCache: bfloat16 Norm caches read back into dense key/value rows; sequences of up to
 // 512 tokens each in shuffled blocks, as a paged allocator leaves them.
 Workload gather_workload(std::int64_t heads, std::int64_t dim) {
@@ -296,6 +323,8 @@ std::vector<Workload> all_workloads() {
       scatter_workload("PA_NZ", 8, 128, false),
       scatter_workload("PA_NZ", 32, 128, false),
       scatter_workload("Norm", 1, 576, true),
+      scatter_pa_cache_workload(8, 128),
+      scatter_pa_cache_workload(1, 576),
       gather_workload(8, 128),
       k_scale_workload(8, 128),
       epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
@@ -320,6 +349,8 @@ struct Target {
 constexpr Target kTargets[] = {
     {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
+    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425,
+     "performance issue"},
     {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
     {"kv_compress_epilog", "kv_compress_epilog fp8_e8m0 d576", 0.5, 0.05, "performance issue"},
     {"contiguous update", "kv_cache_update f32->f32 8x128", 0.8, 0.4, "performance issue"},
