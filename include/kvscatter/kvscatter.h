@@ -261,6 +261,27 @@ KVSCATTER_API kvsStatus kvsScatterPaCacheGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsScatterPaCache(void *workspace, uint64_t workspace_size,
                                           kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- IndexerQuantCache ---------------------------------------------------------------------- */
+
+enum {
+  KVS_INDEXER_QUANT_CACHE_CACHE_INDEX = 0,
+  KVS_INDEXER_QUANT_CACHE_CACHE_SCALE_INDEX = 1,
+  KVS_INDEXER_QUANT_CACHE_X_INDEX = 2,
+  KVS_INDEXER_QUANT_CACHE_SLOT_MAPPING_INDEX = 3
+};
+
+/* x [..., d] float16/bfloat16 quantized row by row into cache [blocks, block_size, 1, W] and
+ * cache_scale [blocks, block_size, 1, Ws] at slot_mapping (x.shape[:-1]; -1 skips a row).
+ * quant_mode: "mxfp8" | "fp8" (default) | "hifloat8" | "mxfp4" (any case, blanks ignored) or
+ * "0".."3". round_scale: fp8 mode only; x_scale: hifloat8 mode only. */
+KVSCATTER_API kvsStatus kvsIndexerQuantCacheGetWorkspaceSize(
+    kvsTensor *cache, kvsTensor *cache_scale, const kvsTensor *x, const kvsTensor *slot_mapping,
+    const char *quant_mode, bool round_scale, float x_scale, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsIndexerQuantCache(void *workspace, uint64_t workspace_size,
+                                             kvsExecutor *executor) KVS_NOEXCEPT;
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -81,6 +81,8 @@ const char* planner_name(Op op) noexcept {
       return "kvsGatherPaKvCacheGetWorkspaceSize";
     case Op::scatter_pa_cache:
       return "kvsScatterPaCacheGetWorkspaceSize";
+    case Op::indexer_quant_cache:
+      return "kvsIndexerQuantCacheGetWorkspaceSize";
   }
   return "?";
 }
@@ -99,6 +101,8 @@ const char* runner_name(Op op) noexcept {
       return "kvsGatherPaKvCache";
     case Op::scatter_pa_cache:
       return "kvsScatterPaCache";
+    case Op::indexer_quant_cache:
+      return "kvsIndexerQuantCache";
   }
   return "?";
 }

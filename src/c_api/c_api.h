@@ -29,6 +29,7 @@ enum class Op : std::uint8_t {
   kv_cache_update,
   gather_pa_kv_cache,
   scatter_pa_cache,
+  indexer_quant_cache,
 };
 
 // Name of the GetWorkspaceSize function that creates an executor of `op`, and of the function
