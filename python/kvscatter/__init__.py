@@ -33,6 +33,7 @@ __all__ = [
     "formats",
     "gather_pa_kv_cache",
     "get_num_threads",
+    "indexer_quant_cache",
     "kv_cache_update",
     "kv_compress_epilog",
     "npu_gather_pa_kv_cache",
@@ -242,6 +243,88 @@ def scatter_pa_cache(
 
 #: Alias for code written against ``torch_npu.npu_scatter_pa_cache``.
 npu_scatter_pa_cache = scatter_pa_cache
+
+
+def indexer_quant_cache(
+    cache,
+    cache_scale,
+    x,
+    slot_mapping,
+    *,
+    quant_mode="fp8",
+    round_scale=True,
+    x_scale=1.0,
+    dtype=None,
+) -> None:
+    """Quantizes each row of ``x`` and writes its codes and scale(s) into paged caches.
+
+    The quantize-and-scatter of a sparse-attention indexer key (``cann_ops_transformer.
+    indexer_quant_cache``). Row ``t`` of ``x`` (leading axes flattened) goes to slot
+    ``slot_mapping.flat[t]``: row ``slot % block_size`` of block ``slot // block_size`` of
+    ``cache`` and ``cache_scale``; ``-1`` skips the row. Bytes past the written part of a row,
+    and rows not hit, keep their contents. Repeated slots: the last row wins.
+
+    Parameters
+    ----------
+    cache : array
+        ``[num_blocks, block_size, 1, W]``, updated in place. ``"fp8"``/``"mxfp8"``:
+        float8_e4m3fn or float8_e5m2 (ml_dtypes, or ``uint8`` with ``dtype=``), ``W >= d``;
+        ``"hifloat8"``: ``uint8``, ``W >= d``; ``"mxfp4"``: packed FP4 as ``uint8`` with
+        ``dtype="float4_e2m1"`` or ``"float4_e1m2"``, ``W >= d / 2`` bytes.
+    cache_scale : array
+        ``[num_blocks, block_size, 1, Ws]`` with the blocks of ``cache``. ``"fp8"``: float32,
+        one scale per row; ``"mxfp8"``/``"mxfp4"``: E8M0 (``ml_dtypes.float8_e8m0fnu`` or
+        ``uint8``), ``d / 32`` per row; ``"hifloat8"``: float32, never written.
+    x : array
+        ``[..., d]`` float16 or bfloat16, ``d`` a positive multiple of 32, at most 8192.
+    slot_mapping : array of int32 or int64
+        ``x.shape[:-1]``.
+    quant_mode : {"fp8", "mxfp8", "hifloat8", "mxfp4"} or {0, 1, 2, 3}
+        Names in any case, surrounding blanks ignored; the upstream numbers are
+        0 mxfp8, 1 fp8, 2 hifloat8, 3 mxfp4.
+    round_scale : bool
+        ``"fp8"`` only: the per-row scale ``amax / max_finite`` is rounded up to a power of two.
+    x_scale : float
+        ``"hifloat8"`` only: ``x`` is multiplied by it before encoding.
+    dtype : str, optional
+        Element type of an integer-typed ``x`` or ``cache``.
+
+    Raises
+    ------
+    kvscatter.Error
+        On any broken rule; nothing has been written then.
+    TypeError
+        For a ``quant_mode`` that is neither a string nor an int, or an ``x_scale`` that is not
+        a real number.
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes, kvscatter
+    >>> cache = np.zeros((1, 2, 1, 32), ml_dtypes.float8_e4m3fn)
+    >>> scale = np.zeros((1, 2, 1, 1), np.float32)
+    >>> x = (np.arange(32, dtype=np.float16) - 16) / 4
+    >>> kvscatter.indexer_quant_cache(cache, scale, x[None], np.array([1]))
+    >>> float(scale[0, 1, 0, 0]), cache[0, 1, 0].view(np.uint8)[:2].tolist()
+    (0.015625, [248, 247])
+    """
+    import numbers
+
+    if isinstance(quant_mode, bool) or not isinstance(quant_mode, (str, int)):
+        raise TypeError(f"quant_mode must be a str or an int, got {quant_mode!r}")
+    if isinstance(x_scale, bool) or not isinstance(x_scale, numbers.Real):
+        raise TypeError(f"x_scale must be a float, got {x_scale!r}")
+    if not isinstance(round_scale, bool):
+        raise TypeError(f"round_scale must be a bool, got {round_scale!r}")
+    _ext.indexer_quant_cache(
+        cache,
+        cache_scale,
+        x,
+        slot_mapping,
+        str(quant_mode),
+        round_scale,
+        float(x_scale),
+        formats.canonical_dtype(dtype),
+    )
 
 
 def scatter_pa_kv_cache_with_k_scale(

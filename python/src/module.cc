@@ -54,6 +54,7 @@ NB_MODULE(_kvscatter, m) {
   python::bind_quant_ops(m);
   python::bind_gather_pa_kv_cache(m);
   python::bind_scatter_pa_cache(m);
+  python::bind_indexer_quant_cache(m);
 #ifdef KVSCATTER_HAVE_XLA_FFI
   python::bind_jax_ffi(m);
 #else
