@@ -23,6 +23,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/gather_pa_kv_cache.h"
+#include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
@@ -269,6 +270,44 @@ Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
   return w;
 }
 
+// IndexerQuantCache: bfloat16 indexer keys (d = 128, DeepSeek's lightning indexer) quantized
+// into a float8_e4m3fn paged cache with their scales.
+Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t d) {
+  Workload w{"indexer_quant_cache", name, "d" + std::to_string(d), nullptr};
+  w.make = [mode, d](std::int64_t tokens) {
+    struct Buffers {
+      std::vector<std::uint16_t> x;
+      CacheBytes cache, scale;
+      std::vector<std::int64_t> slots;
+      IndexerQuantCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    const bool mx = mode == IndexerQuantMode::mxfp8;
+    const std::int64_t scale_bytes = mx ? d / 32 : 4;
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->x.resize(static_cast<std::size_t>(tokens * d));
+    fill_tiled(b->x.data(), b->x.size(), bits);
+    b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * d), 0);
+    b->scale.assign(static_cast<std::size_t>(nb * kBlockSize * scale_bytes), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    IndexerQuantCacheOptions opt;
+    opt.quant_mode = mode;
+    b->plan = plan_indexer_quant_cache(
+        TensorView(b->cache.data(), DType::float8_e4m3fn, {nb, kBlockSize, 1, d}),
+        mx ? TensorView(b->scale.data(), DType::float8_e8m0, {nb, kBlockSize, 1, d / 32})
+           : TensorView(b->scale.data(), DType::float32, {nb, kBlockSize, 1, 1}),
+        TensorView(b->x.data(), DType::bfloat16, {tokens, d}),
+        TensorView(b->slots.data(), DType::int64, {tokens}), opt);
+    // read: the bfloat16 row and its slot; written: the codes and the scale(s).
+    return Case{[b] { execute(b->plan); },
+                written_tokens(tokens) * (2 * d + d + scale_bytes) + 8 * tokens};
+  };
+  return w;
+}
+
 // GatherPaKvCache: bfloat16 Norm caches read back into dense key/value rows; sequences of up to
 // 512 tokens each in shuffled blocks, as a paged allocator leaves them.
 Workload gather_workload(std::int64_t heads, std::int64_t dim) {
@@ -326,6 +365,8 @@ std::vector<Workload> all_workloads() {
       scatter_pa_cache_workload(8, 128),
       scatter_pa_cache_workload(1, 576),
       gather_workload(8, 128),
+      indexer_workload(IndexerQuantMode::fp8, "fp8", 128),
+      indexer_workload(IndexerQuantMode::mxfp8, "mxfp8", 128),
       k_scale_workload(8, 128),
       epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
       epilog_workload(QuantMode::fp8_e8m0, "fp8_e8m0", 576),
@@ -352,6 +393,8 @@ constexpr Target kTargets[] = {
     {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425,
      "performance issue"},
     {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
+    {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.15, "performance issue"},
+    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.15, "performance issue"},
     {"kv_compress_epilog", "kv_compress_epilog fp8_e8m0 d576", 0.5, 0.05, "performance issue"},
     {"contiguous update", "kv_cache_update f32->f32 8x128", 0.8, 0.4, "performance issue"},
     {"contiguous update, bf16 cache", "kv_cache_update f32->bf16 8x128", 0.6, 0.3,
