@@ -3,6 +3,7 @@
 // row addressing and the data-dependent slot check.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -27,6 +28,7 @@ inline std::uint32_t exponent_rounded_up(float s) noexcept {
 
 // 2^(127 - e) for e in [0, 255] (subnormal below 2^-126), exact.
 inline float pow2_from(std::uint32_t e) noexcept {
+  if (e >= 1 && e <= 253) return f32((254u - e) << 23);
   return std::ldexp(1.0f, 127 - static_cast<int>(e));
 }
 
@@ -35,24 +37,25 @@ inline float fp8_coefficient(DType cache) noexcept {
   return f32(cache == DType::float8_e4m3fn ? kC448Bits : kC57344Bits);
 }
 
+// Largest magnitude bit pattern (sign cleared) at or below `limit` over n floats: ordered like
+// the magnitudes, and an integer max loop without NaN rules.
+inline float amax_below(const float* x, std::int64_t n, std::uint32_t limit) noexcept {
+  std::uint32_t m = 0;
+  for (std::int64_t k = 0; k < n; ++k) {
+    const std::uint32_t u = bits(x[k]) & 0x7FFFFFFFu;
+    m = std::max(m, u <= limit ? u : 0u);
+  }
+  return f32(m);
+}
+
 // Mode fp8: |x| maximum over the row, non-finite elements left out.
 inline float finite_amax(const float* x, std::int64_t n) noexcept {
-  float amax = 0.0f;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const float a = std::fabs(x[k]);
-    amax = a <= 3.4028235e38f && a > amax ? a : amax;
-  }
-  return amax;
+  return amax_below(x, n, 0x7F7FFFFFu);
 }
 
 // Mode mxfp8: |x| maximum over a group (infinities included; NaN left out).
 inline float group_amax(const float* x, std::int64_t n) noexcept {
-  float amax = 0.0f;
-  for (std::int64_t k = 0; k < n; ++k) {
-    const float a = std::fabs(x[k]);
-    amax = a > amax ? a : amax;
-  }
-  return amax;
+  return amax_below(x, n, 0x7F800000u);
 }
 
 // Byte address of the cache row (or scale row) of a slot.
