@@ -17,7 +17,7 @@ const std::vector<DType> kDtypes = {DType::float16,  DType::bfloat16,    DType::
                                     DType::uint16,   DType::int32,       DType::uint32,
                                     DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
 
-std::int64_t block_id(Input &in, std::int64_t nb, DType idt) {
+std::int64_t block_id(Input& in, std::int64_t nb, DType idt) {
   if (in.rare(12)) {
     switch (in.pick(5)) {
       case 0:
@@ -36,7 +36,7 @@ std::int64_t block_id(Input &in, std::int64_t nb, DType idt) {
 
 // Cache [nb, a, b, c] with an optionally padded block axis; output rows
 // optionally padded.
-void pad_outer(Tensor &t, Input &in) {
+void pad_outer(Tensor& t, Input& in) {
   if (in.pick(4) == 3) t.strides[0] += in.pick(40);
 }
 
@@ -46,11 +46,11 @@ struct Call {
   bool cumsum;
 };
 
-Outcome run_tested(Path path, const Call &k, bool &any_status) {
+Outcome run_tested(Path path, const Call& k, bool& any_status) {
   GatherPaKvCacheOptions opt;
   opt.cache_mode = k.mode;
   opt.is_seq_lens_cumsum = k.cumsum;
-  auto opt_view = [](Tensor *t) {
+  auto opt_view = [](Tensor* t) {
     return t->present ? std::optional<TensorView>(t->view(false)) : std::nullopt;
   };
   opt.seq_offset = opt_view(k.offset);
@@ -68,24 +68,24 @@ Outcome run_tested(Path path, const Call &k, bool &any_status) {
     });
   }
   CTensors ct;
-  kvsTensor *tkc = ct.make(*k.kc);
-  kvsTensor *tvc = ct.make(*k.vc);
-  kvsTensor *tt = ct.make(*k.tables);
-  kvsTensor *tl = ct.make(*k.lens);
-  kvsTensor *tk = ct.make(*k.key);
-  kvsTensor *tv = ct.make(*k.value);
-  kvsTensor *to = ct.make(*k.offset);
-  const char *mode = k.mode == CacheMode::PA_NZ ? "PA_NZ" : "Norm";
+  kvsTensor* tkc = ct.make(*k.kc);
+  kvsTensor* tvc = ct.make(*k.vc);
+  kvsTensor* tt = ct.make(*k.tables);
+  kvsTensor* tl = ct.make(*k.lens);
+  kvsTensor* tk = ct.make(*k.key);
+  kvsTensor* tv = ct.make(*k.value);
+  kvsTensor* to = ct.make(*k.offset);
+  const char* mode = k.mode == CacheMode::PA_NZ ? "PA_NZ" : "Norm";
   return c_two_phase(
       ct, any_status, "kvsGatherPaKvCache",
-      [&](std::uint64_t *ws, kvsExecutor **ex) {
+      [&](std::uint64_t* ws, kvsExecutor** ex) {
         return kvsGatherPaKvCacheGetWorkspaceSize(tkc, tvc, tt, tl, tk, tv, to, mode, k.cumsum, ws,
                                                   ex);
       },
-      [](kvsExecutor *ex) { return kvsGatherPaKvCache(nullptr, 0, ex); });
+      [](kvsExecutor* ex) { return kvsGatherPaKvCache(nullptr, 0, ex); });
 }
 
-int run(const std::uint8_t *data, std::size_t size) {
+int run(const std::uint8_t* data, std::size_t size) {
   Input in(data, size);
   decode_runtime(in);
   const Path path = decode_path(in);
@@ -99,13 +99,13 @@ int run(const std::uint8_t *data, std::size_t size) {
   static const std::vector<std::int64_t> kBlock = {4, 1, 2, 3, 8, 16, 5, 32};
   const std::int64_t nb = in.pick(9), bs = in.choose(kBlock), heads = 1 + in.pick(3);
   const std::int64_t batch = in.pick(6), width = in.pick(6);
-  Tensor &kc = c.add("key_cache", Role::input);
-  Tensor &vc = c.add("value_cache", Role::input);
-  Tensor &tables = c.add("block_tables", Role::index);
-  Tensor &lens = c.add("seq_lens", Role::index);
-  Tensor &offset = c.add("seq_offset", Role::index);
-  Tensor &key = c.add("key", Role::cache);
-  Tensor &value = c.add("value", Role::cache);
+  Tensor& kc = c.add("key_cache", Role::input);
+  Tensor& vc = c.add("value_cache", Role::input);
+  Tensor& tables = c.add("block_tables", Role::index);
+  Tensor& lens = c.add("seq_lens", Role::index);
+  Tensor& offset = c.add("seq_offset", Role::index);
+  Tensor& key = c.add("key", Role::cache);
+  Tensor& value = c.add("value", Role::cache);
   vc.present = value.present = with_value;
   offset.present = with_offset;
   kc.dtype = key.dtype = kd;
@@ -143,7 +143,7 @@ int run(const std::uint8_t *data, std::size_t size) {
     cache->misalign = out->misalign = static_cast<std::size_t>(in.pick(8));
   }
   // Small cases keep the run at thousands of executions per second.
-  for (const Tensor *t : {&kc, &vc, &key, &value}) {
+  for (const Tensor* t : {&kc, &vc, &key, &value}) {
     if (t->extent() * static_cast<std::int64_t>(dtype_size(t->dtype)) > (std::int64_t{1} << 18))
       return -1;
   }
@@ -171,6 +171,6 @@ int run(const std::uint8_t *data, std::size_t size) {
 }  // namespace
 }  // namespace kvscatter::fuzz
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   return kvscatter::fuzz::run(data, size);
 }

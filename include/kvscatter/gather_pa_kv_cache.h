@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "kvscatter/export.h"
-#include "kvscatter/scatter_pa_kv_cache.h"  // CacheMode
+#include "kvscatter/scatter_pa_kv_cache.h"  // CacheMode, parse_cache_mode
 #include "kvscatter/tensor.h"
 
 namespace kvscatter {
@@ -39,27 +39,23 @@ struct KVSCATTER_API GatherPaKvCachePlan {
   std::int64_t key_head_size = 0, value_head_size = 0;
 };
 
-// "Norm" (or empty) and "PA_NZ", exact case; anything else is an error naming
-// the string.
-KVSCATTER_API CacheMode parse_gather_cache_mode(std::string_view name);
-
 KVSCATTER_API GatherPaKvCachePlan plan_gather_pa_kv_cache(
-    const TensorView &key_cache, const std::optional<TensorView> &value_cache,
-    const TensorView &block_tables, const TensorView &seq_lens, const TensorView &key,
-    const std::optional<TensorView> &value, const GatherPaKvCacheOptions &options = {});
+    const TensorView& key_cache, const std::optional<TensorView>& value_cache,
+    const TensorView& block_tables, const TensorView& seq_lens, const TensorView& key,
+    const std::optional<TensorView>& value, const GatherPaKvCacheOptions& options = {});
 
-KVSCATTER_API void execute(const GatherPaKvCachePlan &plan);
+KVSCATTER_API void execute(const GatherPaKvCachePlan& plan);
 
 // Plan and execute in one call.
-KVSCATTER_API void gather_pa_kv_cache(const TensorView &key_cache,
-                                      const std::optional<TensorView> &value_cache,
-                                      const TensorView &block_tables, const TensorView &seq_lens,
-                                      const TensorView &key, const std::optional<TensorView> &value,
-                                      const GatherPaKvCacheOptions &options = {});
+KVSCATTER_API void gather_pa_kv_cache(const TensorView& key_cache,
+                                      const std::optional<TensorView>& value_cache,
+                                      const TensorView& block_tables, const TensorView& seq_lens,
+                                      const TensorView& key, const std::optional<TensorView>& value,
+                                      const GatherPaKvCacheOptions& options = {});
 
 namespace reference {
 // The scalar oracle: plain loops over every element, same checks.
-KVSCATTER_API void execute(const GatherPaKvCachePlan &plan);
+KVSCATTER_API void execute(const GatherPaKvCachePlan& plan);
 }  // namespace reference
 
 }  // namespace kvscatter

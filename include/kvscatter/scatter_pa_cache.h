@@ -39,22 +39,22 @@ struct KVSCATTER_API ScatterPaCachePlan {
   ScatterPaKvCachePlan scatter;
 };
 
-KVSCATTER_API ScatterPaCachePlan plan_scatter_pa_cache(const TensorView &key,
-                                                       const TensorView &key_cache,
-                                                       const TensorView &slot_mapping,
-                                                       const ScatterPaCacheOptions &options = {});
+KVSCATTER_API ScatterPaCachePlan plan_scatter_pa_cache(const TensorView& key,
+                                                       const TensorView& key_cache,
+                                                       const TensorView& slot_mapping,
+                                                       const ScatterPaCacheOptions& options = {});
 
-KVSCATTER_API void execute(const ScatterPaCachePlan &plan);
+KVSCATTER_API void execute(const ScatterPaCachePlan& plan);
 
 // Plan and execute in one call.
-KVSCATTER_API void scatter_pa_cache(const TensorView &key, const TensorView &key_cache,
-                                    const TensorView &slot_mapping,
-                                    const ScatterPaCacheOptions &options = {});
+KVSCATTER_API void scatter_pa_cache(const TensorView& key, const TensorView& key_cache,
+                                    const TensorView& slot_mapping,
+                                    const ScatterPaCacheOptions& options = {});
 
 namespace reference {
 // The scalar oracle: the reference kernel of the matching scatter_pa_kv_cache
 // call.
-KVSCATTER_API void execute(const ScatterPaCachePlan &plan);
+KVSCATTER_API void execute(const ScatterPaCachePlan& plan);
 }  // namespace reference
 
 }  // namespace kvscatter

@@ -20,10 +20,10 @@ CacheMode cache_mode_arg(nb::handle obj) {
     throw nb::type_error(
         ("cache_mode must be a str or None, got " + nb::cast<std::string>(nb::repr(obj))).c_str());
   }
-  return parse_gather_cache_mode(nb::cast<std::string>(obj));
+  return parse_cache_mode(nb::cast<std::string>(obj));
 }
 
-bool bool_arg(nb::handle obj, const char *name) {
+bool bool_arg(nb::handle obj, const char* name) {
   if (!PyBool_Check(obj.ptr())) {
     throw nb::type_error(
         (std::string(name) + " must be a bool, got " + nb::cast<std::string>(nb::repr(obj)))
@@ -34,7 +34,7 @@ bool bool_arg(nb::handle obj, const char *name) {
 
 }  // namespace
 
-void bind_gather_pa_kv_cache(nb::module_ &m) {
+void bind_gather_pa_kv_cache(nb::module_& m) {
   m.def(
       "gather_pa_kv_cache",
       [](nb::handle key_cache, nb::handle value_cache, nb::handle block_tables, nb::handle seq_lens,

@@ -12,7 +12,7 @@ namespace nb = nanobind;
 
 namespace kvscatter::python {
 
-void bind_scatter_pa_cache(nb::module_ &m) {
+void bind_scatter_pa_cache(nb::module_& m) {
   m.def(
       "scatter_pa_cache",
       [](nb::handle key, nb::handle key_cache, nb::handle slot_mapping, nb::handle compress_lens,

@@ -8,12 +8,12 @@
 namespace kvscatter::capi {
 namespace {
 
-TensorView *present(std::optional<TensorView> &v) noexcept { return v ? &*v : nullptr; }
+TensorView* present(std::optional<TensorView>& v) noexcept { return v ? &*v : nullptr; }
 
 struct GatherPaKvCacheExecutor final : kvsExecutor {
   GatherPaKvCacheExecutor() : kvsExecutor(Op::gather_pa_kv_cache) {}
   void run() override { execute(plan); }
-  TensorView *view(std::size_t index) noexcept override {
+  TensorView* view(std::size_t index) noexcept override {
     switch (index) {
       case KVS_GATHER_PA_KV_CACHE_KEY_CACHE_INDEX:
         return &plan.key_cache;
@@ -51,21 +51,20 @@ using kvscatter::capi::required;
 extern "C" {
 
 kvsStatus kvsGatherPaKvCacheGetWorkspaceSize(
-    const kvsTensor *key_cache, const kvsTensor *value_cache, const kvsTensor *block_tables,
-    const kvsTensor *seq_lens, kvsTensor *key, kvsTensor *value, const kvsTensor *seq_offset,
-    const char *cache_mode, bool is_seq_lens_cumsum, uint64_t *workspace_size,
-    kvsExecutor **executor) noexcept {
+    const kvsTensor* key_cache, const kvsTensor* value_cache, const kvsTensor* block_tables,
+    const kvsTensor* seq_lens, kvsTensor* key, kvsTensor* value, const kvsTensor* seq_offset,
+    const char* cache_mode, bool is_seq_lens_cumsum, uint64_t* workspace_size,
+    kvsExecutor** executor) noexcept {
   return guard("kvsGatherPaKvCacheGetWorkspaceSize", [&] {
     begin_plan(workspace_size, executor);
-    const kvscatter::TensorView &key_cache_view = required(key_cache, "key_cache");
-    const kvscatter::TensorView &tables_view = required(block_tables, "block_tables");
-    const kvscatter::TensorView &lens_view = required(seq_lens, "seq_lens");
-    const kvscatter::TensorView &key_view = required(key, "key");
+    const kvscatter::TensorView& key_cache_view = required(key_cache, "key_cache");
+    const kvscatter::TensorView& tables_view = required(block_tables, "block_tables");
+    const kvscatter::TensorView& lens_view = required(seq_lens, "seq_lens");
+    const kvscatter::TensorView& key_view = required(key, "key");
     kvscatter::GatherPaKvCacheOptions options;
     options.seq_offset = optional(seq_offset);
     options.is_seq_lens_cumsum = is_seq_lens_cumsum;
-    options.cache_mode =
-        kvscatter::parse_gather_cache_mode(cache_mode != nullptr ? cache_mode : "");
+    options.cache_mode = kvscatter::parse_cache_mode(cache_mode != nullptr ? cache_mode : "");
 
     auto created = std::make_unique<GatherPaKvCacheExecutor>();
     created->plan =
@@ -82,8 +81,8 @@ kvsStatus kvsGatherPaKvCacheGetWorkspaceSize(
   });
 }
 
-kvsStatus kvsGatherPaKvCache(void *workspace, uint64_t workspace_size,
-                             kvsExecutor *executor) noexcept {
+kvsStatus kvsGatherPaKvCache(void* workspace, uint64_t workspace_size,
+                             kvsExecutor* executor) noexcept {
   (void)workspace;
   (void)workspace_size;
   return guard("kvsGatherPaKvCache", [&] { executor_for(executor, Op::gather_pa_kv_cache).run(); });

@@ -8,12 +8,12 @@
 namespace kvscatter::capi {
 namespace {
 
-TensorView *present(std::optional<TensorView> &v) noexcept { return v ? &*v : nullptr; }
+TensorView* present(std::optional<TensorView>& v) noexcept { return v ? &*v : nullptr; }
 
 struct ScatterPaCacheExecutor final : kvsExecutor {
   ScatterPaCacheExecutor() : kvsExecutor(Op::scatter_pa_cache) {}
   void run() override { execute(plan); }
-  TensorView *view(std::size_t index) noexcept override {
+  TensorView* view(std::size_t index) noexcept override {
     switch (index) {
       case KVS_SCATTER_PA_CACHE_KEY_INDEX:
         return &plan.key;
@@ -48,17 +48,17 @@ using kvscatter::capi::ScatterPaCacheExecutor;
 
 extern "C" {
 
-kvsStatus kvsScatterPaCacheGetWorkspaceSize(const kvsTensor *key, kvsTensor *key_cache,
-                                            const kvsTensor *slot_mapping,
-                                            const kvsTensor *compress_lens,
-                                            const kvsTensor *compress_seq_offsets,
-                                            const kvsTensor *seq_lens, uint64_t *workspace_size,
-                                            kvsExecutor **executor) noexcept {
+kvsStatus kvsScatterPaCacheGetWorkspaceSize(const kvsTensor* key, kvsTensor* key_cache,
+                                            const kvsTensor* slot_mapping,
+                                            const kvsTensor* compress_lens,
+                                            const kvsTensor* compress_seq_offsets,
+                                            const kvsTensor* seq_lens, uint64_t* workspace_size,
+                                            kvsExecutor** executor) noexcept {
   return guard("kvsScatterPaCacheGetWorkspaceSize", [&] {
     begin_plan(workspace_size, executor);
-    const kvscatter::TensorView &key_view = required(key, "key");
-    const kvscatter::TensorView &cache_view = required(key_cache, "key_cache");
-    const kvscatter::TensorView &slot_view = required(slot_mapping, "slot_mapping");
+    const kvscatter::TensorView& key_view = required(key, "key");
+    const kvscatter::TensorView& cache_view = required(key_cache, "key_cache");
+    const kvscatter::TensorView& slot_view = required(slot_mapping, "slot_mapping");
     kvscatter::ScatterPaCacheOptions options;
     options.compress_lens = optional(compress_lens);
     options.compress_seq_offsets = optional(compress_seq_offsets);
@@ -76,8 +76,8 @@ kvsStatus kvsScatterPaCacheGetWorkspaceSize(const kvsTensor *key, kvsTensor *key
   });
 }
 
-kvsStatus kvsScatterPaCache(void *workspace, uint64_t workspace_size,
-                            kvsExecutor *executor) noexcept {
+kvsStatus kvsScatterPaCache(void* workspace, uint64_t workspace_size,
+                            kvsExecutor* executor) noexcept {
   (void)workspace;
   (void)workspace_size;
   return guard("kvsScatterPaCache", [&] { executor_for(executor, Op::scatter_pa_cache).run(); });

@@ -34,7 +34,7 @@ std::vector<std::uint16_t> halves(std::initializer_list<float> xs) {
   return v;
 }
 
-void run(const GatherPaKvCachePlan &plan, bool ref) {
+void run(const GatherPaKvCachePlan& plan, bool ref) {
   if (ref)
     reference::execute(plan);
   else
@@ -55,7 +55,7 @@ struct Ge1 {
     TensorView kc, tables, lens, key;
     std::optional<TensorView> vc, value;
   };
-  std::function<void(Views &)> tweak;  // edits the views before planning (rejection tests)
+  std::function<void(Views&)> tweak;  // edits the views before planning (rejection tests)
 
   Ge1() {
     for (int b = 0; b < 4; ++b) {
@@ -195,7 +195,7 @@ TEST_P(GatherExamples, EmptyCallsAreNoOps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GatherExamples, ::testing::Values(false, true),
-                         [](const auto &p) { return p.param ? "Reference" : "Optimized"; });
+                         [](const auto& p) { return p.param ? "Reference" : "Optimized"; });
 
 // ---- rejections
 // ---------------------------------------------------------------------------
@@ -203,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, GatherExamples, ::testing::Values(false, true),
 // Runs `mutate` on a fresh G-E1 setup, expects plan + execute (optimized and
 // reference) to fail with `fragments`, and checks that key and value kept their
 // bytes.
-void expect_rejected(const std::function<void(Ge1 &)> &mutate, Status status,
+void expect_rejected(const std::function<void(Ge1&)>& mutate, Status status,
                      std::initializer_list<std::string> fragments) {
   for (bool ref : {false, true}) {
     Ge1 e;
@@ -230,66 +230,67 @@ TEST(GatherRejects, ValueWithoutValueCache) {
 }
 
 TEST(GatherRejects, UnknownCacheMode) {
-  expect_error([] { parse_gather_cache_mode("norm"); }, kInv,
-               {"cache_mode must be 'Norm' or 'PA_NZ', got 'norm'"});
-  expect_error([] { parse_gather_cache_mode("PA_nz"); }, kInv, {"got 'PA_nz'"});
-  EXPECT_EQ(parse_gather_cache_mode(""), CacheMode::Norm);
-  EXPECT_EQ(parse_gather_cache_mode("Norm"), CacheMode::Norm);
-  EXPECT_EQ(parse_gather_cache_mode("PA_NZ"), CacheMode::PA_NZ);
+  expect_error(
+      [] { parse_cache_mode("norm"); }, kInv,
+      {"cache_mode must be one of {\"Norm\", \"PA_NZ\"} (or empty for Norm), got \"norm\""});
+  expect_error([] { parse_cache_mode("PA_nz"); }, kInv, {"got \"PA_nz\""});
+  EXPECT_EQ(parse_cache_mode(""), CacheMode::Norm);
+  EXPECT_EQ(parse_cache_mode("Norm"), CacheMode::Norm);
+  EXPECT_EQ(parse_cache_mode("PA_NZ"), CacheMode::PA_NZ);
 }
 
 TEST(GatherRejects, Dtypes) {
-  expect_rejected([](Ge1 &e) { e.tweak = [](Ge1::Views &v) { v.key.dtype = DType::bfloat16; }; },
+  expect_rejected([](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.key.dtype = DType::bfloat16; }; },
                   kInv, {"key dtype bfloat16 differs from key_cache dtype float16"});
-  expect_rejected([](Ge1 &e) { e.tweak = [](Ge1::Views &v) { v.value->dtype = DType::int16; }; },
+  expect_rejected([](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.value->dtype = DType::int16; }; },
                   kInv, {"value dtype int16 differs from value_cache dtype float16"});
   expect_rejected(
-      [](Ge1 &e) { e.tweak = [](Ge1::Views &v) { v.vc->dtype = v.value->dtype = DType::int16; }; },
+      [](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.vc->dtype = v.value->dtype = DType::int16; }; },
       kInv,
       {"value_cache dtype int16 differs from key_cache dtype float16 (allowed "
        "in PA_NZ only)"});
   expect_rejected(
-      [](Ge1 &e) { e.tweak = [](Ge1::Views &v) { v.kc.dtype = v.key.dtype = DType::int64; }; },
+      [](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.kc.dtype = v.key.dtype = DType::int64; }; },
       kInv, {"key_cache dtype must be one of", "got int64"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) { v.kc.dtype = v.key.dtype = DType::float8_e8m0; };
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) { v.kc.dtype = v.key.dtype = DType::float8_e8m0; };
       },
       kInv, {"key_cache dtype must be one of", "got float8_e8m0"});
 }
 
 TEST(GatherRejects, IndexDtypes) {
-  expect_rejected([](Ge1 &e) { e.tweak = [](Ge1::Views &v) { v.tables.dtype = DType::uint32; }; },
+  expect_rejected([](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.tables.dtype = DType::uint32; }; },
                   kInv, {"block_tables dtype must be one of {int32, int64}, got uint32"});
   std::vector<std::int64_t> lens64{3, 2};
   expect_rejected(
-      [&](Ge1 &e) {
-        e.tweak = [&](Ge1::Views &v) { v.lens = TensorView(lens64.data(), DType::int64, {2}); };
+      [&](Ge1& e) {
+        e.tweak = [&](Ge1::Views& v) { v.lens = TensorView(lens64.data(), DType::int64, {2}); };
       },
       kInv,
       {"seq_lens dtype int64 differs from block_tables dtype int32 (index "
        "tensors share one dtype)"});
-  expect_rejected([&](Ge1 &e) { e.opt.seq_offset = TensorView(lens64.data(), DType::int64, {2}); },
+  expect_rejected([&](Ge1& e) { e.opt.seq_offset = TensorView(lens64.data(), DType::int64, {2}); },
                   kInv, {"seq_offset dtype int64 differs from block_tables dtype int32"});
 }
 
 TEST(GatherRejects, IndexShapes) {
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) { v.tables = TensorView(v.tables.data, DType::int32, {6}); };
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) { v.tables = TensorView(v.tables.data, DType::int32, {6}); };
       },
       kInv, {"block_tables must be 2-D"});
-  expect_rejected([](Ge1 &e) { e.opt.is_seq_lens_cumsum = true; }, kInv,
+  expect_rejected([](Ge1& e) { e.opt.is_seq_lens_cumsum = true; }, kInv,
                   {"seq_lens shape [2] must be [3] for batch 2 (is_seq_lens_cumsum=True)"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.lens = {3, 2, 0};
       },
       kInv,
       {"seq_lens shape [3] must be [2] for batch 2 "
        "(is_seq_lens_cumsum=False)"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.offsets = {0, 0, 0};
       },
       kInv, {"seq_offset shape [3] must be [2] for batch 2"});
@@ -297,82 +298,82 @@ TEST(GatherRejects, IndexShapes) {
 
 TEST(GatherRejects, CacheAndOutputShapes) {
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) { v.key = TensorView(v.key.data, DType::float16, {4, 1, 3}); };
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) { v.key = TensorView(v.key.data, DType::float16, {4, 1, 3}); };
       },
       kInv,
       {"key shape [4, 1, 3] must be [num_tokens, 1, 2] to match key_cache [4, "
        "2, 1, 2]"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) { v.kc = TensorView(v.kc.data, DType::float16, {4, 2, 2}); };
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) { v.kc = TensorView(v.kc.data, DType::float16, {4, 2, 2}); };
       },
       kInv, {"key_cache must be 4-D"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.opt.cache_mode = CacheMode::PA_NZ;
         e.with_value = false;
-        e.tweak = [](Ge1::Views &v) { v.key = TensorView(v.key.data, DType::float16, {3, 4}); };
+        e.tweak = [](Ge1::Views& v) { v.key = TensorView(v.key.data, DType::float16, {3, 4}); };
       },
       kInv, {"key_cache.shape[3] must be 16 (32 bytes of float16) in PA_NZ, got 2"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           v.vc = TensorView(v.vc->data, DType::float16, {3, 2, 1, 1});
         };
       },
       kInv, {"value_cache has 3 blocks of 2 slots, key_cache has 4 blocks of 2"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           v.vc = TensorView(v.vc->data, DType::float16, {4, 1, 2, 1});
           v.value = TensorView(v.value->data, DType::float16, {3, 2, 1});
         };
       },
       kInv, {"value_cache has 4 blocks of 1 slots, key_cache has 4 blocks of 2"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           v.vc = TensorView(v.vc->data, DType::float16, {4, 2, 2, 1});
           v.value = TensorView(v.value->data, DType::float16, {3, 2, 1});
         };
       },
       kInv, {"value_cache has 2 heads, key_cache has 1"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           v.value = TensorView(v.value->data, DType::float16, {5, 1, 1});
         };
       },
       kInv, {"value has 5 rows, key has 6"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.with_value = false;
-        e.tweak = [](Ge1::Views &v) { v.kc = TensorView(v.kc.data, DType::float16, {4, 0, 1, 2}); };
+        e.tweak = [](Ge1::Views& v) { v.kc = TensorView(v.kc.data, DType::float16, {4, 0, 1, 2}); };
       },
       kInv, {"key_cache block_size must be >= 1, got 0"});
 }
 
 TEST(GatherRejects, Strides) {
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           const std::int64_t shape[] = {6, 1, 2}, strides[] = {2, 2, 2};
           v.key = TensorView(v.key.data, DType::float16, shape, strides);
         };
       },
       kInv, {"key.strides[2] must be 1"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           const std::int64_t shape[] = {4, 2, 1, 2}, strides[] = {4, 1, 2, 1};
           v.kc = TensorView(v.kc.data, DType::float16, shape, strides);
         };
       },
       kInv, {"key_cache.strides[1] must be 2"});
   expect_rejected(
-      [](Ge1 &e) {
-        e.tweak = [](Ge1::Views &v) {
+      [](Ge1& e) {
+        e.tweak = [](Ge1::Views& v) {
           const std::int64_t shape[] = {6, 1, 2}, strides[] = {1, 2, 1};
           v.key = TensorView(v.key.data, DType::float16, shape, strides);
         };
@@ -381,30 +382,30 @@ TEST(GatherRejects, Strides) {
 }
 
 TEST(GatherRejects, SeqLensValues) {
-  expect_rejected([](Ge1 &e) { e.lens = {3, -2}; }, kInv, {"seq_lens[1] = -2 is negative"});
+  expect_rejected([](Ge1& e) { e.lens = {3, -2}; }, kInv, {"seq_lens[1] = -2 is negative"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.lens = {1, 3, 5};
         e.opt.is_seq_lens_cumsum = true;
       },
       kInv, {"seq_lens[0] = 1 must be 0 when is_seq_lens_cumsum is True"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.lens = {0, 3, 2};
         e.opt.is_seq_lens_cumsum = true;
       },
       kInv, {"seq_lens[2] = 2 is less than seq_lens[1] = 3"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.lens = {3, 4};
       },
       kInv, {"seq_lens cover 7 tokens but key has only 6 rows"});
 }
 
 TEST(GatherRejects, SeqOffsetValues) {
-  expect_rejected([](Ge1 &e) { e.offsets = {0, -4}; }, kInv, {"seq_offset[1] = -4 is negative"});
+  expect_rejected([](Ge1& e) { e.offsets = {0, -4}; }, kInv, {"seq_offset[1] = -4 is negative"});
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.offsets = {5, 0};
       },
       kInv,
@@ -415,11 +416,11 @@ TEST(GatherRejects, SeqOffsetValues) {
 
 TEST(GatherRejects, TableTooShortForSequence) {
   expect_rejected(
-      [](Ge1 &e) {
+      [](Ge1& e) {
         e.lens = {3, 7};
         e.key.resize(20, 0xBC00);
         e.value.resize(10, 0xBC00);
-        e.tweak = [](Ge1::Views &v) {
+        e.tweak = [](Ge1::Views& v) {
           v.key = TensorView(v.key.data, DType::float16, {10, 1, 2});
           v.value = TensorView(v.value->data, DType::float16, {10, 1, 1});
         };
@@ -431,11 +432,11 @@ TEST(GatherRejects, TableTooShortForSequence) {
 }
 
 TEST(GatherRejects, BlockIdOutOfRange) {
-  expect_rejected([](Ge1 &e) { e.tables = {2, 4, 3, 1, 3, -1}; }, kInv,
+  expect_rejected([](Ge1& e) { e.tables = {2, 4, 3, 1, 3, -1}; }, kInv,
                   {"block_tables[0][1] = 4 is out of range [0, 4) (key_cache "
                    "has 4 blocks)"});
   // A later batch's bad id also rejects the call before batch 0 is written.
-  expect_rejected([](Ge1 &e) { e.tables = {2, 0, 3, 7, 3, -1}; }, kInv,
+  expect_rejected([](Ge1& e) { e.tables = {2, 0, 3, 7, 3, -1}; }, kInv,
                   {"block_tables[1][0] = 7 is out of range"});
 }
 
@@ -443,7 +444,7 @@ TEST(GatherRejects, Int64IdsAreReadAtFullWidth) {
   for (bool ref : {false, true}) {
     Ge1 e;
     std::vector<std::int64_t> tables{2, 0, 3, (std::int64_t{1} << 32) + 1, 3, -1}, lens{3, 2};
-    e.tweak = [&](Ge1::Views &v) {
+    e.tweak = [&](Ge1::Views& v) {
       v.tables = TensorView(tables.data(), DType::int64, {2, 3});
       v.lens = TensorView(lens.data(), DType::int64, {2});
     };
@@ -491,8 +492,8 @@ TEST(Gather, DifferentValueDtypeInPaNz) {
 // ----------------------------------------------------------------------------------
 
 struct CTensor {
-  kvsTensor *t = nullptr;
-  CTensor(void *data, kvsDataType dtype, std::vector<std::int64_t> shape) {
+  kvsTensor* t = nullptr;
+  CTensor(void* data, kvsDataType dtype, std::vector<std::int64_t> shape) {
     EXPECT_EQ(kvsCreateTensor(data, dtype, static_cast<std::int64_t>(shape.size()), shape.data(),
                               nullptr, &t),
               KVS_SUCCESS);
@@ -506,7 +507,7 @@ TEST(GatherCApi, ExampleAndRebinding) {
   CTensor tab(e.tables.data(), KVS_INT32, {2, 3}), lens(e.lens.data(), KVS_INT32, {2});
   CTensor key(e.key.data(), KVS_FLOAT16, {6, 1, 2}), value(e.value.data(), KVS_FLOAT16, {6, 1, 1});
   std::uint64_t ws = 99;
-  kvsExecutor *ex = nullptr;
+  kvsExecutor* ex = nullptr;
   ASSERT_EQ(kvsGatherPaKvCacheGetWorkspaceSize(kc.t, vc.t, tab.t, lens.t, key.t, value.t, nullptr,
                                                "Norm", false, &ws, &ex),
             KVS_SUCCESS)
@@ -541,7 +542,7 @@ TEST(GatherCApi, Errors) {
   CTensor tab(e.tables.data(), KVS_INT32, {2, 3}), lens(e.lens.data(), KVS_INT32, {2});
   CTensor key(e.key.data(), KVS_FLOAT16, {6, 1, 2});
   std::uint64_t ws = 0;
-  kvsExecutor *ex = nullptr;
+  kvsExecutor* ex = nullptr;
   EXPECT_EQ(kvsGatherPaKvCacheGetWorkspaceSize(kc.t, nullptr, tab.t, lens.t, nullptr, nullptr,
                                                nullptr, nullptr, false, &ws, &ex),
             KVS_ERROR_NULL_POINTER);
@@ -550,7 +551,7 @@ TEST(GatherCApi, Errors) {
   EXPECT_EQ(kvsGatherPaKvCacheGetWorkspaceSize(kc.t, nullptr, tab.t, lens.t, key.t, nullptr,
                                                nullptr, "norm", false, &ws, &ex),
             KVS_ERROR_INVALID_PARAMETER);
-  EXPECT_NE(std::string(kvsGetLastErrorMessage()).find("cache_mode must be 'Norm' or 'PA_NZ'"),
+  EXPECT_NE(std::string(kvsGetLastErrorMessage()).find("cache_mode must be one of"),
             std::string::npos);
   ASSERT_EQ(kvsGatherPaKvCacheGetWorkspaceSize(kc.t, nullptr, tab.t, lens.t, key.t, nullptr,
                                                nullptr, "", false, &ws, &ex),
@@ -571,7 +572,7 @@ struct RandomCase {
   bool with_value, cumsum, with_offset, int64_index, strided;
 };
 
-void check_random(std::mt19937_64 &rng, const RandomCase &c) {
+void check_random(std::mt19937_64& rng, const RandomCase& c) {
   const std::size_t ke = dtype_size(c.key_dtype), ve = dtype_size(c.value_dtype);
   const bool nz = c.mode == CacheMode::PA_NZ;
   const std::int64_t kl = nz ? static_cast<std::int64_t>(32 / ke) : c.dk;
@@ -596,7 +597,7 @@ void check_random(std::mt19937_64 &rng, const RandomCase &c) {
         static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(max_len + 1));
     total += lens[static_cast<std::size_t>(b)];
   }
-  for (auto &id : tables) {
+  for (auto& id : tables) {
     id = rng() % 8 == 0 ? -1 : static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(c.nb));
   }
   const std::int64_t rows = total + c.rows;
@@ -614,10 +615,10 @@ void check_random(std::mt19937_64 &rng, const RandomCase &c) {
   std::vector<std::int32_t> t32(tables.begin(), tables.end()), l32(lens_in.begin(), lens_in.end()),
       o32(offs.begin(), offs.end());
   const DType idx = c.int64_index ? DType::int64 : DType::int32;
-  auto idx_ptr = [&](std::vector<std::int64_t> &v64, std::vector<std::int32_t> &v32) -> void * {
-    return c.int64_index ? static_cast<void *>(v64.data()) : static_cast<void *>(v32.data());
+  auto idx_ptr = [&](std::vector<std::int64_t>& v64, std::vector<std::int32_t>& v32) -> void* {
+    return c.int64_index ? static_cast<void*>(v64.data()) : static_cast<void*>(v32.data());
   };
-  auto run_once = [&](bool ref, std::vector<std::uint8_t> &key, std::vector<std::uint8_t> &val) {
+  auto run_once = [&](bool ref, std::vector<std::uint8_t>& key, std::vector<std::uint8_t>& val) {
     TensorView kcv, vcv, kv, vv;
     if (nz) {
       const std::int64_t kshape[] = {c.nb, kc1, c.bs, kl}, kstr[] = {kpitch, c.bs * kl, kl, 1};

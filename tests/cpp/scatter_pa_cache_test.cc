@@ -25,7 +25,7 @@ namespace {
 using testing::expect_error;
 const Status kInv = Status::invalid_parameter;
 
-void run(const ScatterPaCachePlan &p, bool ref) {
+void run(const ScatterPaCachePlan& p, bool ref) {
   if (ref)
     reference::execute(p);
   else
@@ -161,7 +161,7 @@ TEST_P(ScatterPaCacheExamples, EmptyIsANoOp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ScatterPaCacheExamples, ::testing::Values(false, true),
-                         [](const auto &p) { return p.param ? "Reference" : "Optimized"; });
+                         [](const auto& p) { return p.param ? "Reference" : "Optimized"; });
 
 // ---- rejections
 // -------------------------------------------------------------------------------
@@ -179,8 +179,8 @@ struct Call {
   ScatterPaCacheOptions o;
 };
 
-void expect_rejected(const std::function<void(Call &)> &mutate,
-                     std::initializer_list<std::string> f, Status status = kInv) {
+void expect_rejected(const std::function<void(Call&)>& mutate, std::initializer_list<std::string> f,
+                     Status status = kInv) {
   for (bool ref : {false, true}) {
     Call c;
     mutate(c);
@@ -191,57 +191,57 @@ void expect_rejected(const std::function<void(Call &)> &mutate,
 }
 
 TEST(ScatterPaCacheRejects, Dtypes) {
-  expect_rejected([](Call &c) { c.kc.dtype = DType::float32; },
+  expect_rejected([](Call& c) { c.kc.dtype = DType::float32; },
                   {"key_cache dtype float32 differs from key dtype float16"});
-  expect_rejected([](Call &c) { c.k.dtype = c.kc.dtype = DType::int64; },
+  expect_rejected([](Call& c) { c.k.dtype = c.kc.dtype = DType::int64; },
                   {"key dtype must be one of", "float4_e1m2}, got int64"});
-  expect_rejected([](Call &c) { c.o.compress_lens = TensorView(c.wide.data(), DType::int64, {1}); },
+  expect_rejected([](Call& c) { c.o.compress_lens = TensorView(c.wide.data(), DType::int64, {1}); },
                   {"compress_lens dtype int64 differs from slot_mapping dtype int32 (index "
                    "tensors share one "
                    "dtype)"});
-  expect_rejected([](Call &c) { c.sm.dtype = DType::uint32; },
+  expect_rejected([](Call& c) { c.sm.dtype = DType::uint32; },
                   {"slot_mapping dtype must be one of {int32, int64}, got uint32"});
 }
 
 TEST(ScatterPaCacheRejects, Ranks) {
   expect_rejected(
-      [](Call &c) {
+      [](Call& c) {
         c.k = TensorView(c.key.data(), DType::float16, {6, 8});
       },
       {"key must be 3-D [tokens, num_heads, head_size] or 4-D [batch, seq_len, "
        "num_heads, head_size], got shape [6, 8]"});
   expect_rejected(
-      [](Call &c) {
+      [](Call& c) {
         c.kc = TensorView(c.cache.data(), DType::float16, {12, 2, 4});
       },
       {"key_cache must be 4-D"});
 }
 
 TEST(ScatterPaCacheRejects, PlainShapes) {
-  expect_rejected([](Call &c) { c.o.seq_lens = TensorView(c.slots.data(), DType::int32, {1}); },
+  expect_rejected([](Call& c) { c.o.seq_lens = TensorView(c.slots.data(), DType::int32, {1}); },
                   {"compress_lens, compress_seq_offsets and seq_lens must be None with a "
                    "3-D key"});
   expect_rejected(
-      [](Call &c) {
+      [](Call& c) {
         c.kc = TensorView(c.cache.data(), DType::float16, {3, 4, 1, 8});
       },
       {"key_cache shape [3, 4, 1, 8] must be [num_blocks, block_size, 2, 4] to "
        "match key [6, 2, "
        "4]"});
-  expect_rejected([](Call &c) { c.sm = TensorView(c.slots.data(), DType::int32, {5}); },
+  expect_rejected([](Call& c) { c.sm = TensorView(c.slots.data(), DType::int32, {5}); },
                   {"slot_mapping shape [5] must be [6]"});
 }
 
 TEST(ScatterPaCacheRejects, SlotPastTheCache) {
-  expect_rejected([](Call &c) { c.slots[5] = 12; },
+  expect_rejected([](Call& c) { c.slots[5] = 12; },
                   {"slot_mapping[5] = 12 is out of range [0, 12) (key_cache "
                    "has 3 blocks of 4 "
                    "slots"});
 }
 
 // The S-E3 call as a rejection fixture.
-void expect_rejected_4d(const std::function<void(ReduceMean &, ScatterPaCacheOptions &,
-                                                 TensorView &, TensorView &, TensorView &)> &mutate,
+void expect_rejected_4d(const std::function<void(ReduceMean&, ScatterPaCacheOptions&, TensorView&,
+                                                 TensorView&, TensorView&)>& mutate,
                         std::initializer_list<std::string> f) {
   for (bool ref : {false, true}) {
     ReduceMean e;
@@ -260,66 +260,66 @@ void expect_rejected_4d(const std::function<void(ReduceMean &, ScatterPaCacheOpt
 }
 
 TEST(ScatterPaCacheRejects, CompressDtypesAndTensors) {
-  expect_rejected_4d([](auto &, auto &, TensorView &k, TensorView &kc,
-                        auto &) { k.dtype = kc.dtype = DType::float8_e4m3fn; },
+  expect_rejected_4d([](auto&, auto&, TensorView& k, TensorView& kc,
+                        auto&) { k.dtype = kc.dtype = DType::float8_e4m3fn; },
                      {"key dtype float8_e4m3fn is not supported with a 4-D key "
                       "(compress scenarios take "
                       "float32, float16, bfloat16, int8, uint8, int16, uint16, "
                       "int32, uint32)"});
   expect_rejected_4d(
-      [](auto &, ScatterPaCacheOptions &o, auto &, auto &, auto &) { o.seq_lens.reset(); },
+      [](auto&, ScatterPaCacheOptions& o, auto&, auto&, auto&) { o.seq_lens.reset(); },
       {"a 4-D key needs compress_lens and seq_lens (seq_lens is missing)"});
   expect_rejected_4d(
-      [](auto &, ScatterPaCacheOptions &o, auto &, auto &, auto &) { o.compress_lens.reset(); },
+      [](auto&, ScatterPaCacheOptions& o, auto&, auto&, auto&) { o.compress_lens.reset(); },
       {"(compress_lens is missing)"});
 }
 
 TEST(ScatterPaCacheRejects, CompressShapes) {
   expect_rejected_4d(
-      [](ReduceMean &e, auto &, auto &, TensorView &kc, auto &) {
+      [](ReduceMean& e, auto&, auto&, TensorView& kc, auto&) {
         kc = TensorView(e.cache.data(), DType::float16, {4, 1, 2, 2});
       },
       {"key_cache shape [4, 1, 2, 2] must be [num_blocks, block_size, 1, 2] "
        "with a 4-D key"});
-  expect_rejected_4d([](ReduceMean &e, auto &, auto &, auto &,
-                        TensorView &sm) { sm = TensorView(e.slots.data(), DType::int32, {1}); },
+  expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&,
+                        TensorView& sm) { sm = TensorView(e.slots.data(), DType::int32, {1}); },
                      {"slot_mapping shape [1] must be [1, 1] (batch 1 x num_heads 1)"});
   expect_rejected_4d(
-      [](ReduceMean &e, ScatterPaCacheOptions &o, auto &, auto &, auto &) {
+      [](ReduceMean& e, ScatterPaCacheOptions& o, auto&, auto&, auto&) {
         o.compress_seq_offsets = TensorView(e.offs.data(), DType::int32, {1, 1});
       },
       {"compress_seq_offsets shape [1, 1] must be [1]"});
   expect_rejected_4d(
-      [](ReduceMean &e, ScatterPaCacheOptions &o, auto &, auto &, auto &) {
+      [](ReduceMean& e, ScatterPaCacheOptions& o, auto&, auto&, auto&) {
         o.seq_lens = TensorView(e.seq.data(), DType::int32, {1, 1});
       },
       {"seq_lens shape [1, 1] must be [1] (one length per batch)"});
 }
 
 TEST(ScatterPaCacheRejects, CompressValues) {
-  expect_rejected_4d([](ReduceMean &e, auto &, auto &, auto &, auto &) { e.offs = {-1}; },
+  expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&, auto&) { e.offs = {-1}; },
                      {"compress_seq_offsets[0] = -1 must be in [0, seq_lens[0] = 5]"});
-  expect_rejected_4d([](ReduceMean &e, auto &, auto &, auto &, auto &) { e.offs = {4}; },
+  expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&, auto&) { e.offs = {4}; },
                      {"compress_seq_offsets[0] + compress_lens[0] = 4 + 2 = 6 exceeds "
                       "seq_lens[0] "
                       "= 5"});
-  expect_rejected_4d([](ReduceMean &e, auto &, auto &, auto &, auto &) { e.seq = {6}; },
+  expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&, auto&) { e.seq = {6}; },
                      {"seq_lens[0] = 6 exceeds key.shape[1] = 5"});
-  expect_rejected_4d([](ReduceMean &e, auto &, auto &, auto &, auto &) { e.lens = {-1}; },
+  expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&, auto&) { e.lens = {-1}; },
                      {"compress_lens[0] = -1 must be >= 0"});
   expect_rejected_4d(
-      [](ReduceMean &e, ScatterPaCacheOptions &o, auto &, auto &, auto &) {
+      [](ReduceMean& e, ScatterPaCacheOptions& o, auto&, auto&, auto&) {
         o.compress_seq_offsets.reset();  // tail keep
         e.lens = {6};
       },
       {"compress_lens[0] = 6 exceeds seq_lens[0] = 5"});
   // A run ending past the cache (S-E3 without compression at slot 4).
-  expect_rejected_4d([](ReduceMean &e, auto &, auto &, auto &, auto &) { e.lens = {0}; },
+  expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&, auto&) { e.lens = {0}; },
                      {"slot_mapping[0] = 4 starts a run of 5 rows", "out of range [0, 8)"});
 }
 
 TEST(ScatterPaCacheRejects, NullData) {
-  expect_rejected([](Call &c) { c.kc.data = nullptr; }, {"key_cache"}, Status::null_pointer);
+  expect_rejected([](Call& c) { c.kc.data = nullptr; }, {"key_cache"}, Status::null_pointer);
 }
 
 // ---- C ABI
@@ -335,7 +335,7 @@ TEST(ScatterPaCacheCApi, ExampleRebindingAndErrors) {
   ASSERT_EQ(kvsCreateTensor(cache.data(), KVS_HIFLOAT8, 4, cs, nullptr, &c), KVS_SUCCESS);
   ASSERT_EQ(kvsCreateTensor(slots.data(), KVS_INT32, 1, ss, nullptr, &s), KVS_SUCCESS);
   std::uint64_t ws = 1;
-  kvsExecutor *ex = nullptr;
+  kvsExecutor* ex = nullptr;
   ASSERT_EQ(kvsScatterPaCacheGetWorkspaceSize(k, c, s, nullptr, nullptr, nullptr, &ws, &ex),
             KVS_SUCCESS)
       << kvsGetLastErrorMessage();
@@ -371,9 +371,9 @@ TEST(ScatterPaCacheCApi, ExampleRebindingAndErrors) {
 // ---- randomized: the key side of scatter_pa_kv_cache, on every SIMD target
 // -----------------
 
-std::vector<std::uint8_t> bytes(std::mt19937_64 &rng, std::size_t n) {
+std::vector<std::uint8_t> bytes(std::mt19937_64& rng, std::size_t n) {
   std::vector<std::uint8_t> v(n);
-  for (auto &b : v) b = static_cast<std::uint8_t>(rng());
+  for (auto& b : v) b = static_cast<std::uint8_t>(rng());
   return v;
 }
 
@@ -444,7 +444,7 @@ TEST(ScatterPaCacheRandom, EqualsTheKeySideOfScatterPaKvCache) {
     TensorView kw = k, kcw = kc0;
     kcw.data = want.data();
     if (dt == DType::float4_e2m1 || dt == DType::float4_e1m2) kw.dtype = kcw.dtype = DType::uint8;
-    reference::execute(plan_scatter_pa_kv_cache(kw, kcw, sm, std::nullopt, std::nullopt, so));
+    reference::execute(plan_scatter_pa_kv_cache(kw, std::nullopt, kcw, std::nullopt, sm, so));
     for (std::int64_t target : simd_test::simd_targets()) {
       simd_test::PinTarget pin(target);
       for (int threads : {1, 3}) {

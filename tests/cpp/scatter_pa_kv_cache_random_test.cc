@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "core/streaming.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
-#include "core/streaming.h"
 #include "scatter_pa_kv_cache_util.h"
 #include "simd_targets.h"
 
@@ -242,15 +242,15 @@ Case slot_case(Gen& g, Kind kind, int edge) {
     std::array<std::int64_t, 2> st{}, of{};
     call.key = side(kdt, dk, st[0], of[0]);
     if (with_value) call.value = side(vdt, dv, st[1], of[1]);
-    call.opts.scatter_mode = "Nct";
+    call.opts.scatter_mode = ScatterMode::Nct;
     call.opts.strides = st;
     call.opts.offsets = of;
     d << " strides [" << st[0] << ", " << st[1] << "] offsets [" << of[0] << ", " << of[1] << "]";
   } else {
     call.key = make_tensor(g, kdt, {t, nh, dk}, 2, false);
     if (with_value) call.value = make_tensor(g, vdt, {t, nh, dv}, 2, false);
-    if (kind == Kind::Nhsd) call.opts.scatter_mode = "NHSD";
-    if (nz) call.opts.cache_mode = "PA_NZ";
+    if (kind == Kind::Nhsd) call.opts.scatter_mode = ScatterMode::NHSD;
+    if (nz) call.opts.cache_mode = CacheMode::PA_NZ;
   }
   c.desc = d.str();
   return c;
@@ -335,12 +335,12 @@ Case compress_case(Gen& g, Kind kind) {
   call.compress_lens = index_buf(idt, lens, per_head_shape);
   if (!alibi) call.compress_seq_offsets = index_buf(idt, offs);
   call.seq_lens = index_buf(idt, seq);
-  call.opts.scatter_mode = kind == Kind::Alibi3  ? "Alibi"
-                           : kind == Kind::Rope3 ? "Rope"
-                           : kind == Kind::Omni3 ? "Omni"
-                           : g.chance(0.5)       ? "None"  // 4-D auto-selection
-                           : rope                ? "Rope"
-                                                 : "Alibi";
+  call.opts.scatter_mode = kind == Kind::Alibi3  ? ScatterMode::Alibi
+                           : kind == Kind::Rope3 ? ScatterMode::Rope
+                           : kind == Kind::Omni3 ? ScatterMode::Omni
+                           : g.chance(0.5)       ? ScatterMode::None  // 4-D auto-selection
+                           : rope                ? ScatterMode::Rope
+                                                 : ScatterMode::Alibi;
   auto input = [&](std::int64_t hd) {
     Buf x = four ? make_tensor(g, dt, {b, s, nh, hd}, 3, false)
                  : make_tensor(g, dt, {total_tokens, nh, hd}, 2, false);
@@ -429,7 +429,7 @@ Call big_call(Kind kind, Gen& g) {
   c.slot = index_buf(DType::int64, slots);
   if (kind == Kind::Nz4) {
     c.key_cache = make_tensor(g, DType::bfloat16, {32, nh * d / 16, 128, 16}, 0, false);
-    c.opts.cache_mode = "PA_NZ";
+    c.opts.cache_mode = CacheMode::PA_NZ;
   } else {
     c.key_cache = make_tensor(g, DType::bfloat16, {32, 128, nh, d}, 0, false);
   }
@@ -447,7 +447,7 @@ Call big_call(Kind kind, Gen& g) {
     c.slot = index_buf(DType::int64, starts);
     c.key_cache = make_tensor(g, DType::bfloat16, {128, 128, 1, d}, 0, false);
     c.value_cache = c.key_cache;
-    c.opts.scatter_mode = kind == Kind::Alibi3 ? "Alibi" : "Rope";
+    c.opts.scatter_mode = kind == Kind::Alibi3 ? ScatterMode::Alibi : ScatterMode::Rope;
   }
   return c;
 }
@@ -508,8 +508,8 @@ TEST(ScatterPaKvCacheStream, PrefillMatchesReference) {
         for (DType dt : {DType::bfloat16, DType::int8, DType::float32}) {
           const std::int64_t es = static_cast<std::int64_t>(dtype_size(dt));
           const std::int64_t nh = 3, d = 64 / es * 2, bs = 16, nb = 6, t = 61;
-          SCOPED_TRACE(::testing::Message() << (nz ? "PA_NZ " : "Norm ") << dtype_name(dt)
-                                            << " misalign " << mis);
+          SCOPED_TRACE(::testing::Message()
+                       << (nz ? "PA_NZ " : "Norm ") << dtype_name(dt) << " misalign " << mis);
           Call call;
           call.key = placed(g, dt, {t, nh, d}, mis);
           call.value = placed(g, dt, {t, nh, d}, mis);
@@ -518,7 +518,7 @@ TEST(ScatterPaKvCacheStream, PrefillMatchesReference) {
                  : std::vector<std::int64_t>{nb, bs, nh, d};
           call.key_cache = placed(g, dt, cache_shape, mis);
           call.value_cache = placed(g, dt, cache_shape, mis);
-          if (nz) call.opts.cache_mode = "PA_NZ";
+          if (nz) call.opts.cache_mode = CacheMode::PA_NZ;
           call.slot = Buf(DType::int64, {t});
           for (std::int64_t i = 0; i < t; ++i) {
             const std::int64_t slot = i == 7 ? -1 : 5 + i;  // mid-block start, one padding
@@ -568,7 +568,7 @@ TEST(ScatterPaKvCacheOdd, ThirteenHeadsOfFortySixUnaligned) {
                                                     : std::vector<std::int64_t>{nb, bs, nh, d};
         c.key_cache = odd(shape);
         c.value_cache = odd(shape);
-        c.opts.scatter_mode = m;
+        c.opts.scatter_mode = parse_scatter_mode(m);
         if (m == "Nct") {
           c.opts.strides = std::array<std::int64_t, 2>{nh * d, nh * d};
           c.opts.offsets = std::array<std::int64_t, 2>{0, 0};
@@ -589,7 +589,7 @@ TEST(ScatterPaKvCacheOdd, ThirteenHeadsOfFortySixUnaligned) {
         c.slot = index_buf(DType::int64, starts);
         c.key_cache = odd({300, bs, 1, d});
         c.value_cache = odd({300, bs, 1, d});
-        c.opts.scatter_mode = four ? "None" : m;
+        c.opts.scatter_mode = four ? ScatterMode::None : parse_scatter_mode(m);
       }
       c.has_value = with_value;
       Call opt = c, ref = c;

@@ -156,7 +156,7 @@ def test_strided_cache_and_output_rows(rng):
      "seq_lens[0] = 1 must be 0 when is_seq_lens_cumsum is True"),
     ({"is_seq_lens_cumsum": True}, kvscatter.Error,
      "seq_lens shape [2] must be [3] for batch 2 (is_seq_lens_cumsum=True)"),
-    ({"cache_mode": "norm"}, kvscatter.Error, "cache_mode must be 'Norm' or 'PA_NZ', got 'norm'"),
+    ({"cache_mode": "norm"}, kvscatter.Error, 'cache_mode must be one of {"Norm", "PA_NZ"} (or empty for Norm), got "norm"'),
     ({"cache_mode": 0}, TypeError, "cache_mode must be a str or None"),
     ({"is_seq_lens_cumsum": 1}, TypeError, "is_seq_lens_cumsum must be a bool"),
     ({"value": None}, kvscatter.Error,

@@ -10,13 +10,13 @@
 namespace kvscatter {
 namespace {
 
-detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p, const TensorView &cache,
-                                     const TensorView &out) {
+detail::gather::GatherSide make_side(const GatherPaKvCachePlan& p, const TensorView& cache,
+                                     const TensorView& out) {
   const auto es = static_cast<std::int64_t>(cache.element_size());
   detail::gather::GatherSide s;
-  s.cache = static_cast<const unsigned char *>(cache.data);
+  s.cache = static_cast<const unsigned char*>(cache.data);
   s.block_stride = cache.stride(0) * es;
-  s.out = static_cast<unsigned char *>(out.data);
+  s.out = static_cast<unsigned char*>(out.data);
   s.row_pitch = out.stride(0) * es;
   if (p.cache_mode == CacheMode::Norm) {
     s.row_bytes = cache.dim(2) * cache.dim(3) * es;
@@ -32,14 +32,14 @@ detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p, const TensorV
 
 }  // namespace
 
-void execute(const GatherPaKvCachePlan &p) {
+void execute(const GatherPaKvCachePlan& p) {
   detail::gather::check_bound_data(p);
   detail::gather::CheckedData checked;
   detail::gather::check_data(p, checked);  // every rule before the first write
   detail::gather::GatherJob job;
   job.num_sides = 0;
   std::int64_t row_bytes = 0;
-  auto add_side = [&](const TensorView &cache, const TensorView &out) {
+  auto add_side = [&](const TensorView& cache, const TensorView& out) {
     const detail::gather::GatherSide s = make_side(p, cache, out);
     if (s.row_bytes == 0) return;  // empty rows: nothing to move (the views may be null)
     job.side[job.num_sides++] = s;

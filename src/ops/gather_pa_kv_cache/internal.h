@@ -27,11 +27,11 @@ struct CheckedData {
 
 // Null data pointers of the bound views (161001); run by every execute() since
 // the caller may rebind pointers between calls.
-void check_bound_data(const GatherPaKvCachePlan &plan);
+void check_bound_data(const GatherPaKvCachePlan& plan);
 
 // Every data-dependent rule (lengths, offsets, table width, block ids, output
 // rows) over the whole batch, before any write. Throws kvscatter::Error naming
 // the offending element.
-void check_data(const GatherPaKvCachePlan &plan, CheckedData &out);
+void check_data(const GatherPaKvCachePlan& plan, CheckedData& out);
 
 }  // namespace kvscatter::detail::gather

@@ -21,7 +21,7 @@ using detail::HWY_NAMESPACE::CopyBytes;
 
 // One output row from its n 32-byte chunks, `pitch` bytes apart in the cache
 // (PA_NZ).
-HWY_INLINE void GatherChunks(unsigned char *HWY_RESTRICT dst, const unsigned char *HWY_RESTRICT src,
+HWY_INLINE void GatherChunks(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
                              std::int64_t pitch, std::int64_t n) {
   const hn::CappedTag<std::uint8_t, 32> d;
   const std::size_t N = hn::Lanes(d);
@@ -36,8 +36,8 @@ HWY_INLINE void GatherChunks(unsigned char *HWY_RESTRICT dst, const unsigned cha
   }
 }
 
-HWY_INLINE void GatherSegment(const GatherSide &s, const Segment &g) {
-  unsigned char *dst = s.out + g.row * s.row_pitch;
+HWY_INLINE void GatherSegment(const GatherSide& s, const Segment& g) {
+  unsigned char* dst = s.out + g.row * s.row_pitch;
   const auto row = static_cast<std::size_t>(s.row_bytes);
   const bool dense = s.row_pitch == s.row_bytes;
   if (g.block < 0) {  // padding block: zero bytes
@@ -48,7 +48,7 @@ HWY_INLINE void GatherSegment(const GatherSide &s, const Segment &g) {
     for (std::int64_t o = 0; o < g.count; ++o) std::memset(dst + o * s.row_pitch, 0, row);
     return;
   }
-  const unsigned char *src = s.cache + g.block * s.block_stride;
+  const unsigned char* src = s.cache + g.block * s.block_stride;
   if (s.chunk_pitch == 0) {
     if (dense) {  // the block's rows are contiguous in the cache and in the
                   // output
@@ -66,7 +66,7 @@ HWY_INLINE void GatherSegment(const GatherSide &s, const Segment &g) {
   }
 }
 
-void GatherSegmentRange(const GatherJob &job, std::int64_t begin, std::int64_t end) {
+void GatherSegmentRange(const GatherJob& job, std::int64_t begin, std::int64_t end) {
   for (std::int64_t i = begin; i < end; ++i) {
     for (int k = 0; k < job.num_sides; ++k) GatherSegment(job.side[k], job.segments[i]);
   }
@@ -80,7 +80,7 @@ namespace kvscatter::detail::gather {
 
 HWY_EXPORT(GatherSegmentRange);
 
-void gather_segment_range(const GatherJob &job, std::int64_t begin, std::int64_t end) {
+void gather_segment_range(const GatherJob& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(GatherSegmentRange)(job, begin, end);
 }
 

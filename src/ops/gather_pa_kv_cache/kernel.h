@@ -15,19 +15,19 @@ namespace kvscatter::detail::gather {
 // chunk_pitch apart (PA_NZ). Output row r starts at out + r*row_pitch and is
 // contiguous.
 struct GatherSide {
-  const unsigned char *cache = nullptr;
+  const unsigned char* cache = nullptr;
   std::int64_t block_stride = 0, slot_pitch = 0, chunk_pitch = 0;
-  unsigned char *out = nullptr;
+  unsigned char* out = nullptr;
   std::int64_t row_pitch = 0, row_bytes = 0;
 };
 
 struct GatherJob {
   GatherSide side[2];
   int num_sides = 1;
-  const Segment *segments = nullptr;
+  const Segment* segments = nullptr;
 };
 
 // Dispatched entry point (kernel.cc): segments [begin, end).
-void gather_segment_range(const GatherJob &job, std::int64_t begin, std::int64_t end);
+void gather_segment_range(const GatherJob& job, std::int64_t begin, std::int64_t end);
 
 }  // namespace kvscatter::detail::gather

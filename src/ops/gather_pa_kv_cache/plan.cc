@@ -5,16 +5,14 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/index.h"
 #include "ops/gather_pa_kv_cache/internal.h"
-#include "ops/scatter_pa_kv_cache/internal.h"  // IndexReader
 
 namespace kvscatter {
 namespace detail::gather {
 namespace {
 
-using scatter::IndexReader;
-
-void require_cache_dtype(const TensorView &t, const char *name) {
+void require_cache_dtype(const TensorView& t, const char* name) {
   require_dtype(t, name,
                 {DType::float32, DType::float16, DType::bfloat16, DType::int8, DType::uint8,
                  DType::int16, DType::uint16, DType::int32, DType::uint32, DType::hifloat8,
@@ -22,7 +20,7 @@ void require_cache_dtype(const TensorView &t, const char *name) {
 }
 
 // Axes [from, rank) row-major contiguous (size-1 axes may have any stride).
-void require_inner_contiguous(const TensorView &t, const char *name, int from, const char *why) {
+void require_inner_contiguous(const TensorView& t, const char* name, int from, const char* why) {
   std::int64_t expect = 1;
   for (int i = t.rank - 1; i >= from; --i) {
     if (t.dim(i) != 1 && t.stride(i) != expect) {
@@ -36,7 +34,7 @@ void require_inner_contiguous(const TensorView &t, const char *name, int from, c
 // Caches: contiguous inside a block; blocks may lie further apart but must not
 // overlap. Output tensors: each row contiguous; rows may lie further apart but
 // must not overlap.
-void require_outer_strided(const TensorView &t, const char *name, const char *what) {
+void require_outer_strided(const TensorView& t, const char* name, const char* what) {
   require_inner_contiguous(t, name, 1, what);
   std::int64_t inner = 1;
   for (int i = 1; i < t.rank; ++i) inner = checked_mul(inner, t.dim(i), name);
@@ -46,14 +44,14 @@ void require_outer_strided(const TensorView &t, const char *name, const char *wh
   }
 }
 
-void check_value_pairing(const std::optional<TensorView> &vc, const std::optional<TensorView> &v) {
+void check_value_pairing(const std::optional<TensorView>& vc, const std::optional<TensorView>& v) {
   if (vc.has_value() != v.has_value()) {
     invalid("value and value_cache must both be given or both be None (got only ",
             v ? "value" : "value_cache", ")");
   }
 }
 
-void check_dtypes(const GatherPaKvCachePlan &p) {
+void check_dtypes(const GatherPaKvCachePlan& p) {
   require_cache_dtype(p.key_cache, "key_cache");
   if (p.key.dtype != p.key_cache.dtype) {
     invalid("key dtype ", dtype_name(p.key.dtype), " differs from key_cache dtype ",
@@ -72,11 +70,11 @@ void check_dtypes(const GatherPaKvCachePlan &p) {
   }
 }
 
-void check_index_tensors(const GatherPaKvCachePlan &p) {
+void check_index_tensors(const GatherPaKvCachePlan& p) {
   require_index(p.block_tables, "block_tables");
   require_rank(p.block_tables, "block_tables", 2, "[batch, max_blocks_per_seq]");
   const std::int64_t b = p.block_tables.dim(0);
-  auto same_dtype = [&](const TensorView &t, const char *name) {
+  auto same_dtype = [&](const TensorView& t, const char* name) {
     if (t.dtype != p.block_tables.dtype) {
       invalid(name, " dtype ", dtype_name(t.dtype), " differs from block_tables dtype ",
               dtype_name(p.block_tables.dtype), " (index tensors share one dtype)");
@@ -97,8 +95,8 @@ void check_index_tensors(const GatherPaKvCachePlan &p) {
 
 // One cache and its output. Returns the row length in elements (Norm: the head
 // size).
-std::int64_t check_side(const GatherPaKvCachePlan &p, const TensorView &c, const char *cname,
-                        const TensorView &out, const char *oname) {
+std::int64_t check_side(const GatherPaKvCachePlan& p, const TensorView& c, const char* cname,
+                        const TensorView& out, const char* oname) {
   const bool nz = p.cache_mode == CacheMode::PA_NZ;
   require_rank(c, cname, 4,
                nz ? "[num_blocks, num_heads*head_size/L, block_size, L]"
@@ -123,7 +121,7 @@ std::int64_t check_side(const GatherPaKvCachePlan &p, const TensorView &c, const
   return nz ? out.dim(1) : c.dim(3);
 }
 
-void check_geometry(GatherPaKvCachePlan &p) {
+void check_geometry(GatherPaKvCachePlan& p) {
   const bool nz = p.cache_mode == CacheMode::PA_NZ;
   p.key_head_size = check_side(p, p.key_cache, "key_cache", p.key, "key");
   p.num_blocks = p.key_cache.dim(0);
@@ -132,7 +130,7 @@ void check_geometry(GatherPaKvCachePlan &p) {
   if (p.block_size < 1) invalid("key_cache block_size must be >= 1, got ", p.block_size);
   p.num_rows = p.key.dim(0);
   if (!p.value_cache) return;
-  const TensorView &vc = *p.value_cache;
+  const TensorView& vc = *p.value_cache;
   p.value_head_size = check_side(p, vc, "value_cache", *p.value, "value");
   const std::int64_t vbs = vc.dim(nz ? 2 : 1);
   if (vc.dim(0) != p.num_blocks || vbs != p.block_size) {
@@ -149,7 +147,7 @@ void check_geometry(GatherPaKvCachePlan &p) {
 }
 
 // Lengths (plain or cumulative) into `lens`; returns the total.
-std::int64_t read_lengths(const GatherPaKvCachePlan &p, std::vector<std::int64_t> &lens) {
+std::int64_t read_lengths(const GatherPaKvCachePlan& p, std::vector<std::int64_t>& lens) {
   const IndexReader sl(p.seq_lens);
   lens.resize(static_cast<std::size_t>(p.batch));
   if (p.is_seq_lens_cumsum && sl[0] != 0) {
@@ -175,8 +173,8 @@ std::int64_t read_lengths(const GatherPaKvCachePlan &p, std::vector<std::int64_t
 
 // Table columns of one sequence: range check (table width, block ids) and its
 // segments.
-void add_segments(const GatherPaKvCachePlan &p, const IndexReader &table, std::int64_t b,
-                  std::int64_t len, std::int64_t offset, std::int64_t row, CheckedData &out) {
+void add_segments(const GatherPaKvCachePlan& p, const IndexReader& table, std::int64_t b,
+                  std::int64_t len, std::int64_t offset, std::int64_t row, CheckedData& out) {
   const std::int64_t bs = p.block_size, w = p.table_width;
   const std::int64_t nblk = len / bs + (len % bs != 0);
   const std::int64_t shift = offset / bs;
@@ -198,7 +196,7 @@ void add_segments(const GatherPaKvCachePlan &p, const IndexReader &table, std::i
 
 }  // namespace
 
-void check_bound_data(const GatherPaKvCachePlan &p) {
+void check_bound_data(const GatherPaKvCachePlan& p) {
   require_data(p.key_cache, "key_cache");
   require_data(p.block_tables, "block_tables");
   require_data(p.seq_lens, "seq_lens");
@@ -208,7 +206,7 @@ void check_bound_data(const GatherPaKvCachePlan &p) {
   if (p.seq_offset) require_data(*p.seq_offset, "seq_offset");
 }
 
-void check_data(const GatherPaKvCachePlan &p, CheckedData &out) {
+void check_data(const GatherPaKvCachePlan& p, CheckedData& out) {
   out.segments.clear();
   std::vector<std::int64_t> lens;
   out.total_rows = read_lengths(p, lens);
@@ -234,18 +232,12 @@ void check_data(const GatherPaKvCachePlan &p, CheckedData &out) {
 
 }  // namespace detail::gather
 
-CacheMode parse_gather_cache_mode(std::string_view name) {
-  if (name.empty() || name == "Norm") return CacheMode::Norm;
-  if (name == "PA_NZ") return CacheMode::PA_NZ;
-  detail::invalid("cache_mode must be 'Norm' or 'PA_NZ', got '", name, "'");
-}
-
-GatherPaKvCachePlan plan_gather_pa_kv_cache(const TensorView &key_cache,
-                                            const std::optional<TensorView> &value_cache,
-                                            const TensorView &block_tables,
-                                            const TensorView &seq_lens, const TensorView &key,
-                                            const std::optional<TensorView> &value,
-                                            const GatherPaKvCacheOptions &options) {
+GatherPaKvCachePlan plan_gather_pa_kv_cache(const TensorView& key_cache,
+                                            const std::optional<TensorView>& value_cache,
+                                            const TensorView& block_tables,
+                                            const TensorView& seq_lens, const TensorView& key,
+                                            const std::optional<TensorView>& value,
+                                            const GatherPaKvCacheOptions& options) {
   using namespace detail;
   using namespace detail::gather;
   check_value_pairing(value_cache, value);
@@ -262,7 +254,7 @@ GatherPaKvCachePlan plan_gather_pa_kv_cache(const TensorView &key_cache,
   if (p.cache_mode != CacheMode::Norm && p.cache_mode != CacheMode::PA_NZ) {
     invalid("cache_mode must be Norm or PA_NZ, got enum value ", static_cast<int>(p.cache_mode));
   }
-  const std::pair<const TensorView *, const char *> all[] = {
+  const std::pair<const TensorView*, const char*> all[] = {
       {&key_cache, "key_cache"},
       {&block_tables, "block_tables"},
       {&seq_lens, "seq_lens"},
@@ -270,7 +262,7 @@ GatherPaKvCachePlan plan_gather_pa_kv_cache(const TensorView &key_cache,
       {value_cache ? &*value_cache : nullptr, "value_cache"},
       {value ? &*value : nullptr, "value"},
       {options.seq_offset ? &*options.seq_offset : nullptr, "seq_offset"}};
-  for (const auto &[t, name] : all) {
+  for (const auto& [t, name] : all) {
     if (t != nullptr) require_sane_layout(*t, name);
   }
   check_bound_data(p);
@@ -282,10 +274,10 @@ GatherPaKvCachePlan plan_gather_pa_kv_cache(const TensorView &key_cache,
   return p;
 }
 
-void gather_pa_kv_cache(const TensorView &key_cache, const std::optional<TensorView> &value_cache,
-                        const TensorView &block_tables, const TensorView &seq_lens,
-                        const TensorView &key, const std::optional<TensorView> &value,
-                        const GatherPaKvCacheOptions &options) {
+void gather_pa_kv_cache(const TensorView& key_cache, const std::optional<TensorView>& value_cache,
+                        const TensorView& block_tables, const TensorView& seq_lens,
+                        const TensorView& key, const std::optional<TensorView>& value,
+                        const GatherPaKvCacheOptions& options) {
   execute(
       plan_gather_pa_kv_cache(key_cache, value_cache, block_tables, seq_lens, key, value, options));
 }

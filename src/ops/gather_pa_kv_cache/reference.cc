@@ -3,29 +3,29 @@
 // addressed through the views' strides.
 #include <cstring>
 
+#include "core/index.h"
 #include "ops/gather_pa_kv_cache/internal.h"
-#include "ops/scatter_pa_kv_cache/internal.h"  // IndexReader
 
 namespace kvscatter::reference {
 namespace {
 
-using detail::scatter::IndexReader;
+using detail::IndexReader;
 
-unsigned char *at(const TensorView &t, std::int64_t i0, std::int64_t i1, std::int64_t i2,
+unsigned char* at(const TensorView& t, std::int64_t i0, std::int64_t i1, std::int64_t i2,
                   std::int64_t i3 = 0) {
   const std::int64_t e = i0 * t.stride(0) + i1 * t.stride(1) + (t.rank > 2 ? i2 * t.stride(2) : 0) +
                          (t.rank > 3 ? i3 * t.stride(3) : 0);
-  return static_cast<unsigned char *>(t.data) + e * static_cast<std::int64_t>(t.element_size());
+  return static_cast<unsigned char*>(t.data) + e * static_cast<std::int64_t>(t.element_size());
 }
 
 // Output row r of one side from row o of block blk (negative: zero bytes).
-void copy_row(const GatherPaKvCachePlan &p, const TensorView &cache, const TensorView &out,
+void copy_row(const GatherPaKvCachePlan& p, const TensorView& cache, const TensorView& out,
               std::int64_t blk, std::int64_t o, std::int64_t r) {
   const std::size_t es = out.element_size();
   if (p.cache_mode == CacheMode::Norm) {
     for (std::int64_t h = 0; h < out.dim(1); ++h) {
       for (std::int64_t d = 0; d < out.dim(2); ++d) {
-        unsigned char *dst = at(out, r, h, d);
+        unsigned char* dst = at(out, r, h, d);
         if (blk < 0)
           std::memset(dst, 0, es);
         else
@@ -37,7 +37,7 @@ void copy_row(const GatherPaKvCachePlan &p, const TensorView &cache, const Tenso
   const std::int64_t lanes = cache.dim(3);
   for (std::int64_t c = 0; c < cache.dim(1); ++c) {
     for (std::int64_t e = 0; e < lanes; ++e) {
-      unsigned char *dst = at(out, r, c * lanes + e, 0);
+      unsigned char* dst = at(out, r, c * lanes + e, 0);
       if (blk < 0)
         std::memset(dst, 0, es);
       else
@@ -48,7 +48,7 @@ void copy_row(const GatherPaKvCachePlan &p, const TensorView &cache, const Tenso
 
 }  // namespace
 
-void execute(const GatherPaKvCachePlan &p) {
+void execute(const GatherPaKvCachePlan& p) {
   detail::gather::check_bound_data(p);
   detail::gather::CheckedData checked;
   detail::gather::check_data(p, checked);  // every rule before the first write

@@ -4,8 +4,9 @@
 // thread count.
 #include <vector>
 
+#include "core/index.h"
+#include "core/slots.h"
 #include "ops/indexer_quant_cache/kernel.h"
-#include "ops/quant_common/slots.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {

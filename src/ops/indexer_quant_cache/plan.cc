@@ -5,8 +5,9 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/index.h"
+#include "core/slots.h"
 #include "ops/indexer_quant_cache/internal.h"
-#include "ops/quant_common/slots.h"
 
 namespace kvscatter {
 namespace detail::indexer {
@@ -138,7 +139,8 @@ void check_bound_data(const IndexerQuantCachePlan& p) {
 }
 
 std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& p) {
-  std::vector<std::int64_t> slots = read_slots(p.slot_mapping);
+  std::vector<std::int64_t> slots;
+  read_indices(p.slot_mapping, slots);
   for (std::size_t t = 0; t < slots.size(); ++t) {
     const std::int64_t s = slots[t];
     if (s != -1 && (s < 0 || s >= p.num_slots)) {

@@ -5,7 +5,7 @@
 
 namespace kvscatter {
 
-void execute(const ScatterPaCachePlan &plan) {
+void execute(const ScatterPaCachePlan& plan) {
   execute(detail::scatter_cache::bound_scatter_plan(plan));
 }
 

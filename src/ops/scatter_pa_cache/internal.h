@@ -9,6 +9,6 @@ namespace kvscatter::detail::scatter_cache {
 
 // The inner scatter_pa_kv_cache plan with the data pointers of `plan`'s views
 // (which a caller may have rebound since planning).
-ScatterPaKvCachePlan bound_scatter_plan(const ScatterPaCachePlan &plan);
+ScatterPaKvCachePlan bound_scatter_plan(const ScatterPaCachePlan& plan);
 
 }  // namespace kvscatter::detail::scatter_cache

@@ -43,7 +43,7 @@ bool is_compress_dtype(DType d) {
 
 bool is_fp4(DType d) { return d == DType::float4_e2m1 || d == DType::float4_e1m2; }
 
-void check_dtypes(const TensorView &key, const TensorView &cache) {
+void check_dtypes(const TensorView& key, const TensorView& cache) {
   if (!is_plain_dtype(key.dtype) && !is_compress_dtype(key.dtype)) {
     invalid(
         "key dtype must be one of {float32, float16, bfloat16, int8, "
@@ -58,7 +58,7 @@ void check_dtypes(const TensorView &key, const TensorView &cache) {
   }
 }
 
-void check_index_dtypes(const TensorView &slots, const ScatterPaCacheOptions &o) {
+void check_index_dtypes(const TensorView& slots, const ScatterPaCacheOptions& o) {
   require_index(slots, "slot_mapping");
   for (auto [t, name] : {std::pair{&o.compress_lens, "compress_lens"},
                          std::pair{&o.compress_seq_offsets, "compress_seq_offsets"},
@@ -70,8 +70,8 @@ void check_index_dtypes(const TensorView &slots, const ScatterPaCacheOptions &o)
   }
 }
 
-void check_plain(const TensorView &key, const TensorView &cache, const TensorView &slots,
-                 const ScatterPaCacheOptions &o) {
+void check_plain(const TensorView& key, const TensorView& cache, const TensorView& slots,
+                 const ScatterPaCacheOptions& o) {
   if (o.compress_lens || o.compress_seq_offsets || o.seq_lens) {
     invalid(
         "compress_lens, compress_seq_offsets and seq_lens must be None "
@@ -89,7 +89,7 @@ void check_plain(const TensorView &key, const TensorView &cache, const TensorVie
 
 // slot_mapping [batch, heads]; compress_lens also flat [batch * heads];
 // compress_seq_offsets flat only.
-void check_per_head(const TensorView &t, const char *name, std::int64_t b, std::int64_t nh,
+void check_per_head(const TensorView& t, const char* name, std::int64_t b, std::int64_t nh,
                     bool two_d, bool flat) {
   if (two_d && t.rank == 2 && t.dim(0) == b && t.dim(1) == nh) return;
   if (flat && t.rank == 1 && t.dim(0) == b * nh) return;
@@ -100,8 +100,8 @@ void check_per_head(const TensorView &t, const char *name, std::int64_t b, std::
           ")");
 }
 
-void check_compress(const TensorView &key, const TensorView &cache, const TensorView &slots,
-                    const ScatterPaCacheOptions &o) {
+void check_compress(const TensorView& key, const TensorView& cache, const TensorView& slots,
+                    const ScatterPaCacheOptions& o) {
   if (!is_compress_dtype(key.dtype)) {
     invalid("key dtype ", dtype_name(key.dtype),
             " is not supported with a 4-D key (compress scenarios take "
@@ -129,7 +129,7 @@ void check_compress(const TensorView &key, const TensorView &cache, const Tensor
 
 }  // namespace
 
-ScatterPaKvCachePlan bound_scatter_plan(const ScatterPaCachePlan &p) {
+ScatterPaKvCachePlan bound_scatter_plan(const ScatterPaCachePlan& p) {
   ScatterPaKvCachePlan s = p.scatter;
   s.key.data = p.key.data;
   s.key_cache.data = p.key_cache.data;
@@ -142,9 +142,9 @@ ScatterPaKvCachePlan bound_scatter_plan(const ScatterPaCachePlan &p) {
 
 }  // namespace detail::scatter_cache
 
-ScatterPaCachePlan plan_scatter_pa_cache(const TensorView &key, const TensorView &key_cache,
-                                         const TensorView &slot_mapping,
-                                         const ScatterPaCacheOptions &options) {
+ScatterPaCachePlan plan_scatter_pa_cache(const TensorView& key, const TensorView& key_cache,
+                                         const TensorView& slot_mapping,
+                                         const ScatterPaCacheOptions& options) {
   using namespace detail;
   using namespace detail::scatter_cache;
   check_dtypes(key, key_cache);
@@ -179,12 +179,12 @@ ScatterPaCachePlan plan_scatter_pa_cache(const TensorView &key, const TensorView
   inner.compress_lens = options.compress_lens;
   inner.compress_seq_offsets = options.compress_seq_offsets;
   inner.seq_lens = options.seq_lens;
-  p.scatter = plan_scatter_pa_kv_cache(k, kc, slot_mapping, std::nullopt, std::nullopt, inner);
+  p.scatter = plan_scatter_pa_kv_cache(k, std::nullopt, kc, std::nullopt, slot_mapping, inner);
   return p;
 }
 
-void scatter_pa_cache(const TensorView &key, const TensorView &key_cache,
-                      const TensorView &slot_mapping, const ScatterPaCacheOptions &options) {
+void scatter_pa_cache(const TensorView& key, const TensorView& key_cache,
+                      const TensorView& slot_mapping, const ScatterPaCacheOptions& options) {
   execute(plan_scatter_pa_cache(key, key_cache, slot_mapping, options));
 }
 

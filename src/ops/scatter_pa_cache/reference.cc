@@ -5,7 +5,7 @@
 
 namespace kvscatter::reference {
 
-void execute(const ScatterPaCachePlan &plan) {
+void execute(const ScatterPaCachePlan& plan) {
   reference::execute(detail::scatter_cache::bound_scatter_plan(plan));
 }
 

@@ -18,18 +18,18 @@ namespace {
 
 enum Buf { kKeyCache, kValueCache, kTables, kLens, kOffsets, kKey, kValue, kNumBufs };
 
-std::int64_t pick(std::mt19937_64 &rng, std::int64_t lo, std::int64_t hi) {
+std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
   return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
 }
 
-std::vector<std::uint8_t> random_bytes(std::mt19937_64 &rng, std::size_t n) {
+std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t n) {
   std::vector<std::uint8_t> v(n);
-  for (auto &b : v) b = static_cast<std::uint8_t>(rng());
+  for (auto& b : v) b = static_cast<std::uint8_t>(rng());
   return v;
 }
 
 template <class T>
-std::vector<std::uint8_t> as_bytes(const std::vector<std::int64_t> &v) {
+std::vector<std::uint8_t> as_bytes(const std::vector<std::int64_t>& v) {
   std::vector<std::uint8_t> out(v.size() * sizeof(T));
   for (std::size_t i = 0; i < v.size(); ++i) {
     const T x = static_cast<T>(v[i]);
@@ -51,13 +51,13 @@ struct SideShape {
   std::int64_t c1, lanes, row, block;
 };
 
-SideShape side_shape(const Geometry &g, DType d, std::int64_t head) {
+SideShape side_shape(const Geometry& g, DType d, std::int64_t head) {
   if (!g.nz) return {g.heads, head, g.heads * head, g.bs * g.heads * head};
   const auto lanes = static_cast<std::int64_t>(32 / dtype_size(d));
   return {head, lanes, head * lanes, g.bs * head * lanes};  // head counts 32-byte chunks
 }
 
-TensorView cache_view(std::uint8_t *p, const Geometry &g, DType d, const SideShape &s,
+TensorView cache_view(std::uint8_t* p, const Geometry& g, DType d, const SideShape& s,
                       std::int64_t pad) {
   if (g.nz) {
     const std::int64_t shape[] = {g.nb, s.c1, g.bs, s.lanes},
@@ -69,7 +69,7 @@ TensorView cache_view(std::uint8_t *p, const Geometry &g, DType d, const SideSha
   return TensorView(p, d, shape, strides);
 }
 
-TensorView out_view(std::uint8_t *p, const Geometry &g, DType d, const SideShape &s) {
+TensorView out_view(std::uint8_t* p, const Geometry& g, DType d, const SideShape& s) {
   if (g.nz) {
     const std::int64_t shape[] = {g.rows, s.row}, strides[] = {s.row + g.opad, 1};
     return TensorView(p, d, shape, strides);
@@ -78,7 +78,7 @@ TensorView out_view(std::uint8_t *p, const Geometry &g, DType d, const SideShape
   return TensorView(p, d, shape, strides);
 }
 
-Geometry random_geometry(std::mt19937_64 &rng) {
+Geometry random_geometry(std::mt19937_64& rng) {
   static const DType kTypes[] = {DType::float32,  DType::float16,     DType::bfloat16,
                                  DType::int8,     DType::uint8,       DType::int16,
                                  DType::uint16,   DType::int32,       DType::uint32,
@@ -103,7 +103,7 @@ Geometry random_geometry(std::mt19937_64 &rng) {
   return g;
 }
 
-Case generate(std::mt19937_64 &rng) {
+Case generate(std::mt19937_64& rng) {
   Geometry g = random_geometry(rng);
   const SideShape ks = side_shape(g, g.kd, g.dk), vs = side_shape(g, g.vd, g.dv);
   std::vector<std::int64_t> lens(static_cast<std::size_t>(g.batch)), offs(lens.size());
@@ -115,7 +115,7 @@ Case generate(std::mt19937_64 &rng) {
     lens[b] = rng() % 6 == 0 ? 0 : pick(rng, 0, (g.width - shift) * g.bs);
     total += lens[b];
   }
-  for (auto &id : tables) {  // padding, the last block and repeats are all frequent
+  for (auto& id : tables) {  // padding, the last block and repeats are all frequent
     const auto r = rng() % 8;
     id = r == 0 ? -1 : r == 1 ? g.nb - 1 : r == 2 ? 0 : pick(rng, 0, g.nb - 1);
   }
@@ -162,7 +162,7 @@ Case generate(std::mt19937_64 &rng) {
   for (int i = 0; i < kNumBufs; ++i) c.misalign.push_back(rng() % 4 == 0 ? rng() % 8 : 0);
   c.expect_error = expect_error;
   const auto nlens = static_cast<std::int64_t>(lens_in.size());
-  c.run = [g, ks, vs, nlens](const std::vector<std::uint8_t *> &data, bool reference) {
+  c.run = [g, ks, vs, nlens](const std::vector<std::uint8_t*>& data, bool reference) {
     const DType idx = g.wide ? DType::int64 : DType::int32;
     std::optional<TensorView> vc, v;
     if (g.with_value) {

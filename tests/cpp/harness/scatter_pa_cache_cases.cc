@@ -17,17 +17,17 @@ namespace {
 
 enum Buf { kKey, kCache, kSlots, kLens, kOffsets, kSeq, kNumBufs };
 
-std::int64_t pick(std::mt19937_64 &rng, std::int64_t lo, std::int64_t hi) {
+std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
   return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
 }
 
-std::vector<std::uint8_t> random_bytes(std::mt19937_64 &rng, std::size_t n) {
+std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t n) {
   std::vector<std::uint8_t> v(n);
-  for (auto &b : v) b = static_cast<std::uint8_t>(rng());
+  for (auto& b : v) b = static_cast<std::uint8_t>(rng());
   return v;
 }
 
-std::vector<std::uint8_t> as_int64(const std::vector<std::int64_t> &v) {
+std::vector<std::uint8_t> as_int64(const std::vector<std::int64_t>& v) {
   std::vector<std::uint8_t> out(v.size() * 8);
   if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
   return out;
@@ -41,7 +41,7 @@ struct Shape {
 
 // Finite values for the arithmetic scenarios: no NaN may enter a mean (its sign
 // and payload depend on the order of additions, which no rule fixes).
-void make_finite(std::vector<std::uint8_t> &key, DType dt) {
+void make_finite(std::vector<std::uint8_t>& key, DType dt) {
   if (dt == DType::float32) {
     for (std::size_t i = 3; i < key.size(); i += 4) key[i] &= 0x3F;
   } else if (dt == DType::float16 || dt == DType::bfloat16) {
@@ -49,7 +49,7 @@ void make_finite(std::vector<std::uint8_t> &key, DType dt) {
   }
 }
 
-Shape random_shape(std::mt19937_64 &rng) {
+Shape random_shape(std::mt19937_64& rng) {
   static const DType kPlain[] = {DType::float32,     DType::float16,     DType::bfloat16,
                                  DType::int8,        DType::uint16,      DType::uint32,
                                  DType::hifloat8,    DType::float8_e5m2, DType::float8_e4m3fn,
@@ -72,7 +72,7 @@ Shape random_shape(std::mt19937_64 &rng) {
   return s;
 }
 
-Case generate(std::mt19937_64 &rng) {
+Case generate(std::mt19937_64& rng) {
   const Shape s = random_shape(rng);
   const std::int64_t es = static_cast<std::int64_t>(dtype_size(s.dt));
   const std::int64_t ns = s.nb * s.bs;
@@ -118,7 +118,7 @@ Case generate(std::mt19937_64 &rng) {
   c.buffers[kSeq] = as_int64(seq);
   for (int i = 0; i < kNumBufs; ++i) c.misalign.push_back(rng() % 4 == 0 ? rng() % 8 : 0);
   c.expect_error = bad;
-  c.run = [s, row](const std::vector<std::uint8_t *> &data, bool reference) {
+  c.run = [s, row](const std::vector<std::uint8_t*>& data, bool reference) {
     const DType idx = DType::int64;
     TensorView key, cache;
     ScatterPaCacheOptions o;
