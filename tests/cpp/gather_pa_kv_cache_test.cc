@@ -41,9 +41,9 @@ void run(const GatherPaKvCachePlan& plan, bool ref) {
     execute(plan);
 }
 
-// The example G-E1: key_cache [4, 2, 1, 2] float16, value_cache [4, 2, 1, 1],
-// two sequences.
-struct Ge1 {
+// The worked example of docs/operators/gather_pa_kv_cache.md: key_cache [4, 2, 1, 2] float16,
+// value_cache [4, 2, 1, 1], two sequences.
+struct Example {
   std::vector<std::uint16_t> kc = std::vector<std::uint16_t>(16),
                              vc = std::vector<std::uint16_t>(8);
   std::vector<std::int32_t> tables{2, 0, 3, 1, 3, -1}, lens{3, 2}, offsets;
@@ -57,7 +57,7 @@ struct Ge1 {
   };
   std::function<void(Views&)> tweak;  // edits the views before planning (rejection tests)
 
-  Ge1() {
+  Example() {
     for (int b = 0; b < 4; ++b) {
       for (int o = 0; o < 2; ++o) {
         kc[static_cast<std::size_t>((b * 2 + o) * 2)] = h(static_cast<float>(10 * b + o));
@@ -90,30 +90,30 @@ struct Ge1 {
   }
 };
 
-const std::vector<std::uint16_t> kGe1Key =
+const std::vector<std::uint16_t> kExampleKey =
     halves({20, 20.5, 21, 21.5, 0, 0.5, 10, 10.5, 11, 11.5, -1, -1});
-const std::vector<std::uint16_t> kGe1Value = halves({120, 121, 100, 110, 111, -1});
+const std::vector<std::uint16_t> kExampleValue = halves({120, 121, 100, 110, 111, -1});
 
 class GatherExamples : public ::testing::TestWithParam<bool> {};
 
 TEST_P(GatherExamples, NormKeyAndValue) {
-  Ge1 e;
+  Example e;
   run(e.plan(), GetParam());
-  EXPECT_EQ(e.key, kGe1Key);
-  EXPECT_EQ(e.value, kGe1Value);
+  EXPECT_EQ(e.key, kExampleKey);
+  EXPECT_EQ(e.value, kExampleValue);
 }
 
 TEST_P(GatherExamples, CumulativeSeqLens) {
-  Ge1 e;
+  Example e;
   e.lens = {0, 3, 5};
   e.opt.is_seq_lens_cumsum = true;
   run(e.plan(), GetParam());
-  EXPECT_EQ(e.key, kGe1Key);
-  EXPECT_EQ(e.value, kGe1Value);
+  EXPECT_EQ(e.key, kExampleKey);
+  EXPECT_EQ(e.value, kExampleValue);
 }
 
 TEST_P(GatherExamples, SeqOffsetShiftsWholeBlocks) {
-  Ge1 e;
+  Example e;
   e.offsets = {2, 3};
   run(e.plan(), GetParam());
   EXPECT_EQ(e.key, halves({0, 0.5, 1, 1.5, 30, 30.5, 30, 30.5, 31, 31.5, -1, -1}));
@@ -121,10 +121,10 @@ TEST_P(GatherExamples, SeqOffsetShiftsWholeBlocks) {
 }
 
 TEST_P(GatherExamples, NegativeBlockIsZeroFilledAndUnreadColumnsAreFree) {
-  Ge1 e;
+  Example e;
   e.tables = {2, 0, 3, -1, 3, 99};
   run(e.plan(), GetParam());
-  std::vector<std::uint16_t> key = kGe1Key, value = kGe1Value;
+  std::vector<std::uint16_t> key = kExampleKey, value = kExampleValue;
   for (int i = 6; i < 10; ++i) key[static_cast<std::size_t>(i)] = 0x0000;
   value[3] = value[4] = 0x0000;
   EXPECT_EQ(e.key, key);
@@ -132,10 +132,10 @@ TEST_P(GatherExamples, NegativeBlockIsZeroFilledAndUnreadColumnsAreFree) {
 }
 
 TEST_P(GatherExamples, KeyOnly) {
-  Ge1 e;
+  Example e;
   e.with_value = false;
   run(e.plan(), GetParam());
-  EXPECT_EQ(e.key, kGe1Key);
+  EXPECT_EQ(e.key, kExampleKey);
   EXPECT_EQ(e.value, std::vector<std::uint16_t>(6, 0xBC00));
 }
 
@@ -200,13 +200,13 @@ INSTANTIATE_TEST_SUITE_P(Paths, GatherExamples, ::testing::Values(false, true),
 // ---- rejections
 // ---------------------------------------------------------------------------
 
-// Runs `mutate` on a fresh G-E1 setup, expects plan + execute (optimized and
+// Runs `mutate` on a fresh worked-example setup, expects plan + execute (optimized and
 // reference) to fail with `fragments`, and checks that key and value kept their
 // bytes.
-void expect_rejected(const std::function<void(Ge1&)>& mutate, Status status,
+void expect_rejected(const std::function<void(Example&)>& mutate, Status status,
                      std::initializer_list<std::string> fragments) {
   for (bool ref : {false, true}) {
-    Ge1 e;
+    Example e;
     mutate(e);
     const auto key0 = e.key;
     const auto value0 = e.value;
@@ -219,7 +219,7 @@ void expect_rejected(const std::function<void(Ge1&)>& mutate, Status status,
 const Status kInv = Status::invalid_parameter;
 
 TEST(GatherRejects, ValueWithoutValueCache) {
-  Ge1 e;
+  Example e;
   expect_error(
       [&] { plan_gather_pa_kv_cache(e.kcv(), std::nullopt, e.tv(), e.lv(), e.kv(), e.vv()); }, kInv,
       {"value and value_cache must both be given or both be None (got only "
@@ -240,57 +240,67 @@ TEST(GatherRejects, UnknownCacheMode) {
 }
 
 TEST(GatherRejects, Dtypes) {
-  expect_rejected([](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.key.dtype = DType::bfloat16; }; },
-                  kInv, {"key dtype bfloat16 differs from key_cache dtype float16"});
-  expect_rejected([](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.value->dtype = DType::int16; }; },
-                  kInv, {"value dtype int16 differs from value_cache dtype float16"});
   expect_rejected(
-      [](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.vc->dtype = v.value->dtype = DType::int16; }; },
+      [](Example& e) { e.tweak = [](Example::Views& v) { v.key.dtype = DType::bfloat16; }; }, kInv,
+      {"key dtype bfloat16 differs from key_cache dtype float16"});
+  expect_rejected(
+      [](Example& e) { e.tweak = [](Example::Views& v) { v.value->dtype = DType::int16; }; }, kInv,
+      {"value dtype int16 differs from value_cache dtype float16"});
+  expect_rejected(
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) { v.vc->dtype = v.value->dtype = DType::int16; };
+      },
       kInv,
       {"value_cache dtype int16 differs from key_cache dtype float16 (allowed "
        "in PA_NZ only)"});
   expect_rejected(
-      [](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.kc.dtype = v.key.dtype = DType::int64; }; },
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) { v.kc.dtype = v.key.dtype = DType::int64; };
+      },
       kInv, {"key_cache dtype must be one of", "got int64"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) { v.kc.dtype = v.key.dtype = DType::float8_e8m0; };
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) { v.kc.dtype = v.key.dtype = DType::float8_e8m0; };
       },
       kInv, {"key_cache dtype must be one of", "got float8_e8m0"});
 }
 
 TEST(GatherRejects, IndexDtypes) {
-  expect_rejected([](Ge1& e) { e.tweak = [](Ge1::Views& v) { v.tables.dtype = DType::uint32; }; },
-                  kInv, {"block_tables dtype must be one of {int32, int64}, got uint32"});
+  expect_rejected(
+      [](Example& e) { e.tweak = [](Example::Views& v) { v.tables.dtype = DType::uint32; }; }, kInv,
+      {"block_tables dtype must be one of {int32, int64}, got uint32"});
   std::vector<std::int64_t> lens64{3, 2};
   expect_rejected(
-      [&](Ge1& e) {
-        e.tweak = [&](Ge1::Views& v) { v.lens = TensorView(lens64.data(), DType::int64, {2}); };
+      [&](Example& e) {
+        e.tweak = [&](Example::Views& v) { v.lens = TensorView(lens64.data(), DType::int64, {2}); };
       },
       kInv,
       {"seq_lens dtype int64 differs from block_tables dtype int32 (index "
        "tensors share one dtype)"});
-  expect_rejected([&](Ge1& e) { e.opt.seq_offset = TensorView(lens64.data(), DType::int64, {2}); },
-                  kInv, {"seq_offset dtype int64 differs from block_tables dtype int32"});
+  expect_rejected(
+      [&](Example& e) { e.opt.seq_offset = TensorView(lens64.data(), DType::int64, {2}); }, kInv,
+      {"seq_offset dtype int64 differs from block_tables dtype int32"});
 }
 
 TEST(GatherRejects, IndexShapes) {
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) { v.tables = TensorView(v.tables.data, DType::int32, {6}); };
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
+          v.tables = TensorView(v.tables.data, DType::int32, {6});
+        };
       },
       kInv, {"block_tables must be 2-D"});
-  expect_rejected([](Ge1& e) { e.opt.is_seq_lens_cumsum = true; }, kInv,
+  expect_rejected([](Example& e) { e.opt.is_seq_lens_cumsum = true; }, kInv,
                   {"seq_lens shape [2] must be [3] for batch 2 (is_seq_lens_cumsum=True)"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.lens = {3, 2, 0};
       },
       kInv,
       {"seq_lens shape [3] must be [2] for batch 2 "
        "(is_seq_lens_cumsum=False)"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.offsets = {0, 0, 0};
       },
       kInv, {"seq_offset shape [3] must be [2] for batch 2"});
@@ -298,82 +308,88 @@ TEST(GatherRejects, IndexShapes) {
 
 TEST(GatherRejects, CacheAndOutputShapes) {
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) { v.key = TensorView(v.key.data, DType::float16, {4, 1, 3}); };
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
+          v.key = TensorView(v.key.data, DType::float16, {4, 1, 3});
+        };
       },
       kInv,
       {"key shape [4, 1, 3] must be [num_tokens, 1, 2] to match key_cache [4, "
        "2, 1, 2]"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) { v.kc = TensorView(v.kc.data, DType::float16, {4, 2, 2}); };
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
+          v.kc = TensorView(v.kc.data, DType::float16, {4, 2, 2});
+        };
       },
       kInv, {"key_cache must be 4-D"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.opt.cache_mode = CacheMode::PA_NZ;
         e.with_value = false;
-        e.tweak = [](Ge1::Views& v) { v.key = TensorView(v.key.data, DType::float16, {3, 4}); };
+        e.tweak = [](Example::Views& v) { v.key = TensorView(v.key.data, DType::float16, {3, 4}); };
       },
       kInv, {"key_cache.shape[3] must be 16 (32 bytes of float16) in PA_NZ, got 2"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           v.vc = TensorView(v.vc->data, DType::float16, {3, 2, 1, 1});
         };
       },
       kInv, {"value_cache has 3 blocks of 2 slots, key_cache has 4 blocks of 2"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           v.vc = TensorView(v.vc->data, DType::float16, {4, 1, 2, 1});
           v.value = TensorView(v.value->data, DType::float16, {3, 2, 1});
         };
       },
       kInv, {"value_cache has 4 blocks of 1 slots, key_cache has 4 blocks of 2"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           v.vc = TensorView(v.vc->data, DType::float16, {4, 2, 2, 1});
           v.value = TensorView(v.value->data, DType::float16, {3, 2, 1});
         };
       },
       kInv, {"value_cache has 2 heads, key_cache has 1"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           v.value = TensorView(v.value->data, DType::float16, {5, 1, 1});
         };
       },
       kInv, {"value has 5 rows, key has 6"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.with_value = false;
-        e.tweak = [](Ge1::Views& v) { v.kc = TensorView(v.kc.data, DType::float16, {4, 0, 1, 2}); };
+        e.tweak = [](Example::Views& v) {
+          v.kc = TensorView(v.kc.data, DType::float16, {4, 0, 1, 2});
+        };
       },
       kInv, {"key_cache block_size must be >= 1, got 0"});
 }
 
 TEST(GatherRejects, Strides) {
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           const std::int64_t shape[] = {6, 1, 2}, strides[] = {2, 2, 2};
           v.key = TensorView(v.key.data, DType::float16, shape, strides);
         };
       },
       kInv, {"key.strides[2] must be 1"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           const std::int64_t shape[] = {4, 2, 1, 2}, strides[] = {4, 1, 2, 1};
           v.kc = TensorView(v.kc.data, DType::float16, shape, strides);
         };
       },
       kInv, {"key_cache.strides[1] must be 2"});
   expect_rejected(
-      [](Ge1& e) {
-        e.tweak = [](Ge1::Views& v) {
+      [](Example& e) {
+        e.tweak = [](Example::Views& v) {
           const std::int64_t shape[] = {6, 1, 2}, strides[] = {1, 2, 1};
           v.key = TensorView(v.key.data, DType::float16, shape, strides);
         };
@@ -382,30 +398,34 @@ TEST(GatherRejects, Strides) {
 }
 
 TEST(GatherRejects, SeqLensValues) {
-  expect_rejected([](Ge1& e) { e.lens = {3, -2}; }, kInv, {"seq_lens[1] = -2 is negative"});
+  expect_rejected([](Example& e) { e.lens = {3, -2}; }, kInv, {"seq_lens[1] = -2 is negative"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.lens = {1, 3, 5};
         e.opt.is_seq_lens_cumsum = true;
       },
       kInv, {"seq_lens[0] = 1 must be 0 when is_seq_lens_cumsum is True"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.lens = {0, 3, 2};
         e.opt.is_seq_lens_cumsum = true;
       },
       kInv, {"seq_lens[2] = 2 is less than seq_lens[1] = 3"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.lens = {3, 4};
       },
       kInv, {"seq_lens cover 7 tokens but key has only 6 rows"});
 }
 
 TEST(GatherRejects, SeqOffsetValues) {
-  expect_rejected([](Ge1& e) { e.offsets = {0, -4}; }, kInv, {"seq_offset[1] = -4 is negative"});
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
+        e.offsets = {0, -4};
+      },
+      kInv, {"seq_offset[1] = -4 is negative"});
+  expect_rejected(
+      [](Example& e) {
         e.offsets = {5, 0};
       },
       kInv,
@@ -416,11 +436,11 @@ TEST(GatherRejects, SeqOffsetValues) {
 
 TEST(GatherRejects, TableTooShortForSequence) {
   expect_rejected(
-      [](Ge1& e) {
+      [](Example& e) {
         e.lens = {3, 7};
         e.key.resize(20, 0xBC00);
         e.value.resize(10, 0xBC00);
-        e.tweak = [](Ge1::Views& v) {
+        e.tweak = [](Example::Views& v) {
           v.key = TensorView(v.key.data, DType::float16, {10, 1, 2});
           v.value = TensorView(v.value->data, DType::float16, {10, 1, 1});
         };
@@ -432,19 +452,19 @@ TEST(GatherRejects, TableTooShortForSequence) {
 }
 
 TEST(GatherRejects, BlockIdOutOfRange) {
-  expect_rejected([](Ge1& e) { e.tables = {2, 4, 3, 1, 3, -1}; }, kInv,
+  expect_rejected([](Example& e) { e.tables = {2, 4, 3, 1, 3, -1}; }, kInv,
                   {"block_tables[0][1] = 4 is out of range [0, 4) (key_cache "
                    "has 4 blocks)"});
   // A later batch's bad id also rejects the call before batch 0 is written.
-  expect_rejected([](Ge1& e) { e.tables = {2, 0, 3, 7, 3, -1}; }, kInv,
+  expect_rejected([](Example& e) { e.tables = {2, 0, 3, 7, 3, -1}; }, kInv,
                   {"block_tables[1][0] = 7 is out of range"});
 }
 
 TEST(GatherRejects, Int64IdsAreReadAtFullWidth) {
   for (bool ref : {false, true}) {
-    Ge1 e;
+    Example e;
     std::vector<std::int64_t> tables{2, 0, 3, (std::int64_t{1} << 32) + 1, 3, -1}, lens{3, 2};
-    e.tweak = [&](Ge1::Views& v) {
+    e.tweak = [&](Example::Views& v) {
       v.tables = TensorView(tables.data(), DType::int64, {2, 3});
       v.lens = TensorView(lens.data(), DType::int64, {2});
     };
@@ -456,7 +476,7 @@ TEST(GatherRejects, Int64IdsAreReadAtFullWidth) {
 }
 
 TEST(GatherRejects, NullData) {
-  Ge1 e;
+  Example e;
   auto kv = e.kv();
   kv.data = nullptr;
   expect_error([&] { plan_gather_pa_kv_cache(e.kcv(), e.vcv(), e.tv(), e.lv(), kv, e.vv()); },
@@ -502,7 +522,7 @@ struct CTensor {
 };
 
 TEST(GatherCApi, ExampleAndRebinding) {
-  Ge1 e;
+  Example e;
   CTensor kc(e.kc.data(), KVS_FLOAT16, {4, 2, 1, 2}), vc(e.vc.data(), KVS_FLOAT16, {4, 2, 1, 1});
   CTensor tab(e.tables.data(), KVS_INT32, {2, 3}), lens(e.lens.data(), KVS_INT32, {2});
   CTensor key(e.key.data(), KVS_FLOAT16, {6, 1, 2}), value(e.value.data(), KVS_FLOAT16, {6, 1, 1});
@@ -514,14 +534,14 @@ TEST(GatherCApi, ExampleAndRebinding) {
       << kvsGetLastErrorMessage();
   EXPECT_EQ(ws, 0u);
   ASSERT_EQ(kvsGatherPaKvCache(nullptr, 0, ex), KVS_SUCCESS) << kvsGetLastErrorMessage();
-  EXPECT_EQ(e.key, kGe1Key);
-  EXPECT_EQ(e.value, kGe1Value);
+  EXPECT_EQ(e.key, kExampleKey);
+  EXPECT_EQ(e.value, kExampleValue);
   // Same plan, another output buffer.
   std::vector<std::uint16_t> key2(12, 0x1234);
   ASSERT_EQ(kvsExecutorSetTensorAddr(ex, KVS_GATHER_PA_KV_CACHE_KEY_INDEX, key2.data()),
             KVS_SUCCESS);
   ASSERT_EQ(kvsGatherPaKvCache(nullptr, 0, ex), KVS_SUCCESS);
-  auto want = kGe1Key;
+  auto want = kExampleKey;
   want[10] = want[11] = 0x1234;
   EXPECT_EQ(key2, want);
   // A data-dependent error at execution: status, message, untouched output.
@@ -537,7 +557,7 @@ TEST(GatherCApi, ExampleAndRebinding) {
 }
 
 TEST(GatherCApi, Errors) {
-  Ge1 e;
+  Example e;
   CTensor kc(e.kc.data(), KVS_FLOAT16, {4, 2, 1, 2});
   CTensor tab(e.tables.data(), KVS_INT32, {2, 3}), lens(e.lens.data(), KVS_INT32, {2});
   CTensor key(e.key.data(), KVS_FLOAT16, {6, 1, 2});

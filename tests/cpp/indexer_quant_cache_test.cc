@@ -52,7 +52,7 @@ std::vector<std::uint16_t> encode(DType dt, const std::vector<float>& xs) {
   return v;
 }
 
-std::vector<float> qe1_row() {
+std::vector<float> fp8_example_row() {
   std::vector<float> x;
   for (int k = 0; k < 32; ++k) x.push_back(static_cast<float>(k - 16) / 4.0f);
   return x;
@@ -90,7 +90,7 @@ class IndexerExamples : public ::testing::TestWithParam<bool> {};
 
 TEST_P(IndexerExamples, Fp8Float16RoundScale) {
   OneRow e;
-  e.x = encode(DType::float16, qe1_row());
+  e.x = encode(DType::float16, fp8_example_row());
   run(e.plan(), GetParam());
   EXPECT_EQ(e.row(1), hex("F8 F7 F6 F5 F4 F3 F2 F1 F0 EE EC EA E8 E4 E0 D8 00 58 60 64 68 6A 6C 6E "
                           "70 71 72 73 74 75 76 77"));
@@ -101,7 +101,7 @@ TEST_P(IndexerExamples, Fp8Float16RoundScale) {
 
 TEST_P(IndexerExamples, Fp8Float16ExactScale) {
   OneRow e;
-  e.x = encode(DType::float16, qe1_row());
+  e.x = encode(DType::float16, fp8_example_row());
   e.opt.round_scale = false;
   run(e.plan(), GetParam());
   EXPECT_EQ(e.row(1), hex("FE FD FC FB FA FA F9 F8 F6 F4 F2 F1 EE EA E6 DE 00 5E 66 6A 6E 71 72 74 "
@@ -111,7 +111,7 @@ TEST_P(IndexerExamples, Fp8Float16ExactScale) {
 
 TEST_P(IndexerExamples, Fp8E5M2) {
   OneRow e;
-  e.x = encode(DType::float16, qe1_row());
+  e.x = encode(DType::float16, fp8_example_row());
   e.cdt = DType::float8_e5m2;
   run(e.plan(), GetParam());
   EXPECT_EQ(e.row(1), hex("F8 F8 F7 F6 F6 F6 F5 F4 F4 F3 F2 F1 F0 EE EC E8 00 68 6C 6E 70 71 72 73 "
@@ -122,7 +122,7 @@ TEST_P(IndexerExamples, Fp8E5M2) {
 TEST_P(IndexerExamples, Mxfp8Bfloat16) {
   for (DType cdt : {DType::float8_e4m3fn, DType::float8_e5m2}) {
     OneRow e;
-    std::vector<float> x = qe1_row();
+    std::vector<float> x = fp8_example_row();
     x.resize(64, 0.0f);
     e.x = encode(DType::bfloat16, x);
     e.xdt = DType::bfloat16;
@@ -224,10 +224,10 @@ TEST_P(IndexerExamples, Mxfp4SignedZeroGroupsAndSubnormal) {
 
 TEST_P(IndexerExamples, PagedPlacement) {
   // Cache [2, 2, 1, 40] float8_e4m3fn with block stride 100 bytes in a 200-byte buffer of EE;
-  // cache_scale [2, 2, 1, 3] float32 of -1.0; rows: the Q-E1 row, all ones, all zeros.
+  // cache_scale [2, 2, 1, 3] float32 of -1.0; rows: the fp8 example row, all ones, all zeros.
   Bytes cache(200, 0xEE);
   std::vector<float> scale(12, -1.0f);
-  std::vector<float> x = qe1_row();
+  std::vector<float> x = fp8_example_row();
   x.resize(64, 1.0f);
   x.resize(96, 0.0f);
   std::vector<std::uint16_t> xh = encode(DType::float16, x);

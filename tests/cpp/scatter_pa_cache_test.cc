@@ -68,8 +68,8 @@ TEST_P(ScatterPaCacheExamples, PlainPackedFp4) {
   EXPECT_EQ(formats::decode_float4_e2m1(0x21 >> 4), 1.0f);
 }
 
-struct ReduceMean {  // S-E3: key [1, 5, 1, 2] float16 with key[0][k][0] = [k,
-                     // 10k]
+struct ReduceMean {  // The ReduceMean worked example: key [1, 5, 1, 2] float16 with key[0][k][0] =
+                     // [k, 10k]
   std::vector<std::uint16_t> key = f16({0, 0, 1, 10, 2, 20, 3, 30, 4, 40});
   std::vector<std::uint16_t> cache = std::vector<std::uint16_t>(16, 0);
   std::vector<std::int32_t> seq{5}, offs{1}, lens{2}, slots{4};
@@ -122,7 +122,7 @@ TEST_P(ScatterPaCacheExamples, TailKeepInt8) {
                                               0xF4, 0x0D, 0xF3, 0, 0}));
 }
 
-// S-E5: a 3-token window folded into one row (o = 0, w = 3, L = 3).
+// The means worked example: a 3-token window folded into one row (o = 0, w = 3, L = 3).
 template <class T>
 std::vector<T> mean_row(DType dt, std::vector<T> rows, std::int64_t d, bool ref) {
   std::vector<T> cache(static_cast<std::size_t>(d), T{});
@@ -166,7 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Paths, ScatterPaCacheExamples, ::testing::Values(false,
 // ---- rejections
 // -------------------------------------------------------------------------------
 
-// A 3-D call on caches of 3 blocks of 4 slots, or the S-E3 4-D call; `mutate`
+// A 3-D call on caches of 3 blocks of 4 slots, or the ReduceMean worked example; `mutate`
 // breaks it.
 struct Call {
   std::vector<std::uint16_t> key = std::vector<std::uint16_t>(6 * 2 * 4, 0x3C00);
@@ -239,7 +239,7 @@ TEST(ScatterPaCacheRejects, SlotPastTheCache) {
                    "slots"});
 }
 
-// The S-E3 call as a rejection fixture.
+// The ReduceMean worked example as a rejection fixture.
 void expect_rejected_4d(const std::function<void(ReduceMean&, ScatterPaCacheOptions&, TensorView&,
                                                  TensorView&, TensorView&)>& mutate,
                         std::initializer_list<std::string> f) {
@@ -313,7 +313,7 @@ TEST(ScatterPaCacheRejects, CompressValues) {
         e.lens = {6};
       },
       {"compress_lens[0] = 6 exceeds seq_lens[0] = 5"});
-  // A run ending past the cache (S-E3 without compression at slot 4).
+  // A run ending past the cache (the ReduceMean example without compression at slot 4).
   expect_rejected_4d([](ReduceMean& e, auto&, auto&, auto&, auto&) { e.lens = {0}; },
                      {"slot_mapping[0] = 4 starts a run of 5 rows", "out of range [0, 8)"});
 }

@@ -30,7 +30,7 @@ def bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
 
 
-def ge1():
+def worked_example():
     kc = np.zeros((4, 2, 1, 2), np.float16)
     vc = np.zeros((4, 2, 1, 1), np.float16)
     for b in range(4):
@@ -43,26 +43,26 @@ def ge1():
 
 
 def test_worked_example_norm():
-    kc, vc, tables, lens, key, value = ge1()
+    kc, vc, tables, lens, key, value = worked_example()
     kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, key, value)
     assert key[:, 0].tolist() == [[20, 20.5], [21, 21.5], [0, 0.5], [10, 10.5], [11, 11.5], [-1, -1]]
     assert value[:, 0, 0].tolist() == [120, 121, 100, 110, 111, -1]
 
 
 def test_worked_example_variants():
-    kc, vc, tables, _, key, value = ge1()
+    kc, vc, tables, _, key, value = worked_example()
     kvscatter.gather_pa_kv_cache(kc, vc, tables, np.array([0, 3, 5], np.int32), key, value,
                                  is_seq_lens_cumsum=True)
     assert value[:, 0, 0].tolist() == [120, 121, 100, 110, 111, -1]
-    kc, vc, tables, lens, key, value = ge1()
+    kc, vc, tables, lens, key, value = worked_example()
     kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, key, value,
                                  seq_offset=np.array([2, 3], np.int32))
     assert value[:, 0, 0].tolist() == [100, 101, 130, 130, 131, -1]
-    kc, vc, _, lens, key, value = ge1()
+    kc, vc, _, lens, key, value = worked_example()
     kvscatter.gather_pa_kv_cache(kc, vc, np.array([[2, 0, 3], [-1, 3, 99]], np.int32), lens, key,
                                  value)
     assert bits(key[3:5]).tolist() == [[[0, 0, 0, 0]]] * 2
-    kc, _, tables, lens, key, _ = ge1()
+    kc, _, tables, lens, key, _ = worked_example()
     kvscatter.npu_gather_pa_kv_cache(kc, None, tables, lens, key, None, cache_mode=None)
     assert key[:5, 0, 0].tolist() == [20, 21, 0, 10, 11]
 
@@ -165,14 +165,14 @@ def test_strided_cache_and_output_rows(rng):
      "seq_lens dtype int64 differs from block_tables dtype int32 (index tensors share one dtype)"),
 ])
 def test_errors_leave_outputs_untouched(change, kind, message):
-    kc, vc, tables, lens, key, value = ge1()
+    kc, vc, tables, lens, key, value = worked_example()
     kw = {k: change[k] for k in ("cache_mode", "is_seq_lens_cumsum") if k in change}
     if "seq_offset" in change:
         kw["seq_offset"] = np.array(change["seq_offset"], np.int32)
     tables = np.array(change.get("tables", tables), np.int32)
     lens = np.array(change.get("lens", lens), np.int64 if "lens64" in change else np.int32)
     value = change.get("value", value)
-    key0, value0 = key.copy(), ge1()[5]
+    key0, value0 = key.copy(), worked_example()[5]
     with pytest.raises(kind) as err:
         kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, key, value, **kw)
     assert message in str(err.value)
@@ -182,7 +182,7 @@ def test_errors_leave_outputs_untouched(change, kind, message):
 
 
 def test_readonly_output_rejected():
-    kc, vc, tables, lens, key, value = ge1()
+    kc, vc, tables, lens, key, value = worked_example()
     key.flags.writeable = False
     with pytest.raises((ValueError, TypeError), match="key"):
         kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, key, value)

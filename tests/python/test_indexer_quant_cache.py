@@ -19,34 +19,34 @@ def u8(a):
     return np.ascontiguousarray(a).view(np.uint8).reshape(-1).tolist()
 
 
-QE1 = ((np.arange(32) - 16) / 4).astype(np.float32)
-QE1_ROUND = b("F8 F7 F6 F5 F4 F3 F2 F1 F0 EE EC EA E8 E4 E0 D8 00 58 60 64 68 6A 6C 6E 70 71 72 73 "
+ROW = ((np.arange(32) - 16) / 4).astype(np.float32)
+ROW_ROUND = b("F8 F7 F6 F5 F4 F3 F2 F1 F0 EE EC EA E8 E4 E0 D8 00 58 60 64 68 6A 6C 6E 70 71 72 73 "
               "74 75 76 77")
-QE1_EXACT = b("FE FD FC FB FA FA F9 F8 F6 F4 F2 F1 EE EA E6 DE 00 5E 66 6A 6E 71 72 74 76 78 79 7A "
+ROW_EXACT = b("FE FD FC FB FA FA F9 F8 F6 F4 F2 F1 EE EA E6 DE 00 5E 66 6A 6E 71 72 74 76 78 79 7A "
               "7A 7B 7C 7D")
-QE1_E5 = b("F8 F8 F7 F6 F6 F6 F5 F4 F4 F3 F2 F1 F0 EE EC E8 00 68 6C 6E 70 71 72 73 74 74 75 76 76 "
+ROW_E5 = b("F8 F8 F7 F6 F6 F6 F5 F4 F4 F3 F2 F1 F0 EE EC E8 00 68 6C 6E 70 71 72 73 74 74 75 76 76 "
            "76 77 78")
 
 
 @pytest.mark.parametrize("round_scale, cache_dt, codes, scale_bits", [
-    (True, E4, QE1_ROUND, 0x3C800000),
-    (False, E4, QE1_EXACT, 0x3C124925),
-    (True, E5, QE1_E5, 0x39000000),
+    (True, E4, ROW_ROUND, 0x3C800000),
+    (False, E4, ROW_EXACT, 0x3C124925),
+    (True, E5, ROW_E5, 0x39000000),
 ])
 def test_fp8_float16(round_scale, cache_dt, codes, scale_bits):
     cache = np.zeros((1, 2, 1, 32), cache_dt)
     scale = np.zeros((1, 2, 1, 1), np.float32)
-    kvscatter.indexer_quant_cache(cache, scale, QE1.astype(np.float16)[None], np.array([1], np.int32),
+    kvscatter.indexer_quant_cache(cache, scale, ROW.astype(np.float16)[None], np.array([1], np.int32),
                                   quant_mode="fp8", round_scale=round_scale)
     assert u8(cache[0, 1]) == codes
     assert int(scale[0, 1, 0, 0:1].view(np.uint32)[0]) == scale_bits
     assert u8(cache[0, 0]) == [0] * 32 and scale[0, 0, 0, 0] == 0
 
 
-@pytest.mark.parametrize("cache_dt, codes, scales", [(E4, QE1_ROUND, [0x79, 0x69]),
-                                                     (E5, QE1_E5, [0x72, 0x62])])
+@pytest.mark.parametrize("cache_dt, codes, scales", [(E4, ROW_ROUND, [0x79, 0x69]),
+                                                     (E5, ROW_E5, [0x72, 0x62])])
 def test_mxfp8_bfloat16(cache_dt, codes, scales):
-    x = np.concatenate([QE1, np.zeros(32, np.float32)]).astype(ml_dtypes.bfloat16)[None]
+    x = np.concatenate([ROW, np.zeros(32, np.float32)]).astype(ml_dtypes.bfloat16)[None]
     cache = np.zeros((1, 1, 1, 64), cache_dt)
     scale = np.zeros((1, 1, 1, 2), E8)
     kvscatter.indexer_quant_cache(cache, scale, x, np.array([0]), quant_mode=" MXFP8 ",
@@ -86,9 +86,9 @@ def test_paged_placement_and_rank3_x():
     buf = np.full(200, 0xEE, np.uint8)
     cache = np.lib.stride_tricks.as_strided(buf, (2, 2, 1, 40), (100, 40, 40, 1)).view(E4)
     scale = np.full((2, 2, 1, 3), -1.0, np.float32)
-    x = np.stack([QE1, np.ones(32), np.zeros(32)]).astype(np.float16).reshape(1, 3, 32)
+    x = np.stack([ROW, np.ones(32), np.zeros(32)]).astype(np.float16).reshape(1, 3, 32)
     kvscatter.indexer_quant_cache(cache, scale, x, np.array([[3, -1, 0]], np.int64))
-    assert buf[140:172].tolist() == QE1_ROUND and buf[172:180].tolist() == [0xEE] * 8
+    assert buf[140:172].tolist() == ROW_ROUND and buf[172:180].tolist() == [0xEE] * 8
     assert buf[:32].tolist() == [0] * 32 and buf[32:140].tolist() == [0xEE] * 108
     assert scale[1, 1, 0].tolist() == [0.015625, -1, -1] and scale[0, 0, 0].tolist() == [0, -1, -1]
 
