@@ -40,12 +40,16 @@ inline float fp8_coefficient(DType cache) noexcept {
 // Largest magnitude bit pattern (sign cleared) at or below `limit` over n floats: ordered like
 // the magnitudes, and an integer max loop without NaN rules.
 inline float amax_below(const float* x, std::int64_t n, std::uint32_t limit) noexcept {
-  std::uint32_t m = 0;
+  // Signed 32-bit lanes: the magnitudes are non-negative, and baseline x86-64 vectorizes signed
+  // compares where it has no unsigned max.
+  const auto lim = static_cast<std::int32_t>(limit);
+  std::int32_t m = 0;
   for (std::int64_t k = 0; k < n; ++k) {
-    const std::uint32_t u = bits(x[k]) & 0x7FFFFFFFu;
-    m = std::max(m, u <= limit ? u : 0u);
+    const auto u = static_cast<std::int32_t>(bits(x[k]) & 0x7FFFFFFFu);
+    const std::int32_t v = u <= lim ? u : 0;
+    m = m > v ? m : v;
   }
-  return f32(m);
+  return f32(static_cast<std::uint32_t>(m));
 }
 
 // Mode fp8: |x| maximum over the row, non-finite elements left out.
