@@ -148,6 +148,8 @@ Case generate(std::mt19937_64& rng) {
            (g.with_value ? "" : " key-only") + (g.cumsum ? " cumsum" : "") +
            (g.with_offset ? " seq_offset" : "") + (g.wide ? " int64" : " int32");
   c.buffers.resize(kNumBufs);
+  c.buffer_names = {"key_cache",  "value_cache", "block_tables", "seq_lens",
+                    "seq_offset", "key",         "value"};
   c.buffers[kKeyCache] =
       random_bytes(rng, static_cast<std::size_t>(g.nb * (ks.block + g.kpad)) * esz(g.kd));
   c.buffers[kValueCache] =

@@ -100,6 +100,7 @@ Case generate(std::mt19937_64& rng) {
            (g.opt.round_scale ? " round" : " exact");
   const std::size_t ssz = dtype_size(g.sdt);
   c.buffers.resize(kNumBufs);
+  c.buffer_names = {"cache", "cache_scale", "x", "slot_mapping"};
   c.buffers[kCache] = random_bytes(rng, static_cast<std::size_t>(g.nb * (g.bs * g.w + g.pad)));
   c.buffers[kScale] = random_bytes(rng, static_cast<std::size_t>(g.nb * g.bs * g.ws) * ssz);
   c.buffers[kX] = random_x(rng, g, static_cast<std::size_t>(g.rows * (g.d + g.xpad)));

@@ -108,6 +108,8 @@ Case generate(std::mt19937_64& rng) {
            " bs=" + std::to_string(s.bs) + " nh=" + std::to_string(s.nh) +
            " d=" + std::to_string(s.d) + " pad=" + std::to_string(s.pad);
   c.buffers.resize(kNumBufs);
+  c.buffer_names = {"key",     "key_cache", "slot_mapping", "compress_lens", "compress_seq_offsets",
+                    "seq_lens"};
   const std::int64_t key_elems = s.four ? s.batch * s.seq * s.nh * s.d : s.tokens * s.nh * s.d;
   c.buffers[kKey] = random_bytes(rng, static_cast<std::size_t>(key_elems * es));
   if (s.four) make_finite(c.buffers[kKey], s.dt);
