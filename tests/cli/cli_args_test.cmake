@@ -136,7 +136,7 @@ expect_ok("demo: all parts verified against the reference kernels"
           --paged-block-size 1 --quant-layers 1 --quant-batch 1 --quant-prompt 8
           --quant-generate 1 --cache-dtype float32)
 foreach(part "== contiguous KV cache: 1 layers" "paged demo: 1 layers, 1 steps"
-             "gathered back through its block table"
+             "block table with gather_pa_kv_cache (Norm and PA_NZ): yes"
              "K, V and scale caches match the reference kernel")
   string(FIND "${out}" "${part}" at)
   if(at EQUAL -1)
