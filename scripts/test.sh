@@ -39,6 +39,7 @@ if [ -f pyproject.toml ]; then
   stage "Python"
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     --no-build-isolation .
-  python3 -m pytest -q tests/python
+  # CI=true: a missing torch or jax (or a build without their operators) fails, never skips.
+  CI="${CI:-true}" python3 -m pytest -q tests/python
 fi
 stage "done"

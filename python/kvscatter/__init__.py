@@ -15,6 +15,8 @@ and their caches) whose dtype is an integer of the same width are read as that t
 
 from __future__ import annotations
 
+import sys as _sys
+
 from . import _kvscatter as _ext
 from . import formats
 from ._kvscatter import (
@@ -68,6 +70,24 @@ def scatter_pa_kv_cache(
     ``[key, value]`` pairs in elements, Nct only. Negative slots are padding and are skipped;
     a slot past the cache is an error. ``key_cache`` and ``value_cache`` are updated in place.
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.scatter_pa_kv_cache(
+            key,
+            value,
+            key_cache,
+            value_cache,
+            slot_mapping,
+            compress_lens=compress_lens,
+            compress_seq_offsets=compress_seq_offsets,
+            seq_lens=seq_lens,
+            cache_mode=cache_mode,
+            scatter_mode=scatter_mode,
+            strides=_int_pair(strides),
+            offsets=_int_pair(offsets),
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.scatter_pa_kv_cache(
         key,
         value,
@@ -84,9 +104,6 @@ def scatter_pa_kv_cache(
         formats.canonical_dtype(dtype),
     )
 
-
-#: Alias for code written against ``torch_npu.npu_scatter_pa_kv_cache``.
-npu_scatter_pa_kv_cache = scatter_pa_kv_cache
 
 
 def scatter_pa_kv_cache_with_k_scale(
@@ -108,6 +125,20 @@ def scatter_pa_kv_cache_with_k_scale(
     ``[T, N]`` float32, ``key_scale_cache`` ``[NB, N, BS, 1]`` float32. Slots below 0 or past
     the cache are skipped, as upstream does. The three caches are updated in place.
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.scatter_pa_kv_cache_with_k_scale(
+            key,
+            value,
+            key_cache,
+            value_cache,
+            slot_mapping,
+            key_scale,
+            key_scale_cache,
+            cache_layout=cache_layout,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.scatter_pa_kv_cache_with_k_scale(
         key,
         value,
@@ -138,6 +169,19 @@ def kv_compress_epilog(
     case) or an int. ``cache`` ``[num_blocks, block_size, 1, row_bytes]`` uint8 is updated in
     place; a slot of -1 skips its row.
     """
+    ops = _torch_ops_for(cache)
+    if ops is not None:
+        ops.kv_compress_epilog(
+            cache,
+            x,
+            slot_mapping,
+            quant_group_size=_as_int(quant_group_size, "quant_group_size"),
+            quant_mode=_quant_mode_str(quant_mode),
+            round_scale=bool(round_scale),
+            x_scale=float(x_scale),
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.kv_compress_epilog(
         cache,
         x,
@@ -158,12 +202,24 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position, *, d
     ``{"key_cache": key_cache, "value_cache": value_cache, "length": position + L}``
     (the same array objects that were passed in).
     """
+    position = _as_int(position, "position")
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.kv_cache_update(
+            key_cache,
+            value_cache,
+            new_keys,
+            new_values,
+            position,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return {"key_cache": key_cache, "value_cache": value_cache, "length": position + new_keys.shape[1]}
     length = _ext.kv_cache_update(
         key_cache,
         value_cache,
         new_keys,
         new_values,
-        _as_int(position, "position"),
+        position,
         formats.canonical_dtype(dtype),
     )
     return {"key_cache": key_cache, "value_cache": value_cache, "length": length}
@@ -178,3 +234,39 @@ def _as_int(value, name: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
+# torch.ops.kvscatter once kvscatter.torch loaded; False when this build has no torch operators.
+_torch_ops_cache = None
+
+
+def _torch_ops_for(tensor):
+    """``torch.ops.kvscatter`` when ``tensor`` is a torch tensor and the operators are built."""
+    global _torch_ops_cache
+    torch = _sys.modules.get("torch")
+    if torch is None or not isinstance(tensor, torch.Tensor):
+        return None
+    if _torch_ops_cache is None:
+        try:
+            from . import torch as kvs_torch
+
+            _torch_ops_cache = kvs_torch.ops
+        except ImportError:
+            _torch_ops_cache = False  # no torch operators in this build: DLPack serves torch tensors
+    return _torch_ops_cache or None
+
+
+def _int_pair(pair):
+    if pair is None or isinstance(pair, str):
+        return pair
+    return [_as_int(v, "strides/offsets entry") for v in pair]
+
+
+def _quant_mode_str(mode) -> str:
+    if isinstance(mode, str):
+        return mode
+    return str(_as_int(mode, "quant_mode"))
+
+
+# torch_npu's entry point with torch_npu's defaults (cache_mode='PA_NZ'); see kvscatter.torch_npu.
+from .torch_npu import npu_scatter_pa_kv_cache  # noqa: E402

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 import refs
+from needs import need
 
-jax = pytest.importorskip("jax", reason="jax is not installed")
+jax = need("jax")
 import jax.numpy as jnp  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402

@@ -20,7 +20,7 @@ def test_version_matches_cmake_project():
 def test_public_api():
     for name in kvscatter.__all__:
         assert hasattr(kvscatter, name), name
-    assert kvscatter.npu_scatter_pa_kv_cache is kvscatter.scatter_pa_kv_cache
+    assert kvscatter.npu_scatter_pa_kv_cache is kvscatter.torch_npu.npu_scatter_pa_kv_cache
     assert issubclass(kvscatter.Error, ValueError)
 
 
