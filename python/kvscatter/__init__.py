@@ -72,7 +72,15 @@ def scatter_pa_kv_cache(
     """
     ops = _torch_ops_for(key_cache)
     if ops is not None:
-        ops.scatter_pa_kv_cache(
+        # Only the arguments that differ from the schema's defaults: each keyword costs
+        # the dispatcher's argument parsing time on a decode step.
+        if (compress_lens is None and compress_seq_offsets is None and seq_lens is None
+                and strides is None and offsets is None and dtype is None
+                and scatter_mode in ("None", None)):
+            ops.scatter_pa_kv_cache.default(key, value, key_cache, value_cache, slot_mapping,
+                                            cache_mode=cache_mode)
+            return
+        ops.scatter_pa_kv_cache.default(
             key,
             value,
             key_cache,

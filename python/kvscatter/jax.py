@@ -51,31 +51,10 @@ def _shape_dtype(x):
     return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
 
 
-def _clamped_start(position, seq: int, new_len: int):
-    """The start ``jax.lax.dynamic_update_slice`` uses for ``position``, as int32.
-
-    A negative signed start counts from the end (``position + S``, computed in the position's
-    own dtype, as JAX does), then the start is clamped into ``[0, S - L]``; unsigned positions
-    are never negative (a ``uint32`` 2**31 clamps to ``S - L``).
-    """
-    position = jnp.asarray(position)
-    if position.ndim != 0 or not jnp.issubdtype(position.dtype, jnp.integer):
-        raise TypeError(
-            f"position must be an integer scalar, got {position.dtype}{list(position.shape)}"
-        )
-    info = jnp.iinfo(position.dtype)
-    if jnp.issubdtype(position.dtype, jnp.signedinteger):
-        wrapped = position + jnp.asarray(min(seq, info.max), position.dtype)
-        position = jnp.where(position < 0, wrapped, position)
-    high = min(seq - new_len, info.max)
-    return jnp.clip(position, jnp.asarray(0, position.dtype), jnp.asarray(high, position.dtype)).astype(
-        jnp.int32
-    )
-
-
 @jax.custom_batching.custom_vmap
 def _update(key_cache, value_cache, new_keys, new_values, starts):
-    # starts: int32, shape () for every sequence or (B,) for one start per sequence.
+    # starts: any integer dtype, shape () for every sequence or (B,) for one start per
+    # sequence; the handler clamps each exactly as dynamic_update_slice does.
     call = jax.ffi.ffi_call(
         "kvscatter_kv_cache_update",
         (_shape_dtype(key_cache), _shape_dtype(value_cache)),
@@ -174,8 +153,11 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position):
     if new_values.dtype not in (jnp.dtype(jnp.float32), value_cache.dtype):
         new_values = new_values.astype(value_cache.dtype)
     position = jnp.asarray(position)
-    start = _clamped_start(position, s, new_len)
-    k, v = _update(key_cache, value_cache, new_keys, new_values, start)
+    if position.ndim != 0 or not jnp.issubdtype(position.dtype, jnp.integer):
+        raise TypeError(
+            f"position must be an integer scalar, got {position.dtype}{list(position.shape)}"
+        )
+    k, v = _update(key_cache, value_cache, new_keys, new_values, position)
     length = position + jnp.asarray(new_len, position.dtype)
     return {"key_cache": k, "value_cache": v, "length": length}
 

@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -99,42 +100,73 @@ TensorView batch_row(const TensorView& v, std::int64_t b) {
   return row;
 }
 
-// jax.lax.dynamic_update_slice clamps the start into [0, S - L]; kvscatter.jax has already
-// done so in the position's own dtype, and the clamp here keeps the handler safe on its own.
+// Position b of an integer buffer, widened; an unsigned value past int64 saturates (it clamps
+// to S - L all the same).
+std::int64_t read_position(const ffi::AnyBuffer& p, std::size_t b) {
+  const void* d = p.untyped_data();
+  switch (p.element_type()) {
+    case ffi::DataType::S8:
+      return static_cast<const std::int8_t*>(d)[b];
+    case ffi::DataType::S16:
+      return static_cast<const std::int16_t*>(d)[b];
+    case ffi::DataType::S32:
+      return static_cast<const std::int32_t*>(d)[b];
+    case ffi::DataType::S64:
+      return static_cast<const std::int64_t*>(d)[b];
+    case ffi::DataType::U8:
+      return static_cast<const std::uint8_t*>(d)[b];
+    case ffi::DataType::U16:
+      return static_cast<const std::uint16_t*>(d)[b];
+    case ffi::DataType::U32:
+      return static_cast<const std::uint32_t*>(d)[b];
+    case ffi::DataType::U64: {
+      const std::uint64_t v = static_cast<const std::uint64_t*>(d)[b];
+      return v > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(v);
+    }
+    default:
+      throw Error(Status::invalid_parameter, "position: must be an integer");
+  }
+}
+
+// The start jax.lax.dynamic_update_slice uses: a negative (signed) start counts from the end,
+// then the start is clamped into [0, S - L] so the update lies inside the cache. The native
+// API rejects such positions instead.
 std::int64_t clamped_start(std::int64_t start, const TensorView& cache, const TensorView& update) {
-  const std::int64_t limit = cache.rank == 4 && update.rank == 4 ? cache.dim(1) - update.dim(1) : 0;
+  const std::int64_t seq = cache.rank == 4 ? cache.dim(1) : 0;
+  const std::int64_t limit = cache.rank == 4 && update.rank == 4 ? seq - update.dim(1) : 0;
+  if (start < 0) start += seq;
   return std::clamp<std::int64_t>(start, 0, std::max<std::int64_t>(limit, 0));
 }
 
-// position: one int32 start for every sequence, or one per batch row (the batched form that
-// jax.vmap over a per-sequence position lowers to). Every row is planned before any is written.
+// position: one start (any integer dtype) for every sequence, or one per batch row (the
+// batched form that jax.vmap over a per-sequence position lowers to). Every row is planned
+// before any is written.
 ffi::Error kv_cache_update_impl(ffi::AnyBuffer key_cache, ffi::AnyBuffer value_cache,
                                 ffi::AnyBuffer new_keys, ffi::AnyBuffer new_values,
-                                ffi::Buffer<ffi::S32> position,
-                                ffi::Result<ffi::AnyBuffer> key_out,
+                                ffi::AnyBuffer position, ffi::Result<ffi::AnyBuffer> key_out,
                                 ffi::Result<ffi::AnyBuffer> value_out) {
   return guarded([&] {
     const TensorView kc = output_view(key_cache, key_out, "key_cache");
     const TensorView vc = output_view(value_cache, value_out, "value_cache");
     const TensorView nk = view_of(new_keys, "new_keys");
     const TensorView nv = view_of(new_values, "new_values");
-    const std::int32_t* starts = position.typed_data();
     const std::int64_t count = static_cast<std::int64_t>(position.element_count());
-    if (count == 1) {
-      kv_cache_update(kc, vc, nk, nv, clamped_start(starts[0], kc, nk));
+    if (position.dimensions().size() == 0) {
+      kv_cache_update(kc, vc, nk, nv, clamped_start(read_position(position, 0), kc, nk));
       return;
     }
     const std::int64_t batch = kc.rank == 4 ? kc.dim(0) : -1;
     if (count != batch || nk.rank != 4 || nv.rank != 4 || vc.rank != 4) {
       throw Error(Status::invalid_parameter,
-                  "position: expected 1 or B = " + std::to_string(batch) + " starts, got " +
-                      std::to_string(count));
+                  "position: expected a scalar or B = " + std::to_string(batch) +
+                      " starts, got " + std::to_string(count));
     }
     std::vector<KvCacheUpdatePlan> plans;
     plans.reserve(static_cast<std::size_t>(count));
     for (std::int64_t b = 0; b < count; ++b) {
+      const std::int64_t start = read_position(position, static_cast<std::size_t>(b));
       plans.push_back(plan_kv_cache_update(batch_row(kc, b), batch_row(vc, b), batch_row(nk, b),
-                                           batch_row(nv, b), clamped_start(starts[b], kc, nk)));
+                                           batch_row(nv, b), clamped_start(start, kc, nk)));
     }
     for (const KvCacheUpdatePlan& plan : plans) execute(plan);
   });
@@ -220,7 +252,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterKvCacheUpdate, kvscatter::python::kv_cach
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::S32>>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
 
