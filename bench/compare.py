@@ -40,6 +40,10 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
+# PyTorch's OpenMP workers spin after each PyTorch operator by default and would take the cores
+# the next measured call (kvscatter's pool, XLA's) needs: let idle workers sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import alternatives as alt  # noqa: E402
