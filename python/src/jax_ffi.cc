@@ -95,8 +95,8 @@ ffi::Error guarded(F&& f) {
 TensorView batch_row(const TensorView& v, std::int64_t b) {
   TensorView row = v;
   row.shape[0] = 1;
-  row.data = static_cast<char*>(v.data) +
-             b * v.strides[0] * static_cast<std::int64_t>(v.element_size());
+  row.data =
+      static_cast<char*>(v.data) + b * v.strides[0] * static_cast<std::int64_t>(v.element_size());
   return row;
 }
 
@@ -158,8 +158,8 @@ ffi::Error kv_cache_update_impl(ffi::AnyBuffer key_cache, ffi::AnyBuffer value_c
     const std::int64_t batch = kc.rank == 4 ? kc.dim(0) : -1;
     if (count != batch || nk.rank != 4 || nv.rank != 4 || vc.rank != 4) {
       throw Error(Status::invalid_parameter,
-                  "position: expected a scalar or B = " + std::to_string(batch) +
-                      " starts, got " + std::to_string(count));
+                  "position: expected a scalar or B = " + std::to_string(batch) + " starts, got " +
+                      std::to_string(count));
     }
     std::vector<KvCacheUpdatePlan> plans;
     plans.reserve(static_cast<std::size_t>(count));
@@ -223,10 +223,9 @@ ffi::Error with_k_scale_impl(ffi::AnyBuffer key, ffi::AnyBuffer value, ffi::AnyB
     const TensorView kc = output_view(key_cache, key_out, "key_cache");
     const TensorView vc = output_view(value_cache, value_out, "value_cache");
     const TensorView ksc = output_view(key_scale_cache, scale_out, "key_scale_cache");
-    scatter_pa_kv_cache_with_k_scale(view_of(key, "key"), view_of(value, "value"), kc, vc,
-                                     view_of(slot_mapping, "slot_mapping"),
-                                     view_of(key_scale, "key_scale"), ksc,
-                                     std::string(cache_layout));
+    scatter_pa_kv_cache_with_k_scale(
+        view_of(key, "key"), view_of(value, "value"), kc, vc, view_of(slot_mapping, "slot_mapping"),
+        view_of(key_scale, "key_scale"), ksc, std::string(cache_layout));
   });
 }
 
@@ -237,9 +236,8 @@ ffi::Error kv_compress_epilog_impl(ffi::AnyBuffer cache, ffi::AnyBuffer x,
                                    bool round_scale, float x_scale) {
   return guarded([&] {
     const TensorView c = output_view(cache, cache_out, "cache");
-    kv_compress_epilog(c, view_of(x, "x"), view_of(slot_mapping, "slot_mapping"),
-                       quant_group_size, parse_quant_mode(std::string(quant_mode)), round_scale,
-                       x_scale);
+    kv_compress_epilog(c, view_of(x, "x"), view_of(slot_mapping, "slot_mapping"), quant_group_size,
+                       parse_quant_mode(std::string(quant_mode)), round_scale, x_scale);
   });
 }
 
@@ -282,8 +280,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterScatterPaKvCacheWithKScale,
                                   .Ret<ffi::AnyBuffer>()
                                   .Attr<std::string_view>("cache_layout"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterKvCompressEpilog,
-                              kvscatter::python::kv_compress_epilog_impl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterKvCompressEpilog, kvscatter::python::kv_compress_epilog_impl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()

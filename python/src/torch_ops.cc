@@ -135,8 +135,9 @@ void scatter_pa_kv_cache_cpu(const at::Tensor& key, const OptTensor& value,
                              const at::Tensor& key_cache, const OptTensor& value_cache,
                              const at::Tensor& slot_mapping, const OptTensor& compress_lens,
                              const OptTensor& compress_seq_offsets, const OptTensor& seq_lens,
-                             OptStr cache_mode, OptStr scatter_mode, at::OptionalIntArrayRef strides,
-                             at::OptionalIntArrayRef offsets, OptStr dtype) {
+                             OptStr cache_mode, OptStr scatter_mode,
+                             at::OptionalIntArrayRef strides, at::OptionalIntArrayRef offsets,
+                             OptStr dtype) {
   TensorView k = view(key, "key");
   std::optional<TensorView> v = view(value, "value");
   TensorView kc = view(key_cache, "key_cache");
@@ -157,13 +158,10 @@ void scatter_pa_kv_cache_cpu(const at::Tensor& key, const OptTensor& value,
   guarded([&] { execute(plan_scatter_pa_kv_cache(k, kc, sm, v, vc, options)); });
 }
 
-void scatter_pa_kv_cache_with_k_scale_cpu(const at::Tensor& key, const at::Tensor& value,
-                                          const at::Tensor& key_cache,
-                                          const at::Tensor& value_cache,
-                                          const at::Tensor& slot_mapping,
-                                          const at::Tensor& key_scale,
-                                          const at::Tensor& key_scale_cache, OptStr cache_layout,
-                                          OptStr dtype) {
+void scatter_pa_kv_cache_with_k_scale_cpu(
+    const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+    const at::Tensor& value_cache, const at::Tensor& slot_mapping, const at::Tensor& key_scale,
+    const at::Tensor& key_scale_cache, OptStr cache_layout, OptStr dtype) {
   TensorView k = view(key, "key");
   TensorView v = view(value, "value");
   TensorView kc = view(key_cache, "key_cache");
@@ -173,9 +171,8 @@ void scatter_pa_kv_cache_with_k_scale_cpu(const at::Tensor& key, const at::Tenso
   const TensorView ksc = view(key_scale_cache, "key_scale_cache");
   apply_dtype(dtype, {{&k, "key"}, {&v, "value"}, {&kc, "key_cache"}, {&vc, "value_cache"}});
   const std::string layout = str_or(cache_layout, "BNBD");
-  guarded([&] {
-    execute(plan_scatter_pa_kv_cache_with_k_scale(k, v, kc, vc, sm, ks, ksc, layout));
-  });
+  guarded(
+      [&] { execute(plan_scatter_pa_kv_cache_with_k_scale(k, v, kc, vc, sm, ks, ksc, layout)); });
 }
 
 void kv_compress_epilog_cpu(const at::Tensor& cache, const at::Tensor& x,
