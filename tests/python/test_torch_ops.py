@@ -284,3 +284,20 @@ def test_compile_every_operator():
             for e, a in zip(eager, args):
                 if isinstance(a, torch.Tensor):
                     assert same_bytes(e, a), name
+
+
+def test_the_package_functions_compile_without_graph_breaks():
+    torch._dynamo.reset()
+
+    def step(k, kc, vc, slots):
+        kvscatter.scatter_pa_kv_cache(k, k, kc, vc, slots)
+        return kvscatter.kv_cache_update(kc.view(1, -1, 2, 16), vc.view(1, -1, 2, 16),
+                                         k[:1].unsqueeze(0).float(), k[:1].unsqueeze(0).float(), 0)
+
+    caches = [torch.zeros(4, 8, 2, 16, dtype=torch.bfloat16) for _ in range(4)]
+    key = torch.randn(2, 2, 16).to(torch.bfloat16)
+    slots = torch.tensor([3, 9])
+    step(key, caches[0], caches[1], slots)
+    torch.compile(step, fullgraph=True)(key, caches[2], caches[3], slots)
+    assert torch.equal(caches[0].view(torch.int16), caches[2].view(torch.int16))
+    assert torch.equal(caches[1].view(torch.int16), caches[3].view(torch.int16))
