@@ -16,8 +16,9 @@
 #include "bindings.h"
 #include "kvscatter/error.h"
 #include "kvscatter/kv_cache_update.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace nb = nanobind;
@@ -205,11 +206,11 @@ ffi::Error scatter_pa_kv_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets 
       options.compress_seq_offsets = view_of(arg("compress_seq_offsets"), "compress_seq_offsets");
     }
     if (present & 8) options.seq_lens = view_of(arg("seq_lens"), "seq_lens");
-    options.cache_mode = std::string(cache_mode);
-    options.scatter_mode = std::string(scatter_mode);
+    options.cache_mode = parse_cache_mode(cache_mode);
+    options.scatter_mode = parse_scatter_mode(scatter_mode);
     if (strides.size() == 2) options.strides = std::array<std::int64_t, 2>{strides[0], strides[1]};
     if (offsets.size() == 2) options.offsets = std::array<std::int64_t, 2>{offsets[0], offsets[1]};
-    scatter_pa_kv_cache(key, kc, slots, value, vc, options);
+    scatter_pa_kv_cache(key, value, kc, vc, slots, options);
   });
 }
 
@@ -225,7 +226,7 @@ ffi::Error with_k_scale_impl(ffi::AnyBuffer key, ffi::AnyBuffer value, ffi::AnyB
     const TensorView ksc = output_view(key_scale_cache, scale_out, "key_scale_cache");
     scatter_pa_kv_cache_with_k_scale(
         view_of(key, "key"), view_of(value, "value"), kc, vc, view_of(slot_mapping, "slot_mapping"),
-        view_of(key_scale, "key_scale"), ksc, std::string(cache_layout));
+        view_of(key_scale, "key_scale"), ksc, parse_k_scale_cache_layout(cache_layout));
   });
 }
 
@@ -237,7 +238,7 @@ ffi::Error kv_compress_epilog_impl(ffi::AnyBuffer cache, ffi::AnyBuffer x,
   return guarded([&] {
     const TensorView c = output_view(cache, cache_out, "cache");
     kv_compress_epilog(c, view_of(x, "x"), view_of(slot_mapping, "slot_mapping"), quant_group_size,
-                       parse_quant_mode(std::string(quant_mode)), round_scale, x_scale);
+                       parse_quant_mode(quant_mode), round_scale, x_scale);
   });
 }
 

@@ -21,8 +21,9 @@
 #include "dtype_override.h"
 #include "kvscatter/error.h"
 #include "kvscatter/kv_cache_update.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "kvscatter/tensor.h"
 
 namespace kvscatter::torch_ops {
@@ -100,8 +101,8 @@ std::optional<TensorView> view(const OptTensor& t, const char* name) {
   return view(*t, name);
 }
 
-std::string str_or(const OptStr& s, const char* fallback) {
-  return s.has_value() ? std::string(s->data(), s->size()) : std::string(fallback);
+std::string_view str_or(const OptStr& s, std::string_view fallback) {
+  return s.has_value() ? std::string_view(s->data(), s->size()) : fallback;
 }
 
 void apply_dtype(const OptStr& dtype, std::initializer_list<python::NamedView> views) {
@@ -151,11 +152,13 @@ void scatter_pa_kv_cache_cpu(const at::Tensor& key, const OptTensor& value,
   options.compress_lens = view(compress_lens, "compress_lens");
   options.compress_seq_offsets = view(compress_seq_offsets, "compress_seq_offsets");
   options.seq_lens = view(seq_lens, "seq_lens");
-  options.cache_mode = str_or(cache_mode, "Norm");
-  options.scatter_mode = str_or(scatter_mode, "None");
   options.strides = pair(strides, "strides");
   options.offsets = pair(offsets, "offsets");
-  guarded([&] { execute(plan_scatter_pa_kv_cache(k, kc, sm, v, vc, options)); });
+  guarded([&] {
+    options.cache_mode = parse_cache_mode(str_or(cache_mode, "Norm"));
+    options.scatter_mode = parse_scatter_mode(str_or(scatter_mode, "None"));
+    execute(plan_scatter_pa_kv_cache(k, v, kc, vc, sm, options));
+  });
 }
 
 void scatter_pa_kv_cache_with_k_scale_cpu(
@@ -170,9 +173,10 @@ void scatter_pa_kv_cache_with_k_scale_cpu(
   const TensorView ks = view(key_scale, "key_scale");
   const TensorView ksc = view(key_scale_cache, "key_scale_cache");
   apply_dtype(dtype, {{&k, "key"}, {&v, "value"}, {&kc, "key_cache"}, {&vc, "value_cache"}});
-  const std::string layout = str_or(cache_layout, "BNBD");
-  guarded(
-      [&] { execute(plan_scatter_pa_kv_cache_with_k_scale(k, v, kc, vc, sm, ks, ksc, layout)); });
+  guarded([&] {
+    const KScaleCacheLayout layout = parse_k_scale_cache_layout(str_or(cache_layout, "BNBD"));
+    execute(plan_scatter_pa_kv_cache_with_k_scale(k, v, kc, vc, sm, ks, ksc, layout));
+  });
 }
 
 void kv_compress_epilog_cpu(const at::Tensor& cache, const at::Tensor& x,
@@ -184,7 +188,7 @@ void kv_compress_epilog_cpu(const at::Tensor& cache, const at::Tensor& x,
   const TensorView sm = view(slot_mapping, "slot_mapping");
   apply_dtype(dtype, {{&xv, "x"}});
   guarded([&] {
-    const QuantMode mode = parse_quant_mode(std::string(quant_mode.data(), quant_mode.size()));
+    const QuantMode mode = parse_quant_mode(std::string_view(quant_mode.data(), quant_mode.size()));
     // The operator's x_scale is float32: round the double to nearest even, as torch does.
     execute(plan_kv_compress_epilog(c, xv, sm, quant_group_size, mode, round_scale,
                                     static_cast<float>(x_scale)));
