@@ -18,12 +18,14 @@ a null mode.
 
 from __future__ import annotations
 
+from . import gather_pa_kv_cache as _gather_pa_kv_cache
 from . import kv_compress_epilog as _kv_compress_epilog
 from . import scatter_pa_kv_cache as _scatter_pa_kv_cache
 from . import scatter_pa_kv_cache_with_k_scale as _scatter_with_k_scale
 
 __all__ = [
     "kv_compress_epilog",
+    "npu_gather_pa_kv_cache",
     "npu_scatter_pa_kv_cache",
     "npu_scatter_pa_kv_cache_functional",
     "scatter_pa_kv_cache_with_k_scale",
@@ -280,6 +282,69 @@ def kv_compress_epilog(
         quant_mode=quant_mode,
         round_scale=round_scale,
         x_scale=x_scale,
+    )
+
+
+def npu_gather_pa_kv_cache(
+    key_cache,
+    value_cache,
+    block_tables,
+    seq_lens,
+    key,
+    value,
+    *,
+    seq_offset=None,
+    is_seq_lens_cumsum=False,
+):
+    """Reads each sequence's tokens out of paged caches into dense ``key`` / ``value`` rows.
+
+    Upstream: ``torch_npu.npu_gather_pa_kv_cache(key_cache, value_cache, block_tables,
+    seq_lens, key, value, *, seq_offset=None, is_seq_lens_cumsum=False) -> None``; Norm
+    caches. :func:`kvscatter.gather_pa_kv_cache` has the same arguments plus ``cache_mode``.
+
+    Parameters
+    ----------
+    key_cache, value_cache : Tensor or ndarray
+        ``[num_blocks, block_size, num_heads, head_size]``; read only.
+    block_tables : Tensor or ndarray
+        ``[batch, max_blocks_per_seq]`` int32 or int64 block ids.
+    seq_lens : Tensor or ndarray
+        ``[batch]`` lengths (or ``[batch + 1]`` prefix sums with ``is_seq_lens_cumsum``).
+    key, value : Tensor or ndarray
+        ``[rows, num_heads, head_size]`` outputs, written in place.
+    seq_offset : Tensor or ndarray, optional
+        ``[batch]`` offsets; whole blocks shift the start in the block table.
+    is_seq_lens_cumsum : bool, default False
+        ``seq_lens`` holds prefix sums.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        A shape, dtype or block id the operator rejects; nothing is written.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter.torch_npu as torch_npu
+    >>> kc = np.arange(4 * 2 * 1 * 2, dtype=np.float32).reshape(4, 2, 1, 2)
+    >>> key = np.zeros((3, 1, 2), np.float32)
+    >>> torch_npu.npu_gather_pa_kv_cache(kc, kc.copy(), np.array([[2, 0]], np.int32),
+    ...                                  np.array([3], np.int32), key, key.copy())
+    >>> key[:, 0, 0].tolist()
+    [8.0, 10.0, 0.0]
+    """
+    _gather_pa_kv_cache(
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        key,
+        value,
+        seq_offset=seq_offset,
+        is_seq_lens_cumsum=is_seq_lens_cumsum,
     )
 
 

@@ -38,6 +38,22 @@ def test_upstream_signatures_and_defaults():
     sig = inspect.signature(torch_npu.scatter_pa_kv_cache_with_k_scale)
     assert sig.parameters["cache_layout"].default == "BNBD"
     assert kvscatter.npu_scatter_pa_kv_cache is torch_npu.npu_scatter_pa_kv_cache
+    sig = inspect.signature(torch_npu.npu_gather_pa_kv_cache)
+    assert list(sig.parameters) == ["key_cache", "value_cache", "block_tables", "seq_lens", "key",
+                                    "value", "seq_offset", "is_seq_lens_cumsum"]
+    assert sig.parameters["is_seq_lens_cumsum"].default is False
+
+
+def test_gather_round_trips_a_scatter():
+    kc = torch.zeros(4, 8, 2, 16, dtype=torch.bfloat16)
+    vc = torch.zeros_like(kc)
+    key = torch.randn(5, 2, 16).to(torch.bfloat16)
+    blocks = torch.tensor([[3, 1]], dtype=torch.int32)
+    slots = torch.tensor([24, 25, 26, 27, 28], dtype=torch.int32)  # block 3, offsets 0..4
+    torch_npu.npu_scatter_pa_kv_cache(key, key, kc, vc, slots, cache_mode="Norm")
+    out_k, out_v = torch.zeros_like(key), torch.zeros_like(key)
+    torch_npu.npu_gather_pa_kv_cache(kc, vc, blocks, torch.tensor([5], dtype=torch.int32), out_k, out_v)
+    assert torch.equal(out_k, key) and torch.equal(out_v, key)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.int8])
