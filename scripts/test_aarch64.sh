@@ -19,6 +19,7 @@
 #
 #   scripts/test_aarch64.sh                 build and run every CPU below
 #   AARCH64_CPUS="cortex-a76 a64fx" scripts/test_aarch64.sh    only those (names as below)
+#   AARCH64_SUITES="kv_cache_update_test" scripts/test_aarch64.sh  only those suites
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -38,7 +39,8 @@ suites=(formats_test kv_cache_update_test kv_compress_epilog_test
         scatter_pa_kv_cache_examples_test scatter_pa_kv_cache_random_test
         scatter_pa_kv_cache_with_k_scale_test)
 # The shared optimized-versus-reference harness, when this checkout has it.
-[ -f tests/cpp/harness_test.cc ] && suites+=(harness_test)
+if [ -f tests/cpp/harness_test.cc ]; then suites+=(harness_test); fi
+if [ -n "${AARCH64_SUITES:-}" ]; then read -ra suites <<<"$AARCH64_SUITES"; fi
 fuzz_ops=(scatter_pa_kv_cache scatter_pa_kv_cache_with_k_scale kv_compress_epilog kv_cache_update)
 c_tests=(c_c_api_test c_kv_cache_update_test c_quant_ops_test c_scatter_pa_kv_cache_test
          c_header_cxx_test)
@@ -49,23 +51,43 @@ cmake --build build/aarch64 -j"$jobs" --target kvscatter_cli "${suites[@]}" "${c
   $(printf '%s_fuzz_replay ' "${fuzz_ops[@]}")
 build_s=$((SECONDS - start))
 
-qemu=(nice -n 10 qemu-aarch64 -L /usr/aarch64-linux-gnu)
+qemu=(nice -n 10 qemu-aarch64)  # no -L: see cmake/toolchains/aarch64-linux-gnu.cmake
 b=build/aarch64
+logs=$b/qemu-logs
+rm -rf $logs
+mkdir -p $logs
 failed=()
-run() {  # label, command...: runs under the current QEMU_CPU, keeps the log, records failures
-  local label=$1 log
+# label, command...: runs in the background under the current QEMU_CPU, as many at once as
+# there are cores; the log, exit status and seconds land in $logs/<cpu>.<label>.*
+run() {
+  local label=$1 base=$logs/$cpu_name.$1
   shift
-  log=$b/qemu-logs/$cpu_name.$label.log
-  if ! "${qemu[@]}" "$@" >"$log" 2>&1; then
-    failed+=("$cpu_name: $label (log $log)")
-    tail -n 40 "$log"
-  fi
+  while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+  (
+    t=$SECONDS
+    rc=0
+    "${qemu[@]}" "$@" >"$base.log" 2>&1 || rc=$?
+    echo "$rc" >"$base.rc"
+    echo "$((SECONDS - t)) $cpu_name.$label" >>$logs/seconds
+  ) &
+}
+collect() {  # waits for the runs started so far; records the failed ones
+  wait
+  local rcfile
+  for rcfile in $logs/*.rc; do
+    [ -e "$rcfile" ] || continue
+    if [ "$(cat "$rcfile")" != 0 ]; then
+      failed+=("${rcfile%.rc} (log ${rcfile%.rc}.log)")
+      tail -n 30 "${rcfile%.rc}.log"
+    fi
+    mv "$rcfile" "$rcfile.seen"
+  done
 }
 
-mkdir -p $b/qemu-logs
 step "C ABI tests, exported symbols and the installed example (QEMU_CPU=max)"
 export QEMU_CPU=max cpu_name=max
 for t in "${c_tests[@]}"; do run "$t" $b/tests/c/$t; done
+collect
 ctest --test-dir $b -R '^c_api_(exports|example_installed)$' --output-on-failure >/dev/null ||
   failed+=("c_api_exports / c_api_example_installed")
 
@@ -90,9 +112,11 @@ for entry in "${cpus[@]}"; do
   run demo $b/tools/kvscatter --threads 2 demo --layers 2 --batch 2 --prompt 24 --generate 4 \
     --paged-layers 2 --paged-steps 6 --quant-layers 1 --quant-batch 2 --quant-prompt 16 \
     --quant-generate 2
+  collect
   cpu_s[$cpu_name]=$((SECONDS - t0))
 done
 
+echo "-- aarch64: slowest runs (s): $(sort -rn $logs/seconds | head -n 8 | tr '\n' ';')"
 echo "-- aarch64: build ${build_s} s;$(for c in "${!cpu_s[@]}"; do printf ' %s %s s;' "$c" "${cpu_s[$c]}"; done) total $((SECONDS - start)) s"
 if ((${#failed[@]})); then
   printf 'aarch64 FAILED: %s\n' "${failed[@]}"

@@ -18,6 +18,8 @@ set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgco
 
 find_program(KVSCATTER_QEMU_AARCH64 NAMES qemu-aarch64 qemu-aarch64-static)
 if(KVSCATTER_QEMU_AARCH64)
-  # -L: the Arm dynamic loader and C library of the cross toolchain.
-  set(CMAKE_CROSSCOMPILING_EMULATOR ${KVSCATTER_QEMU_AARCH64} -L /usr/aarch64-linux-gnu)
+  # No -L /usr/aarch64-linux-gnu: the programs load the arm64 C library that the multiarch
+  # packages install (/lib/ld-linux-aarch64.so.1, a dependency of libhwy1:arm64). With -L,
+  # Debian 12's qemu-aarch64 hangs in the first pthread_create, so every threaded test would.
+  set(CMAKE_CROSSCOMPILING_EMULATOR ${KVSCATTER_QEMU_AARCH64})
 endif()
