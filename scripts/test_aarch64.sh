@@ -35,11 +35,10 @@ cpus=(
   "a64fx|a64fx|SVE|SVE NEON"
   "cortex-a76|cortex-a76|NEON|NEON"
 )
-suites=(formats_test kv_cache_update_test kv_compress_epilog_test
-        scatter_pa_kv_cache_examples_test scatter_pa_kv_cache_random_test
-        scatter_pa_kv_cache_with_k_scale_test)
-# The shared optimized-versus-reference harness, when this checkout has it.
-if [ -f tests/cpp/harness_test.cc ]; then suites+=(harness_test); fi
+# The `simd` label of tests/CMakeLists.txt; harness_test runs every operator's cases on every
+# runnable target at 1, 2 and 3 threads.
+suites=(harness_test formats_test kv_cache_update_test kv_compress_epilog_test
+        scatter_pa_kv_cache_examples_test scatter_pa_kv_cache_with_k_scale_test)
 if [ -n "${AARCH64_SUITES:-}" ]; then read -ra suites <<<"$AARCH64_SUITES"; fi
 fuzz_ops=(scatter_pa_kv_cache scatter_pa_kv_cache_with_k_scale kv_compress_epilog kv_cache_update)
 c_tests=(c_c_api_test c_kv_cache_update_test c_quant_ops_test c_scatter_pa_kv_cache_test
