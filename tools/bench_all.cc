@@ -12,6 +12,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -21,10 +22,14 @@
 #include "cli.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/gather_pa_kv_cache.h"
+#include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "measure.h"
 #include "workload.h"
 
@@ -123,16 +128,15 @@ Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int6
       }
       return TensorView(c.data(), dt, {nb, kBlockSize, heads, dim});
     };
-    opt.cache_mode = mode;
+    opt.cache_mode = parse_cache_mode(mode);
     const TensorView k(b->key.data(), dt, {tokens, heads, dim});
     const TensorView slot(b->slots.data(), DType::int64, {tokens});
     if (key_only) {
-      b->plan = plan_scatter_pa_kv_cache(k, cache(b->key_cache), slot, std::nullopt,
-                                         std::nullopt, opt);
+      b->plan =
+          plan_scatter_pa_kv_cache(k, std::nullopt, cache(b->key_cache), std::nullopt, slot, opt);
     } else {
-      b->plan = plan_scatter_pa_kv_cache(k, cache(b->key_cache), slot,
-                                         TensorView(b->value.data(), dt, {tokens, heads, dim}),
-                                         cache(b->value_cache), opt);
+      b->plan = plan_scatter_pa_kv_cache(k, TensorView(b->value.data(), dt, {tokens, heads, dim}),
+                                         cache(b->key_cache), cache(b->value_cache), slot, opt);
     }
     const std::int64_t sides = key_only ? 1 : 2;
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * sides * row + 8 * tokens};
@@ -203,9 +207,9 @@ Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
                                 s, 64, mode, true, 1.0f)
             .row_bytes;
     b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
-    b->plan = plan_kv_compress_epilog(
-        TensorView(b->cache.data(), DType::uint8, {nb, kBlockSize, 1, row}), x, s, 64, mode, true,
-        1.0f);
+    b->plan =
+        plan_kv_compress_epilog(TensorView(b->cache.data(), DType::uint8, {nb, kBlockSize, 1, row}),
+                                x, s, 64, mode, true, 1.0f);
     // read: the bfloat16 row and its slot; written: the cache row, padding included.
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * (2 * d + row) + 8 * tokens};
   };
@@ -240,6 +244,117 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   return w;
 }
 
+// ScatterPaCache, plain scenario: one bfloat16 cache (an MLA latent cache, or K and V cached
+// separately), the key side of scatter_pa_kv_cache's Norm mode.
+Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"scatter_pa_cache", "plain bf16", std::to_string(heads) + "x" + std::to_string(dim),
+             nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key;
+      CacheBytes key_cache;
+      std::vector<std::int64_t> slots;
+      ScatterPaCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens);
+    b->key = random_bytes(static_cast<std::size_t>(tokens * row), 1);
+    b->key_cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    const DType dt = DType::bfloat16;
+    const TensorView cache(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim});
+    b->plan = plan_scatter_pa_cache(TensorView(b->key.data(), dt, {tokens, heads, dim}), cache,
+                                    TensorView(b->slots.data(), DType::int64, {tokens}));
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * row + 8 * tokens};
+  };
+  return w;
+}
+
+// IndexerQuantCache: bfloat16 indexer keys (d = 128, DeepSeek's lightning indexer) quantized
+// into a float8_e4m3fn paged cache with their scales.
+Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t d) {
+  Workload w{"indexer_quant_cache", name, "d" + std::to_string(d), nullptr};
+  w.make = [mode, d](std::int64_t tokens) {
+    struct Buffers {
+      std::vector<std::uint16_t> x;
+      CacheBytes cache, scale;
+      std::vector<std::int64_t> slots;
+      IndexerQuantCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    const bool mx = mode == IndexerQuantMode::mxfp8;
+    const std::int64_t scale_bytes = mx ? d / 32 : 4;
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->x.resize(static_cast<std::size_t>(tokens * d));
+    fill_tiled(b->x.data(), b->x.size(), bits);
+    b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * d), 0);
+    b->scale.assign(static_cast<std::size_t>(nb * kBlockSize * scale_bytes), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    IndexerQuantCacheOptions opt;
+    opt.quant_mode = mode;
+    b->plan = plan_indexer_quant_cache(
+        TensorView(b->cache.data(), DType::float8_e4m3fn, {nb, kBlockSize, 1, d}),
+        mx ? TensorView(b->scale.data(), DType::float8_e8m0, {nb, kBlockSize, 1, d / 32})
+           : TensorView(b->scale.data(), DType::float32, {nb, kBlockSize, 1, 1}),
+        TensorView(b->x.data(), DType::bfloat16, {tokens, d}),
+        TensorView(b->slots.data(), DType::int64, {tokens}), opt);
+    // read: the bfloat16 row and its slot; written: the codes and the scale(s).
+    return Case{[b] { execute(b->plan); },
+                written_tokens(tokens) * (2 * d + d + scale_bytes) + 8 * tokens};
+  };
+  return w;
+}
+
+// GatherPaKvCache: bfloat16 Norm caches read back into dense key/value rows; sequences of up to
+// 512 tokens each in shuffled blocks, as a paged allocator leaves them.
+Workload gather_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"gather_pa_kv_cache", "Norm bf16", std::to_string(heads) + "x" + std::to_string(dim),
+             nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      CacheBytes key_cache, value_cache;
+      Bytes key, value;
+      std::vector<std::int64_t> tables, lens;
+      GatherPaKvCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens) + 4;
+    const std::int64_t seq = 512, batch = (tokens + seq - 1) / seq;
+    const std::int64_t width = (seq + kBlockSize - 1) / kBlockSize;
+    const Bytes pattern = random_bytes(static_cast<std::size_t>(nb * kBlockSize * row), 8);
+    b->key_cache.assign(pattern.begin(), pattern.end());
+    b->value_cache = b->key_cache;
+    b->key.assign(static_cast<std::size_t>(tokens * row), 0);
+    b->value = b->key;
+    std::vector<std::int64_t> blocks(static_cast<std::size_t>(nb));
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(9));
+    b->tables.assign(static_cast<std::size_t>(batch * width), -1);
+    std::size_t next = 0;
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const std::int64_t len = std::min(seq, tokens - i * seq);
+      b->lens.push_back(len);
+      for (std::int64_t k = 0; k * kBlockSize < len; ++k) {
+        b->tables[static_cast<std::size_t>(i * width + k)] = blocks[next++];
+      }
+    }
+    const DType dt = DType::bfloat16;
+    b->plan = plan_gather_pa_kv_cache(
+        TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+        TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+        TensorView(b->tables.data(), DType::int64, {batch, width}),
+        TensorView(b->lens.data(), DType::int64, {batch}),
+        TensorView(b->key.data(), dt, {tokens, heads, dim}),
+        TensorView(b->value.data(), dt, {tokens, heads, dim}));
+    // read: the cache rows and the block tables; written: the same rows.
+    return Case{[b] { execute(b->plan); }, 2 * 2 * tokens * row + 8 * batch * (width + 1)};
+  };
+  return w;
+}
+
 std::vector<Workload> all_workloads() {
   return {
       scatter_workload("Norm", 8, 128, false),
@@ -247,6 +362,11 @@ std::vector<Workload> all_workloads() {
       scatter_workload("PA_NZ", 8, 128, false),
       scatter_workload("PA_NZ", 32, 128, false),
       scatter_workload("Norm", 1, 576, true),
+      scatter_pa_cache_workload(8, 128),
+      scatter_pa_cache_workload(1, 576),
+      gather_workload(8, 128),
+      indexer_workload(IndexerQuantMode::fp8, "fp8", 128),
+      indexer_workload(IndexerQuantMode::mxfp8, "mxfp8", 128),
       k_scale_workload(8, 128),
       epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
       epilog_workload(QuantMode::fp8_e8m0, "fp8_e8m0", 576),
@@ -270,6 +390,11 @@ struct Target {
 constexpr Target kTargets[] = {
     {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
+    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425,
+     "performance issue"},
+    {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
+    {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.005, "performance issue"},
+    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.005, "performance issue"},
     {"kv_compress_epilog", "kv_compress_epilog fp8_e8m0 d576", 0.5, 0.05, "performance issue"},
     {"contiguous update", "kv_cache_update f32->f32 8x128", 0.8, 0.4, "performance issue"},
     {"contiguous update, bf16 cache", "kv_cache_update f32->bf16 8x128", 0.6, 0.3,
@@ -312,8 +437,8 @@ void print_header() {
 
 void print_row(const Result& r) {
   std::printf("%-34s %-20s %-7s %7lld %3d %12.2f %9.2f %9.2f %7.3f\n", r.w->op.c_str(),
-              r.w->variant.c_str(), r.w->shape.c_str(), static_cast<long long>(r.tokens),
-              r.threads, r.t.op_best * 1e6, static_cast<double>(r.bytes) / r.t.op_best / 1e9,
+              r.w->variant.c_str(), r.w->shape.c_str(), static_cast<long long>(r.tokens), r.threads,
+              r.t.op_best * 1e6, static_cast<double>(r.bytes) / r.t.op_best / 1e9,
               static_cast<double>(r.bytes) / r.t.base_best / 1e9, r.ratio());
   std::fflush(stdout);
 }
@@ -380,8 +505,7 @@ int write_json(const std::string& path, const std::vector<Result>& results,
     std::fprintf(f,
                  "    {\"name\": \"%s\", \"id\": \"%s\", \"target\": %g, \"floor\": %g, "
                  "\"source\": \"%s\", \"measured\": ",
-                 t.target->name, t.target->id, t.target->ratio, t.target->floor,
-                 t.target->source);
+                 t.target->name, t.target->id, t.target->ratio, t.target->floor, t.target->source);
     if (t.result) {
       std::fprintf(f, "%.4f, \"met\": %s}", t.ratio, t.ratio >= t.target->ratio ? "true" : "false");
     } else {
@@ -396,8 +520,9 @@ int write_json(const std::string& path, const std::vector<Result>& results,
 
 int run_sweep() {
   const Options& o = g_opts;
-  const std::string tokens_text =
-      !o.tokens.empty() ? o.tokens : o.quick ? "1,64,4096" : "1,4,16,64,256,1024,4096,16384";
+  const std::string tokens_text = !o.tokens.empty() ? o.tokens
+                                  : o.quick         ? "1,64,4096"
+                                                    : "1,4,16,64,256,1024,4096,16384";
   std::vector<std::int64_t> tokens;
   for (const auto& t : split(tokens_text)) {
     const long long v = std::stoll(t);

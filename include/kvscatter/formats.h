@@ -1,4 +1,4 @@
-// Number formats (spec quant_ops.md section 2): scalar encode from float32 and decode to
+// Number formats: scalar encode from float32 and decode to
 // float32, plus batch conversions for the hot pairs. Every batch routine is bit-identical to
 // its scalar counterpart; docs/formats.md states the rounding, saturation, NaN and signed-zero
 // rule of each format.
@@ -40,6 +40,11 @@ KVSCATTER_API float decode_float8_e8m0(std::uint8_t code) noexcept;
 KVSCATTER_API std::uint8_t encode_float4_e2m1(float x) noexcept;
 KVSCATTER_API float decode_float4_e2m1(std::uint8_t nibble) noexcept;
 
+// float4_e1m2 (one nibble: sign, 1 exponent bit, 2 mantissa bits, bias 1; values 0, 0.25 ...
+// 1.75): round to nearest even, saturating at +-1.75 like float4_e2m1 (no Inf, no NaN).
+KVSCATTER_API std::uint8_t encode_float4_e1m2(float x) noexcept;
+KVSCATTER_API float decode_float4_e1m2(std::uint8_t nibble) noexcept;
+
 // HiFloat8: round half away from zero. saturate=true (what KvCompressEpilog uses): overflow
 // and infinities give the largest finite code (0x6E/0xEE) and NaN gives 0x00; saturate=false:
 // overflow gives infinity (0x6F/0xEF) and NaN gives 0x80.
@@ -47,14 +52,16 @@ KVSCATTER_API std::uint8_t encode_hifloat8(float x, bool saturate = true) noexce
 KVSCATTER_API float decode_hifloat8(std::uint8_t code) noexcept;
 
 // Generic scalar entry points over the floating dtypes (float32, float16, bfloat16, hifloat8,
-// float8_e5m2, float8_e4m3fn, float8_e8m0, float4_e2m1). Codes are returned zero-extended.
+// float8_e5m2, float8_e4m3fn, float8_e8m0, float4_e2m1, float4_e1m2). Codes are returned zero-extended.
 KVSCATTER_API std::uint32_t encode(DType dtype, float x) noexcept;
 KVSCATTER_API float decode(DType dtype, std::uint32_t code) noexcept;
 
 // Batch conversions (SIMD, runtime-dispatched), bit-identical to the scalar ones.
-KVSCATTER_API void float32_to_bfloat16(const float* src, std::uint16_t* dst, std::size_t n) noexcept;
+KVSCATTER_API void float32_to_bfloat16(const float* src, std::uint16_t* dst,
+                                       std::size_t n) noexcept;
 KVSCATTER_API void float32_to_float16(const float* src, std::uint16_t* dst, std::size_t n) noexcept;
-KVSCATTER_API void bfloat16_to_float32(const std::uint16_t* src, float* dst, std::size_t n) noexcept;
+KVSCATTER_API void bfloat16_to_float32(const std::uint16_t* src, float* dst,
+                                       std::size_t n) noexcept;
 KVSCATTER_API void float16_to_float32(const std::uint16_t* src, float* dst, std::size_t n) noexcept;
 
 }  // namespace kvscatter::formats

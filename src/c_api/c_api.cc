@@ -42,6 +42,7 @@ constexpr std::array<DTypePair, kNumDTypes> kDTypes{{
     {KVS_FLOAT8_E4M3FN, DType::float8_e4m3fn},
     {KVS_FLOAT8_E8M0, DType::float8_e8m0},
     {KVS_FLOAT4_E2M1, DType::float4_e2m1},
+    {KVS_FLOAT4_E1M2, DType::float4_e1m2},
 }};
 
 constexpr bool dtype_table_is_complete() {
@@ -76,6 +77,12 @@ const char* planner_name(Op op) noexcept {
       return "kvsKvCompressEpilogGetWorkspaceSize";
     case Op::kv_cache_update:
       return "kvsKvCacheUpdateGetWorkspaceSize";
+    case Op::gather_pa_kv_cache:
+      return "kvsGatherPaKvCacheGetWorkspaceSize";
+    case Op::scatter_pa_cache:
+      return "kvsScatterPaCacheGetWorkspaceSize";
+    case Op::indexer_quant_cache:
+      return "kvsIndexerQuantCacheGetWorkspaceSize";
   }
   return "?";
 }
@@ -90,6 +97,12 @@ const char* runner_name(Op op) noexcept {
       return "kvsKvCompressEpilog";
     case Op::kv_cache_update:
       return "kvsKvCacheUpdate";
+    case Op::gather_pa_kv_cache:
+      return "kvsGatherPaKvCache";
+    case Op::scatter_pa_cache:
+      return "kvsScatterPaCache";
+    case Op::indexer_quant_cache:
+      return "kvsIndexerQuantCache";
   }
   return "?";
 }
@@ -214,7 +227,7 @@ kvsStatus kvsCreateTensor(void* data, kvsDataType dtype, int64_t rank, const int
     if (strides != nullptr) {
       for (std::size_t i = 0; i < n; ++i) view.strides[i] = strides[i];
     } else {
-      // Row-major; the running product is checked so that huge shapes fail cleanly (G8).
+      // Row-major; the running product is checked so that huge shapes fail cleanly.
       std::int64_t step = 1;
       for (std::size_t i = n; i-- > 0;) {
         view.strides[i] = step;

@@ -27,6 +27,9 @@ enum class Op : std::uint8_t {
   scatter_pa_kv_cache_with_k_scale,
   kv_compress_epilog,
   kv_cache_update,
+  gather_pa_kv_cache,
+  scatter_pa_cache,
+  indexer_quant_cache,
 };
 
 // Name of the GetWorkspaceSize function that creates an executor of `op`, and of the function

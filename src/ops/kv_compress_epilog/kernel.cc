@@ -1,0 +1,541 @@
+// The kernel of kv_compress_epilog: Highway SIMD with runtime dispatch, one row per token,
+// bit-identical to the reference; the driver (execute.cc) splits rows over threads.
+//
+// - Inputs are read as 32-bit words holding two bf16 values: `w << 16` is the even element as
+//   f32 and `w & 0xFFFF0000` the odd one, so one load feeds two vectors and the two code
+//   vectors recombine in element order with a shift and an or.
+// - Group amax is an unsigned 16-bit max over (bits & 0x7FFF): ordered like the magnitudes,
+//   with every NaN above infinity, so "amax > 0x7F80" detects a NaN in the group.
+// - Scales are computed per group in scalar f32 exactly as the reference does.
+// - Groups whose quotients or products are all finite (the normal case) take fast encoders
+//   that skip NaN handling; the rare others take careful encoders with the reference's NaN
+//   rules. All encoders are lane forms of the scalar rules (tests sweep them).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/kernel.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "ops/kv_compress_epilog/internal.h"
+#include "ops/kv_compress_epilog/kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::detail {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 8 f32 lanes: one vector pair then covers at most 16 elements, the smallest group.
+using DF = hn::CappedTag<float, 8>;
+using DU = hn::RebindToUnsigned<DF>;
+using DI = hn::RebindToSigned<DF>;
+using DU16 = hn::Rebind<std::uint16_t, DF>;   // two output bytes per f32 lane
+using DU8 = hn::Rebind<std::uint8_t, DF>;     // one output byte per f32 lane
+using DA = hn::CappedTag<std::uint16_t, 16>;  // amax over raw bf16 bits
+using VF = hn::Vec<DF>;
+using VU = hn::Vec<DU>;
+
+// 2L consecutive bf16 values as L u32 words; Even() and Odd() widen elements 2i and 2i+1 to
+// f32. Functions rather than a struct of two vectors: SVE vectors are sizeless types, which
+// cannot be struct members.
+HWY_INLINE VU LoadPairs(const std::uint16_t* p) {
+  return hn::LoadU(DU(), reinterpret_cast<const std::uint32_t*>(p));
+}
+HWY_INLINE VF Even(VU w) { return hn::BitCast(DF(), hn::ShiftLeft<16>(w)); }
+HWY_INLINE VF Odd(VU w) { return hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xFFFF0000u))); }
+
+// Byte codes of the even and odd elements -> 2L bytes in element order.
+HWY_INLINE void StoreBytePairs(VU even, VU odd, std::uint8_t* out) {
+  const DU16 d16;
+  hn::StoreU(hn::TruncateTo(d16, hn::Or(even, hn::ShiftLeft<8>(odd))), d16,
+             reinterpret_cast<std::uint16_t*>(out));
+}
+
+// Nibble codes of the even and odd elements -> L bytes, the even element in the low nibble.
+HWY_INLINE void StoreNibblePairs(VU even, VU odd, std::uint8_t* out) {
+  const DU8 d8;
+  hn::StoreU(hn::TruncateTo(d8, hn::Or(even, hn::ShiftLeft<4>(odd))), d8, out);
+}
+
+// Largest (bits & 0x7FFF) over count bf16 values.
+HWY_INLINE std::uint32_t AmaxBits(const std::uint16_t* x, std::int64_t count) {
+  const DA da;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(da));
+  const auto mag = hn::Set(da, std::uint16_t{0x7FFF});
+  auto m = hn::Zero(da);
+  for (std::int64_t i = 0; i < count; i += L) m = hn::Max(m, hn::And(hn::LoadU(da, x + i), mag));
+  return hn::GetLane(hn::MaxOfLanes(da, m));
+}
+
+// Scalar bf16 RNE (docs/formats.md), inlined here for the per-group scales.
+HWY_INLINE std::uint16_t Bf16(float f) {
+  const std::uint32_t b = bits_of(f);
+  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((b >> 16) | 0x40u);
+  return static_cast<std::uint16_t>((b + 0x7FFFu + ((b >> 16) & 1u)) >> 16);
+}
+
+// bf16 RNE codes (in the low 16 bits) of non-NaN lanes.
+HWY_INLINE VU Bf16Lanes(VF f) {
+  const DU du;
+  const VU b = hn::BitCast(du, f);
+  return hn::ShiftRight<16>(
+      hn::Add(hn::Add(b, hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))), hn::Set(du, 0x7FFFu)));
+}
+
+// ---- float8_e4m3fn --------------------------------------------------------------------------
+
+// e4m3fn magnitude code (no sign) of min(|q|, 448), RNE; q must not be NaN.
+HWY_INLINE VU EncodeE4M3Magnitude(VF q) {
+  const DF df;
+  const DU du;
+  const VF af = hn::Min(hn::Abs(q), hn::Set(df, 448.0f));
+  const VU a = hn::BitCast(du, af);
+  // Normal (>= 2^-6): round the mantissa to 3 bits, nearest even, rebiasing 127 -> 7 on the way
+  // (the bias difference 120 << 23 is a multiple of the rounding unit, so it commutes).
+  const VU odd = hn::And(hn::ShiftRight<20>(a), hn::Set(du, 1u));
+  const VU normal =
+      hn::ShiftRight<20>(hn::Add(hn::Add(a, odd), hn::Set(du, 0x7FFFFu - (120u << 23))));
+  // Subnormal: adding 2^14 leaves an ulp of 2^-9, the e4m3 subnormal step, so the f32 add
+  // rounds to it (nearest even) and the low bits count the steps (8 = the smallest normal).
+  const VU sub =
+      hn::Sub(hn::BitCast(du, hn::Add(af, hn::Set(df, 16384.0f))), hn::Set(du, 0x46800000u));
+  const auto is_sub = hn::RebindMask(du, hn::Lt(af, hn::Set(df, 0.015625f)));
+  return hn::IfThenElse(is_sub, sub, normal);
+}
+
+// e4m3fn code of clamp(q, -448, 448), RNE; q must not be NaN.
+HWY_INLINE VU EncodeE4M3Finite(VF q) {
+  const DU du;
+  const VU sign = hn::And(hn::ShiftRight<24>(hn::BitCast(du, q)), hn::Set(du, 0x80u));
+  return hn::Or(EncodeE4M3Magnitude(q), sign);
+}
+
+// As above, and NaN lanes give 0x7F.
+HWY_INLINE VU EncodeE4M3(VF q) {
+  const DU du;
+  const VF safe = hn::IfThenZeroElse(hn::IsNaN(q), q);
+  return hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(q)), hn::Set(du, 0x7Fu),
+                        EncodeE4M3Finite(safe));
+}
+
+// ---- float4_e2m1 ----------------------------------------------------------------------------
+
+// e2m1 nibble of clamp(bf16_RNE(p), -6, 6), RNE; p must not be NaN.
+HWY_INLINE VU EncodeE2M1Finite(VF p) {
+  const DF df;
+  const DU du;
+  const VU b = hn::BitCast(du, p);
+  // bf16 round to nearest even (p is finite or infinite; overflow rounds to infinity).
+  const VU r = hn::And(
+      hn::Add(hn::Add(b, hn::And(hn::ShiftRight<16>(b), hn::Set(du, 1u))), hn::Set(du, 0x7FFFu)),
+      hn::Set(du, 0xFFFF0000u));
+  const VU sign = hn::ShiftLeft<3>(hn::ShiftRight<31>(r));
+  const VF af = hn::Min(hn::BitCast(df, hn::And(r, hn::Set(du, 0x7FFFFFFFu))), hn::Set(df, 6.0f));
+  const VU a = hn::BitCast(du, af);
+  // Below 1: steps of 0.5; 2^22 + af rounds to them (ulp 0.5), codes 0..2.
+  const VU small =
+      hn::Sub(hn::BitCast(du, hn::Add(af, hn::Set(df, 4194304.0f))), hn::Set(du, 0x4A800000u));
+  // [1, 6]: one mantissa bit, bias 1 (rebias 127 -> 1 is 126 << 23, i.e. 252 << 22).
+  const VU odd = hn::And(hn::ShiftRight<22>(a), hn::Set(du, 1u));
+  const VU big =
+      hn::ShiftRight<22>(hn::Add(hn::Add(a, odd), hn::Set(du, 0x1FFFFFu - (126u << 23))));
+  const auto is_small = hn::RebindMask(du, hn::Lt(af, hn::Set(df, 1.0f)));
+  return hn::Or(hn::IfThenElse(is_small, small, big), sign);
+}
+
+// As above, and NaN lanes give 0.
+HWY_INLINE VU EncodeE2M1(VF p) {
+  const DU du;
+  const auto nan = hn::IsNaN(p);
+  return hn::IfThenZeroElse(hn::RebindMask(du, nan), EncodeE2M1Finite(hn::IfThenZeroElse(nan, p)));
+}
+
+// ---- HiFloat8 -------------------------------------------------------------------------------
+
+// HiFloat8 code, round half away from zero, saturating: the lane form of the scalar encoder.
+HWY_INLINE VU EncodeHiF8(VF x) {
+  const DU du;
+  const DI di;
+  using VI = hn::Vec<DI>;
+  const VU b = hn::BitCast(du, x);
+  const VU a = hn::And(b, hn::Set(du, 0x7FFFFFFFu));
+  const VU s = hn::And(hn::ShiftRight<24>(b), hn::Set(du, 0x80u));
+  const VI ai = hn::BitCast(di, a);
+  const VI ae = hn::Abs(hn::Sub(hn::ShiftRight<23>(ai), hn::Set(di, 127)));
+  // Mantissa bits from the input exponent: 3 (|e| <= 3), 2 (<= 7), 1 (<= 15), 0 (denormals);
+  // half = 2^(22 - mb) is the rounding increment, 2*half - 1 the bits cleared.
+  const auto le3 = hn::RebindMask(du, hn::Lt(ae, hn::Set(di, 4)));
+  const auto le7 = hn::RebindMask(du, hn::Lt(ae, hn::Set(di, 8)));
+  const auto le15 = hn::RebindMask(du, hn::Lt(ae, hn::Set(di, 16)));
+  const VU half = hn::IfThenElse(
+      le3, hn::Set(du, 1u << 19),
+      hn::IfThenElse(le7, hn::Set(du, 1u << 20),
+                     hn::IfThenElse(le15, hn::Set(du, 1u << 21), hn::Set(du, 1u << 22))));
+  const VU r = hn::AndNot(hn::Sub(hn::Add(half, half), hn::Set(du, 1u)), hn::Add(a, half));
+  const VI e2 = hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(r)), hn::Set(di, 127));
+  const VI ae2 = hn::Abs(e2);
+  const VU ae2u = hn::BitCast(du, ae2);
+  // After a carry into the next binade the mantissa is zero, so the field width can follow
+  // the rounded exponent.
+  const VU m3 = hn::And(hn::ShiftRight<20>(r), hn::Set(du, 7u));
+  const VU m2 = hn::And(hn::ShiftRight<21>(r), hn::Set(du, 3u));
+  const VU m1 = hn::And(hn::ShiftRight<22>(r), hn::Set(du, 1u));
+  const VU neg = hn::ShiftRight<31>(hn::BitCast(du, e2));  // 1 if e2 < 0
+  const VU n4 = hn::ShiftLeft<4>(neg);
+  const VU c0 = hn::Or(hn::Set(du, 0x08u), m3);
+  const VU c1 = hn::Or(hn::Or(hn::Set(du, 0x10u), hn::ShiftLeft<3>(neg)), m3);
+  const VU c23 = hn::Or(hn::Or(hn::Set(du, 0x20u), n4),
+                        hn::Or(hn::ShiftLeft<3>(hn::Sub(ae2u, hn::Set(du, 2u))), m3));
+  const VU c47 = hn::Or(hn::Or(hn::Set(du, 0x40u), n4),
+                        hn::Or(hn::ShiftLeft<2>(hn::Sub(ae2u, hn::Set(du, 4u))), m2));
+  const VU c815 = hn::Or(hn::Or(hn::Set(du, 0x60u), n4),
+                         hn::Or(hn::ShiftLeft<1>(hn::Sub(ae2u, hn::Set(du, 8u))), m1));
+  VU c = hn::IfThenElse(hn::RebindMask(du, hn::Lt(ae2, hn::Set(di, 8))), c47, c815);
+  c = hn::IfThenElse(hn::RebindMask(du, hn::Lt(ae2, hn::Set(di, 4))), c23, c);
+  c = hn::IfThenElse(hn::RebindMask(du, hn::Eq(ae2, hn::Set(di, 1))), c1, c);
+  c = hn::IfThenElse(hn::RebindMask(du, hn::Eq(ae2, hn::Set(di, 0))), c0, c);
+  // Denormals 2^(c - 23) for e2 in [-23, -16] (2^-23 itself rounds away to code 1).
+  const VU den = hn::BitCast(du, hn::Max(hn::Add(e2, hn::Set(di, 23)), hn::Set(di, 1)));
+  c = hn::IfThenElse(hn::RebindMask(du, hn::Lt(e2, hn::Set(di, -15))), den, c);
+  // Saturation: rounded magnitude >= 1.25 * 2^15 (or any e >= 16, infinities included).
+  const auto ovf =
+      hn::Or(hn::Gt(e2, hn::Set(di, 15)),
+             hn::And(hn::Eq(e2, hn::Set(di, 15)), hn::RebindMask(di, hn::Ne(m1, hn::Zero(du)))));
+  c = hn::IfThenElse(hn::RebindMask(du, ovf), hn::Set(du, 0x6Eu), c);
+  c = hn::Or(c, s);
+  // |x| < 2^-23 rounds to the only zero (no -0); NaN saturates to 0x00.
+  const auto zero =
+      hn::Or(hn::Lt(ai, hn::Set(di, 0x34000000)), hn::Gt(ai, hn::Set(di, 0x7F800000)));
+  return hn::IfThenZeroElse(hn::RebindMask(du, zero), c);
+}
+
+// ---- rows -----------------------------------------------------------------------------------
+
+HWY_INLINE void PutBf16(std::uint8_t* out, std::uint16_t code) {
+  out[0] = static_cast<std::uint8_t>(code & 0xFF);
+  out[1] = static_cast<std::uint8_t>(code >> 8);
+}
+
+// 2L elements (one 32-bit word pair): q = v / k (kDivide) or v * k, then e4m3.
+template <bool kDivide, bool kFinite>
+HWY_INLINE void Fp8Chunk(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
+                         VF k) {
+  const DF df;
+  const DU du;
+  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(x));
+  const VF ve = hn::BitCast(df, hn::ShiftLeft<16>(w));
+  const VF vo = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
+  const VF qe = kDivide ? hn::Div(ve, k) : hn::Mul(ve, k);
+  const VF qo = kDivide ? hn::Div(vo, k) : hn::Mul(vo, k);
+#if HWY_TARGET == HWY_SCALAR  // one lane cannot be split into halves
+  if (kFinite) {
+    StoreBytePairs(EncodeE4M3Finite(qe), EncodeE4M3Finite(qo), out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#else
+  if (kFinite) {
+    const hn::Repartition<std::uint16_t, DU> dw;
+    const hn::Rebind<std::uint8_t, decltype(dw)> db;
+    // s > 0, so each code takes the sign of its input: bits 15 and 31 of w land on bits 7
+    // and 23, next to the even code (byte 0) and the odd code (byte 2).
+    const VU sign = hn::And(hn::ShiftRight<8>(w), hn::Set(du, 0x00800080u));
+    const VU both =
+        hn::Or(hn::Or(EncodeE4M3Magnitude(qe), hn::ShiftLeft<16>(EncodeE4M3Magnitude(qo))), sign);
+    hn::StoreU(hn::TruncateTo(db, hn::BitCast(dw, both)), db, out);
+  } else {
+    StoreBytePairs(EncodeE4M3(qe), EncodeE4M3(qo), out);
+  }
+#endif
+}
+
+// One group of 64: q = v / k (kDivide) or v * k, then e4m3.
+template <bool kDivide, bool kFinite>
+HWY_INLINE void Fp8Group(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
+                         float scalar) {
+  const DF df;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
+  const VF k = hn::Set(df, scalar);
+  for (std::int64_t i = 0; i < 64; i += step) {
+    Fp8Chunk<kDivide, kFinite>(xg + i, data + i, k);
+  }
+}
+
+// One finite group of 64 with s = 2^(e - 127) (round_scale). q = v * 2^(127 - e) is exact,
+// so wherever q lands in e4m3's normal range its bf16 bits are v's with the exponent field
+// lowered by e - 127: the code is computed on 16-bit lanes, twice as many per vector. Chunks
+// holding a nonzero q below 2^-6 (e4m3 subnormals, bf16 subnormal inputs) take the f32 path.
+HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
+                             std::uint32_t e) {
+#if HWY_TARGET == HWY_SCALAR
+  Fp8Group<false, true>(xg, data, f32_from_bits((254u - e) << 23));
+#else
+  const DF df;
+  const hn::Repartition<std::uint16_t, DU> dw;  // 2L lanes: the elements of one f32 pair
+  const hn::RebindToSigned<decltype(dw)> dwi;
+  const hn::Rebind<std::uint8_t, decltype(dw)> db;
+  const std::int64_t step = static_cast<std::int64_t>(hn::Lanes(dw));
+  const VF inv = hn::Set(df, f32_from_bits((254u - e) << 23));
+  // (e - 127) << 7 modulo 2^16; |e - 127| <= 127 keeps every finite q of the group in range.
+  const auto shift = hn::Set(dw, static_cast<std::uint16_t>((e - 127u) << 7));
+  const auto max448 = hn::Set(dwi, std::int16_t{0x43E0});      // bf16 bits of 448
+  const auto min_normal = hn::Set(dwi, std::int16_t{0x3C7F});  // just below 2^-6
+  for (std::int64_t i = 0; i < 64; i += step) {
+    const auto w = hn::LoadU(dw, xg + i);
+    const auto a = hn::And(w, hn::Set(dw, std::uint16_t{0x7FFF}));
+    const auto is_zero = hn::Eq(a, hn::Zero(dw));
+    const auto aq = hn::Min(hn::BitCast(dwi, hn::Sub(a, shift)), max448);  // |q|, clamped
+    const auto ok = hn::Or(hn::RebindMask(dw, hn::Gt(aq, min_normal)), is_zero);
+    if (HWY_UNLIKELY(!hn::AllTrue(dw, ok))) {
+      Fp8Chunk<false, true>(xg + i, data + i, inv);
+      continue;
+    }
+    // 7 mantissa bits -> 3, nearest even, rebiasing 127 -> 7 (a multiple of the unit).
+    const auto u = hn::BitCast(dw, aq);
+    const auto odd = hn::And(hn::ShiftRight<4>(u), hn::Set(dw, std::uint16_t{1}));
+    const auto normal = hn::ShiftRight<4>(
+        hn::Add(hn::Add(u, odd), hn::Set(dw, static_cast<std::uint16_t>(0x7u - (120u << 7)))));
+    const auto sign = hn::ShiftRight<8>(hn::And(w, hn::Set(dw, std::uint16_t{0x8000})));
+    const auto code = hn::Or(hn::IfThenZeroElse(is_zero, normal), sign);
+    hn::StoreU(hn::TruncateTo(db, code), db, data + i);
+  }
+#endif
+}
+
+// Group amax of every group of a row first: the scale of a group then never waits on its own
+// reduction, and the data loops of consecutive groups overlap.
+constexpr std::int64_t kMaxGroups = (8192 - 64) / 16;
+
+template <bool kMode0, bool kRoundScale>
+void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+            std::int64_t groups) {
+  const float C448 = f32_from_bits(kC448Bits);
+  const float EPS = f32_from_bits(kEpsBits);
+  std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
+  std::uint32_t amax[kMaxGroups];
+  for (std::int64_t g = 0; g < groups; ++g) amax[g] = AmaxBits(x + 64 * g, 64);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint16_t* xg = x + 64 * g;
+    std::uint8_t* data = out + 128 + 64 * g;
+    std::uint8_t* scale = kMode0 ? out + 128 + n + 2 * g : out + 128 + n + g;
+    const std::uint32_t amax_bits = amax[g];
+    if (amax_bits > 0x7F80u) {  // a NaN in the group
+      std::memset(data, 0x7F, 64);
+      if (kMode0) {
+        PutBf16(scale, kBf16CanonicalNaN);
+      } else {
+        scale[0] = 0xFF;
+      }
+      continue;
+    }
+    float s = std::max(f32_from_bits(amax_bits << 16), EPS) * C448;
+    const bool finite = amax_bits < 0x7F80u;  // then s is finite and nonzero, quotients finite
+    if (kRoundScale) {
+      std::uint32_t u = bits_of(s);
+      std::uint32_t e = u >> 23;
+      if (u & 0x7FFFFFu) e += 1;
+      s = f32_from_bits(e << 23);
+      // s = 2^(e - 127) (or +inf), so 1/s = 2^(127 - e) is exact (or 0) and v * (1/s) == v / s
+      // bit for bit; forming it from the exponent avoids a scalar division per group.
+      if (finite) {
+        Fp8GroupPow2(xg, data, e);
+      } else {
+        Fp8Group<false, false>(xg, data, e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23));
+      }
+    } else if (finite) {
+      Fp8Group<true, true>(xg, data, s);
+    } else {
+      Fp8Group<true, false>(xg, data, s);
+    }
+    if (kMode0) {
+      PutBf16(scale, Bf16(s));
+    } else {
+      scale[0] = static_cast<std::uint8_t>((bits_of(s) >> 23) & 0xFF);
+    }
+  }
+}
+
+// The nope of a row: every vector pair lies inside one group (groups are >= 16 elements and
+// a pair covers at most 16), so its multiplier is that group's broadcast.
+template <bool kFinite>
+HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT data,
+                        std::int64_t n, std::int64_t gs, const float* HWY_RESTRICT inv_b) {
+  const DF df;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
+  for (std::int64_t i = 0; i < n; i += step) {
+    const VF k = hn::Set(df, inv_b[i / gs]);
+    const VU w = LoadPairs(x + i);
+    if (kFinite) {
+      StoreNibblePairs(EncodeE2M1Finite(hn::Mul(Even(w), k)),
+                       EncodeE2M1Finite(hn::Mul(Odd(w), k)), data + i / 2);
+    } else {
+      StoreNibblePairs(EncodeE2M1(hn::Mul(Even(w), k)), EncodeE2M1(hn::Mul(Odd(w), k)),
+                       data + i / 2);
+    }
+  }
+}
+
+void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                std::int64_t gs, std::int64_t groups, float x_scale) {
+  const DF df;
+  const DU du;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const float c6 = f32_from_bits(kC6Bits);
+  const VF xs = hn::Set(df, x_scale);
+  for (std::int64_t j = 0; j < 64; j += step) {
+    const VU w = LoadPairs(x + n + j);
+    StoreBytePairs(EncodeHiF8(hn::Mul(Even(w), xs)), EncodeHiF8(hn::Mul(Odd(w), xs)), out + j);
+  }
+  // Per-group amax, then every group's scale and multiplier at once (one vector division
+  // instead of a scalar one per group; the same IEEE operations as the reference).
+  alignas(32) std::uint32_t amax_bits[kMaxGroups + 8];
+  alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
+  alignas(32) float inv_b[kMaxGroups + 8];
+  for (std::int64_t g = 0; g < groups; ++g) amax_bits[g] = AmaxBits(x + gs * g, gs);
+  for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
+  auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
+  for (std::int64_t g = 0; g < groups; g += L) {
+    const VF a = hn::BitCast(df, hn::ShiftLeft<16>(hn::LoadU(du, amax_bits + g)));
+    const VF inv = hn::IfThenZeroElse(hn::Eq(a, hn::Zero(df)), hn::Div(hn::Set(df, 6.0f), a));
+    const VF ib = hn::BitCast(df, hn::ShiftLeft<16>(Bf16Lanes(inv)));
+    // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
+    hn::StoreU(hn::IfThenElse(hn::IsNaN(a), a, ib), df, inv_b + g);
+    hn::StoreU(Bf16Lanes(hn::Mul(a, hn::Set(df, c6))), du, scale_code + g);
+    non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(a)));
+    non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(ib)));
+  }
+  // Finite amax and multipliers make every product finite (|v * inv_b| <= ~6); any other
+  // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
+  if (hn::AllFalse(df, non_finite)) {
+    Fp4Nope<true>(x, out + 64, n, gs, inv_b);
+  } else {
+    Fp4Nope<false>(x, out + 64, n, gs, inv_b);
+  }
+  for (std::int64_t g = 0; g < groups; ++g) {
+    PutBf16(out + 64 + n / 2 + 2 * g,
+            amax_bits[g] > 0x7F80u ? kBf16CanonicalNaN : static_cast<std::uint16_t>(scale_code[g]));
+  }
+}
+
+// Rows are read rope first (the row's end), then the nope from its start: the backward jump
+// defeats the hardware stream prefetcher, so the next row is prefetched by hand (measured in
+// bench/performance_notes.md).
+constexpr std::int64_t kAheadRows = 1;
+
+void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
+                  std::int64_t end) {
+  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  auto* cache = static_cast<std::uint8_t*>(p.cache.data);
+  const std::int64_t n = p.d - kRopeDim;
+  const bool x_rows_dense = p.x.is_contiguous();
+  const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
+  const SlotSplitter split(p.block_size);
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t slot = slots[r];
+    if (slot == -1) continue;
+    const std::uint16_t* xr = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
+    std::uint8_t* out = split.address(cache, p.cache.stride(0), p.cache.stride(1), slot);
+    if (x_rows_dense && r + kAheadRows < end) {
+      const auto* next = reinterpret_cast<const char*>(xr + kAheadRows * p.d);
+      for (std::int64_t b = 0; b < 2 * p.d; b += 64) __builtin_prefetch(next + b, 0, 3);
+    }
+    switch (p.quant_mode) {
+      case QuantMode::fp8_bf16:
+        if (p.round_scale) {
+          Fp8Row<true, true>(xr, out, n, p.num_groups);
+        } else {
+          Fp8Row<true, false>(xr, out, n, p.num_groups);
+        }
+        break;
+      case QuantMode::fp8_e8m0:
+        if (p.round_scale) {
+          Fp8Row<false, true>(xr, out, n, p.num_groups);
+        } else {
+          Fp8Row<false, false>(xr, out, n, p.num_groups);
+        }
+        break;
+      case QuantMode::hifloat8_fp4:
+        Hif8Fp4Row(xr, out, n, p.group_size, p.num_groups, p.x_scale);
+        break;
+    }
+    if (pad) std::memset(out + p.payload_bytes, 0, pad);
+  }
+}
+
+// Batch forms of the lane encoders for the tests; n need not be a multiple of the lanes.
+template <class Encode>
+void EncodeBatch(const float* in, std::uint8_t* out, std::size_t n, Encode encode) {
+  const DF df;
+  const DU8 d8;
+  const std::size_t L = hn::Lanes(df);
+  float tail_in[8] = {};
+  std::uint8_t tail_out[8] = {};
+  std::size_t i = 0;
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, in + i))), d8, out + i);
+  if (i < n) {
+    std::memcpy(tail_in, in + i, (n - i) * sizeof(float));
+    hn::StoreU(hn::TruncateTo(d8, encode(hn::LoadU(df, tail_in))), d8, tail_out);
+    std::memcpy(out + i, tail_out, n - i);
+  }
+}
+
+void EncodeE4M3Batch(const float* q, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(q, out, n, [](VF v) { return EncodeE4M3(v); });
+}
+void EncodeE4M3FiniteBatch(const float* q, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(q, out, n, [](VF v) { return EncodeE4M3Finite(v); });
+}
+void EncodeE2M1Batch(const float* p, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(p, out, n, [](VF v) { return EncodeE2M1(v); });
+}
+void EncodeE2M1FiniteBatch(const float* p, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(p, out, n, [](VF v) { return EncodeE2M1Finite(v); });
+}
+void EncodeHiF8Batch(const float* x, std::uint8_t* out, std::size_t n) {
+  EncodeBatch(x, out, n, [](VF v) { return EncodeHiF8(v); });
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvscatter::detail
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvscatter::detail {
+
+HWY_EXPORT(QuantizeRows);
+HWY_EXPORT(EncodeE4M3Batch);
+HWY_EXPORT(EncodeE4M3FiniteBatch);
+HWY_EXPORT(EncodeE2M1Batch);
+HWY_EXPORT(EncodeE2M1FiniteBatch);
+HWY_EXPORT(EncodeHiF8Batch);
+
+void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
+                   std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
+}
+
+void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n, bool finite_only) {
+  if (finite_only) {
+    HWY_DYNAMIC_DISPATCH(EncodeE4M3FiniteBatch)(q, out, n);
+  } else {
+    HWY_DYNAMIC_DISPATCH(EncodeE4M3Batch)(q, out, n);
+  }
+}
+void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_t n,
+                                   bool finite_only) {
+  if (finite_only) {
+    HWY_DYNAMIC_DISPATCH(EncodeE2M1FiniteBatch)(p, out, n);
+  } else {
+    HWY_DYNAMIC_DISPATCH(EncodeE2M1Batch)(p, out, n);
+  }
+}
+void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(EncodeHiF8Batch)(x, out, n);
+}
+
+}  // namespace kvscatter::detail
+#endif  // HWY_ONCE
