@@ -37,10 +37,12 @@ cpus=(
 )
 # The `simd` label of tests/CMakeLists.txt; harness_test runs every operator's cases on every
 # runnable target at 1, 2 and 3 threads.
-suites=(harness_test formats_test kv_cache_update_test kv_compress_epilog_test
-        scatter_pa_kv_cache_examples_test scatter_pa_kv_cache_with_k_scale_test)
+suites=(harness_test formats_test gather_pa_kv_cache_test indexer_quant_cache_test kv_cache_update_test
+        kv_compress_epilog_test scatter_pa_cache_test scatter_pa_kv_cache_examples_test
+        scatter_pa_kv_cache_with_k_scale_test)
 if [ -n "${AARCH64_SUITES:-}" ]; then read -ra suites <<<"$AARCH64_SUITES"; fi
-fuzz_ops=(scatter_pa_kv_cache scatter_pa_kv_cache_with_k_scale kv_compress_epilog kv_cache_update)
+fuzz_ops=()
+for f in fuzz/*_fuzz.cc; do f=${f#fuzz/}; fuzz_ops+=("${f%_fuzz.cc}"); done
 c_tests=(c_c_api_test c_kv_cache_update_test c_quant_ops_test c_scatter_pa_kv_cache_test
          c_header_cxx_test)
 
