@@ -671,8 +671,10 @@ def report(native, cli_info, comp, meta, made, out: pathlib.Path) -> str:
 
         w("## Native sweep\n")
         w("`kvscatter bench` (`--json FILE` writes every row; `--ops`, `--tokens`, "
-          "`--threads-list` filter). Time per call (fastest batch), GB/s of bytes read + "
-          "written, memcpy GB/s of the same bytes on as many threads, ratio.\n")
+          "`--threads-list` filter; `--simd TARGET` pins a Highway target, as "
+          "`KVSCATTER_SIMD=TARGET` does for `build/release/bench/*_bench`). Time per call "
+          "(fastest batch), GB/s of bytes read + written, memcpy GB/s of the same bytes on as "
+          "many threads, ratio.\n")
         for name in made:
             if name.startswith("throughput_"):
                 w(f"![{name}](perf/{name})\n")

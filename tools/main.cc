@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
+#include "simd_pin.h"
 
 namespace kvscatter::cli {
 
@@ -60,6 +61,13 @@ int main(int argc, char** argv) {
                "a subcommand prints one operator's tables");
   bench->require_subcommand(0, 1);
   cli::add_bench_sweep_flags(*bench);
+  bench->add_option_function<std::string>(
+      "--simd",
+      [](const std::string& name) {
+        if (!cli::pin_simd_target(name)) throw CLI::ValidationError("--simd", "unavailable target");
+      },
+      "pin the SIMD target (AVX3, AVX2, SSE4, SCALAR ...; `kvscatter info` lists this "
+      "machine's), for every table and sweep");
   int bench_rc = 0;
   std::vector<CLI::App*> bench_cmds;
   for (auto& part : cli::bench_parts()) {

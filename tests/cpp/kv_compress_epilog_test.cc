@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "quant/hifloat8_table.h"
 #include "simd_targets.h"
 
 namespace kvscatter {
