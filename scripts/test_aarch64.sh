@@ -37,9 +37,9 @@ cpus=(
 )
 # The `simd` label of tests/CMakeLists.txt; harness_test runs every operator's cases on every
 # runnable target at 1, 2 and 3 threads.
-suites=(harness_test formats_test gather_pa_kv_cache_test indexer_quant_cache_test kv_cache_update_test
-        kv_compress_epilog_test scatter_pa_cache_test scatter_pa_kv_cache_examples_test
-        scatter_pa_kv_cache_with_k_scale_test)
+suites=(harness_test formats_test gather_pa_kv_cache_test indexer_quant_cache_test
+        kv_cache_update_test kv_compress_epilog_test scatter_pa_cache_test
+        scatter_pa_kv_cache_examples_test scatter_pa_kv_cache_with_k_scale_test)
 if [ -n "${AARCH64_SUITES:-}" ]; then read -ra suites <<<"$AARCH64_SUITES"; fi
 fuzz_ops=()
 for f in fuzz/*_fuzz.cc; do f=${f#fuzz/}; fuzz_ops+=("${f%_fuzz.cc}"); done
@@ -118,7 +118,8 @@ for entry in "${cpus[@]}"; do
 done
 
 echo "-- aarch64: slowest runs (s): $(sort -rn $logs/seconds | head -n 8 | tr '\n' ';')"
-echo "-- aarch64: build ${build_s} s;$(for c in "${!cpu_s[@]}"; do printf ' %s %s s;' "$c" "${cpu_s[$c]}"; done) total $((SECONDS - start)) s"
+per_cpu=$(for c in "${!cpu_s[@]}"; do printf ' %s %s s;' "$c" "${cpu_s[$c]}"; done)
+echo "-- aarch64: build ${build_s} s;$per_cpu total $((SECONDS - start)) s"
 if ((${#failed[@]})); then
   printf 'aarch64 FAILED: %s\n' "${failed[@]}"
   exit 1
