@@ -347,6 +347,21 @@ inline void decode_runtime(Input& in) {
   const int threads = kThreads[in.pick(4)];
   if (get_num_threads() != threads) set_num_threads(threads);
   std::int64_t target = 0;  // 0: the best target the CPU has
+#if HWY_ARCH_ARM
+  // Arm: the second-best target this CPU runs (an SVE one, or NEON) and NEON, the last.
+  hwy::SetSupportedTargetsForTest(0);
+  const std::vector<std::int64_t> runnable = hwy::SupportedAndGeneratedTargets();
+  switch (in.pick(4)) {
+    case 1:
+      if (runnable.size() > 1) target = runnable[1];
+      break;
+    case 2:
+      target = runnable.back();
+      break;
+    default:
+      break;
+  }
+#else
   switch (in.pick(4)) {
     case 1:
       target = HWY_SSE4;
@@ -357,6 +372,7 @@ inline void decode_runtime(Input& in) {
     default:
       break;
   }
+#endif
   if (target != 0 && (hwy::SupportedTargets() & target) == 0) target = 0;
   hwy::SetSupportedTargetsForTest(target);
 }
