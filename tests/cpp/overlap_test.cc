@@ -16,9 +16,12 @@
 #include <vector>
 
 #include "kvscatter/formats.h"
+#include "kvscatter/gather_pa_kv_cache.h"
+#include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "testing.h"
@@ -257,10 +260,118 @@ Op k_scale_op() {
   return op;
 }
 
+template <class T>
+void plant(Bytes &a, std::int64_t off, const std::vector<T> &values) {
+  std::memcpy(&a[static_cast<std::size_t>(off)], values.data(), values.size() * sizeof(T));
+}
+
+// GatherPaKvCache, Norm: float32 caches [NB, BS, H, D] gathered into key/value
+// [R, H, D] for four sequences of a [4, 4] int32 block table; the caches and
+// index tensors are the inputs. Strided caches and outputs place every other
+// block / row.
+Op gather_op() {
+  constexpr std::int64_t B = 4, W = 4, H = 2, D = 32, NB = 40, BS = 16, row = H * D * 4;
+  const std::vector<std::int32_t> lens{50, 64, 1, 37};
+  constexpr std::int64_t R = 152;  // the sum of lens
+  std::vector<std::int32_t> blocks(NB);
+  for (std::int32_t b = 0; b < NB; ++b) blocks[static_cast<std::size_t>(b)] = b;
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(11));
+  blocks.resize(B * W);
+  Op op;
+  op.regions = {{"key", R * row, row, true},
+                {"value", R * row, row, true},
+                {"key_cache", NB * BS * row, row, false},
+                {"value_cache", NB * BS * row, row, false},
+                {"block_tables", B * W * 4, 4, false, true},
+                {"seq_lens", B * 4, 4, false, true}};
+  op.fill = [blocks, lens](Bytes &a, const Placement &at) {
+    fill_floats(a, 12);
+    plant(a, at.off[4], blocks);
+    plant(a, at.off[5], lens);
+  };
+  op.run = [](unsigned char *o, unsigned char *i, const Placement &at, bool reference) {
+    auto cache = [&](int r) {
+      return strided(i + at.off[static_cast<std::size_t>(r)], DType::float32, {NB, BS, H, D},
+                     {at.mult[static_cast<std::size_t>(r)] * BS * H * D, H * D, D, 1});
+    };
+    const TensorView k(o + at.off[0], DType::float32, {R, H, D});
+    const TensorView v(o + at.off[1], DType::float32, {R, H, D});
+    const TensorView tables(i + at.off[4], DType::int32, {B, W});
+    const TensorView sl(i + at.off[5], DType::int32, {B});
+    const auto plan = plan_gather_pa_kv_cache(cache(2), cache(3), tables, sl, k, v);
+    reference ? reference::execute(plan) : execute(plan);
+  };
+  return op;
+}
+
+// ScatterPaCache: key [T, H, D] float32 into one [NB, BS, H, D] cache (the
+// key-only scatter).
+Op scatter_cache_op() {
+  constexpr std::int64_t T = 300, H = 4, D = 32, NB = 30, BS = 16, row = H * D * 4;
+  const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
+  Op op;
+  op.regions = {{"key_cache", NB * BS * row, row, true},
+                {"key", T * row, row, false},
+                {"slot_mapping", T * 8, 8, false, true}};
+  op.fill = [slots](Bytes &a, const Placement &at) {
+    fill_floats(a, 13);
+    plant_slots(a, at.off[2], slots);
+  };
+  op.run = [](unsigned char *o, unsigned char *i, const Placement &at, bool reference) {
+    const TensorView key =
+        strided(i + at.off[1], DType::float32, {T, H, D}, {at.mult[1] * H * D, D, 1});
+    const TensorView kc(o + at.off[0], DType::float32, {NB, BS, H, D});
+    const TensorView sm(i + at.off[2], DType::int64, {T});
+    const auto plan = plan_scatter_pa_cache(key, kc, sm);
+    reference ? reference::execute(plan) : execute(plan);
+  };
+  return op;
+}
+
+// IndexerQuantCache, fp8: x [T, 128] float16 into a float8_e4m3fn cache [NB,
+// BS, 1, 128] and a float32 scale cache [NB, BS, 1, 1]; every arena byte pair
+// is a finite float16.
+Op indexer_op(IndexerQuantMode mode) {
+  constexpr std::int64_t T = 300, d = 128, NB = 24, BS = 16;
+  const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
+  Op op;
+  op.regions = {{"cache", NB * BS * d, d, true},
+                {"cache_scale", NB * BS * 4, 4, true},
+                {"x", T * d * 2, d * 2, false},
+                {"slot_mapping", T * 8, 8, false, true}};
+  op.fill = [slots](Bytes &a, const Placement &at) {
+    std::mt19937_64 rng(14);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (std::size_t k = 0; k + 2 <= a.size(); k += 2) {
+      const auto v = static_cast<std::uint16_t>(formats::encode(DType::float16, nd(rng)));
+      std::memcpy(&a[k], &v, 2);
+    }
+    plant_slots(a, at.off[3], slots);
+  };
+  op.run = [mode](unsigned char *o, unsigned char *i, const Placement &at, bool reference) {
+    const DType cdt = mode == IndexerQuantMode::hifloat8 ? DType::hifloat8 : DType::float8_e4m3fn;
+    const TensorView cache(o + at.off[0], cdt, {NB, BS, 1, d});
+    const TensorView scale(o + at.off[1], DType::float32, {NB, BS, 1, 1});
+    const TensorView x = strided(i + at.off[2], DType::float16, {T, d}, {at.mult[2] * d, 1});
+    const TensorView sm(i + at.off[3], DType::int64, {T});
+    IndexerQuantCacheOptions opt;
+    opt.quant_mode = mode;
+    const auto plan = plan_indexer_quant_cache(cache, scale, x, sm, opt);
+    reference ? reference::execute(plan) : execute(plan);
+  };
+  return op;
+}
+
 TEST(Overlap, ScatterPaKvCacheInputsOverOutputs) { check_all_aliases(scatter_op()); }
 TEST(Overlap, KvCacheUpdateInputsOverOutputs) { check_all_aliases(update_op()); }
 TEST(Overlap, KvCompressEpilogInputsOverOutputs) { check_all_aliases(epilog_op()); }
 TEST(Overlap, ScatterPaKvCacheWithKScaleInputsOverOutputs) { check_all_aliases(k_scale_op()); }
+TEST(Overlap, GatherPaKvCacheInputsOverOutputs) { check_all_aliases(gather_op()); }
+TEST(Overlap, ScatterPaCacheInputsOverOutputs) { check_all_aliases(scatter_cache_op()); }
+TEST(Overlap, IndexerQuantCacheInputsOverOutputs) {
+  check_all_aliases(indexer_op(IndexerQuantMode::fp8));
+  check_all_aliases(indexer_op(IndexerQuantMode::hifloat8));  // writes no scales
+}
 
 // Outputs that share memory: rejected naming both, every byte untouched.
 void expect_rejected(const std::function<void()>& call, const Bytes& arena, const Bytes& before,
@@ -373,6 +484,49 @@ TEST(Overlap, ScatterPaKvCacheWithKScaleOutputsThatShareMemory) {
             TensorView(a + 64, DType::float32, {NB, H, BS, 1}));
       },
       arena, before, {"key_cache", "key_scale_cache", "share memory"});
+}
+
+TEST(Overlap, GatherPaKvCacheOutputsThatShareMemory) {
+  constexpr std::int64_t H = 2, D = 16, NB = 4, BS = 16, R = 20, row = H * D;
+  std::vector<float> kc(NB * BS * row, 1.0f), vc(NB * BS * row, 2.0f);
+  std::vector<std::int32_t> tables{2, 0}, lens{R};
+  Bytes arena(static_cast<std::size_t>(3 * R * row * 4));
+  fill_floats(arena, 15);
+  const Bytes before = arena;
+  float *base = reinterpret_cast<float *>(arena.data());
+  const TensorView kcv(kc.data(), DType::float32, {NB, BS, H, D}),
+      vcv(vc.data(), DType::float32, {NB, BS, H, D});
+  const TensorView tv(tables.data(), DType::int32, {1, 2}), lv(lens.data(), DType::int32, {1});
+  const TensorView key(base, DType::float32, {R, H, D});
+  for (std::int64_t shift : {std::int64_t{0}, row, std::int64_t{1}, R * row - 1}) {
+    const TensorView value(base + shift, DType::float32, {R, H, D});
+    expect_rejected([&] { gather_pa_kv_cache(kcv, vcv, tv, lv, key, value); }, arena, before,
+                    {"key [20, 2, 16] float32 and value [20, 2, 16] float32 share memory; "
+                     "outputs of one call must not overlap"});
+  }
+  // Key and value rows interleaved in one buffer never share an element:
+  // accepted.
+  const std::vector<std::int64_t> st{2 * row, D, 1};
+  gather_pa_kv_cache(kcv, vcv, tv, lv, strided(base, DType::float32, {R, H, D}, st),
+                     strided(base + row, DType::float32, {R, H, D}, st));
+  for (std::int64_t r = 0; r < R; ++r) {
+    EXPECT_EQ(base[2 * r * row], 1.0f);
+    EXPECT_EQ(base[(2 * r + 1) * row], 2.0f);
+  }
+}
+
+TEST(Overlap, IndexerQuantCacheOutputsThatShareMemory) {
+  constexpr std::int64_t T = 4, d = 128, NB = 2, BS = 16;
+  Bytes arena(static_cast<std::size_t>(2 * NB * BS * d));
+  fill_floats(arena, 16);
+  std::vector<std::uint16_t> x(T * d, 0x3c00);  // 1.0 in float16
+  std::vector<std::int64_t> slots{0, 1, 2, 3};
+  const Bytes before = arena;
+  const TensorView xv(x.data(), DType::float16, {T, d}), sm(slots.data(), DType::int64, {T});
+  const TensorView cache(arena.data(), DType::float8_e4m3fn, {NB, BS, 1, d});
+  const TensorView scale(arena.data() + 256, DType::float32, {NB, BS, 1, 1});
+  expect_rejected([&] { indexer_quant_cache(cache, scale, xv, sm); }, arena, before,
+                  {"cache", "cache_scale", "share memory"});
 }
 
 TEST(Overlap, MayOverlapIsExactForOneLayoutAtTwoAddresses) {
