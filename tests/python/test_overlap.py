@@ -157,3 +157,111 @@ def test_interleaved_key_value_cache_is_accepted(rng):
     kvscatter.scatter_pa_kv_cache(key, value, kv[:, 0], kv[:, 1], slots)
     np.testing.assert_array_equal(kv[:, 0], want_k)
     np.testing.assert_array_equal(kv[:, 1], want_v)
+
+
+def gather_rows(cache, tables, lens):
+    """Norm gather: the rows of each sequence, block by block, sequences one after another."""
+    bs = cache.shape[1]
+    return np.stack([cache[tables[b, p // bs], p % bs]
+                     for b in range(len(lens)) for p in range(lens[b])])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("which", ["key>key_cache", "key>value_cache", "value>key_cache",
+                                   "value>value_cache"])
+def test_gather_pa_kv_cache_outputs_inside_caches(rng, kind, which):
+    nb, bs, nh, d = 40, 16, 2, 32
+    lens = np.array([50, 64, 1, 37], np.int32)
+    r = int(lens.sum())
+    tables = rng.permutation(nb)[:16].astype(np.int32).reshape(4, 4)
+    kc0 = rng.standard_normal((nb, bs, nh, d)).astype(np.float32)
+    vc0 = rng.standard_normal((nb, bs, nh, d)).astype(np.float32)
+    for threads in THREADS:
+        kvscatter.set_num_threads(threads)
+        kc, vc = kc0.copy(), vc0.copy()
+        dst, src = which.split(">")
+        cache = kc if src == "key_cache" else vc
+        view = alias(cache.reshape(-1, nh, d), kind, r)  # the output lies inside an input cache
+        sep = np.full((r, nh, d), -7.0, np.float32)
+        key, value = (view, sep) if dst == "key" else (sep, view)
+        want_k, want_v = gather_rows(kc0, tables, lens), gather_rows(vc0, tables, lens)
+        want_cache = (kc0 if src == "key_cache" else vc0).copy()
+        alias(want_cache.reshape(-1, nh, d), kind, r)[:] = want_k if dst == "key" else want_v
+        kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, key, value)
+        np.testing.assert_array_equal(key, want_k)
+        np.testing.assert_array_equal(value, want_v)
+        np.testing.assert_array_equal(cache, want_cache)
+        np.testing.assert_array_equal(vc if src == "key_cache" else kc,
+                                      vc0 if src == "key_cache" else kc0)
+
+
+def test_gather_pa_kv_cache_outputs_that_share_memory_are_rejected(rng):
+    nb, bs, nh, d, r = 4, 16, 2, 16, 20
+    kc = rng.standard_normal((nb, bs, nh, d)).astype(np.float32)
+    vc = rng.standard_normal((nb, bs, nh, d)).astype(np.float32)
+    tables, lens = np.array([[2, 0]], np.int32), np.array([r], np.int32)
+    buf = rng.standard_normal((r + 1) * nh * d).astype(np.float32)
+    before = buf.copy()
+    key = buf[:r * nh * d].reshape(r, nh, d)
+    value = buf[nh * d:].reshape(r, nh, d)  # one row further on
+    with pytest.raises(kvscatter.Error, match="key .* and value .* share memory"):
+        kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, key, value)
+    np.testing.assert_array_equal(buf, before)
+    # Rows of key and value interleaved in one buffer never share an element: accepted.
+    kv = np.zeros((r, 2, nh, d), np.float32)
+    kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, kv[:, 0], kv[:, 1])
+    np.testing.assert_array_equal(kv[:, 0], gather_rows(kc, tables, lens))
+    np.testing.assert_array_equal(kv[:, 1], gather_rows(vc, tables, lens))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_scatter_pa_cache_key_over_cache(rng, kind):
+    t, nh, d, bs, nb = 200, 4, 32, 16, 30
+    kc0 = rng.standard_normal((nb, bs, nh, d)).astype(np.float32)
+    slots = rng.permutation(nb * bs)[:t].astype(np.int64)
+    slots[3] = -1
+    for threads in THREADS:
+        kvscatter.set_num_threads(threads)
+        kc = kc0.copy()
+        key = alias(kc.reshape(-1, nh, d), kind, t)
+        want = kc0.copy()
+        rows = want.reshape(-1, nh, d)
+        rows[slots[slots >= 0]] = key.copy()[slots >= 0]
+        kvscatter.scatter_pa_cache(key, kc, slots)
+        np.testing.assert_array_equal(kc, want)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("target", ["cache", "cache_scale"])
+@pytest.mark.parametrize("mode", ["fp8", "hifloat8"])
+def test_indexer_quant_cache_x_over_caches(rng, kind, target, mode):
+    t, d, bs, nb = 64, 128, 16, 12
+    halves = rng.standard_normal(nb * bs * d).astype(np.float16)
+    for threads in THREADS:
+        kvscatter.set_num_threads(threads)
+        # Both caches hold float16 bytes so that x can be a view of either.
+        cache_buf, scale_buf = halves.copy(), halves.copy()
+        cdt = np.uint8 if mode == "hifloat8" else ml_dtypes.float8_e4m3fn
+        cache = cache_buf.view(np.uint8)[:nb * bs * d].view(cdt).reshape(nb, bs, 1, d)
+        scale = scale_buf.view(np.float32)[:nb * bs].reshape(nb, bs, 1, 1)
+        rows = (cache_buf if target == "cache" else scale_buf).reshape(-1, d)
+        x = alias(rows, kind, t)
+        slots = np.random.default_rng(threads).permutation(nb * bs)[:t].astype(np.int64)
+        kw = {"quant_mode": mode, **({"dtype": "hifloat8"} if mode == "hifloat8" else {})}
+        want_c, want_s = cache.copy(), scale.copy()
+        kvscatter.indexer_quant_cache(want_c, want_s, x.copy(), slots, **kw)  # the rule
+        kvscatter.indexer_quant_cache(cache, scale, x, slots, **kw)
+        np.testing.assert_array_equal(cache.view(np.uint8), want_c.view(np.uint8))
+        np.testing.assert_array_equal(scale, want_s)
+
+
+def test_indexer_quant_cache_caches_that_share_memory_are_rejected():
+    t, d, bs, nb = 4, 128, 16, 2
+    buf = np.arange(nb * bs * d, dtype=np.uint8)
+    before = buf.copy()
+    cache = buf.view(ml_dtypes.float8_e4m3fn).reshape(nb, bs, 1, d)
+    scale = buf[256:256 + nb * bs * 4].view(np.float32).reshape(nb, bs, 1, 1)
+    x = np.ones((t, d), np.float16)
+    with pytest.raises(kvscatter.Error, match="cache .* and cache_scale .* share memory"):
+        kvscatter.indexer_quant_cache(cache, scale, x, np.arange(t, dtype=np.int64))
+    np.testing.assert_array_equal(buf, before)
