@@ -37,6 +37,7 @@ struct KVSCATTER_API GatherPaKvCachePlan {
   std::int64_t batch = 0, table_width = 0, num_rows = 0;
   std::int64_t num_blocks = 0, block_size = 0, num_heads = 0;
   std::int64_t key_head_size = 0, value_head_size = 0;
+  OperandExtents extents;  // set by the plan function; execute() tests overlap with it
 };
 
 KVSCATTER_API GatherPaKvCachePlan plan_gather_pa_kv_cache(

@@ -31,6 +31,7 @@ struct KVSCATTER_API IndexerQuantCachePlan {
   std::int64_t num_blocks = 0, block_size = 0, num_slots = 0;
   std::int64_t code_bytes = 0;   // cache bytes written per row (d, or d / 2 for FP4)
   std::int64_t scale_count = 0;  // cache_scale entries written per row (0 in hifloat8 mode)
+  OperandExtents extents;        // set by the plan function; execute() tests overlap with it
 };
 
 // A quant_mode name ("mxfp8", "fp8", "hifloat8", "mxfp4"; any case, surrounding blanks

@@ -17,6 +17,7 @@ struct KVSCATTER_API KvCacheUpdatePlan {
   // Everything needed to run on other tensors of the same shapes, dtypes and strides.
   TensorView key_cache, value_cache, new_keys, new_values;
   std::int64_t position = 0;
+  OperandExtents extents;  // set by the plan function; execute() tests overlap with it
 };
 
 // Checks every rule (rank 4, matching shapes, dtypes, strides, 0 <= position <= S - L) and

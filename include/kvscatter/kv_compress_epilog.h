@@ -30,6 +30,7 @@ struct KVSCATTER_API KvCompressEpilogPlan {
   std::int64_t group_size = 64;    // effective group: 64 in modes 0/1, quant_group_size in mode 2
   std::int64_t num_groups = 0;     // (d - 64) / group_size
   std::int64_t num_slots = 0;      // num_blocks * block_size
+  OperandExtents extents;          // set by the plan function; execute() tests overlap with it
 };
 
 // Checks every shape, dtype, stride and mode rule; writes nothing.

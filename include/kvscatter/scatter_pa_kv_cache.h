@@ -57,6 +57,7 @@ struct KVSCATTER_API ScatterPaKvCachePlan {
   // num_tokens is B * S for a 4-D key; batch is set by the compress modes, seq_len (S) by 4-D keys.
   std::int64_t num_blocks = 0, block_size = 0, batch = 0, seq_len = 0;
   std::int64_t num_slots = 0;  // num_blocks * block_size
+  OperandExtents extents;      // set by the plan function; execute() tests overlap with it
 };
 
 // Checks every shape, dtype, stride and mode rule and throws kvscatter::Error naming the

@@ -23,6 +23,7 @@ struct KVSCATTER_API ScatterPaKvCacheWithKScalePlan {
   std::int64_t num_tokens = 0, num_heads = 0, key_head_size = 0, value_head_size = 0;
   std::int64_t num_blocks = 0, block_size = 0;
   std::int64_t num_slots = 0;  // num_blocks * block_size: slots outside [0, num_slots) are skipped
+  OperandExtents extents;      // set by the plan function; execute() tests overlap with it
 };
 
 // Checks every shape, dtype and layout rule; writes nothing. Slots < 0 or >= num_blocks *

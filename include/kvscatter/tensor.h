@@ -41,6 +41,17 @@ struct KVSCATTER_API TensorView {
   std::string describe() const;
 };
 
+// Where each operand of a planned call can touch memory: byte offsets [lo, hi) from its data
+// pointer (lo == hi: nothing), outputs in slots 0-7 and inputs in 8-15 in the order execute()
+// lists them. plan_<op>() fills it; offsets hold across rebound data pointers, so execute()'s
+// overlap test is a few address comparisons (see docs/semantics.md, "Inputs that overlap
+// outputs"). A plan without it (ready false) gets the full test.
+struct OperandExtents {
+  std::array<std::int64_t, 16> lo{}, hi{};
+  std::uint16_t present = 0;  // bit i: operand i was given
+  bool ready = false;
+};
+
 // Row-major strides for `shape`.
 KVSCATTER_API std::array<std::int64_t, kMaxRank> contiguous_strides(
     std::span<const std::int64_t> shape);

@@ -76,6 +76,25 @@ ByteSpan byte_span(const TensorView& t, std::int64_t read_elems) {
   return {base + static_cast<std::uintptr_t>(lo_byte), base + static_cast<std::uintptr_t>(hi_byte)};
 }
 
+OperandExtents extents_of(const Operands& ops) {
+  OperandExtents e;
+  for (std::size_t i = 0; i < 2 * kMaxOperands; ++i) {
+    const Operand& op = i < kMaxOperands ? ops.outputs[i] : ops.inputs[i - kMaxOperands];
+    if (op.view == nullptr) continue;
+    e.present = static_cast<std::uint16_t>(e.present | (1u << i));
+    // The span of the same view at address 0 (a non-null stand-in: only offsets matter).
+    TensorView at_zero = *op.view;
+    at_zero.data = reinterpret_cast<void*>(std::uintptr_t{1} << 62);
+    const ByteSpan s = byte_span(at_zero, op.read_elems);
+    if (s.lo == s.hi) continue;
+    const auto base = reinterpret_cast<std::uintptr_t>(at_zero.data);
+    e.lo[i] = static_cast<std::int64_t>(s.lo - base);
+    e.hi[i] = static_cast<std::int64_t>(s.hi - base);
+  }
+  e.ready = true;
+  return e;
+}
+
 bool may_overlap(const TensorView& a, const TensorView& b) {
   const ByteSpan sa = byte_span(a), sb = byte_span(b);
   if (sa.lo >= sa.hi || sb.lo >= sb.hi || sa.hi <= sb.lo || sb.hi <= sa.lo) return false;

@@ -2,7 +2,8 @@
 // outputs"). Outputs whose elements may share memory are rejected, naming both; an input whose
 // bytes meet an output's is copied once before any write, so a call always gives the result of
 // reading every input first, whatever the thread count. A call without overlap pays one
-// address-interval test per (output, output) and (input, output) pair.
+// address-interval test per (output, output) and (input, output) pair, on byte ranges that
+// plan_<op>() works out once (OperandExtents).
 //
 // An operator's execute() lists its operands once, as a generic lambda over its plan, and hands
 // the rest to execute_staged():
@@ -49,6 +50,35 @@ struct ByteSpan {
 };
 ByteSpan byte_span(const TensorView& t, std::int64_t read_elems = 0);
 
+// Each operand's byte range relative to its data pointer, for a plan (see OperandExtents).
+OperandExtents extents_of(const Operands& ops);
+
+// The address-interval test of a call: false only when no two outputs, and no input and output,
+// have byte ranges that meet, which needs nothing more. Without plan-time extents, or with an
+// operand given that was absent at plan time, it answers true and the full test decides.
+inline bool ranges_may_meet(const Operands& ops, const OperandExtents& e) {
+  if (!e.ready) return true;
+  std::array<std::uintptr_t, kMaxOperands> lo, hi;
+  int n = 0;
+  for (std::size_t i = 0; i < 2 * kMaxOperands; ++i) {
+    const bool output = i < kMaxOperands;
+    const TensorView* v = output ? ops.outputs[i].view : ops.inputs[i - kMaxOperands].view;
+    if ((v != nullptr) != (((e.present >> i) & 1u) != 0)) return true;
+    if (v == nullptr || v->data == nullptr || e.lo[i] == e.hi[i]) continue;
+    const auto base = reinterpret_cast<std::uintptr_t>(v->data);
+    const std::uintptr_t a = base + static_cast<std::uintptr_t>(e.lo[i]);
+    const std::uintptr_t b = base + static_cast<std::uintptr_t>(e.hi[i]);
+    for (int k = 0; k < n; ++k) {
+      if (a < hi[static_cast<std::size_t>(k)] && lo[static_cast<std::size_t>(k)] < b) return true;
+    }
+    if (output) {
+      lo[static_cast<std::size_t>(n)] = a;
+      hi[static_cast<std::size_t>(n++)] = b;
+    }
+  }
+  return false;
+}
+
 // True when some element of `a` may share a byte with some element of `b`. Exact for views of
 // one dtype, shape and strides at different addresses (e.g. K and V interleaved in one buffer);
 // otherwise true whenever the byte spans meet.
@@ -77,6 +107,10 @@ class StagedInputs {
 // Runs `run(plan)`, or `run(copy)` with overlapping inputs read from copies; see the top.
 template <class Plan, class List, class Run>
 void execute_staged(const Plan& plan, List list, Run run) {
+  if (!ranges_may_meet(list(plan), plan.extents)) {
+    run(plan);
+    return;
+  }
   StagedInputs staged;
   if (!staged.stage(list(plan))) {
     run(plan);

@@ -4,20 +4,20 @@
 // thread count.
 #include <cstdint>
 
-#include "core/overlap.h"
+#include "ops/gather_pa_kv_cache/internal.h"
 #include "ops/gather_pa_kv_cache/kernel.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {
 namespace {
 
-detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p, const TensorView &cache,
-                                     const TensorView &out) {
+detail::gather::GatherSide make_side(const GatherPaKvCachePlan& p, const TensorView& cache,
+                                     const TensorView& out) {
   const auto es = static_cast<std::int64_t>(cache.element_size());
   detail::gather::GatherSide s;
-  s.cache = static_cast<const unsigned char *>(cache.data);
+  s.cache = static_cast<const unsigned char*>(cache.data);
   s.block_stride = cache.stride(0) * es;
-  s.out = static_cast<unsigned char *>(out.data);
+  s.out = static_cast<unsigned char*>(out.data);
   s.row_pitch = out.stride(0) * es;
   if (p.cache_mode == CacheMode::Norm) {
     s.row_bytes = cache.dim(2) * cache.dim(3) * es;
@@ -31,13 +31,13 @@ detail::gather::GatherSide make_side(const GatherPaKvCachePlan &p, const TensorV
   return s;
 }
 
-void run(const GatherPaKvCachePlan &p) {
+void run(const GatherPaKvCachePlan& p) {
   detail::gather::CheckedData checked;
   detail::gather::check_data(p, checked);  // every rule before the first write
   detail::gather::GatherJob job;
   job.num_sides = 0;
   std::int64_t row_bytes = 0;
-  auto add_side = [&](const TensorView &cache, const TensorView &out) {
+  auto add_side = [&](const TensorView& cache, const TensorView& out) {
     const detail::gather::GatherSide s = make_side(p, cache, out);
     if (s.row_bytes == 0) return;  // empty rows: nothing to move (the views may be null)
     job.side[job.num_sides++] = s;
@@ -57,21 +57,11 @@ void run(const GatherPaKvCachePlan &p) {
 
 }  // namespace
 
-void execute(const GatherPaKvCachePlan &plan) {
+void execute(const GatherPaKvCachePlan& plan) {
   detail::gather::check_bound_data(plan);
-  // Overlapping outputs are rejected, overlapping inputs read from a copy
-  // (docs/semantics.md).
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
   detail::execute_staged(
-      plan,
-      [](auto &p) {
-        return detail::Operands{{{{&p.key, "key"}, {detail::opt(p.value), "value"}}},
-                                {{{&p.key_cache, "key_cache"},
-                                  {detail::opt(p.value_cache), "value_cache"},
-                                  {&p.block_tables, "block_tables"},
-                                  {&p.seq_lens, "seq_lens"},
-                                  {detail::opt(p.seq_offset), "seq_offset"}}}};
-      },
-      run);
+      plan, [](auto& p) { return detail::gather::operands(p); }, run);
 }
 
 }  // namespace kvscatter

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "kvscatter/gather_pa_kv_cache.h"
 
 namespace kvscatter::detail::gather {
@@ -33,5 +34,16 @@ void check_bound_data(const GatherPaKvCachePlan& plan);
 // rows) over the whole batch, before any write. Throws kvscatter::Error naming
 // the offending element.
 void check_data(const GatherPaKvCachePlan& plan, CheckedData& out);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.key, "key"}, {opt(p.value), "value"}}},
+                  {{{&p.key_cache, "key_cache"},
+                    {opt(p.value_cache), "value_cache"},
+                    {&p.block_tables, "block_tables"},
+                    {&p.seq_lens, "seq_lens"},
+                    {opt(p.seq_offset), "seq_offset"}}}};
+}
 
 }  // namespace kvscatter::detail::gather

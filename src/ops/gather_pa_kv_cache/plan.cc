@@ -271,6 +271,7 @@ GatherPaKvCachePlan plan_gather_pa_kv_cache(const TensorView& key_cache,
   check_geometry(p);
   p.batch = block_tables.dim(0);
   p.table_width = block_tables.dim(1);
+  p.extents = detail::extents_of(detail::gather::operands(p));
   return p;
 }
 

@@ -1,12 +1,12 @@
-// IndexerQuantCache driver: every slot checked before the first write, earlier
-// writers of a repeated slot dropped (the last token wins, for the codes and
-// the scales alike), then rows split across threads; no two chunks write the
-// same row, so results never depend on the thread count.
+// IndexerQuantCache driver: every slot checked before the first write, earlier writers of a
+// repeated slot dropped (the last token wins, for the codes and the scales alike), then rows
+// split across threads; no two chunks write the same row, so results never depend on the
+// thread count.
 #include <vector>
 
 #include "core/index.h"
-#include "core/overlap.h"
 #include "core/slots.h"
+#include "ops/indexer_quant_cache/internal.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "runtime/parallel.h"
 
@@ -14,7 +14,7 @@ namespace kvscatter {
 
 namespace {
 
-void run(const IndexerQuantCachePlan &p) {
+void run(const IndexerQuantCachePlan& p) {
   std::vector<std::int64_t> slots = detail::indexer::checked_slots(p);
   if (p.num_rows == 0) return;
   const std::int64_t grain = detail::grain_for_bytes(8 * p.d, 64 * 1024);
@@ -26,19 +26,11 @@ void run(const IndexerQuantCachePlan &p) {
 
 }  // namespace
 
-void execute(const IndexerQuantCachePlan &plan) {
+void execute(const IndexerQuantCachePlan& plan) {
   detail::indexer::check_bound_data(plan);
-  // Overlapping outputs are rejected, overlapping inputs read from a copy
-  // (docs/semantics.md). cache_scale is written only in the modes that store
-  // scales.
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
   detail::execute_staged(
-      plan,
-      [](auto &p) {
-        return detail::Operands{
-            {{{&p.cache, "cache"}, {p.scale_count > 0 ? &p.cache_scale : nullptr, "cache_scale"}}},
-            {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
-      },
-      run);
+      plan, [](auto& p) { return detail::indexer::operands(p); }, run);
 }
 
 }  // namespace kvscatter

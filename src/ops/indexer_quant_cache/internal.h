@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "kvscatter/indexer_quant_cache.h"
 
 namespace kvscatter::detail::indexer {
@@ -83,5 +84,14 @@ void check_bound_data(const IndexerQuantCachePlan& plan);
 
 // Every slot is -1 (skip) or in [0, num_slots); returns them widened, row-major.
 std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& plan);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  // cache_scale is written only in the modes that store scales.
+  return Operands{
+      {{{&p.cache, "cache"}, {p.scale_count > 0 ? &p.cache_scale : nullptr, "cache_scale"}}},
+      {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
+}
 
 }  // namespace kvscatter::detail::indexer

@@ -195,6 +195,7 @@ IndexerQuantCachePlan plan_indexer_quant_cache(const TensorView& cache,
   p.num_rows = 1;
   for (int a = 0; a + 1 < x.rank; ++a) p.num_rows = checked_mul(p.num_rows, x.dim(a), "x rows");
   check_geometry(p);
+  p.extents = detail::extents_of(detail::indexer::operands(p));
   return p;
 }
 

@@ -51,11 +51,7 @@ void execute(const KvCacheUpdatePlan& plan) {
   detail::update::check_bound_data(plan);
   // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
   detail::execute_staged(
-      plan,
-      [](auto& p) {
-        return detail::Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
-                                {{{&p.new_keys, "new_keys"}, {&p.new_values, "new_values"}}}};
-      },
+      plan, [](auto& p) { return detail::update::operands(p); },
       [](const KvCacheUpdatePlan& p) {
         detail::update::run_pair(p.key_cache, p.new_keys, p.position);
         detail::update::run_pair(p.value_cache, p.new_values, p.position);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "core/overlap.h"
 #include "kvscatter/kv_cache_update.h"
 
 namespace kvscatter::detail::update {
@@ -16,5 +17,12 @@ inline char* row_at(const TensorView& t, std::int64_t b, std::int64_t s, std::in
 // Null data pointers of the bound views; run by plan and by every execute(). The operator has
 // no data-dependent rule beyond them: position is part of the plan.
 void check_bound_data(const KvCacheUpdatePlan& plan);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
+                  {{{&p.new_keys, "new_keys"}, {&p.new_values, "new_values"}}}};
+}
 
 }  // namespace kvscatter::detail::update

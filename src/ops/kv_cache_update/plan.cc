@@ -90,6 +90,7 @@ KvCacheUpdatePlan plan_kv_cache_update(const TensorView& key_cache, const Tensor
   plan.new_keys = new_keys;
   plan.new_values = new_values;
   plan.position = position;
+  plan.extents = detail::extents_of(detail::update::operands(plan));
   return plan;
 }
 

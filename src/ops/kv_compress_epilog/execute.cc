@@ -18,11 +18,7 @@ void execute(const KvCompressEpilogPlan& plan) {
   if (plan.rows == 0) return;
   // Overlapping inputs are read from a copy (docs/semantics.md).
   execute_staged(
-      plan,
-      [](auto& p) {
-        return Operands{{{{&p.cache, "cache"}}},
-                        {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
-      },
+      plan, [](auto& p) { return detail::epilog::operands(p); },
       [](const KvCompressEpilogPlan& p) {
         thread_local std::vector<std::int64_t> slots;
         epilog::check_data(p, slots);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/index.h"
+#include "core/overlap.h"
 #include "kvscatter/kv_compress_epilog.h"
 #include "quant/constants.h"
 
@@ -25,6 +26,12 @@ void check_bound_data(const KvCompressEpilogPlan& plan);
 // Reads slot_mapping and checks every value before anything is written: -1 is kept as a skip
 // marker, anything else outside [0, num_slots) throws kvscatter::Error (invalid_parameter).
 void check_data(const KvCompressEpilogPlan& plan, std::vector<std::int64_t>& slots);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.cache, "cache"}}}, {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
+}
 
 }  // namespace epilog
 }  // namespace kvscatter::detail

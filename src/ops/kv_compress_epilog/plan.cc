@@ -148,6 +148,7 @@ KvCompressEpilogPlan plan_kv_compress_epilog(const TensorView& cache, const Tens
   p.num_blocks = cache.dim(0);
   p.block_size = cache.dim(1);
   p.num_slots = detail::checked_mul(p.num_blocks, p.block_size, "cache num_blocks * block_size");
+  p.extents = detail::extents_of(detail::epilog::operands(p));
   return p;
 }
 

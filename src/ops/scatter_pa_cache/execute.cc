@@ -5,9 +5,9 @@
 
 namespace kvscatter {
 
-// The inner plan's execute() applies the overlap rule (docs/semantics.md,
-// "Inputs that overlap outputs") to key, key_cache and the index tensors.
-void execute(const ScatterPaCachePlan &plan) {
+// The inner plan's execute() applies the overlap rule (docs/semantics.md, "Inputs that overlap
+// outputs") to key, key_cache and the index tensors.
+void execute(const ScatterPaCachePlan& plan) {
   execute(detail::scatter_cache::bound_scatter_plan(plan));
 }
 

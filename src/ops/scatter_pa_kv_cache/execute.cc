@@ -180,20 +180,8 @@ void execute(const ScatterPaKvCachePlan& plan) {
   using namespace detail::scatter;
   check_bound_data(plan);
   // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
-  const bool nct = plan.scatter_mode == ScatterMode::Nct;
-  const auto nct_rows = [nct](const auto& v) { return v && nct ? v->dim(0) * v->stride(0) : 0; };
   detail::execute_staged(
-      plan,
-      [&](auto& p) {
-        return detail::Operands{
-            {{{&p.key_cache, "key_cache"}, {detail::opt(p.value_cache), "value_cache"}}},
-            {{{&p.key, "key", nct_rows(&p.key)},
-              {detail::opt(p.value), "value", nct_rows(detail::opt(p.value))},
-              {&p.slot_mapping, "slot_mapping"},
-              {detail::opt(p.compress_lens), "compress_lens"},
-              {detail::opt(p.compress_seq_offsets), "compress_seq_offsets"},
-              {detail::opt(p.seq_lens), "seq_lens"}}}};
-      },
+      plan, [](auto& p) { return detail::scatter::operands(p); },
       [](const ScatterPaKvCachePlan& p) {
         Scratch& sc = scratch();
         check_data(p, sc.checked);  // every data rule before the first write

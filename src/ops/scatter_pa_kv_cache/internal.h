@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 
 namespace kvscatter::detail::scatter {
@@ -45,6 +46,20 @@ inline std::int64_t run_source(ScatterMode mode, const CompressRun& r, std::int6
   if (r.window == 0 || j < r.offset) return j;
   if (mode == ScatterMode::Rope) return j == r.offset ? -1 : j - 1 + r.window;
   return j + r.window;  // Omni: the window is dropped
+}
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  const bool nct = p.scatter_mode == ScatterMode::Nct;
+  const auto nct_rows = [nct](const auto& v) { return v && nct ? v->dim(0) * v->stride(0) : 0; };
+  return Operands{{{{&p.key_cache, "key_cache"}, {opt(p.value_cache), "value_cache"}}},
+                  {{{&p.key, "key", nct_rows(&p.key)},
+                    {opt(p.value), "value", nct_rows(opt(p.value))},
+                    {&p.slot_mapping, "slot_mapping"},
+                    {opt(p.compress_lens), "compress_lens"},
+                    {opt(p.compress_seq_offsets), "compress_seq_offsets"},
+                    {opt(p.seq_lens), "seq_lens"}}}};
 }
 
 }  // namespace kvscatter::detail::scatter

@@ -653,6 +653,7 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key,
   resolve_tokens(p);
   resolve_blocks(p);
   check_memory(p);
+  p.extents = detail::extents_of(detail::scatter::operands(p));
   return p;
 }
 

@@ -17,16 +17,7 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
   k_scale::check_bound_data(plan);
   // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
   execute_staged(
-      plan,
-      [](auto& p) {
-        return Operands{{{{&p.key_cache, "key_cache"},
-                          {&p.value_cache, "value_cache"},
-                          {&p.key_scale_cache, "key_scale_cache"}}},
-                        {{{&p.key, "key"},
-                          {&p.value, "value"},
-                          {&p.slot_mapping, "slot_mapping"},
-                          {&p.key_scale, "key_scale"}}}};
-      },
+      plan, [](auto& p) { return detail::k_scale::operands(p); },
       [](const ScatterPaKvCacheWithKScalePlan& p) {
         thread_local std::vector<std::int64_t> slots;
         k_scale::check_data(p, slots);

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
 namespace kvscatter::detail::k_scale {
@@ -15,5 +16,17 @@ void check_bound_data(const ScatterPaKvCacheWithKScalePlan& plan);
 // docs/semantics.md, "Out-of-range slots"). Reads slot_mapping widened, with every skipped
 // token as -1.
 void check_data(const ScatterPaKvCacheWithKScalePlan& plan, std::vector<std::int64_t>& slots);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.key_cache, "key_cache"},
+                    {&p.value_cache, "value_cache"},
+                    {&p.key_scale_cache, "key_scale_cache"}}},
+                  {{{&p.key, "key"},
+                    {&p.value, "value"},
+                    {&p.slot_mapping, "slot_mapping"},
+                    {&p.key_scale, "key_scale"}}}};
+}
 
 }  // namespace kvscatter::detail::k_scale

@@ -140,6 +140,7 @@ ScatterPaKvCacheWithKScalePlan plan_scatter_pa_kv_cache_with_k_scale(
   p.block_size = key_cache.dim(2);
   p.num_slots =
       detail::checked_mul(p.num_blocks, p.block_size, "key_cache num_blocks * block_size");
+  p.extents = detail::extents_of(detail::k_scale::operands(p));
   return p;
 }
 
