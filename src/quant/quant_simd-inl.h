@@ -39,6 +39,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET != HWY_SCALAR
 
+// SVE vectors are sizeless types: they cannot be array elements or struct members.
+#undef KVS_SIZELESS_VECTORS
+#if HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || \
+    HWY_TARGET == HWY_SVE2_128
+#define KVS_SIZELESS_VECTORS 1
+#else
+#define KVS_SIZELESS_VECTORS 0
+#endif
+
 // Reduces eight vectors (one per group) to lanes 0..7 of out (eight results,
 // group order): a transpose by interleaving 16-, 32- and 64-bit lanes within
 // each 128-bit block leaves every block holding one partial result per group,
@@ -91,6 +100,24 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const V mag = hn::Set(d, std::uint16_t{0x7FFF});
   const V one = hn::Set(d, std::uint16_t{1});
+#if KVS_SIZELESS_VECTORS
+  // SVE vectors cannot form arrays: reduce each group on its own. Entries up to the next
+  // multiple of 8 repeat the last group, as below.
+  const std::int64_t padded = (groups + 7) / 8 * 8;
+  for (std::int64_t g0 = 0; g0 < padded; ++g0) {
+    const std::int64_t g = g0 < groups ? g0 : groups - 1;
+    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+    V hi = hn::And(hn::LoadU(d, xg), mag);
+    V lo = hn::Sub(hi, one);
+    for (std::int64_t i = L; i < static_cast<std::int64_t>(kGs); i += L) {
+      const V b = hn::And(hn::LoadU(d, xg + i), mag);
+      hi = hn::Max(hi, b);
+      lo = hn::Min(lo, hn::Sub(b, one));
+    }
+    amax[g0] = hn::GetLane(hn::MaxOfLanes(d, hi));
+    if (kMin) min1[g0] = hn::GetLane(hn::MinOfLanes(d, lo));
+  }
+#else
   const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
   const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
   for (std::int64_t g0 = 0; g0 < groups; g0 += 8) {
@@ -112,6 +139,7 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
     Reduce8(d, hi, max_op, amax + g0);
     if (kMin) Reduce8(d, lo, min_op, min1 + g0);
   }
+#endif
 }
 
 // Per-group plan of the fp8 modes with power-of-two scales (round_scale), from
@@ -250,16 +278,21 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
   const hn::Rebind<std::uint8_t, decltype(d32)> d8;
   using VI = hn::Vec<decltype(di)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  VI t[7];
-  for (int k = 0; k < 7; ++k) t[k] = hn::Set(di, static_cast<std::int16_t>(thr[k * stride]));
+#if KVS_SIZELESS_VECTORS  // SVE vectors cannot form arrays: broadcast each threshold in place
+  const auto t = [&](int k) { return hn::Set(di, static_cast<std::int16_t>(thr[k * stride])); };
+#else
+  VI tv[7];
+  for (int k = 0; k < 7; ++k) tv[k] = hn::Set(di, static_cast<std::int16_t>(thr[k * stride]));
+  const auto t = [&](int k) { return tv[k]; };
+#endif
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
   const auto eight = hn::Set(d, std::uint16_t{8});
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
     const auto w = hn::LoadU(d, x + i);
     const VI a = hn::BitCast(di, hn::And(w, mag));
     // Each reached threshold is a -1 lane; the sign goes to bit 3.
-    VI count = hn::VecFromMask(di, hn::Gt(a, t[0]));
-    for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t[k])));
+    VI count = hn::VecFromMask(di, hn::Gt(a, t(0)));
+    for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t(k))));
     const VI code = hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
     const auto pairs = hn::BitCast(d32, code);
     hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);

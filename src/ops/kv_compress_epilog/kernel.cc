@@ -39,17 +39,14 @@ using DA = hn::CappedTag<std::uint16_t, 16>;  // amax over raw bf16 bits
 using VF = hn::Vec<DF>;
 using VU = hn::Vec<DU>;
 
-// Elements 2i (even) and 2i+1 (odd) of 2L consecutive bf16 values, as f32.
-struct Pair {
-  VF even, odd;
-};
-HWY_INLINE Pair LoadPairs(const std::uint16_t* p) {
-  const DF df;
-  const DU du;
-  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(p));
-  return {hn::BitCast(df, hn::ShiftLeft<16>(w)),
-          hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)))};
+// 2L consecutive bf16 values as L u32 words; Even() and Odd() widen elements 2i and 2i+1 to
+// f32. Functions rather than a struct of two vectors: SVE vectors are sizeless types, which
+// cannot be struct members.
+HWY_INLINE VU LoadPairs(const std::uint16_t* p) {
+  return hn::LoadU(DU(), reinterpret_cast<const std::uint32_t*>(p));
 }
+HWY_INLINE VF Even(VU w) { return hn::BitCast(DF(), hn::ShiftLeft<16>(w)); }
+HWY_INLINE VF Odd(VU w) { return hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xFFFF0000u))); }
 
 // Byte codes of the even and odd elements -> 2L bytes in element order.
 HWY_INLINE void StoreBytePairs(VU even, VU odd, std::uint8_t* out) {
@@ -415,12 +412,13 @@ HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_R
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   for (std::int64_t i = 0; i < n; i += step) {
     const VF k = hn::Set(df, inv_b[i / gs]);
-    const Pair v = LoadPairs(x + i);
+    const VU w = LoadPairs(x + i);
     if (kFinite) {
-      StoreNibblePairs(EncodeE2M1Finite(hn::Mul(v.even, k)), EncodeE2M1Finite(hn::Mul(v.odd, k)),
-                       data + i / 2);
+      StoreNibblePairs(EncodeE2M1Finite(hn::Mul(Even(w), k)),
+                       EncodeE2M1Finite(hn::Mul(Odd(w), k)), data + i / 2);
     } else {
-      StoreNibblePairs(EncodeE2M1(hn::Mul(v.even, k)), EncodeE2M1(hn::Mul(v.odd, k)), data + i / 2);
+      StoreNibblePairs(EncodeE2M1(hn::Mul(Even(w), k)), EncodeE2M1(hn::Mul(Odd(w), k)),
+                       data + i / 2);
     }
   }
 }
@@ -488,8 +486,8 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   if (!HiF8RopeByTable(x + n, out, x_scale)) {
     const VF xs = hn::Set(df, x_scale);
     for (std::int64_t j = 0; j < 64; j += step) {
-      const Pair v = LoadPairs(x + n + j);
-      StoreBytePairs(EncodeHiF8(hn::Mul(v.even, xs)), EncodeHiF8(hn::Mul(v.odd, xs)), out + j);
+      const VU w = LoadPairs(x + n + j);
+      StoreBytePairs(EncodeHiF8(hn::Mul(Even(w), xs)), EncodeHiF8(hn::Mul(Odd(w), xs)), out + j);
     }
   }
   // Per-group amax, then every group's scale and multiplier at once (one vector division
