@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/indexer_quant_cache/kernel.cc"
@@ -32,10 +33,11 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr std::int64_t kMaxD = 8192, kMaxGroups = kMaxD / 32;
 
-// Per-thread work space of one row.
+// Per-chunk work space of one row: the float32 rows of the general path on the heap (d
+// floats each), the per-group arrays on the stack.
 struct Scratch {
-  HWY_ALIGN float x[kMaxD];
-  HWY_ALIGN float y[kMaxD];
+  float* x = nullptr;
+  float* y = nullptr;
   HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8], sub[kMaxGroups + 8];
   HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], fast[kMaxGroups + 8];
   std::uint8_t scale[kMaxGroups * 4];
@@ -204,7 +206,10 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
 
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
-  static thread_local Scratch s;
+  std::vector<float> rows(static_cast<std::size_t>(2 * p.d));
+  Scratch s;
+  s.x = rows.data();
+  s.y = rows.data() + p.d;
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
   // row_at's addresses, with the slot split by a shift where the block size allows.
