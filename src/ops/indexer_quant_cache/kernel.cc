@@ -210,39 +210,45 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   Scratch s;
   s.x = rows.data();
   s.y = rows.data() + p.d;
+  // Everything the loop needs from the plan is read once here: the byte stores below may alias
+  // anything, so fields read inside the loop would be reloaded on every row.
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
   // row_at's addresses, with the slot split by a shift where the block size allows.
   const SlotSplitter split(p.block_size);
   const auto ce = static_cast<std::int64_t>(p.cache.element_size());
   const auto se = static_cast<std::int64_t>(p.cache_scale.element_size());
+  const std::int64_t c0 = p.cache.stride(0) * ce, c1 = p.cache.stride(1) * ce;
+  const std::int64_t s0 = p.cache_scale.stride(0) * se, s1 = p.cache_scale.stride(1) * se;
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   auto* cache_scale = static_cast<std::uint8_t*>(p.cache_scale.data);
   const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  const std::int64_t d = p.d, x0 = p.x.stride(0);
   const bool rank2 = p.x.rank == 2;  // no division per row
 #if HWY_TARGET != HWY_SCALAR
   const bool fast = fast_e4m3(p);
+  const bool mx = p.options.quant_mode == IndexerQuantMode::mxfp8;
 #endif
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
-    const std::uint16_t* src = x + (rank2 ? r * p.x.stride(0) : x_row(p.x, r));
-    std::uint8_t* codes =
-        split.address(cache, p.cache.stride(0) * ce, p.cache.stride(1) * ce, slot);
+    const std::uint16_t* src = x + (rank2 ? r * x0 : x_row(p.x, r));
+    std::uint8_t* codes = split.address(cache, c0, c1, slot);
     bool done = false;
 #if HWY_TARGET != HWY_SCALAR
-    if (fast && p.options.quant_mode == IndexerQuantMode::mxfp8) {
-      fast_mxfp8_row(p.d, s, src, codes);
+    if (fast && mx) {
+      fast_mxfp8_row(d, s, src, codes);
       done = true;
     } else if (fast) {
-      done = fast_fp8_row(p.d, s, src, codes);
+      done = fast_fp8_row(d, s, src, codes);
     }
 #endif
     if (!done) general_row(p, s, src, codes);
-    if (scale_bytes != 0) {
-      std::memcpy(split.address(cache_scale, p.cache_scale.stride(0) * se,
-                                p.cache_scale.stride(1) * se, slot),
-                  s.scale, scale_bytes);
+    std::uint8_t* scale = split.address(cache_scale, s0, s1, slot);
+    if (scale_bytes == 4) {
+      std::memcpy(scale, s.scale, 4);  // fp8, and mxfp8 / mxfp4 with d = 128: one move
+    } else if (scale_bytes != 0) {
+      std::memcpy(scale, s.scale, scale_bytes);
     }
   }
 }
