@@ -223,7 +223,7 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   auto* cache_scale = static_cast<std::uint8_t*>(p.cache_scale.data);
   const auto* x = static_cast<const std::uint16_t*>(p.x.data);
-  const std::int64_t d = p.d, x0 = p.x.stride(0);
+  const std::int64_t x0 = p.x.stride(0);
   const bool rank2 = p.x.rank == 2;  // no division per row
 #if HWY_TARGET != HWY_SCALAR
   const bool fast = fast_e4m3(p);
@@ -237,10 +237,10 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
     bool done = false;
 #if HWY_TARGET != HWY_SCALAR
     if (fast && mx) {
-      fast_mxfp8_row(d, s, src, codes);
+      fast_mxfp8_row(p.d, s, src, codes);
       done = true;
     } else if (fast) {
-      done = fast_fp8_row(d, s, src, codes);
+      done = fast_fp8_row(p.d, s, src, codes);
     }
 #endif
     if (!done) general_row(p, s, src, codes);
