@@ -154,28 +154,33 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
           (p.options.quant_mode == IndexerQuantMode::fp8 && p.options.round_scale));
 }
 
-// Mode fp8 with round_scale: the row is one group, its magnitudes reduced over whole vectors;
-// a zero floor (this mode has no 1e-4 one) keeps an all-zero row's scale 0. False (nothing
-// written) when the fast form does not cover the row exactly.
-bool fast_fp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
-  const hn::CappedTag<std::uint16_t, 32> d16;  // d is a multiple of 32
+// The largest (bits & 0x7FFF) and the smallest (bits & 0x7FFF) - 1 of the n bf16 values at
+// x (GroupMagnitudes' amax and min1 for one group), reduced over whole vectors.
+HWY_INLINE void Magnitudes(const std::uint16_t* x, std::int64_t n, std::uint16_t& amax,
+                           std::uint16_t& min1) {
+  const hn::CappedTag<std::uint16_t, 32> d16;  // n is a multiple of 32
   const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d16));
   const auto mag = hn::Set(d16, std::uint16_t{0x7FFF});
   const auto one = hn::Set(d16, std::uint16_t{1});
   auto hi = hn::Zero(d16);
   auto lo = hn::Set(d16, std::uint16_t{0xFFFF});
-  for (std::int64_t i = 0; i < d; i += N) {
-    const auto a = hn::And(hn::LoadU(d16, src + i), mag);
+  for (std::int64_t i = 0; i < n; i += N) {
+    const auto a = hn::And(hn::LoadU(d16, x + i), mag);
     hi = hn::Max(hi, a);
     lo = hn::Min(lo, hn::Sub(a, one));
   }
-  std::uint16_t sub;
+  amax = hn::GetLane(hn::MaxOfLanes(d16, hi));
+  min1 = hn::GetLane(hn::MinOfLanes(d16, lo));
+}
+
+// Mode fp8 with round_scale: the row is one group; a zero floor (this mode has no 1e-4 one)
+// keeps an all-zero row's scale 0. False (nothing written) when the fast form does not cover
+// the row exactly.
+bool fast_fp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
+  std::uint16_t amax, min1, sub;
   std::uint32_t e;
-  if (!quant::HWY_NAMESPACE::E4M3Pow2Scale(hn::GetLane(hn::MaxOfLanes(d16, hi)),
-                                           hn::GetLane(hn::MinOfLanes(d16, lo)), kC448Bits, 0, sub,
-                                           e)) {
-    return false;
-  }
+  Magnitudes(src, d, amax, min1);
+  if (!quant::HWY_NAMESPACE::E4M3Pow2Scale(amax, min1, kC448Bits, 0, sub, e)) return false;
   for (std::int64_t g = 0; g < d / 32; ++g) {
     quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, sub);
   }
@@ -184,8 +189,9 @@ bool fast_fp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uin
   return true;
 }
 
-// Mode mxfp8: every group at once; a group the fast form does not cover exactly is widened
-// and takes the scalar rules.
+// Mode mxfp8: every group at once (eight groups per reduction; one reduction per group
+// measured slower); a group the fast form does not cover exactly is widened and takes the
+// scalar rules.
 void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
   const std::int64_t groups = d / 32;
   quant::HWY_NAMESPACE::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
