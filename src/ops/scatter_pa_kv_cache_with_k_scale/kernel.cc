@@ -7,7 +7,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/scatter_pa_kv_cache_with_k_scale/kernel.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
@@ -44,17 +43,6 @@ HWY_INLINE void CopyRow(std::uint8_t* dst, std::int64_t dst_stride, const std::u
   for (std::int64_t i = 0; i < n; ++i) dst[i * dst_stride] = src[i * src_stride];
 }
 
-// The source rows of a token a few tokens ahead are requested early: the writes go to 2 * H
-// scattered rows per token, which leaves the hardware prefetcher behind on the sequential
-// reads.
-constexpr std::int64_t kAhead = 4;
-HWY_INLINE void PrefetchRows(const std::uint8_t* row, std::int64_t head_stride, std::int64_t heads,
-                             std::int64_t bytes) {
-  for (std::int64_t h = 0; h < heads; ++h) {
-    for (std::int64_t i = 0; i < bytes; i += 64) hwy::Prefetch(row + h * head_stride + i);
-  }
-}
-
 void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   const ScatterPaKvCacheWithKScalePlan& p = *job.plan;
   const auto* key = static_cast<const std::uint8_t*>(p.key.data);
@@ -74,10 +62,6 @@ void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   const std::int64_t* slots = job.slots;
 
   for (std::int64_t t = begin; t < end; ++t) {
-    if (t + kAhead < end) {
-      PrefetchRows(key + (t + kAhead) * k[0], k[1], H, Dk * k[2]);
-      PrefetchRows(value + (t + kAhead) * v[0], v[1], H, Dv * v[2]);
-    }
     const std::int64_t slot = slots[t];
     if (slot < 0) continue;
     const std::uint8_t* krow = key + t * k[0];
