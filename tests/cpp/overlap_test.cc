@@ -86,7 +86,8 @@ void check_alias(const Op& op, std::size_t in, std::size_t out, Kind kind) {
   const Region &ri = op.regions[in], &ro = op.regions[out];
   at.off[in] = at.off[out];
   if (kind == Kind::next_row) at.off[in] += ri.row_bytes;
-  if (kind == Kind::partial) at.off[in] += (ro.bytes - ri.bytes / 2) / 64 * 64;
+  // Half of the input (or of the output, for an input larger than it) inside, the rest past it.
+  if (kind == Kind::partial) at.off[in] += (ro.bytes - std::min(ri.bytes, ro.bytes) / 2) / 64 * 64;
   if (kind == Kind::strided) at.mult[in] = 2;
   SCOPED_TRACE(std::string(ri.name) + " over " + ro.name + ", " + kind_name(kind));
   Bytes init(static_cast<std::size_t>(size));
