@@ -191,6 +191,32 @@ KVSCATTER_API kvsStatus kvsKvCompressEpilogGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsKvCompressEpilog(void *workspace, uint64_t workspace_size,
                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- PagedKvWrite (docs/operators/paged_kv_write.md) ------------------------------------- */
+
+enum {
+  KVS_PAGED_KV_WRITE_KEY_INDEX = 0,
+  KVS_PAGED_KV_WRITE_VALUE_INDEX = 1,
+  KVS_PAGED_KV_WRITE_KEY_CACHE_INDEX = 2,
+  KVS_PAGED_KV_WRITE_VALUE_CACHE_INDEX = 3,
+  KVS_PAGED_KV_WRITE_SLOT_MAPPING_INDEX = 4,
+  KVS_PAGED_KV_WRITE_K_SCALE_INDEX = 5,
+  KVS_PAGED_KV_WRITE_V_SCALE_INDEX = 6
+};
+
+/* key, value [T, H, D] float32/float16/bfloat16; key_cache, value_cache 4-D views with any
+ * strides (unit stride on head_size), each addressed through its own strides; slot_mapping [N]
+ * int32/int64 (negative: padding). format: "copy" (default) | "fp8_e4m3" | "fp8_e5m2".
+ * layout: "NHD" (default, [blocks, block_size, H, D]) | "HND" ([blocks, H, block_size, D]).
+ * k_scale, v_scale: float32 with 1 or H elements, NULL when absent (required by fp8). */
+KVSCATTER_API kvsStatus kvsPagedKvWriteGetWorkspaceSize(
+    const kvsTensor *key, const kvsTensor *value, kvsTensor *key_cache, kvsTensor *value_cache,
+    const kvsTensor *slot_mapping, const kvsTensor *k_scale, const kvsTensor *v_scale,
+    const char *format, const char *layout, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsPagedKvWrite(void *workspace, uint64_t workspace_size,
+                                        kvsExecutor *executor) KVS_NOEXCEPT;
+
 /* ---- Contiguous cache update (seed 004, decisions U1/U2) --------------------------------- */
 
 enum {

@@ -35,6 +35,7 @@ __all__ = [
     "kv_cache_update",
     "kv_compress_epilog",
     "npu_scatter_pa_kv_cache",
+    "paged_kv_write",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
     "set_num_threads",
@@ -118,6 +119,56 @@ def scatter_pa_kv_cache_with_k_scale(
         key_scale_cache,
         cache_layout,
         formats.canonical_dtype(dtype),
+    )
+
+
+def paged_kv_write(
+    key,
+    value,
+    key_cache,
+    value_cache,
+    slot_mapping,
+    *,
+    format="copy",
+    layout="NHD",
+    k_scale=None,
+    v_scale=None,
+) -> None:
+    """Writes each token's key and value vectors into paged K and V caches at ``slot_mapping``.
+
+    Each cache is addressed through its own strides, so NHD and HND caches, K and V interleaved
+    in one ``[num_blocks, 2, ...]`` allocation and padded blocks are written in place.
+
+    Parameters
+    ----------
+    key, value : array_like
+        ``[T, num_heads, head_size]`` float32, float16 or bfloat16, any token and head strides.
+        Only the first ``len(slot_mapping)`` rows are read.
+    key_cache, value_cache : array_like
+        4-D caches of equal shape and dtype: ``[num_blocks, block_size, num_heads, head_size]``
+        for ``layout="NHD"``, ``[num_blocks, num_heads, block_size, head_size]`` for
+        ``layout="HND"``. The dtype is the input dtype for ``format="copy"``, ``uint8`` or the
+        matching float8 dtype for the fp8 formats. Updated in place.
+    slot_mapping : array_like
+        ``[num_tokens]`` int32 or int64. Slot ``s`` is row ``s % block_size`` of block
+        ``s // block_size``; negative slots are padding; duplicates: the last token wins.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        ``"copy"`` stores the input bytes; the fp8 formats store ``x / scale`` rounded to nearest
+        even, saturated to the largest finite value, NaN as ``0x7F``.
+    layout : {"NHD", "HND"}
+        How the cache dimensions are ordered (see above).
+    k_scale, v_scale : array_like, optional
+        float32 with 1 (per tensor) or ``num_heads`` (per head) elements, equal shapes. Required
+        by the fp8 formats; validated and unused by ``"copy"``.
+
+    Raises
+    ------
+    kvscatter.Error
+        Any broken rule (shapes, dtypes, strides, overlapping caches, a slot past the cache);
+        nothing has been written.
+    """
+    _ext.paged_kv_write(
+        key, value, key_cache, value_cache, slot_mapping, format, layout, k_scale, v_scale, None
     )
 
 

@@ -52,6 +52,7 @@ NB_MODULE(_kvscatter, m) {
   python::bind_kv_cache_update(m);
   python::bind_scatter_pa_kv_cache(m);
   python::bind_quant_ops(m);
+  python::bind_paged_kv_write(m);
 #ifdef KVSCATTER_HAVE_XLA_FFI
   python::bind_jax_ffi(m);
 #else

@@ -76,6 +76,8 @@ const char* planner_name(Op op) noexcept {
       return "kvsKvCompressEpilogGetWorkspaceSize";
     case Op::kv_cache_update:
       return "kvsKvCacheUpdateGetWorkspaceSize";
+    case Op::paged_kv_write:
+      return "kvsPagedKvWriteGetWorkspaceSize";
   }
   return "?";
 }
@@ -90,6 +92,8 @@ const char* runner_name(Op op) noexcept {
       return "kvsKvCompressEpilog";
     case Op::kv_cache_update:
       return "kvsKvCacheUpdate";
+    case Op::paged_kv_write:
+      return "kvsPagedKvWrite";
   }
   return "?";
 }

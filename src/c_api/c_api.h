@@ -27,6 +27,7 @@ enum class Op : std::uint8_t {
   scatter_pa_kv_cache_with_k_scale,
   kv_compress_epilog,
   kv_cache_update,
+  paged_kv_write,
 };
 
 // Name of the GetWorkspaceSize function that creates an executor of `op`, and of the function
