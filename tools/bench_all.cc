@@ -22,6 +22,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
+#include "kvscatter/paged_kv_write.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
@@ -240,6 +241,60 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   return w;
 }
 
+// paged_kv_write (vLLM's reshape_and_cache_flash): bfloat16 K/V into NHD caches, or into HND
+// caches interleaved in one [NB, 2, H, BS, D] allocation as vLLM allocates them; copy or fp8.
+Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads,
+                              std::int64_t dim) {
+  Workload w{"paged_kv_write",
+             std::string(format == KvCacheFormat::copy ? "copy" : "fp8_e4m3") +
+                 (hnd ? " HND-kv bf16" : " NHD bf16"),
+             std::to_string(heads) + "x" + std::to_string(dim), nullptr};
+  w.make = [format, hnd, heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key, value;
+      CacheBytes key_cache, value_cache;
+      std::vector<std::int64_t> slots;
+      std::vector<float> k_scale, v_scale;
+      PagedKvWritePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens), bs = kBlockSize, elems = heads * dim;
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 8);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->key.resize(static_cast<std::size_t>(tokens * elems * 2));
+    fill_tiled(reinterpret_cast<std::uint16_t*>(b->key.data()), b->key.size() / 2, bits);
+    b->value = b->key;
+    const DType cdt = format == KvCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const auto ces = static_cast<std::int64_t>(dtype_size(cdt));
+    const std::int64_t block = bs * elems;
+    b->key_cache.assign(static_cast<std::size_t>(nb * block * ces * (hnd ? 2 : 1)), 0);
+    if (!hnd) b->value_cache = b->key_cache;
+    b->slots = realistic_slots(tokens, bs, nb);
+    b->k_scale.assign(static_cast<std::size_t>(heads), 0.05f);
+    b->v_scale = b->k_scale;
+    PagedKvWriteOptions o;
+    o.format = format;
+    o.k_scale = TensorView(b->k_scale.data(), DType::float32, {heads});
+    o.v_scale = TensorView(b->v_scale.data(), DType::float32, {heads});
+    const std::vector<std::int64_t> shape{nb, bs, heads, dim};
+    const std::vector<std::int64_t> strides =
+        hnd ? std::vector<std::int64_t>{2 * block, dim, bs * dim, 1}
+            : std::vector<std::int64_t>{block, elems, dim, 1};
+    unsigned char* kc = b->key_cache.data();
+    unsigned char* vc = hnd ? kc + block * ces : b->value_cache.data();
+    b->plan = plan_paged_kv_write(TensorView(b->key.data(), DType::bfloat16, {tokens, heads, dim}),
+                                  TensorView(b->value.data(), DType::bfloat16, {tokens, heads, dim}),
+                                  TensorView(kc, cdt, shape, strides),
+                                  TensorView(vc, cdt, shape, strides),
+                                  TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    // read: key and value; written: their cache rows; plus the slot mapping.
+    const std::int64_t per_token = 2 * elems * (2 + ces);
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * per_token + 8 * tokens};
+  };
+  return w;
+}
+
 std::vector<Workload> all_workloads() {
   return {
       scatter_workload("Norm", 8, 128, false),
@@ -255,6 +310,10 @@ std::vector<Workload> all_workloads() {
       update_workload(DType::bfloat16, 8, 128),
       update_workload(DType::float32, 32, 128),
       update_workload(DType::bfloat16, 32, 128),
+      paged_write_workload(KvCacheFormat::copy, false, 8, 128),
+      paged_write_workload(KvCacheFormat::copy, true, 8, 128),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128),
   };
 }
 
@@ -276,6 +335,14 @@ constexpr Target kTargets[] = {
      "bench/kv_cache_update_bench.cc"},
     {"FP8 scatter with key scales", "scatter_pa_kv_cache_with_k_scale fp8_e4m3 BNBD 8x128", 0.8,
      0.4, "docs/operators/scatter_pa_kv_cache_with_k_scale.md"},
+    {"paged write, copy", "paged_kv_write copy NHD bf16 8x128", 0.8, 0.4,
+     "docs/operators/paged_kv_write.md"},
+    {"paged write, copy, HND K/V", "paged_kv_write copy HND-kv bf16 8x128", 0.8, 0.4,
+     "docs/operators/paged_kv_write.md"},
+    {"paged write, fp8", "paged_kv_write fp8_e4m3 NHD bf16 8x128", 0.35, 0.175,
+     "docs/operators/paged_kv_write.md"},
+    {"paged write, fp8, HND K/V", "paged_kv_write fp8_e4m3 HND-kv bf16 8x128", 0.35, 0.175,
+     "docs/operators/paged_kv_write.md"},
 };
 constexpr double kOverheadTargetUs = 2;  // decode: fixed cost per call (reported, not checked)
 
