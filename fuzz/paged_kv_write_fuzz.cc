@@ -17,7 +17,8 @@ void layout(Tensor& t, Input& in, bool allow_zero) {
   std::array<int, kMaxRank> order{};
   std::iota(order.begin(), order.begin() + t.rank, 0);
   if (in.pick(4) == 3) {
-    for (int i = t.rank - (in.rare() ? 1 : 2); i > 0; --i) std::swap(order[i], order[in.pick(i + 1)]);
+    for (int i = t.rank - (in.rare() ? 1 : 2); i > 0; --i)
+      std::swap(order[i], order[in.pick(i + 1)]);
   }
   std::int64_t s = 1;
   for (int k = t.rank; k-- > 0;) {
@@ -43,9 +44,8 @@ Outcome run_c(Case& c, PagedKvWriteOptions& o, bool& any_status) {
   return c_two_phase(
       ct, any_status, "kvsPagedKvWrite",
       [&](std::uint64_t* ws, kvsExecutor** ex) {
-        return kvsPagedKvWriteGetWorkspaceSize(tk, tv, tkc, tvc, ts, tks, tvs,
-                                               kFormats[static_cast<int>(o.format)], layout, ws,
-                                               ex);
+        return kvsPagedKvWriteGetWorkspaceSize(
+            tk, tv, tkc, tvc, ts, tks, tvs, kFormats[static_cast<int>(o.format)], layout, ws, ex);
       },
       [](kvsExecutor* ex) { return kvsPagedKvWrite(nullptr, 0, ex); });
 }
@@ -63,8 +63,8 @@ int run(const std::uint8_t* data, std::size_t size) {
   PagedKvWriteOptions o;
   o.format = static_cast<KvCacheFormat>(in.pick(3));
   o.layout = in.pick(2) ? KvCacheLayout::HND : KvCacheLayout::NHD;
-  const DType cdt = o.format == KvCacheFormat::copy ? dt
-                    : in.pick(2)                    ? DType::uint8
+  const DType cdt = o.format == KvCacheFormat::copy       ? dt
+                    : in.pick(2)                          ? DType::uint8
                     : o.format == KvCacheFormat::fp8_e4m3 ? DType::float8_e4m3fn
                                                           : DType::float8_e5m2;
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;

@@ -16,9 +16,9 @@ namespace kvscatter {
 
 // What a cache element holds.
 enum class KvCacheFormat : std::uint8_t {
-  copy,     // the input dtype, written as a raw byte copy
-  fp8_e4m3, // float8_e4m3fn codes of x / scale, saturated to +-448, NaN -> 0x7F
-  fp8_e5m2, // float8_e5m2 codes of x / scale, saturated to +-57344, NaN -> 0x7F
+  copy,      // the input dtype, written as a raw byte copy
+  fp8_e4m3,  // float8_e4m3fn codes of x / scale, saturated to +-448, NaN -> 0x7F
+  fp8_e5m2,  // float8_e5m2 codes of x / scale, saturated to +-57344, NaN -> 0x7F
 };
 
 // How the dimensions of a cache view are read. NHD: [num_blocks, block_size,
@@ -53,32 +53,29 @@ struct KVSCATTER_API PagedKvWritePlan {
 // num_tokens (rows past num_tokens are never read); key_cache, value_cache: 4-D
 // per options.layout; slot_mapping: [num_tokens] int32 / int64, negative
 // entries are padding.
-KVSCATTER_API PagedKvWritePlan plan_paged_kv_write(
-    const TensorView &key, const TensorView &value, const TensorView &key_cache,
-    const TensorView &value_cache, const TensorView &slot_mapping,
-    const PagedKvWriteOptions &options = {});
+KVSCATTER_API PagedKvWritePlan plan_paged_kv_write(const TensorView& key, const TensorView& value,
+                                                   const TensorView& key_cache,
+                                                   const TensorView& value_cache,
+                                                   const TensorView& slot_mapping,
+                                                   const PagedKvWriteOptions& options = {});
 
-KVSCATTER_API void execute(const PagedKvWritePlan &plan);
+KVSCATTER_API void execute(const PagedKvWritePlan& plan);
 
 // Plan and execute in one call.
-KVSCATTER_API void paged_kv_write(const TensorView &key,
-                                  const TensorView &value,
-                                  const TensorView &key_cache,
-                                  const TensorView &value_cache,
-                                  const TensorView &slot_mapping,
-                                  const PagedKvWriteOptions &options = {});
+KVSCATTER_API void paged_kv_write(const TensorView& key, const TensorView& value,
+                                  const TensorView& key_cache, const TensorView& value_cache,
+                                  const TensorView& slot_mapping,
+                                  const PagedKvWriteOptions& options = {});
 
 // "copy", "fp8_e4m3", "fp8_e5m2" / "NHD", "HND"; parsers for the C ABI and
 // Python boundaries (nullopt when unknown).
-KVSCATTER_API const char *kv_cache_format_name(KvCacheFormat format) noexcept;
-KVSCATTER_API std::optional<KvCacheFormat>
-parse_kv_cache_format(const char *name) noexcept;
-KVSCATTER_API std::optional<KvCacheLayout>
-parse_kv_cache_layout(const char *name) noexcept;
+KVSCATTER_API const char* kv_cache_format_name(KvCacheFormat format) noexcept;
+KVSCATTER_API std::optional<KvCacheFormat> parse_kv_cache_format(const char* name) noexcept;
+KVSCATTER_API std::optional<KvCacheLayout> parse_kv_cache_layout(const char* name) noexcept;
 
 namespace reference {
 // The scalar oracle: same checks as execute(), plain loops.
-KVSCATTER_API void execute(const PagedKvWritePlan &plan);
-} // namespace reference
+KVSCATTER_API void execute(const PagedKvWritePlan& plan);
+}  // namespace reference
 
-} // namespace kvscatter
+}  // namespace kvscatter

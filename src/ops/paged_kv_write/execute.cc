@@ -11,35 +11,33 @@ namespace kvscatter {
 namespace detail::paged_kv_write {
 namespace {
 
-Side make_side(const PagedKvWritePlan &p, const TensorView &x,
-               const TensorView &cache, const std::vector<float> &scales) {
+Side make_side(const PagedKvWritePlan& p, const TensorView& x, const TensorView& cache,
+               const std::vector<float>& scales) {
   const auto es = static_cast<std::int64_t>(x.element_size());
   const auto ces = static_cast<std::int64_t>(cache.element_size());
   Side s;
-  s.src = static_cast<const unsigned char *>(x.data);
+  s.src = static_cast<const unsigned char*>(x.data);
   s.src_token = x.stride(0) * es;
   s.src_head = x.stride(1) * es;
-  s.dst = static_cast<unsigned char *>(cache.data);
+  s.dst = static_cast<unsigned char*>(cache.data);
   s.block_stride = cache.stride(0) * ces;
   s.slot_stride = cache.stride(1) * ces;
   s.head_stride = cache.stride(2) * ces;
   s.scales = scales.empty() ? nullptr : scales.data();
-  s.merged = p.num_heads == 1 ||
-             (x.stride(1) == p.head_size && cache.stride(2) == p.head_size);
+  s.merged = p.num_heads == 1 || (x.stride(1) == p.head_size && cache.stride(2) == p.head_size);
   return s;
 }
 
-} // namespace
-} // namespace detail::paged_kv_write
+}  // namespace
+}  // namespace detail::paged_kv_write
 
-void execute(const PagedKvWritePlan &plan) {
+void execute(const PagedKvWritePlan& plan) {
   using namespace detail;
   using namespace detail::paged_kv_write;
   check_bound_data(plan);
   CheckedData data;
   check_data(plan, data);
-  if (plan.num_tokens == 0)
-    return;
+  if (plan.num_tokens == 0) return;
 
   Job job;
   job.side[0] = make_side(plan, plan.key, plan.key_cache, data.k_scale);
@@ -50,22 +48,18 @@ void execute(const PagedKvWritePlan &plan) {
   job.dtype = plan.key.dtype;
   job.format = plan.format;
   job.uniform_scale = !plan.per_head_scale;
-  const auto cache_es =
-      static_cast<std::int64_t>(plan.key_cache.element_size());
-  const std::int64_t token_bytes =
-      2 * plan.num_heads * plan.head_size * cache_es;
-  job.stream = plan.format == KvCacheFormat::copy &&
-               use_streaming_stores(plan.num_tokens * token_bytes);
+  const auto cache_es = static_cast<std::int64_t>(plan.key_cache.element_size());
+  const std::int64_t token_bytes = 2 * plan.num_heads * plan.head_size * cache_es;
+  job.stream =
+      plan.format == KvCacheFormat::copy && use_streaming_stores(plan.num_tokens * token_bytes);
   const std::int64_t grain = grain_for_bytes(token_bytes);
   // A call that runs as one chunk writes in token order already; a split one
   // must not let two chunks write the same slot, so only the last writer of
   // each slot is kept.
-  if (plan.num_tokens > grain)
-    keep_last_writers(data.slots, plan.num_slots);
+  if (plan.num_tokens > grain) keep_last_writers(data.slots, plan.num_slots);
   job.slots = data.slots.data();
-  parallel_for(plan.num_tokens, grain, [&](std::int64_t b, std::int64_t e) {
-    write_token_range(job, b, e);
-  });
+  parallel_for(plan.num_tokens, grain,
+               [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
 }
 
-} // namespace kvscatter
+}  // namespace kvscatter

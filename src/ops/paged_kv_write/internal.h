@@ -18,11 +18,11 @@ struct CheckedData {
 
 // Null data pointers of the bound views; run by every execute() since an engine
 // may rebind pointers between calls.
-void check_bound_data(const PagedKvWritePlan &plan);
+void check_bound_data(const PagedKvWritePlan& plan);
 
 // Every slot checked (negative: padding; otherwise below num_slots) before any
 // write, and the scales read. Throws kvscatter::Error naming the offending
 // entry.
-void check_data(const PagedKvWritePlan &plan, CheckedData &out);
+void check_data(const PagedKvWritePlan& plan, CheckedData& out);
 
-} // namespace kvscatter::detail::paged_kv_write
+}  // namespace kvscatter::detail::paged_kv_write

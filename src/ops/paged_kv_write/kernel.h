@@ -14,27 +14,25 @@ namespace kvscatter::detail::paged_kv_write {
 // head h is written at dst + (s / block_size)*block_stride + (s %
 // block_size)*slot_stride + h*head_stride.
 struct Side {
-  const unsigned char *src = nullptr;
+  const unsigned char* src = nullptr;
   std::int64_t src_token = 0, src_head = 0;
-  unsigned char *dst = nullptr;
+  unsigned char* dst = nullptr;
   std::int64_t block_stride = 0, slot_stride = 0, head_stride = 0;
-  const float *scales = nullptr; // fp8 formats: one per head
-  bool merged = false; // the heads of a token form one run on both ends
+  const float* scales = nullptr;  // fp8 formats: one per head
+  bool merged = false;            // the heads of a token form one run on both ends
 };
 
 struct Job {
   Side side[2];
   std::int64_t num_heads = 0, head_size = 0, block_size = 1;
-  DType dtype = DType::float32; // of key and value
+  DType dtype = DType::float32;  // of key and value
   KvCacheFormat format = KvCacheFormat::copy;
-  bool uniform_scale =
-      false; // one scale for every head (merged runs may be quantized at once)
-  const std::int64_t *slots =
-      nullptr;         // per token; < 0: padding or a dropped earlier writer
-  bool stream = false; // copies may use non-temporal stores (large calls)
+  bool uniform_scale = false;  // one scale for every head (merged runs may be quantized at once)
+  const std::int64_t* slots = nullptr;  // per token; < 0: padding or a dropped earlier writer
+  bool stream = false;                  // copies may use non-temporal stores (large calls)
 };
 
 // Dispatched entry point: writes tokens [begin, end).
-void write_token_range(const Job &job, std::int64_t begin, std::int64_t end);
+void write_token_range(const Job& job, std::int64_t begin, std::int64_t end);
 
-} // namespace kvscatter::detail::paged_kv_write
+}  // namespace kvscatter::detail::paged_kv_write

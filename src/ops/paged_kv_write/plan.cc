@@ -17,13 +17,11 @@ bool is_activation(DType d) {
 
 // [T, H, D] float rows with a unit stride on the last axis; returns nothing,
 // fills H and D.
-void check_inputs(const TensorView &key, const TensorView &value,
-                  PagedKvWritePlan &p) {
+void check_inputs(const TensorView& key, const TensorView& value, PagedKvWritePlan& p) {
   require_rank(key, "key", 3, "[num_tokens, num_heads, head_size]");
   require_rank(value, "value", 3, "[num_tokens, num_heads, head_size]");
   if (!is_activation(key.dtype)) {
-    invalid("key dtype must be one of {float32, float16, bfloat16}, got ",
-            dtype_name(key.dtype));
+    invalid("key dtype must be one of {float32, float16, bfloat16}, got ", dtype_name(key.dtype));
   }
   if (value.dtype != key.dtype) {
     invalid("value dtype ", dtype_name(value.dtype), " differs from key dtype ",
@@ -32,27 +30,24 @@ void check_inputs(const TensorView &key, const TensorView &value,
   p.num_heads = key.dim(1);
   p.head_size = key.dim(2);
   if (p.num_heads < 1 || p.head_size < 1) {
-    invalid("key shape ", shape_str(key),
-            " must have num_heads >= 1 and head_size >= 1");
+    invalid("key shape ", shape_str(key), " must have num_heads >= 1 and head_size >= 1");
   }
   if (value.dim(1) != p.num_heads || value.dim(2) != p.head_size) {
-    invalid("value shape ", shape_str(value), " must be [num_tokens, ",
-            p.num_heads, ", ", p.head_size, "] like key");
+    invalid("value shape ", shape_str(value), " must be [num_tokens, ", p.num_heads, ", ",
+            p.head_size, "] like key");
   }
-  for (const auto *t : {&key, &value}) {
-    const char *name = t == &key ? "key" : "value";
+  for (const auto* t : {&key, &value}) {
+    const char* name = t == &key ? "key" : "value";
     require_sane_layout(*t, name);
     require_data(*t, name);
     if (p.head_size > 1 && t->stride(2) != 1) {
-      invalid(name,
-              " must have a unit stride on its head_size axis, got stride ",
-              t->stride(2));
+      invalid(name, " must have a unit stride on its head_size axis, got stride ", t->stride(2));
     }
   }
 }
 
 // The cache as an NHD view: an HND view has its head and slot axes swapped.
-TensorView as_nhd(const TensorView &cache, KvCacheLayout layout) {
+TensorView as_nhd(const TensorView& cache, KvCacheLayout layout) {
   TensorView v = cache;
   if (layout == KvCacheLayout::HND && v.rank == 4) {
     std::swap(v.shape[1], v.shape[2]);
@@ -61,40 +56,33 @@ TensorView as_nhd(const TensorView &cache, KvCacheLayout layout) {
   return v;
 }
 
-void check_cache_dtype(const TensorView &c, const char *name,
-                       const PagedKvWritePlan &p, DType input) {
+void check_cache_dtype(const TensorView& c, const char* name, const PagedKvWritePlan& p,
+                       DType input) {
   if (p.format == KvCacheFormat::copy) {
     if (c.dtype != input) {
-      invalid(name, " dtype ", dtype_name(c.dtype),
-              " must equal the key dtype ", dtype_name(input),
+      invalid(name, " dtype ", dtype_name(c.dtype), " must equal the key dtype ", dtype_name(input),
               " (format 'copy' stores the input type)");
     }
     return;
   }
-  const DType fp8 = p.format == KvCacheFormat::fp8_e4m3 ? DType::float8_e4m3fn
-                                                        : DType::float8_e5m2;
+  const DType fp8 = p.format == KvCacheFormat::fp8_e4m3 ? DType::float8_e4m3fn : DType::float8_e5m2;
   if (c.dtype != DType::uint8 && c.dtype != fp8) {
-    invalid(name, " dtype ", dtype_name(c.dtype),
-            " cannot hold the codes of format '",
-            kv_cache_format_name(p.format), "' (expected uint8 or ",
-            dtype_name(fp8), ")");
+    invalid(name, " dtype ", dtype_name(c.dtype), " cannot hold the codes of format '",
+            kv_cache_format_name(p.format), "' (expected uint8 or ", dtype_name(fp8), ")");
   }
 }
 
-void check_cache(const TensorView &c, const char *name,
-                 const PagedKvWritePlan &p, DType input) {
+void check_cache(const TensorView& c, const char* name, const PagedKvWritePlan& p, DType input) {
   require_rank(c, name, 4, "[num_blocks, block_size, num_heads, head_size]");
   if (c.dim(1) < 1 || c.dim(2) != p.num_heads || c.dim(3) != p.head_size) {
-    invalid(name, " shape ", shape_str(c), " must be [num_blocks, block_size, ",
-            p.num_heads, ", ", p.head_size,
-            "] (NHD order) with block_size >= 1");
+    invalid(name, " shape ", shape_str(c), " must be [num_blocks, block_size, ", p.num_heads, ", ",
+            p.head_size, "] (NHD order) with block_size >= 1");
   }
   check_cache_dtype(c, name, p, input);
   require_sane_layout(c, name);
   require_data(c, name);
   if (p.head_size > 1 && c.stride(3) != 1) {
-    invalid(name, " must have a unit stride on its head_size axis, got stride ",
-            c.stride(3));
+    invalid(name, " must have a unit stride on its head_size axis, got stride ", c.stride(3));
   }
   require_no_self_overlap(c, name);
 }
@@ -102,61 +90,54 @@ void check_cache(const TensorView &c, const char *name,
 // K and V may share one allocation (interleaved blocks) but never an element:
 // concurrent writes of a key row and a value row to the same bytes would depend
 // on the thread count.
-void check_caches_disjoint(const TensorView &k, const TensorView &v) {
-  if (k.numel() == 0)
-    return;
+void check_caches_disjoint(const TensorView& k, const TensorView& v) {
+  if (k.numel() == 0) return;
   const auto es = static_cast<std::int64_t>(k.element_size());
-  auto extent = [&](const TensorView &t) {
+  auto extent = [&](const TensorView& t) {
     std::int64_t last = 0;
-    for (int i = 0; i < 4; ++i)
-      last += (t.dim(i) - 1) * t.stride(i);
+    for (int i = 0; i < 4; ++i) last += (t.dim(i) - 1) * t.stride(i);
     return (last + 1) * es;
   };
   const auto ka = reinterpret_cast<std::intptr_t>(k.data);
   const auto va = reinterpret_cast<std::intptr_t>(v.data);
-  if (ka + extent(k) <= va || va + extent(v) <= ka)
-    return;
+  if (ka + extent(k) <= va || va + extent(v) <= ka) return;
   const std::int64_t delta = va > ka ? va - ka : ka - va;
   bool same_strides = delta % es == 0;
-  for (int i = 0; i < 4; ++i)
-    same_strides = same_strides && k.stride(i) == v.stride(i);
+  for (int i = 0; i < 4; ++i) same_strides = same_strides && k.stride(i) == v.stride(i);
   if (same_strides) {
     // The pair is one 5-D view with a leading axis of 2 elements, delta apart.
     TensorView both = k;
     both.rank = 5;
     for (int i = 4; i > 0; --i) {
-      both.shape[static_cast<std::size_t>(i)] =
-          k.shape[static_cast<std::size_t>(i - 1)];
-      both.strides[static_cast<std::size_t>(i)] =
-          k.strides[static_cast<std::size_t>(i - 1)];
+      both.shape[static_cast<std::size_t>(i)] = k.shape[static_cast<std::size_t>(i - 1)];
+      both.strides[static_cast<std::size_t>(i)] = k.strides[static_cast<std::size_t>(i - 1)];
     }
     both.shape[0] = 2;
     both.strides[0] = delta / es;
     try {
       require_no_self_overlap(both, "key_cache");
       return;
-    } catch (const Error &) {
+    } catch (const Error&) {
     }
   }
-  invalid("key_cache and value_cache overlap: their elements must be distinct "
-          "memory (K and V "
-          "may interleave in one allocation, but not share bytes)");
+  invalid(
+      "key_cache and value_cache overlap: their elements must be distinct "
+      "memory (K and V "
+      "may interleave in one allocation, but not share bytes)");
 }
 
-void check_scales(const PagedKvWriteOptions &o, PagedKvWritePlan &p) {
+void check_scales(const PagedKvWriteOptions& o, PagedKvWritePlan& p) {
   if (o.k_scale.has_value() != o.v_scale.has_value()) {
-    invalid(o.k_scale ? "v_scale" : "k_scale",
-            " is missing: k_scale and v_scale come together");
+    invalid(o.k_scale ? "v_scale" : "k_scale", " is missing: k_scale and v_scale come together");
   }
   if (!o.k_scale) {
     if (p.format != KvCacheFormat::copy) {
-      invalid("k_scale and v_scale are required by format '",
-              kv_cache_format_name(p.format), "'");
+      invalid("k_scale and v_scale are required by format '", kv_cache_format_name(p.format), "'");
     }
     return;
   }
-  for (const TensorView *s : {&*o.k_scale, &*o.v_scale}) {
-    const char *name = s == &*o.k_scale ? "k_scale" : "v_scale";
+  for (const TensorView* s : {&*o.k_scale, &*o.v_scale}) {
+    const char* name = s == &*o.k_scale ? "k_scale" : "v_scale";
     if (s->dtype != DType::float32) {
       invalid(name, " must be float32, got ", dtype_name(s->dtype));
     }
@@ -169,114 +150,99 @@ void check_scales(const PagedKvWriteOptions &o, PagedKvWritePlan &p) {
   }
   const TensorView &k = *o.k_scale, &v = *o.v_scale;
   bool same = k.rank == v.rank;
-  for (int i = 0; same && i < k.rank; ++i)
-    same = k.dim(i) == v.dim(i);
+  for (int i = 0; same && i < k.rank; ++i) same = k.dim(i) == v.dim(i);
   if (!same) {
-    invalid("v_scale shape ", shape_str(v), " must equal k_scale shape ",
-            shape_str(k));
+    invalid("v_scale shape ", shape_str(v), " must equal k_scale shape ", shape_str(k));
   }
   p.k_scale = k;
   p.v_scale = v;
   p.per_head_scale = k.numel() == p.num_heads && p.num_heads > 1;
 }
 
-void check_slot_mapping(const TensorView &sm, PagedKvWritePlan &p) {
+void check_slot_mapping(const TensorView& sm, PagedKvWritePlan& p) {
   require_rank(sm, "slot_mapping", 1, "[num_tokens]");
   require_index(sm, "slot_mapping");
   require_sane_layout(sm, "slot_mapping");
   require_data(sm, "slot_mapping");
   p.num_tokens = sm.dim(0);
   if (p.num_tokens > p.key.dim(0)) {
-    invalid("slot_mapping has ", p.num_tokens, " entries but key has only ",
-            p.key.dim(0), " rows");
+    invalid("slot_mapping has ", p.num_tokens, " entries but key has only ", p.key.dim(0), " rows");
   }
   if (p.num_tokens > p.value.dim(0)) {
-    invalid("slot_mapping has ", p.num_tokens, " entries but value has only ",
-            p.value.dim(0), " rows");
+    invalid("slot_mapping has ", p.num_tokens, " entries but value has only ", p.value.dim(0),
+            " rows");
   }
 }
 
-} // namespace
+}  // namespace
 
-void check_bound_data(const PagedKvWritePlan &p) {
+void check_bound_data(const PagedKvWritePlan& p) {
   require_data(p.key, "key");
   require_data(p.value, "value");
   require_data(p.key_cache, "key_cache");
   require_data(p.value_cache, "value_cache");
   require_data(p.slot_mapping, "slot_mapping");
-  if (p.k_scale)
-    require_data(*p.k_scale, "k_scale");
-  if (p.v_scale)
-    require_data(*p.v_scale, "v_scale");
+  if (p.k_scale) require_data(*p.k_scale, "k_scale");
+  if (p.v_scale) require_data(*p.v_scale, "v_scale");
 }
 
-void check_data(const PagedKvWritePlan &p, CheckedData &out) {
+void check_data(const PagedKvWritePlan& p, CheckedData& out) {
   out.slots = read_slots(p.slot_mapping);
   for (std::int64_t t = 0; t < p.num_tokens; ++t) {
     const std::int64_t s = out.slots[static_cast<std::size_t>(t)];
     if (s >= p.num_slots) {
-      invalid("slot_mapping[", t, "] = ", s, " is out of range [0, ",
-              p.num_slots, ") (key_cache has ", p.num_blocks, " blocks of ",
-              p.block_size, " slots)");
+      invalid("slot_mapping[", t, "] = ", s, " is out of range [0, ", p.num_slots,
+              ") (key_cache has ", p.num_blocks, " blocks of ", p.block_size, " slots)");
     }
   }
   out.k_scale.clear();
   out.v_scale.clear();
-  if (p.format == KvCacheFormat::copy)
-    return;
+  if (p.format == KvCacheFormat::copy) return;
   for (int side = 0; side < 2; ++side) {
-    const TensorView &s = side == 0 ? *p.k_scale : *p.v_scale;
-    std::vector<float> &dst = side == 0 ? out.k_scale : out.v_scale;
+    const TensorView& s = side == 0 ? *p.k_scale : *p.v_scale;
+    std::vector<float>& dst = side == 0 ? out.k_scale : out.v_scale;
     const std::int64_t n = s.numel();
     for (std::int64_t h = 0; h < p.num_heads; ++h) {
       float v;
-      const auto *base = static_cast<const unsigned char *>(s.data);
+      const auto* base = static_cast<const unsigned char*>(s.data);
       std::memcpy(&v, base + flat_offset(s, n == 1 ? 0 : h) * 4, 4);
       dst.push_back(v);
     }
   }
 }
 
-} // namespace detail::paged_kv_write
+}  // namespace detail::paged_kv_write
 
-const char *kv_cache_format_name(KvCacheFormat format) noexcept {
+const char* kv_cache_format_name(KvCacheFormat format) noexcept {
   switch (format) {
-  case KvCacheFormat::fp8_e4m3:
-    return "fp8_e4m3";
-  case KvCacheFormat::fp8_e5m2:
-    return "fp8_e5m2";
-  default:
-    return "copy";
+    case KvCacheFormat::fp8_e4m3:
+      return "fp8_e4m3";
+    case KvCacheFormat::fp8_e5m2:
+      return "fp8_e5m2";
+    default:
+      return "copy";
   }
 }
 
-std::optional<KvCacheFormat> parse_kv_cache_format(const char *name) noexcept {
-  if (name == nullptr)
-    return std::nullopt;
-  for (KvCacheFormat f : {KvCacheFormat::copy, KvCacheFormat::fp8_e4m3,
-                          KvCacheFormat::fp8_e5m2}) {
-    if (std::strcmp(name, kv_cache_format_name(f)) == 0)
-      return f;
+std::optional<KvCacheFormat> parse_kv_cache_format(const char* name) noexcept {
+  if (name == nullptr) return std::nullopt;
+  for (KvCacheFormat f : {KvCacheFormat::copy, KvCacheFormat::fp8_e4m3, KvCacheFormat::fp8_e5m2}) {
+    if (std::strcmp(name, kv_cache_format_name(f)) == 0) return f;
   }
   return std::nullopt;
 }
 
-std::optional<KvCacheLayout> parse_kv_cache_layout(const char *name) noexcept {
-  if (name == nullptr)
-    return std::nullopt;
-  if (std::strcmp(name, "NHD") == 0)
-    return KvCacheLayout::NHD;
-  if (std::strcmp(name, "HND") == 0)
-    return KvCacheLayout::HND;
+std::optional<KvCacheLayout> parse_kv_cache_layout(const char* name) noexcept {
+  if (name == nullptr) return std::nullopt;
+  if (std::strcmp(name, "NHD") == 0) return KvCacheLayout::NHD;
+  if (std::strcmp(name, "HND") == 0) return KvCacheLayout::HND;
   return std::nullopt;
 }
 
-PagedKvWritePlan plan_paged_kv_write(const TensorView &key,
-                                     const TensorView &value,
-                                     const TensorView &key_cache,
-                                     const TensorView &value_cache,
-                                     const TensorView &slot_mapping,
-                                     const PagedKvWriteOptions &options) {
+PagedKvWritePlan plan_paged_kv_write(const TensorView& key, const TensorView& value,
+                                     const TensorView& key_cache, const TensorView& value_cache,
+                                     const TensorView& slot_mapping,
+                                     const PagedKvWriteOptions& options) {
   using namespace detail;
   using namespace detail::paged_kv_write;
   PagedKvWritePlan p;
@@ -288,13 +254,11 @@ PagedKvWritePlan plan_paged_kv_write(const TensorView &key,
   p.value_cache = as_nhd(value_cache, options.layout);
   check_cache(p.key_cache, "key_cache", p, key.dtype);
   check_cache(p.value_cache, "value_cache", p, key.dtype);
-  if (p.value_cache.dtype != p.key_cache.dtype ||
-      p.value_cache.dim(0) != p.key_cache.dim(0) ||
+  if (p.value_cache.dtype != p.key_cache.dtype || p.value_cache.dim(0) != p.key_cache.dim(0) ||
       p.value_cache.dim(1) != p.key_cache.dim(1)) {
-    invalid("value_cache (", shape_str(p.value_cache), " ",
-            dtype_name(p.value_cache.dtype),
-            ") must have the shape and dtype of key_cache (",
-            shape_str(p.key_cache), " ", dtype_name(p.key_cache.dtype), ")");
+    invalid("value_cache (", shape_str(p.value_cache), " ", dtype_name(p.value_cache.dtype),
+            ") must have the shape and dtype of key_cache (", shape_str(p.key_cache), " ",
+            dtype_name(p.key_cache.dtype), ")");
   }
   check_caches_disjoint(p.key_cache, p.value_cache);
   check_scales(options, p);
@@ -306,12 +270,10 @@ PagedKvWritePlan plan_paged_kv_write(const TensorView &key,
   return p;
 }
 
-void paged_kv_write(const TensorView &key, const TensorView &value,
-                    const TensorView &key_cache, const TensorView &value_cache,
-                    const TensorView &slot_mapping,
-                    const PagedKvWriteOptions &options) {
-  execute(plan_paged_kv_write(key, value, key_cache, value_cache, slot_mapping,
-                              options));
+void paged_kv_write(const TensorView& key, const TensorView& value, const TensorView& key_cache,
+                    const TensorView& value_cache, const TensorView& slot_mapping,
+                    const PagedKvWriteOptions& options) {
+  execute(plan_paged_kv_write(key, value, key_cache, value_cache, slot_mapping, options));
 }
 
-} // namespace kvscatter
+}  // namespace kvscatter
