@@ -217,6 +217,32 @@ KVSCATTER_API kvsStatus kvsPagedKvWriteGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsPagedKvWrite(void *workspace, uint64_t workspace_size,
                                         kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- PagedCacheGather (docs/operators/paged_cache_gather.md) ----------------------------- */
+
+enum {
+  KVS_PAGED_CACHE_GATHER_SRC_CACHE_INDEX = 0,
+  KVS_PAGED_CACHE_GATHER_DST_INDEX = 1,
+  KVS_PAGED_CACHE_GATHER_BLOCK_TABLE_INDEX = 2,
+  KVS_PAGED_CACHE_GATHER_CU_SEQ_LENS_INDEX = 3,
+  KVS_PAGED_CACHE_GATHER_SCALE_INDEX = 4,
+  KVS_PAGED_CACHE_GATHER_SEQ_STARTS_INDEX = 5,
+  KVS_PAGED_CACHE_GATHER_TOKEN_TO_SEQ_INDEX = 6
+};
+
+/* src_cache [num_blocks, block_size, *entry]; dst [rows, *entry]; block_table [>= B, W];
+ * cu_seq_lens [>= B + 1]; index tensors int32 or int64, one dtype. batch_size B: -1 means
+ * len(cu_seq_lens) - 1. token_to_seq NULL: every row of [cu[0], cu[B]) is gathered; otherwise
+ * rows t < num_tokens, row t from sequence token_to_seq[t]. seq_starts, scale: NULL when
+ * absent. format: "copy" (default) | "fp8_e4m3" | "fp8_e5m2" (dequantize; scale required). */
+KVSCATTER_API kvsStatus kvsPagedCacheGatherGetWorkspaceSize(
+    const kvsTensor *src_cache, kvsTensor *dst, const kvsTensor *block_table,
+    const kvsTensor *cu_seq_lens, const kvsTensor *scale, const kvsTensor *seq_starts,
+    const kvsTensor *token_to_seq, int64_t batch_size, int64_t num_tokens, const char *format,
+    uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsPagedCacheGather(void *workspace, uint64_t workspace_size,
+                                            kvsExecutor *executor) KVS_NOEXCEPT;
+
 /* ---- Contiguous cache update (seed 004, decisions U1/U2) --------------------------------- */
 
 enum {

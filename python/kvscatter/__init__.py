@@ -35,6 +35,7 @@ __all__ = [
     "kv_cache_update",
     "kv_compress_epilog",
     "npu_scatter_pa_kv_cache",
+    "paged_cache_gather",
     "paged_kv_write",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
@@ -169,6 +170,64 @@ def paged_kv_write(
     """
     _ext.paged_kv_write(
         key, value, key_cache, value_cache, slot_mapping, format, layout, k_scale, v_scale, None
+    )
+
+
+def paged_cache_gather(
+    src_cache,
+    dst,
+    block_table,
+    cu_seq_lens,
+    *,
+    format="copy",
+    scale=None,
+    batch_size=-1,
+    seq_starts=None,
+    token_to_seq=None,
+    num_tokens=0,
+) -> None:
+    """Copies the cached entries of sequences out of a paged cache into ``dst``, in place.
+
+    Sequence ``b`` fills rows ``[cu_seq_lens[b], cu_seq_lens[b+1])``; its position ``p`` is
+    read from block ``block_table[b, pos // block_size]``, row ``pos % block_size``, with
+    ``pos = p + seq_starts[b]``.
+
+    Parameters
+    ----------
+    src_cache : array_like
+        ``[num_blocks, block_size, *entry]``, entry dims C-contiguous, any block and slot strides.
+    dst : array_like
+        ``[rows, *entry]``, entry C-contiguous, any row stride. Rows not gathered keep their
+        values.
+    block_table : array_like
+        ``[>= batch_size, W]`` int32 or int64; entries that are not read are not checked.
+    cu_seq_lens : array_like
+        ``[>= batch_size + 1]``, same dtype, ``cu_seq_lens[0] >= 0`` and non-decreasing.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        ``"copy"``: raw bytes, ``src_cache`` and ``dst`` share a dtype of 1, 2 or 4 bytes. The fp8
+        formats dequantize ``uint8`` / float8 codes: ``float(code) * scale`` in float32, rounded
+        to nearest even into ``dst``'s float type, NaN as that type's canonical NaN.
+    scale : array_like, optional
+        float32 with one element; required by the fp8 formats.
+    batch_size : int
+        Sequences gathered; ``-1`` means ``len(cu_seq_lens) - 1``.
+    seq_starts : array_like, optional
+        ``[>= batch_size]`` position of the first gathered token of each sequence (any alignment).
+    token_to_seq : array_like, optional
+        Row-driven form: row ``t < num_tokens`` belongs to sequence ``token_to_seq[t]`` and is
+        skipped when ``t >= cu_seq_lens[b + 1]``.
+    num_tokens : int
+        Rows examined with ``token_to_seq``.
+
+    Raises
+    ------
+    kvscatter.Error
+        Any broken rule (shapes, dtypes, strides, a block-table entry or column out of range, an
+        out-of-order ``cu_seq_lens``); ``dst`` is untouched.
+    """
+    _ext.paged_cache_gather(
+        src_cache, dst, block_table, cu_seq_lens, format, scale, batch_size, seq_starts,
+        token_to_seq, num_tokens, None,
     )
 
 

@@ -8,11 +8,14 @@ raise ``ValueError`` / ``TypeError`` before writing anything.
 
 from __future__ import annotations
 
+import operator
+
 from . import _kvscatter as _ext
 
-__all__ = ["reshape_and_cache_flash"]
+__all__ = ["cp_gather_cache", "gather_and_maybe_dequant_cache", "reshape_and_cache_flash"]
 
 _FLASH_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+_GATHER_DTYPES = _FLASH_DTYPES
 
 
 def _cache_format(kv_cache_dtype, op, allowed):
@@ -60,4 +63,53 @@ def reshape_and_cache_flash(
         raise TypeError(f"{'k_scale' if k_scale is None else 'v_scale'} is required, got None")
     _ext.paged_kv_write(
         key, value, key_cache, value_cache, slot_mapping, fmt, "NHD", k_scale, v_scale, dtype
+    )
+
+
+def _index(value, name):
+    """A Python integer (or any object with __index__), never a bool."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    return operator.index(value)
+
+
+def gather_and_maybe_dequant_cache(
+    src_cache, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, kv_cache_dtype, scale,
+    seq_starts=None,
+) -> None:
+    """``vllm._custom_ops.gather_and_maybe_dequant_cache`` (kvscatter ``paged_cache_gather``).
+
+    Row ``t < num_tokens`` of ``dst`` receives token ``t - cu_seq_lens[b] + seq_starts[b]`` of
+    sequence ``b = token_to_seq[t]`` (skipped when ``t >= cu_seq_lens[b + 1]``), copied for
+    ``"auto"``/``"float16"``/``"bfloat16"`` caches or dequantized (``code * scale`` in float32,
+    rounded to ``dst``'s type) for ``"fp8"``/``"fp8_e4m3"``/``"fp8_e5m2"``. ``src_cache``:
+    ``[num_blocks, block_size, *entry]``; ``dst``: ``[rows, *entry]`` float32, float16 or
+    bfloat16; index tensors int32 or int64, one dtype; ``scale``: float32, one element.
+    """
+    fmt, dtype = _cache_format(kv_cache_dtype, "gather_and_maybe_dequant_cache", _GATHER_DTYPES)
+    if token_to_seq is None:
+        raise TypeError("token_to_seq is required, got None")
+    if scale is None:
+        raise TypeError("scale is required, got None")
+    num_tokens = _index(num_tokens, "num_tokens")
+    rule = None if fmt != "copy" else (dtype or "float")
+    _ext.paged_cache_gather(
+        src_cache, dst, block_table, cu_seq_lens, fmt, scale, -1, seq_starts, token_to_seq,
+        num_tokens, rule,
+    )
+
+
+def cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts=None) -> None:
+    """``vllm._custom_ops.cp_gather_cache`` (kvscatter ``paged_cache_gather``, raw copy).
+
+    Sequence ``b < batch_size`` fills rows ``[cu_seq_lens[b], cu_seq_lens[b+1])`` of ``dst``
+    with its cached entries from position ``seq_starts[b]`` (default 0) on. ``src_cache`` and
+    ``dst`` share any dtype of 1, 2 or 4 bytes.
+    """
+    batch_size = _index(batch_size, "batch_size")
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    _ext.paged_cache_gather(
+        src_cache, dst, block_table, cu_seq_lens, "copy", None, batch_size, seq_starts, None, 0,
+        None,
     )

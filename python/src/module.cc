@@ -53,6 +53,7 @@ NB_MODULE(_kvscatter, m) {
   python::bind_scatter_pa_kv_cache(m);
   python::bind_quant_ops(m);
   python::bind_paged_kv_write(m);
+  python::bind_paged_cache_gather(m);
 #ifdef KVSCATTER_HAVE_XLA_FFI
   python::bind_jax_ffi(m);
 #else

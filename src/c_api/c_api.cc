@@ -78,6 +78,8 @@ const char* planner_name(Op op) noexcept {
       return "kvsKvCacheUpdateGetWorkspaceSize";
     case Op::paged_kv_write:
       return "kvsPagedKvWriteGetWorkspaceSize";
+    case Op::paged_cache_gather:
+      return "kvsPagedCacheGatherGetWorkspaceSize";
   }
   return "?";
 }
@@ -94,6 +96,8 @@ const char* runner_name(Op op) noexcept {
       return "kvsKvCacheUpdate";
     case Op::paged_kv_write:
       return "kvsPagedKvWrite";
+    case Op::paged_cache_gather:
+      return "kvsPagedCacheGather";
   }
   return "?";
 }

@@ -35,13 +35,6 @@ struct PagedKvWriteExecutor final : kvsExecutor {
   PagedKvWritePlan plan;
 };
 
-KvCacheFormat format_arg(const char* name) {
-  if (name == nullptr || *name == '\0') return KvCacheFormat::copy;
-  if (auto f = parse_kv_cache_format(name)) return *f;
-  detail::invalid("format '", name, "' is not supported (expected 'copy', 'fp8_e4m3' or ",
-                  "'fp8_e5m2')");
-}
-
 KvCacheLayout layout_arg(const char* name) {
   if (name == nullptr || *name == '\0') return KvCacheLayout::NHD;
   if (auto l = parse_kv_cache_layout(name)) return *l;
@@ -49,6 +42,14 @@ KvCacheLayout layout_arg(const char* name) {
 }
 
 }  // namespace
+
+KvCacheFormat kv_cache_format_arg(const char* name) {
+  if (name == nullptr || *name == '\0') return KvCacheFormat::copy;
+  if (auto f = parse_kv_cache_format(name)) return *f;
+  detail::invalid("format '", name, "' is not supported (expected 'copy', 'fp8_e4m3' or ",
+                  "'fp8_e5m2')");
+}
+
 }  // namespace kvscatter::capi
 
 using kvscatter::capi::begin_plan;
@@ -76,7 +77,7 @@ kvsStatus kvsPagedKvWriteGetWorkspaceSize(const kvsTensor* key, const kvsTensor*
     const kvscatter::TensorView& vc = required(value_cache, "value_cache");
     const kvscatter::TensorView& sm = required(slot_mapping, "slot_mapping");
     kvscatter::PagedKvWriteOptions options;
-    options.format = kvscatter::capi::format_arg(format);
+    options.format = kvscatter::capi::kv_cache_format_arg(format);
     options.layout = kvscatter::capi::layout_arg(layout);
     options.k_scale = optional(k_scale);
     options.v_scale = optional(v_scale);

@@ -32,8 +32,8 @@ TEST(PagedCacheGatherExamples, Fp8ToBfloat16WithSeqStarts) {
                      TensorView(dst.data(), DType::bfloat16, {5, 2}),
                      TensorView(bt.data(), DType::int64, {2, 3}),
                      TensorView(cu.data(), DType::int64, {3}), o);
-  EXPECT_EQ(dst, (std::vector<std::uint16_t>{0xBFC0, 0x3E80, 0x3F00, 0xBF00, 0x3F80, 0x7FFF,
-                                             0x3A80, 0x4360, 0x1234, 0x1234}));
+  EXPECT_EQ(dst, (std::vector<std::uint16_t>{0xBFC0, 0x3E80, 0x3F00, 0xBF00, 0x3F80, 0x7FFF, 0x3A80,
+                                             0x4360, 0x1234, 0x1234}));
 }
 
 // Raw copy, token-driven: rows past their sequence are skipped.
@@ -61,10 +61,9 @@ TEST(PagedCacheGatherExamples, CopyUint8UnalignedSeqStarts) {
   PagedCacheGatherOptions o;
   o.batch_size = 2;
   o.seq_starts = TensorView(starts.data(), DType::int64, {2});
-  paged_cache_gather(TensorView(src.data(), DType::uint8, {2, 4, 3}),
-                     TensorView(dst.data(), DType::uint8, {6, 3}),
-                     TensorView(bt.data(), DType::int64, {2, 2}),
-                     TensorView(cu.data(), DType::int64, {3}), o);
+  paged_cache_gather(
+      TensorView(src.data(), DType::uint8, {2, 4, 3}), TensorView(dst.data(), DType::uint8, {6, 3}),
+      TensorView(bt.data(), DType::int64, {2, 2}), TensorView(cu.data(), DType::int64, {3}), o);
   EXPECT_EQ(dst, (Bytes{0x16, 0x17, 0x18, 0x19, 0x1A, 0x1B, 0x00, 0x01, 0x02, 0x09, 0x0A, 0x0B,
                         0x10, 0x11, 0x12, 0xEE, 0xEE, 0xEE}));
 }
@@ -100,11 +99,10 @@ struct Call {
     o.scale = TensorView(scale.data(), DType::float32, {1});
   }
   void run() {
-    paged_cache_gather(TensorView(src.data(), src_dtype, src_shape),
-                       TensorView(dst.data(), dst_dtype, dst_shape),
-                       TensorView(bt.data(), DType::int64, {2, 3}),
-                       TensorView(cu.data(), DType::int64, {static_cast<std::int64_t>(cu.size())}),
-                       o);
+    paged_cache_gather(
+        TensorView(src.data(), src_dtype, src_shape), TensorView(dst.data(), dst_dtype, dst_shape),
+        TensorView(bt.data(), DType::int64, {2, 3}),
+        TensorView(cu.data(), DType::int64, {static_cast<std::int64_t>(cu.size())}), o);
   }
 };
 
@@ -126,7 +124,8 @@ TEST(PagedCacheGatherRejects, EveryRule) {
   {
     Call c;
     c.dst_shape = {14, 5};
-    expect_rejected(c, "dst shape [14, 5] must be [rows, 4] (the entry shape of src_cache [5, 4, 4])");
+    expect_rejected(c,
+                    "dst shape [14, 5] must be [rows, 4] (the entry shape of src_cache [5, 4, 4])");
   }
   {
     Call c;
@@ -160,8 +159,9 @@ TEST(PagedCacheGatherRejects, EveryRule) {
     std::vector<std::int32_t> cu32{0, 3, 6};
     c.o.token_to_seq = TensorView(cu32.data(), DType::int32, {3});
     c.o.num_tokens = 3;
-    expect_rejected(c, "token_to_seq dtype int32 differs from block_table dtype int64 (index "
-                       "tensors share one dtype)");
+    expect_rejected(c,
+                    "token_to_seq dtype int32 differs from block_table dtype int64 (index "
+                    "tensors share one dtype)");
   }
   {
     Call c;
@@ -177,7 +177,8 @@ TEST(PagedCacheGatherRejects, EveryRule) {
   {
     Call c;
     c.cu = {0, 3, 2};
-    expect_rejected(c, "cu_seq_lens must be non-decreasing: cu_seq_lens[2] = 2 < cu_seq_lens[1] = 3");
+    expect_rejected(c,
+                    "cu_seq_lens must be non-decreasing: cu_seq_lens[2] = 2 < cu_seq_lens[1] = 3");
   }
   {
     Call c;
@@ -203,7 +204,8 @@ TEST(PagedCacheGatherRejects, EveryRule) {
   {
     Call c;
     c.tts[1] = 1;
-    expect_rejected(c, "token_to_seq[1] = 1 but cu_seq_lens[1] = 3 > 1 (token precedes its sequence)");
+    expect_rejected(c,
+                    "token_to_seq[1] = 1 but cu_seq_lens[1] = 3 > 1 (token precedes its sequence)");
   }
   {
     Call c;
@@ -221,8 +223,9 @@ TEST(PagedCacheGatherRejects, EveryRule) {
     Call c;
     c.starts = {0, 10};
     c.o.seq_starts = TensorView(c.starts.data(), DType::int64, {2});
-    expect_rejected(c, "block_table has 3 columns but sequence 1 needs column 3 (position 12 with "
-                       "block_size 4)");
+    expect_rejected(c,
+                    "block_table has 3 columns but sequence 1 needs column 3 (position 12 with "
+                    "block_size 4)");
   }
   {
     Call c;

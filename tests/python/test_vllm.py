@@ -240,3 +240,247 @@ def test_threads_do_not_change_the_result(rng):
         results.append(kc)
     kvscatter.set_num_threads(0)
     assert np.array_equal(results[0], results[1])
+
+
+# ---- gathers: worked examples ----------------------------------------------------------------
+
+
+def test_e6_gather_fp8_to_bfloat16_with_seq_starts():
+    src = np.array([[[0x38, 0xB8], [0x40, 0x7F]], [[0x01, 0x7E], [0x00, 0x80]],
+                    [[0x44, 0x3C], [0xC4, 0x30]]], np.uint8)
+    dst = np.full((5, 2), 0x1234, np.uint16).view(BF16)
+    vllm.gather_and_maybe_dequant_cache(
+        src, dst, np.array([[2, 0, -1], [1, 1, 9]], np.int32), np.array([0, 3, 4], np.int32),
+        np.array([0, 0, 0, 1, 0], np.int32), 4, "fp8", np.array([0.5], np.float32),
+        seq_starts=np.array([1, 2], np.int32))
+    assert dst.view(np.uint16).tolist() == [[0xBFC0, 0x3E80], [0x3F00, 0xBF00], [0x3F80, 0x7FFF],
+                                            [0x3A80, 0x4360], [0x1234, 0x1234]]
+
+
+def test_e7_gather_auto_float16_skipped_rows():
+    src = np.array([[[1], [2]], [[3], [4]]], np.float16)
+    dst = np.full((5, 1), 0xAAAA, np.uint16).view(np.float16)
+    vllm.gather_and_maybe_dequant_cache(src, dst, np.array([[1], [0]]), np.array([0, 2, 3]),
+                                        np.array([0, 0, 1, 0, 0]), 5, "auto",
+                                        np.array([1.0], np.float32))
+    assert dst.view(np.uint16).ravel().tolist() == [0x4200, 0x4400, 0x3C00, 0xAAAA, 0xAAAA]
+
+
+def test_e8_cp_gather_uint8_unaligned_seq_starts():
+    src = np.array([[[16 * b + 3 * r + i for i in range(3)] for r in range(4)] for b in range(2)],
+                   np.uint8)
+    dst = np.full((6, 3), 0xEE, np.uint8)
+    vllm.cp_gather_cache(src, dst, np.array([[1, 0], [0, 1]]), np.array([0, 3, 5]), 2,
+                         seq_starts=np.array([2, 3]))
+    assert dst.ravel().tolist() == [0x16, 0x17, 0x18, 0x19, 0x1A, 0x1B, 0x00, 0x01, 0x02, 0x09,
+                                    0x0A, 0x0B, 0x10, 0x11, 0x12, 0xEE, 0xEE, 0xEE]
+
+
+def test_e9_cp_gather_float32_empty_sequence():
+    src = np.array([[[0], [1]], [[10], [11]], [[20], [21]]], np.float32)
+    dst = np.full((5, 1), -1.0, np.float32)
+    vllm.cp_gather_cache(src, dst, np.array([[7, 7], [2, 0], [1, 5]]), np.array([1, 1, 3, 4]), 3)
+    assert dst.view(np.uint32).ravel().tolist() == [0xBF800000, 0x41A00000, 0x41A80000,
+                                                    0x41200000, 0xBF800000]
+
+
+# ---- gathers: rejections ---------------------------------------------------------------------
+
+
+def gather_args():
+    return dict(src_cache=np.ones((5, 4, 4), np.float16), dst=np.full((14, 4), 3, np.float16),
+                block_table=np.array([[0, 1, 2], [3, 4, 0]]), cu_seq_lens=np.array([0, 3, 6]),
+                token_to_seq=np.array([0, 0, 0, 1, 1, 1]), num_tokens=6, kv_cache_dtype="auto",
+                scale=np.array([1.0], np.float32))
+
+
+GATHER_REJECTIONS = [
+    (dict(kv_cache_dtype="fp8_ds_mla"), ValueError,
+     "kv_cache_dtype 'fp8_ds_mla' is not supported by gather_and_maybe_dequant_cache"),
+    (dict(dst=np.zeros((14, 5), np.float16)), ValueError,
+     "dst shape [14, 5] must be [rows, 4] (the entry shape of src_cache [5, 4, 4])"),
+    (dict(dst=np.zeros((14, 4), np.float32)), ValueError,
+     "dst dtype float32 does not match src_cache dtype float16 (kv_cache_dtype 'auto' stores the "
+     "input type)"),
+    (dict(src_cache=np.ones((5, 4, 4), np.uint8), dst=np.zeros((14, 4), np.uint8)), ValueError,
+     "dst dtype uint8 is not a float type"),
+    (dict(kv_cache_dtype="bfloat16"), ValueError,
+     "dst dtype float16 does not match kv_cache_dtype 'bfloat16'"),
+    (dict(kv_cache_dtype="fp8"), ValueError, "src_cache dtype float16 cannot hold the codes"),
+    (dict(cu_seq_lens=np.array([0, 3, 6], np.int32)), ValueError,
+     "cu_seq_lens dtype int32 differs from block_table dtype int64 (index tensors share one "
+     "dtype)"),
+    (dict(num_tokens=15, token_to_seq=np.zeros(15, np.int64)), ValueError,
+     "num_tokens = 15 exceeds dst rows 14"),
+    (dict(num_tokens=True), TypeError, "num_tokens must be an int"),
+    (dict(num_tokens=6.0), TypeError, "num_tokens must be an int"),
+    (dict(scale=np.ones(1, np.float64)), TypeError, "scale: unsupported element type float64"),
+    (dict(scale=np.ones(2, np.float32)), ValueError, "scale has 2 elements; expected 1"),
+    (dict(cu_seq_lens=np.array([0, 3, 2])), ValueError,
+     "cu_seq_lens must be non-decreasing: cu_seq_lens[2] = 2 < cu_seq_lens[1] = 3"),
+    (dict(seq_starts=np.array([0, -2])), ValueError, "seq_starts[1] = -2 is negative"),
+    (dict(seq_starts=np.array([0])), ValueError, "seq_starts has 1 entries; needs at least 2"),
+    (dict(token_to_seq=np.array([0, 1, 0, 1, 1, 1])), ValueError,
+     "token_to_seq[1] = 1 but cu_seq_lens[1] = 3 > 1 (token precedes its sequence)"),
+    (dict(token_to_seq=np.array([0, 0, 0, 2, 1, 1])), ValueError,
+     "token_to_seq[3] = 2 is out of range [0, 2)"),
+    (dict(block_table=np.array([[0, 1, 2], [5, 4, 0]])), ValueError,
+     "block_table[1, 0] = 5 is out of range [0, 5) (src_cache has 5 blocks)"),
+    (dict(seq_starts=np.array([0, 10])), ValueError,
+     "block_table has 3 columns but sequence 1 needs column 3 (position 12 with block_size 4)"),
+    (dict(token_to_seq=None), TypeError, "token_to_seq is required, got None"),
+    (dict(src_cache=None), TypeError, "src_cache is required, got None"),
+]
+
+
+@pytest.mark.parametrize("change,exc,message", GATHER_REJECTIONS)
+def test_gather_and_maybe_dequant_cache_rejections(change, exc, message):
+    args = gather_args()
+    args.update(change)
+    before = args["dst"].copy()
+    with pytest.raises(exc) as info:
+        vllm.gather_and_maybe_dequant_cache(**args)
+    assert message in str(info.value)
+    assert np.array_equal(args["dst"].view(np.uint8), before.view(np.uint8))
+
+
+CP_REJECTIONS = [
+    (dict(dst=np.zeros((14, 4), np.float32)), "dst dtype float32 differs from src_cache dtype float16"),
+    (dict(batch_size=4), "cu_seq_lens has 3 entries; batch_size = 4 needs 5"),
+    (dict(block_table=np.array([[0, 1, 2]], np.int16)), "block_table dtype must be one of"),
+    (dict(cu_seq_lens=np.array([0, 3, 25])), "cu_seq_lens[2] = 25 exceeds dst rows 14"),
+    (dict(seq_starts=np.array([0])), "seq_starts has 1 entries; needs at least 2"),
+    (dict(block_table=np.array([[0], [1]]), cu_seq_lens=np.array([0, 5, 8])),
+     "block_table has 1 columns but sequence 0 needs column 1 (position 4 with block_size 4)"),
+    (dict(src_cache=np.ones((5, 4, 4), np.int64), dst=np.zeros((14, 4), np.int64)),
+     "copies move elements of 1, 2 or 4 bytes"),
+]
+
+
+@pytest.mark.parametrize("change,message", CP_REJECTIONS)
+def test_cp_gather_cache_rejections(change, message):
+    args = gather_args()
+    for k in ("token_to_seq", "num_tokens", "kv_cache_dtype", "scale"):
+        del args[k]
+    args["batch_size"] = 2
+    args.update(change)
+    before = args["dst"].copy()
+    with pytest.raises(ValueError) as info:
+        vllm.cp_gather_cache(**args)
+    assert message in str(info.value)
+    assert np.array_equal(args["dst"].view(np.uint8), before.view(np.uint8))
+
+
+def test_cp_gather_cache_batch_size_type():
+    args = gather_args()
+    with pytest.raises(TypeError, match="batch_size must be an int"):
+        vllm.cp_gather_cache(args["src_cache"], args["dst"], args["block_table"],
+                             args["cu_seq_lens"], True)
+    vllm.cp_gather_cache(args["src_cache"], args["dst"], args["block_table"],
+                         args["cu_seq_lens"], np.int64(0))  # empty: a no-op
+
+
+# ---- port of vLLM's gather tests (test_gather_and_maybe_dequant_cache_mla, test_cp_gather_cache_mla)
+# Their grid: kv_lora_rank 512 + rope 64 (576-wide entries), block sizes 16 and 64, batch of 8
+# sequences up to 512 tokens, "auto" and "fp8" caches; num_blocks lowered to what the sequences
+# need. Expected rows are computed the way vLLM's reference does (block-table lookups, then
+# dequantization), compared byte for byte (NaN codes as canonical NaNs).
+
+
+def dequant_ref(codes, scale, dtype, fmt="e4m3"):
+    dt = ml_dtypes.float8_e4m3fn if fmt == "e4m3" else ml_dtypes.float8_e5m2
+    p = codes.view(dt).astype(np.float32) * np.float32(scale)
+    out = p.astype(dtype)
+    bits = {np.float32: np.uint32, np.float16: np.uint16, BF16: np.uint16}[dtype]
+    nan = {np.float32: 0x7FFFFFFF, np.float16: 0x7FFF, BF16: 0x7FFF}[dtype]
+    return np.where(np.isnan(p), bits(nan), out.view(bits)).astype(bits)
+
+
+def make_mla_gather(rng, block_size, batch, max_len, cache_dtype, dtype, starts):
+    entry = 512 + 64
+    lens = rng.integers(1, max_len + 1, batch)
+    seq_starts = rng.integers(0, 2 * block_size, batch) if starts else np.zeros(batch, np.int64)
+    per_seq = (lens + seq_starts + block_size - 1) // block_size
+    num_blocks = int(per_seq.sum()) + 4
+    perm = rng.permutation(num_blocks)
+    block_table = np.full((batch, int(per_seq.max()) + 1), -1, np.int32)
+    k = 0
+    for b in range(batch):
+        block_table[b, : per_seq[b]] = perm[k : k + per_seq[b]]
+        k += per_seq[b]
+    if cache_dtype == "auto":
+        src = rng.standard_normal((num_blocks, block_size, entry)).astype(dtype)
+    else:
+        src = rng.integers(0, 256, (num_blocks, block_size, entry), dtype=np.uint8)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    return src, block_table, cu, seq_starts.astype(np.int32), lens
+
+
+@pytest.mark.parametrize(
+    "block_size,kv_cache_dtype,dtype,starts",
+    list(itertools.product([16, 64], ["auto", "fp8", "fp8_e5m2"], [np.float32, np.float16, BF16],
+                           [False, True])),
+)
+def test_gather_and_maybe_dequant_cache_vllm_grid(rng, block_size, kv_cache_dtype, dtype, starts):
+    batch, max_len = 8, 512
+    src, block_table, cu, seq_starts, lens = make_mla_gather(
+        rng, block_size, batch, max_len, kv_cache_dtype, dtype, starts)
+    total = int(cu[-1])
+    token_to_seq = np.repeat(np.arange(batch, dtype=np.int32), lens)
+    scale = np.array([0.25 + rng.random()], np.float32)
+    pad = 7  # vLLM pads token_to_seq with zeros; the padded rows are skipped
+    token_to_seq = np.concatenate([token_to_seq, np.zeros(pad, np.int32)])
+    dst = np.zeros((total + pad, 576), dtype)
+    dst.view(np.uint8)[:] = 0xA5
+    before = dst.copy()
+    vllm.gather_and_maybe_dequant_cache(src, dst, block_table, cu, token_to_seq, total + pad,
+                                        kv_cache_dtype, scale,
+                                        seq_starts=seq_starts if starts else None)
+    bits = np.uint32 if dtype == np.float32 else np.uint16
+    for b in range(batch):
+        pos = np.arange(lens[b]) + seq_starts[b]
+        blocks = block_table[b, pos // block_size]
+        rows = src[blocks, pos % block_size]
+        got = dst[cu[b] : cu[b + 1]].view(bits)
+        if kv_cache_dtype == "auto":
+            assert np.array_equal(got, rows.view(bits))
+        else:
+            fmt = "e5m2" if kv_cache_dtype == "fp8_e5m2" else "e4m3"
+            assert np.array_equal(got, dequant_ref(rows, scale[0], dtype, fmt))
+    assert np.array_equal(dst[total:].view(bits), before[total:].view(bits))
+
+
+@pytest.mark.parametrize(
+    "block_size,kv_cache_dtype,starts",
+    list(itertools.product([16, 64], ["auto", "fp8"], [False, True])),
+)
+def test_cp_gather_cache_vllm_grid(rng, block_size, kv_cache_dtype, starts):
+    batch, max_len = 8, 512
+    src, block_table, cu, seq_starts, lens = make_mla_gather(
+        rng, block_size, batch, max_len, kv_cache_dtype, np.float32, starts)
+    dst = np.full((int(cu[-1]) + 3,) + src.shape[2:], 0x5A, src.dtype) if src.dtype == np.uint8 \
+        else np.full((int(cu[-1]) + 3,) + src.shape[2:], -7.0, src.dtype)
+    before = dst.copy()
+    vllm.cp_gather_cache(src, dst, block_table, cu, batch,
+                         seq_starts=seq_starts if starts else None)
+    for b in range(batch):
+        pos = np.arange(lens[b]) + seq_starts[b]
+        expected = src[block_table[b, pos // block_size], pos % block_size]
+        assert np.array_equal(dst[cu[b] : cu[b + 1]].view(np.uint8), expected.view(np.uint8))
+    assert np.array_equal(dst[cu[-1] :], before[cu[-1] :])
+
+
+def test_gather_from_torch_like_strided_views(rng):
+    # A cache with padded slots (entry stride > entry) and a dst with padded rows.
+    big = rng.integers(0, 256, (4, 8, 40), dtype=np.uint8)
+    src = big[:, :, :32]
+    out = np.zeros((10, 48), np.float32)
+    dst = out[:, :32]
+    vllm.gather_and_maybe_dequant_cache(src, dst, np.array([[3, 1]]), np.array([0, 10]),
+                                        np.zeros(10, np.int64), 10, "fp8_e5m2",
+                                        np.array([2.0], np.float32))
+    pos = np.arange(10)
+    rows = src[np.array([3, 1])[pos // 8], pos % 8]
+    assert np.array_equal(dst.view(np.uint32), dequant_ref(np.ascontiguousarray(rows), 2.0,
+                                                           np.float32, "e5m2"))
+    assert not out[:, 32:].any()
