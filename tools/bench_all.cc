@@ -12,6 +12,7 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
+#include "kvscatter/paged_cache_gather.h"
 #include "kvscatter/paged_kv_write.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
@@ -295,6 +297,49 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
   return w;
 }
 
+// paged_cache_gather (vLLM's cp_gather_cache / gather_and_maybe_dequant_cache): MLA entries of
+// 576 elements, 8 sequences in shuffled blocks, copied (bfloat16) or dequantized (fp8 -> bf16).
+Workload gather_workload(KvCacheFormat format) {
+  Workload w{"paged_cache_gather",
+             format == KvCacheFormat::copy ? "copy bf16" : "fp8_e4m3->bf16", "e576", nullptr};
+  w.make = [format](std::int64_t tokens) {
+    struct Buffers {
+      CacheBytes cache;
+      Bytes dst;
+      std::vector<std::int64_t> block_table, cu;
+      float scale = 0.25f;
+      PagedCacheGatherPlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t entry = 576, bs = 64, seqs = std::min<std::int64_t>(8, tokens);
+    const std::int64_t per_seq = (tokens + seqs - 1) / seqs, cols = (per_seq + bs - 1) / bs;
+    const std::int64_t nb = std::max<std::int64_t>(kMinBlocks, seqs * cols);
+    const DType sdt = format == KvCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const auto ses = static_cast<std::int64_t>(dtype_size(sdt));
+    Bytes codes = random_bytes(static_cast<std::size_t>(nb * bs * entry * ses), 9);
+    for (auto& c : codes) c &= 0xBF;  // finite values, no NaN codes
+    b->cache.assign(codes.begin(), codes.end());
+    b->dst.assign(static_cast<std::size_t>(tokens * entry * 2), 0);
+    std::vector<std::int64_t> order(static_cast<std::size_t>(nb));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(11));
+    b->block_table.assign(order.begin(), order.begin() + seqs * cols);
+    b->cu.push_back(0);
+    for (std::int64_t i = 0; i < seqs; ++i) b->cu.push_back(std::min(tokens, (i + 1) * per_seq));
+    PagedCacheGatherOptions o;
+    o.format = format;
+    o.scale = TensorView(&b->scale, DType::float32, {1});
+    b->plan = plan_paged_cache_gather(
+        TensorView(b->cache.data(), sdt, {nb, bs, entry}),
+        TensorView(b->dst.data(), DType::bfloat16, {tokens, entry}),
+        TensorView(b->block_table.data(), DType::int64, {seqs, cols}),
+        TensorView(b->cu.data(), DType::int64, {seqs + 1}), o);
+    // read: the cache entries; written: the bfloat16 rows.
+    return Case{[b] { execute(b->plan); }, tokens * entry * (ses + 2)};
+  };
+  return w;
+}
+
 std::vector<Workload> all_workloads() {
   return {
       scatter_workload("Norm", 8, 128, false),
@@ -314,6 +359,8 @@ std::vector<Workload> all_workloads() {
       paged_write_workload(KvCacheFormat::copy, true, 8, 128),
       paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128),
       paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128),
+      gather_workload(KvCacheFormat::copy),
+      gather_workload(KvCacheFormat::fp8_e4m3),
   };
 }
 
@@ -343,6 +390,10 @@ constexpr Target kTargets[] = {
      "docs/operators/paged_kv_write.md"},
     {"paged write, fp8, HND K/V", "paged_kv_write fp8_e4m3 HND-kv bf16 8x128", 0.35, 0.175,
      "docs/operators/paged_kv_write.md"},
+    {"paged gather, copy", "paged_cache_gather copy bf16 e576", 0.8, 0.4,
+     "docs/operators/paged_cache_gather.md"},
+    {"paged gather, fp8 dequant", "paged_cache_gather fp8_e4m3->bf16 e576", 0.35, 0.175,
+     "docs/operators/paged_cache_gather.md"},
 };
 constexpr double kOverheadTargetUs = 2;  // decode: fixed cost per call (reported, not checked)
 
