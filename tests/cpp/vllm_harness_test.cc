@@ -1,7 +1,7 @@
-// Runs the harness cases of paged_kv_write and paged_cache_gather (tests/cpp/harness/*_cases.cc)
-// on every SIMD target at 1, 2 and 3 threads, each buffer between canaries, comparing every byte
-// with the reference kernel. A stand-in for the shared harness driver, which runs the same
-// generators once it is in the tree.
+// Runs the harness cases of paged_kv_write, paged_cache_gather and paged_latent_write
+// (tests/cpp/harness/*_cases.cc) on every SIMD target at 1, 2 and 3 threads, each buffer between
+// canaries, comparing every byte with the reference kernel. A stand-in for the shared harness
+// driver, which runs the same generators once it is in the tree.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -91,3 +91,4 @@ TEST(VllmHarness, OptimizedMatchesReferenceEveryTargetAndThreadCount) {
 
 #include "harness/paged_cache_gather_cases.cc"  // NOLINT(build/include): registers its cases
 #include "harness/paged_kv_write_cases.cc"      // NOLINT(build/include): registers its cases
+#include "harness/paged_latent_write_cases.cc"  // NOLINT(build/include): registers its cases
