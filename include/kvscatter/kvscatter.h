@@ -243,6 +243,28 @@ KVSCATTER_API kvsStatus kvsPagedCacheGatherGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsPagedCacheGather(void *workspace, uint64_t workspace_size,
                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- PagedLatentWrite (docs/operators/paged_latent_write.md) ----------------------------- */
+
+enum {
+  KVS_PAGED_LATENT_WRITE_KV_C_INDEX = 0,
+  KVS_PAGED_LATENT_WRITE_K_PE_INDEX = 1,
+  KVS_PAGED_LATENT_WRITE_KV_CACHE_INDEX = 2,
+  KVS_PAGED_LATENT_WRITE_SLOT_MAPPING_INDEX = 3,
+  KVS_PAGED_LATENT_WRITE_SCALE_INDEX = 4
+};
+
+/* kv_c [T, latent_dim], k_pe [T, pe_dim] float32/float16/bfloat16; kv_cache [num_blocks,
+ * block_size, entry] with entry = latent_dim + pe_dim (656 bytes for fp8_ds_mla); slot_mapping
+ * [N] int32/int64 (negative: padding). format: "copy" (default) | "fp8_e4m3" | "fp8_e5m2" |
+ * "fp8_ds_mla". scale: float32 with 1 element, NULL when absent (required by fp8_e4m3/e5m2). */
+KVSCATTER_API kvsStatus kvsPagedLatentWriteGetWorkspaceSize(
+    const kvsTensor *kv_c, const kvsTensor *k_pe, kvsTensor *kv_cache,
+    const kvsTensor *slot_mapping, const kvsTensor *scale, const char *format,
+    uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsPagedLatentWrite(void *workspace, uint64_t workspace_size,
+                                            kvsExecutor *executor) KVS_NOEXCEPT;
+
 /* ---- Contiguous cache update (seed 004, decisions U1/U2) --------------------------------- */
 
 enum {

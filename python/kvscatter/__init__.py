@@ -37,6 +37,7 @@ __all__ = [
     "npu_scatter_pa_kv_cache",
     "paged_cache_gather",
     "paged_kv_write",
+    "paged_latent_write",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
     "set_num_threads",
@@ -229,6 +230,37 @@ def paged_cache_gather(
         src_cache, dst, block_table, cu_seq_lens, format, scale, batch_size, seq_starts,
         token_to_seq, num_tokens, None,
     )
+
+
+def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", scale=None) -> None:
+    """Writes one cache row ``[kv_c | k_pe]`` per token into a paged latent cache, in place.
+
+    Parameters
+    ----------
+    kv_c, k_pe : array_like
+        ``[T, kv_lora_rank]`` and ``[T, pe_dim]``, float32, float16 or bfloat16 (one dtype), any
+        token stride; only the first ``len(slot_mapping)`` rows are read.
+    kv_cache : array_like
+        ``[num_blocks, block_size, entry]``, any block and slot strides, unit stride on the entry
+        axis. ``entry = kv_lora_rank + pe_dim`` elements of the input dtype (``"copy"``) or of
+        ``uint8`` / float8 codes (fp8), or 656 ``uint8`` bytes (``"fp8_ds_mla"``).
+    slot_mapping : array_like
+        ``[num_tokens]`` int32 or int64; negative slots are padding; duplicates: the last wins.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"}
+        The fp8 formats store ``x / scale`` (saturating, NaN as ``0x7F``) for both parts.
+        ``"fp8_ds_mla"`` (``kv_lora_rank`` 512, ``pe_dim`` 64, float16/bfloat16 inputs) stores
+        512 e4m3 codes quantized per tile of 128 with ``max(amax / 448, FLT_MIN)`` (NaNs ignored),
+        the 4 float32 tile scales, then the 64 raw 16-bit ``k_pe`` values.
+    scale : array_like, optional
+        float32 with one element; required by ``"fp8_e4m3"``/``"fp8_e5m2"``, validated and
+        unused otherwise.
+
+    Raises
+    ------
+    kvscatter.Error
+        Any broken rule; nothing has been written.
+    """
+    _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, format, scale, None)
 
 
 def kv_compress_epilog(

@@ -12,10 +12,32 @@ import operator
 
 from . import _kvscatter as _ext
 
-__all__ = ["cp_gather_cache", "gather_and_maybe_dequant_cache", "reshape_and_cache_flash"]
+__all__ = [
+    "concat_and_cache_mla",
+    "cp_gather_cache",
+    "gather_and_maybe_dequant_cache",
+    "reshape_and_cache_flash",
+]
 
 _FLASH_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 _GATHER_DTYPES = _FLASH_DTYPES
+_MLA_DTYPES = _FLASH_DTYPES + ("fp8_ds_mla",)
+
+
+def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale) -> None:
+    """``vllm._custom_ops.concat_and_cache_mla`` (kvscatter ``paged_latent_write``).
+
+    Row ``[kv_c[t] | k_pe[t]]`` of every token with ``slot_mapping[t] >= 0`` goes to slot
+    ``slot_mapping[t]`` of ``kv_cache [num_blocks, block_size, entry]``: copied (``"auto"``,
+    ``"float16"``, ``"bfloat16"``), quantized with ``scale`` (``"fp8"``, ``"fp8_e4m3"``,
+    ``"fp8_e5m2"``), or packed into the 656-byte ``"fp8_ds_mla"`` entry (per-tile scales;
+    ``scale`` validated and unused). ``kv_c`` ``[T, kv_lora_rank]`` and ``k_pe`` ``[T, pe_dim]``
+    are 2-D; ``scale`` is float32 with one element.
+    """
+    fmt, dtype = _cache_format(kv_cache_dtype, "concat_and_cache_mla", _MLA_DTYPES)
+    if scale is None:
+        raise TypeError("scale is required, got None")
+    _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, fmt, scale, dtype)
 
 
 def _cache_format(kv_cache_dtype, op, allowed):
@@ -31,6 +53,8 @@ def _cache_format(kv_cache_dtype, op, allowed):
         return "fp8_e4m3", None
     if kv_cache_dtype == "fp8_e5m2":
         return "fp8_e5m2", None
+    if kv_cache_dtype == "fp8_ds_mla":
+        return "fp8_ds_mla", None
     if kv_cache_dtype == "auto":
         return "copy", None
     return "copy", kv_cache_dtype

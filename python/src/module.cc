@@ -54,6 +54,7 @@ NB_MODULE(_kvscatter, m) {
   python::bind_quant_ops(m);
   python::bind_paged_kv_write(m);
   python::bind_paged_cache_gather(m);
+  python::bind_paged_latent_write(m);
 #ifdef KVSCATTER_HAVE_XLA_FFI
   python::bind_jax_ffi(m);
 #else

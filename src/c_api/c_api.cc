@@ -80,6 +80,8 @@ const char* planner_name(Op op) noexcept {
       return "kvsPagedKvWriteGetWorkspaceSize";
     case Op::paged_cache_gather:
       return "kvsPagedCacheGatherGetWorkspaceSize";
+    case Op::paged_latent_write:
+      return "kvsPagedLatentWriteGetWorkspaceSize";
   }
   return "?";
 }
@@ -98,6 +100,8 @@ const char* runner_name(Op op) noexcept {
       return "kvsPagedKvWrite";
     case Op::paged_cache_gather:
       return "kvsPagedCacheGather";
+    case Op::paged_latent_write:
+      return "kvsPagedLatentWrite";
   }
   return "?";
 }

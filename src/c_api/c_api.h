@@ -30,6 +30,7 @@ enum class Op : std::uint8_t {
   kv_cache_update,
   paged_kv_write,
   paged_cache_gather,
+  paged_latent_write,
 };
 
 // Name of the GetWorkspaceSize function that creates an executor of `op`, and of the function

@@ -484,3 +484,144 @@ def test_gather_from_torch_like_strided_views(rng):
     assert np.array_equal(dst.view(np.uint32), dequant_ref(np.ascontiguousarray(rows), 2.0,
                                                            np.float32, "e5m2"))
     assert not out[:, 32:].any()
+
+
+# ---- concat_and_cache_mla --------------------------------------------------------------------
+
+
+def test_e4_mla_fp8_bfloat16():
+    kv_c = np.array([[1, 2, 3, 4], [10, 0.3, -500, 2**-12]], BF16)
+    k_pe = np.array([[0.5, -1], [0.0625, 7]], BF16)
+    cache = np.zeros((1, 2, 6), np.uint8)
+    vllm.concat_and_cache_mla(kv_c, k_pe, cache, np.array([-1, 1]), "fp8",
+                              np.array([2.0], np.float32))
+    assert cache.ravel().tolist() == [0] * 6 + [0x4A, 0x22, 0xF8, 0x00, 0x10, 0x46]
+
+
+def test_e5_mla_fp8_ds_mla():
+    kv_c = np.zeros((1, 512), BF16)
+    kv_c[0, :4] = [7, 1, -0.5, 7 / 128]
+    kv_c[0, 256] = 1
+    kv_c[0, 384:387] = [np.inf, 3, np.nan]
+    k_pe = np.zeros((1, 64), BF16)
+    k_pe[0, :2] = [1.0, -2.0]
+    cache = np.zeros((1, 1, 656), np.uint8)
+    vllm.concat_and_cache_mla(kv_c, k_pe, cache, np.array([0]), "fp8_ds_mla",
+                              np.array([1.0], np.float32))
+    e = cache.ravel()
+    assert e[:4].tolist() == [0x7E, 0x68, 0xE0, 0x46] and e[256] == 0x7E
+    assert e[384:387].tolist() == [0x7F, 0x00, 0x7F]
+    assert np.count_nonzero(e[:512]) == 7
+    assert e[512:528].tolist() == [0, 0, 0x80, 0x3C, 0, 0, 0x80, 0, 0x25, 0x49, 0x12, 0x3B,
+                                   0, 0, 0x80, 0x7F]
+    assert e[528:532].tolist() == [0x80, 0x3F, 0x00, 0xC0] and not e[532:].any()
+
+
+def mla_args():
+    return dict(kv_c=np.ones((5, 16), BF16), k_pe=np.ones((5, 8), BF16),
+                kv_cache=np.full((3, 4, 24), 2, BF16), slot_mapping=np.arange(5),
+                kv_cache_dtype="auto", scale=np.array([1.0], np.float32))
+
+
+MLA_REJECTIONS = [
+    (dict(kv_cache_dtype="FP8_DS_MLA"), ValueError,
+     "kv_cache_dtype 'FP8_DS_MLA' is not supported by concat_and_cache_mla"),
+    (dict(k_pe=np.ones((5, 8), np.float16)), ValueError,
+     "k_pe dtype float16 differs from kv_c dtype bfloat16"),
+    (dict(kv_cache=np.zeros((3, 4, 1, 24), BF16)), ValueError,
+     "kv_cache must be 3-D [num_blocks, block_size, entry], got 4-D [3, 4, 1, 24]"),
+    (dict(kv_cache=np.zeros((3, 4, 25), BF16)), ValueError,
+     "kv_cache.shape[2] = 25 must equal kv_lora_rank + pe_dim = 24"),
+    (dict(k_pe=np.ones((5, 1, 8), BF16)), ValueError, "k_pe must be 2-D [num_tokens, pe_dim]"),
+    (dict(kv_cache_dtype="fp8_ds_mla", kv_cache=np.zeros((3, 4, 576), np.uint8),
+          kv_c=np.ones((5, 512), BF16), k_pe=np.ones((5, 64), BF16)), ValueError,
+     "kv_cache.shape[2] must be 656 bytes for fp8_ds_mla, got 576"),
+    (dict(kv_cache_dtype="fp8_ds_mla", kv_cache=np.zeros((3, 4, 656), np.uint8)), ValueError,
+     "fp8_ds_mla needs kv_lora_rank = 512 and pe_dim = 64, got 16 and 8"),
+    (dict(slot_mapping=np.arange(6)), ValueError, "slot_mapping has 6 entries but kv_c has only 5 rows"),
+    (dict(scale=np.ones(2, np.float32)), ValueError, "scale has 2 elements; expected 1"),
+    (dict(slot_mapping=np.array([0, 1, 2**33, 3, 4])), ValueError,
+     "slot_mapping[2] = 8589934592 is out of range [0, 12) (kv_cache has 3 blocks of 4 slots)"),
+    (dict(kv_cache_dtype="fp8"), ValueError, "kv_cache dtype bfloat16 cannot hold the codes"),
+    (dict(kv_cache_dtype="float16"), ValueError, "kv_c dtype bfloat16 does not match kv_cache_dtype 'float16'"),
+    (dict(scale=None), TypeError, "scale is required, got None"),
+    (dict(kv_cache_dtype=3), TypeError, "kv_cache_dtype must be a str"),
+]
+
+
+@pytest.mark.parametrize("change,exc,message", MLA_REJECTIONS)
+def test_concat_and_cache_mla_rejections(change, exc, message):
+    args = mla_args()
+    args.update(change)
+    before = args["kv_cache"].copy()
+    with pytest.raises(exc) as info:
+        vllm.concat_and_cache_mla(**args)
+    assert message in str(info.value)
+    assert np.array_equal(args["kv_cache"].view(np.uint8), before.view(np.uint8))
+
+
+# Port of vLLM's test_concat_and_cache_mla / test_concat_and_cache_ds_mla: kv_lora_rank 512,
+# rope dim 64, 42 tokens, block sizes 16 and 64, 8 blocks; kv_c and k_pe are column slices of
+# one projection output as in the model (token-strided); the reference builds each row the way
+# vLLM's test does and compares bytes exactly.
+
+
+@pytest.mark.parametrize(
+    "dtype,block_size,kv_cache_dtype",
+    list(itertools.product([np.float16, BF16, np.float32], [16, 64],
+                           ["auto", "fp8", "fp8_e5m2"])),
+)
+def test_concat_and_cache_mla_vllm_grid(rng, dtype, block_size, kv_cache_dtype):
+    num_tokens, rank, rope, num_blocks = 42, 512, 64, 8
+    slots = rng.choice(num_blocks * block_size, num_tokens, replace=False)
+    proj = rng.standard_normal((num_tokens, rank + rope + 16)).astype(dtype)
+    kv_c, k_pe = proj[:, :rank], proj[:, rank : rank + rope]
+    scale = np.array([rng.random() + 0.1], np.float32)
+    if kv_cache_dtype == "auto":
+        cache = rng.standard_normal((num_blocks, block_size, rank + rope)).astype(dtype)
+    else:
+        cache = rng.integers(0, 256, (num_blocks, block_size, rank + rope), dtype=np.uint8)
+    expected = cache.copy()
+    fmt = "e5m2" if kv_cache_dtype == "fp8_e5m2" else "e4m3"
+    for i, s in enumerate(slots):
+        row = np.concatenate([kv_c[i], k_pe[i]])
+        blk, off = divmod(int(s), block_size)
+        expected[blk, off] = row if kv_cache_dtype == "auto" else fp8_codes(
+            row.astype(np.float32), scale[0], fmt)
+    vllm.concat_and_cache_mla(kv_c, k_pe, cache, slots.astype(np.int64), kv_cache_dtype, scale)
+    assert np.array_equal(cache.view(np.uint8), expected.view(np.uint8))
+
+
+def ds_mla_entry(kv_c_row, k_pe_row):
+    x = kv_c_row.astype(np.float32)
+    entry = np.zeros(656, np.uint8)
+    for i in range(4):
+        tile = x[128 * i : 128 * (i + 1)]
+        finite = np.abs(tile[~np.isnan(tile)])
+        amax = finite.max() if finite.size else np.float32(0)
+        s = max(np.float32(amax) / np.float32(448.0), np.finfo(np.float32).tiny)
+        s = np.float32(s)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            entry[128 * i : 128 * (i + 1)] = fp8_codes(tile, s, "e4m3")
+        entry[512 + 4 * i : 516 + 4 * i] = np.frombuffer(s.tobytes(), np.uint8)
+    entry[528:] = np.ascontiguousarray(k_pe_row).view(np.uint8)
+    return entry
+
+
+@pytest.mark.parametrize("dtype,block_size", list(itertools.product([BF16, np.float16], [16, 64])))
+def test_concat_and_cache_ds_mla_vllm_grid(rng, dtype, block_size):
+    num_tokens, num_blocks = 42, 8
+    slots = rng.choice(num_blocks * block_size, num_tokens, replace=False)
+    kv_c = (rng.standard_normal((num_tokens, 512)) * rng.choice([0.01, 1, 100], (num_tokens, 1)))
+    kv_c = kv_c.astype(dtype)
+    kv_c[3, 7] = np.nan
+    kv_c[5, 200] = np.inf
+    kv_c[6, 384:512] = 0
+    k_pe = rng.standard_normal((num_tokens, 64)).astype(dtype)
+    cache = rng.integers(0, 256, (num_blocks, block_size, 656), dtype=np.uint8)
+    expected = cache.copy()
+    for i, s in enumerate(slots):
+        blk, off = divmod(int(s), block_size)
+        expected[blk, off] = ds_mla_entry(kv_c[i], k_pe[i])
+    vllm.concat_and_cache_mla(kv_c, k_pe, cache, slots, "fp8_ds_mla", np.array([1.0], np.float32))
+    assert np.array_equal(cache, expected)
