@@ -25,6 +25,7 @@
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/paged_cache_gather.h"
 #include "kvscatter/paged_kv_write.h"
+#include "kvscatter/paged_latent_write.h"
 #include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
@@ -340,6 +341,49 @@ Workload gather_workload(KvCacheFormat format) {
   return w;
 }
 
+// paged_latent_write (vLLM's concat_and_cache_mla): bfloat16 kv_c [T, 512] and k_pe [T, 64]
+// into a [NB, 128, E] cache: copy (E = 576), fp8_e4m3 (E = 576 bytes) or fp8_ds_mla (656 bytes).
+Workload latent_workload(LatentCacheFormat format) {
+  Workload w{"paged_latent_write", std::string(latent_cache_format_name(format)) + " bf16",
+             "512+64", nullptr};
+  w.make = [format](std::int64_t tokens) {
+    struct Buffers {
+      std::vector<std::uint16_t> kv_c, k_pe;
+      CacheBytes cache;
+      std::vector<std::int64_t> slots;
+      float scale = 0.05f;
+      PagedLatentWritePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 10);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->kv_c.resize(static_cast<std::size_t>(tokens * 512));
+    b->k_pe.resize(static_cast<std::size_t>(tokens * 64));
+    fill_tiled(b->kv_c.data(), b->kv_c.size(), bits);
+    fill_tiled(b->k_pe.data(), b->k_pe.size(), bits);
+    const bool ds = format == LatentCacheFormat::fp8_ds_mla;
+    const DType cdt = format == LatentCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const std::int64_t entry = ds ? 656 : 576;
+    const std::int64_t entry_bytes = entry * static_cast<std::int64_t>(dtype_size(cdt));
+    b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * entry_bytes), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    PagedLatentWriteOptions o;
+    o.format = format;
+    o.scale = TensorView(&b->scale, DType::float32, {1});
+    b->plan = plan_paged_latent_write(
+        TensorView(b->kv_c.data(), DType::bfloat16, {tokens, 512}),
+        TensorView(b->k_pe.data(), DType::bfloat16, {tokens, 64}),
+        TensorView(b->cache.data(), cdt, {nb, kBlockSize, entry}),
+        TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    // read: 576 bfloat16 values; written: the entry; plus the slot mapping.
+    return Case{[b] { execute(b->plan); },
+                written_tokens(tokens) * (576 * 2 + entry_bytes) + 8 * tokens};
+  };
+  return w;
+}
+
 std::vector<Workload> all_workloads() {
   return {
       scatter_workload("Norm", 8, 128, false),
@@ -361,6 +405,9 @@ std::vector<Workload> all_workloads() {
       paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128),
       gather_workload(KvCacheFormat::copy),
       gather_workload(KvCacheFormat::fp8_e4m3),
+      latent_workload(LatentCacheFormat::copy),
+      latent_workload(LatentCacheFormat::fp8_e4m3),
+      latent_workload(LatentCacheFormat::fp8_ds_mla),
   };
 }
 
@@ -394,6 +441,10 @@ constexpr Target kTargets[] = {
      "docs/operators/paged_cache_gather.md"},
     {"paged gather, fp8 dequant", "paged_cache_gather fp8_e4m3->bf16 e576", 0.35, 0.175,
      "docs/operators/paged_cache_gather.md"},
+    {"latent write, copy", "paged_latent_write copy bf16 512+64", 0.8, 0.4,
+     "docs/operators/paged_latent_write.md"},
+    {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 0.35, 0.175,
+     "docs/operators/paged_latent_write.md"},
 };
 constexpr double kOverheadTargetUs = 2;  // decode: fixed cost per call (reported, not checked)
 
