@@ -46,6 +46,12 @@ void require_sane_layout(const TensorView& t, std::string_view name);
 // one, or strides that interleave): concurrent row writes into such an output would race and
 // the result would depend on the thread count (G4).
 void require_no_self_overlap(const TensorView& t, std::string_view name);
+// Two outputs may share one allocation (K and V interleaved per block) but never an element:
+// writes of both to the same bytes would depend on the order of the writes. Checks address
+// ranges, then, for views of equal shape and strides, the pair as one view with a leading axis
+// of two; anything else whose ranges meet is rejected.
+void require_disjoint(const TensorView& a, std::string_view a_name, const TensorView& b,
+                      std::string_view b_name);
 // Index tensors (G7): int32 or int64, 1-D unless told otherwise, contiguous.
 void require_index(const TensorView& t, std::string_view name);
 

@@ -87,45 +87,6 @@ void check_cache(const TensorView& c, const char* name, const PagedKvWritePlan& 
   require_no_self_overlap(c, name);
 }
 
-// K and V may share one allocation (interleaved blocks) but never an element:
-// concurrent writes of a key row and a value row to the same bytes would depend
-// on the thread count.
-void check_caches_disjoint(const TensorView& k, const TensorView& v) {
-  if (k.numel() == 0) return;
-  const auto es = static_cast<std::int64_t>(k.element_size());
-  auto extent = [&](const TensorView& t) {
-    std::int64_t last = 0;
-    for (int i = 0; i < 4; ++i) last += (t.dim(i) - 1) * t.stride(i);
-    return (last + 1) * es;
-  };
-  const auto ka = reinterpret_cast<std::intptr_t>(k.data);
-  const auto va = reinterpret_cast<std::intptr_t>(v.data);
-  if (ka + extent(k) <= va || va + extent(v) <= ka) return;
-  const std::int64_t delta = va > ka ? va - ka : ka - va;
-  bool same_strides = delta % es == 0;
-  for (int i = 0; i < 4; ++i) same_strides = same_strides && k.stride(i) == v.stride(i);
-  if (same_strides) {
-    // The pair is one 5-D view with a leading axis of 2 elements, delta apart.
-    TensorView both = k;
-    both.rank = 5;
-    for (int i = 4; i > 0; --i) {
-      both.shape[static_cast<std::size_t>(i)] = k.shape[static_cast<std::size_t>(i - 1)];
-      both.strides[static_cast<std::size_t>(i)] = k.strides[static_cast<std::size_t>(i - 1)];
-    }
-    both.shape[0] = 2;
-    both.strides[0] = delta / es;
-    try {
-      require_no_self_overlap(both, "key_cache");
-      return;
-    } catch (const Error&) {
-    }
-  }
-  invalid(
-      "key_cache and value_cache overlap: their elements must be distinct "
-      "memory (K and V "
-      "may interleave in one allocation, but not share bytes)");
-}
-
 void check_scales(const PagedKvWriteOptions& o, PagedKvWritePlan& p) {
   if (o.k_scale.has_value() != o.v_scale.has_value()) {
     invalid(o.k_scale ? "v_scale" : "k_scale", " is missing: k_scale and v_scale come together");
@@ -260,7 +221,7 @@ PagedKvWritePlan plan_paged_kv_write(const TensorView& key, const TensorView& va
             ") must have the shape and dtype of key_cache (", shape_str(p.key_cache), " ",
             dtype_name(p.key_cache.dtype), ")");
   }
-  check_caches_disjoint(p.key_cache, p.value_cache);
+  require_disjoint(p.key_cache, "key_cache", p.value_cache, "value_cache");
   check_scales(options, p);
   p.slot_mapping = slot_mapping;
   check_slot_mapping(slot_mapping, p);

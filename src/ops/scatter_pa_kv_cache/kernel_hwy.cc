@@ -110,12 +110,12 @@ HWY_INLINE void WriteGroup(const SideJob& j, std::int64_t block_size, std::int64
   unsigned char* dst =
       j.dst + (slot / block_size) * j.block_stride + (slot % block_size) * j.slot_pitch;
   const unsigned char* src = j.src + t * j.src_token;
-  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
+  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots, slot_pitch apart
     for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
       const std::int64_t m = std::min(kTile, n - i0);
       for (std::int64_t h = 0; h < j.num_heads; ++h) {
         for (std::int64_t i = i0; i < i0 + m; ++i) {
-          CopyBytes(dst + h * j.head_pitch + i * j.head_bytes,
+          CopyBytes(dst + h * j.head_pitch + i * j.slot_pitch,
                     src + i * j.src_token + h * j.src_head, static_cast<std::size_t>(j.head_bytes));
         }
       }

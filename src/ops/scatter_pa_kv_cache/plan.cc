@@ -76,8 +76,16 @@ void require_inner_contiguous(const TensorView& t, const char* name, int from, c
 }
 
 // A cache: inner axes contiguous, blocks may be further apart than one block (G9: a cache view
-// into a larger [num_blocks, 2, ...] tensor) but must not overlap.
-void require_cache_layout(const TensorView& t, const char* name) {
+// into a larger [num_blocks, 2, ...] tensor) but must not overlap. The slot-per-token Norm and
+// NHSD layouts take any strides on their block, slot and head axes instead (an HND cache passed
+// as a permuted view, K and V interleaved per block): only the head_size axis must be contiguous
+// and no two elements may share memory.
+void require_cache_layout(const TensorView& t, const char* name, bool any_strides) {
+  if (any_strides) {
+    require_inner_contiguous(t, name, t.rank - 1, "the head_size axis must be contiguous");
+    require_no_self_overlap(t, name);
+    return;
+  }
   require_inner_contiguous(t, name, 1, "a cache may be strided only along its block axis");
   std::int64_t block = 1;
   for (int i = 1; i < t.rank; ++i) block = checked_mul(block, t.dim(i), name);
@@ -580,12 +588,14 @@ ScatterPaKvCachePlan plan_scatter_pa_kv_cache(const TensorView& key, const Tenso
   p.block_size = bs;
   p.num_slots = checked_mul(nb, bs, "num_blocks * block_size");
 
-  require_cache_layout(key_cache, "key_cache");
+  const bool any_strides = p.cache_mode == CacheMode::Norm && !is_compress(p.scatter_mode);
+  require_cache_layout(key_cache, "key_cache", any_strides);
   if (has_value) {
-    require_cache_layout(*value_cache, "value_cache");
+    require_cache_layout(*value_cache, "value_cache", any_strides);
     if (value_cache->data != nullptr && value_cache->data == key_cache.data) {
       invalid("key_cache and value_cache must be different memory, got the same data pointer");
     }
+    if (any_strides) require_disjoint(key_cache, "key_cache", *value_cache, "value_cache");
   }
   if (p.scatter_mode == ScatterMode::Nct) {
     check_nct_side(key, "key", p.strides[0], p.offsets[0], "0", "0");
