@@ -22,6 +22,10 @@ def test_public_api():
         assert hasattr(kvscatter, name), name
     assert kvscatter.npu_scatter_pa_kv_cache is kvscatter.scatter_pa_kv_cache
     assert issubclass(kvscatter.Error, ValueError)
+    import kvscatter.vllm
+
+    for name in kvscatter.vllm.__all__:
+        assert callable(getattr(kvscatter.vllm, name)), name
 
 
 def test_threads_round_trip():
