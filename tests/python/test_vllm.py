@@ -625,3 +625,49 @@ def test_concat_and_cache_ds_mla_vllm_grid(rng, dtype, block_size):
         expected[blk, off] = ds_mla_entry(kv_c[i], k_pe[i])
     vllm.concat_and_cache_mla(kv_c, k_pe, cache, slots, "fp8_ds_mla", np.array([1.0], np.float32))
     assert np.array_equal(cache, expected)
+
+
+# ---- PyTorch tensors (the way vLLM calls these operators) ----------------------------------
+
+
+def test_torch_hnd_fp8_and_gather_round_trip():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(3)
+    num_blocks, block_size, heads, head_size, tokens = 6, 16, 4, 64, 40
+    # vLLM's HND allocation: [nb, 2, H, bs, D] permuted to NHD order.
+    kv = torch.zeros(num_blocks, 2, heads, block_size, head_size, dtype=torch.uint8)
+    kv_nhd = kv.permute(0, 1, 3, 2, 4)
+    qkv = torch.randn(tokens, 3, heads, head_size, generator=g).to(torch.bfloat16)
+    key, value = qkv[:, 1], qkv[:, 2]
+    slots = torch.randperm(num_blocks * block_size, generator=g)[:tokens].to(torch.int64)
+    k_scale = torch.tensor([0.05, 0.1, 0.2, 0.4], dtype=torch.float32)
+    v_scale = torch.tensor(0.03, dtype=torch.float32)
+    v_scale = v_scale.expand(4).contiguous()
+    vllm.reshape_and_cache_flash(key, value, kv_nhd[:, 0], kv_nhd[:, 1], slots, "fp8", k_scale,
+                                 v_scale)
+    # Eager reference as vLLM's tests write it: index the permuted view, convert with torch.
+    blk, off = slots // block_size, slots % block_size
+    q = (key.float() / k_scale[None, :, None]).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert torch.equal(kv_nhd[:, 0][blk, off], q.view(torch.uint8))
+    # Gather the key rows back, dequantized, through cp-style sequences.
+    src = kv_nhd[:, 0].reshape(num_blocks, block_size, heads * head_size)  # copy (not a view)
+    dst = torch.zeros(tokens, heads * head_size, dtype=torch.float32)
+    block_table = blk.reshape(tokens, 1).to(torch.int32)
+    # Each token is its own sequence of length 1 starting at its slot's row.
+    cu = torch.arange(tokens + 1, dtype=torch.int32)
+    vllm.gather_and_maybe_dequant_cache(src, dst, block_table, cu,
+                                        torch.arange(tokens, dtype=torch.int32), tokens, "fp8",
+                                        torch.tensor([1.0]), seq_starts=off.to(torch.int32))
+    assert torch.equal(dst, q.float().reshape(tokens, -1))
+
+
+def test_torch_concat_and_cache_mla_auto():
+    torch = pytest.importorskip("torch")
+    proj = torch.randn(10, 512 + 64 + 8).to(torch.bfloat16)
+    kv_c, k_pe = proj[:, :512], proj[:, 512:576]
+    cache = torch.zeros(2, 16, 576, dtype=torch.bfloat16)
+    slots = torch.tensor([0, 17, -1, 3, 31, 5, 6, 7, 8, 9])
+    vllm.concat_and_cache_mla(kv_c, k_pe, cache, slots, "auto", torch.tensor([1.0]))
+    flat = cache.view(-1, 576)
+    keep = slots >= 0
+    assert torch.equal(flat[slots[keep]], torch.cat([kv_c, k_pe], 1)[keep])
