@@ -95,7 +95,7 @@ static void test_create_tensor_rejects(void) {
                KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS("shape[1] must be >= 0, got -3");
 
-  /* Row-major strides of this shape overflow 64 bits (decision G8). */
+  /* Row-major strides of this shape overflow 64 bits. */
   const int64_t huge[3] = {INT64_C(1) << 40, INT64_C(1) << 40, INT64_C(1) << 40};
   CHECK_STATUS(kvsCreateTensor(data, KVS_FLOAT32, 3, huge, NULL, &t), KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS("overflows 64 bits");

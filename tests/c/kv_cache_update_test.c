@@ -1,4 +1,4 @@
-/* kvsKvCacheUpdate through the C ABI: the worked examples of seed 004, bfloat16 caches, one
+/* kvsKvCacheUpdate through the C ABI: three worked examples, bfloat16 caches, one
  * executor run for several layers, and every rejection (status, message, caches untouched). */
 #include <string.h>
 
@@ -24,8 +24,8 @@ static kvsStatus run_update(kvsTensor* key_cache, kvsTensor* value_cache, kvsTen
   return status;
 }
 
-/* Seed 004, example 1: one token at position 0 of a 4-slot cache. */
-static void test_seed_example_1(void) {
+/* Worked example 1: one token at position 0 of a 4-slot cache. */
+static void test_worked_example_1(void) {
   float key_cache[8] = {0}, value_cache[8] = {0};
   float new_keys[2] = {1, 2}, new_values[2] = {3, 4};
   const int64_t cache_shape[4] = {1, 4, 1, 2}, new_shape[4] = {1, 1, 1, 2};
@@ -45,8 +45,8 @@ static void test_seed_example_1(void) {
   kvsDestroyTensor(nv);
 }
 
-/* Seed 004, example 2: two tokens at position 2 fill the cache; length 4. */
-static void test_seed_example_2(void) {
+/* Worked example 2: two tokens at position 2 fill the cache; length 4. */
+static void test_worked_example_2(void) {
   float key_cache[8] = {1, 1, 2, 2, 9, 9, 9, 9}, value_cache[8] = {-1, -1, -2, -2, 9, 9, 9, 9};
   float new_keys[4] = {3, 3, 4, 4}, new_values[4] = {-3, -3, -4, -4};
   const int64_t cache_shape[4] = {1, 4, 1, 2}, new_shape[4] = {1, 2, 1, 2};
@@ -67,8 +67,8 @@ static void test_seed_example_2(void) {
   kvsDestroyTensor(nv);
 }
 
-/* Seed 004, example 3: B=2, S=3, H=2, D=1, one token at position 1; length 2. */
-static void test_seed_example_3(void) {
+/* Worked example 3: B=2, S=3, H=2, D=1, one token at position 1; length 2. */
+static void test_worked_example_3(void) {
   float key_cache[12] = {1, 2, 0, 0, 0, 0, 5, 6, 0, 0, 0, 0};
   float value_cache[12] = {0.1f, 0.2f, 0, 0, 0, 0, 0.5f, 0.6f, 0, 0, 0, 0};
   float new_keys[4] = {3, 4, 7, 8}, new_values[4] = {0.3f, 0.4f, 0.7f, 0.8f};
@@ -90,7 +90,7 @@ static void test_seed_example_3(void) {
   kvsDestroyTensor(nv);
 }
 
-/* bfloat16 caches take float32 inputs rounded to nearest even (decision U1). */
+/* bfloat16 caches take float32 inputs rounded to nearest even. */
 static void test_bfloat16_cache_rounds_to_nearest_even(void) {
   uint16_t key_cache[8] = {0}, value_cache[8] = {0};
   /* 1.00390625 is halfway between 0x3F80 and 0x3F81: even wins (0x3F80); 1.01171875 is
@@ -165,7 +165,7 @@ static void test_one_executor_many_layers(void) {
   CHECK_OK(kvsDestroyExecutor(executor));
 }
 
-/* Zero new tokens is a successful no-op (decision G10). */
+/* Zero new tokens is a successful no-op. */
 static void test_empty_update(void) {
   float key_cache[8] = {7, 7, 7, 7, 7, 7, 7, 7}, value_cache[8] = {7, 7, 7, 7, 7, 7, 7, 7};
   const int64_t cache_shape[4] = {1, 4, 1, 2}, new_shape[4] = {1, 0, 1, 2};
@@ -234,7 +234,7 @@ static void test_rejections(void) {
                KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS("key_cache dtype");
   CHECK_MESSAGE_HAS("int32");
-  /* position must satisfy 0 <= position <= S - L = 3 (decision U2). */
+  /* position must satisfy 0 <= position <= S - L = 3. */
   int64_t length = 99;
   CHECK_STATUS(kvsKvCacheUpdateGetWorkspaceSize(kc, vc, nk, nv, 4, &length, &ws, &ex),
                KVS_ERROR_INVALID_PARAMETER);
@@ -271,9 +271,9 @@ static void test_rejections(void) {
 }
 
 int main(void) {
-  RUN_TEST(test_seed_example_1);
-  RUN_TEST(test_seed_example_2);
-  RUN_TEST(test_seed_example_3);
+  RUN_TEST(test_worked_example_1);
+  RUN_TEST(test_worked_example_2);
+  RUN_TEST(test_worked_example_3);
   RUN_TEST(test_bfloat16_cache_rounds_to_nearest_even);
   RUN_TEST(test_one_executor_many_layers);
   RUN_TEST(test_empty_update);

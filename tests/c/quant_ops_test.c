@@ -1,5 +1,5 @@
 /* ScatterPaKvCacheWithKScale and KvCompressEpilog through the C ABI: the worked examples of
- * spec quant_ops.md sections 3.5 and 4.8 byte for byte, rebinding, mode strings, and every
+ * their operator pages byte for byte, rebinding, mode strings, and every
  * rejection (status, message, caches untouched). */
 #include <string.h>
 
@@ -37,7 +37,8 @@ static void kscale_setup(KScaleCase* c) {
   }
   c->slots[0] = 5;
   c->slots[1] = -1;
-  c->slots[2] = 8; /* == num_slots: skipped by this operator (decision G6) */
+  /* == num_slots: skipped by this operator (docs/semantics.md, 'Out-of-range slots') */
+  c->slots[2] = 8;
   const int64_t key_shape[3] = {KS_T, KS_N, KS_DK}, value_shape[3] = {KS_T, KS_N, KS_DV};
   const int64_t kc_shape[4] = {KS_NB, KS_N, KS_BS, KS_DK},
                 vc_shape[4] = {KS_NB, KS_N, KS_BS, KS_DV};
@@ -88,7 +89,7 @@ static void kscale_check_example(const KScaleCase* c) {
       }
     }
   }
-  /* The spec's bytes: key_cache[1][0][1] = 10 11 12 13 and key_cache[1][1][1] = 14 15 16 17. */
+  /* The worked example: key_cache[1][0][1] = 10 11 12 13 and key_cache[1][1][1] = 14 15 16 17. */
   CHECK(c->key_cache[((1 * KS_N + 0) * KS_BS + 1) * KS_DK] == 0x10);
   CHECK(c->key_cache[((1 * KS_N + 1) * KS_BS + 1) * KS_DK + 3] == 0x17);
 }
@@ -404,7 +405,7 @@ static void test_epilog_rejections(void) {
   CHECK(ex == NULL);
 
   /* Data-dependent rules are checked at execution, over all tokens before any write: slot 4 is
-   * out of range [0, 4), and -2 is a negative value other than -1 (decision G5). */
+   * out of range [0, 4), and -2 is a negative value other than -1 (only -1 marks padding here). */
   CHECK_OK(kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, 64, NULL, true, 1.0f, &ws, &ex));
   slots[1] = 4;
   CHECK_STATUS(kvsKvCompressEpilog(NULL, 0, ex), KVS_ERROR_INVALID_PARAMETER);

@@ -1,6 +1,6 @@
-/* kvsScatterPaKvCache through the C ABI: the worked examples E1-E9 of spec
- * scatter_pa_kv_cache.md section 6, one executor rebound across layers, and every rejection
- * (status, message, caches untouched). */
+/* kvsScatterPaKvCache through the C ABI: worked examples E1-E9 (numbered here, each with its
+ * inputs and expected bytes), one executor rebound across layers, and every rejection (status,
+ * message, caches untouched). */
 #include <string.h>
 
 #include "kvscatter/kvscatter.h"
@@ -157,7 +157,7 @@ static void test_e2_norm(void) {
   e2_teardown(&c);
 }
 
-/* E4: key only, value passed as NULL or as 0-D descriptors (S5). */
+/* E4: key only, value passed as NULL or as 0-D descriptors. */
 static void test_e4_key_only(void) {
   E2 c;
   e2_setup(&c);
@@ -392,7 +392,7 @@ static void test_e8_rope_4d(void) {
   CHECK(memcmp(value_cache, want_v, sizeof want_v) == 0);
 
   /* A zero window writes all five tokens from row 4: row 8 is past the 8 slots, so the call
-   * fails at execution and nothing is written (G1). */
+   * fails at execution and nothing is written. */
   compress_lens[0] = 0;
   float before_k[16], before_v[16];
   memcpy(before_k, key_cache, sizeof before_k);
@@ -511,7 +511,7 @@ static void test_one_executor_many_layers(void) {
   for (int l = 0; l < LAYERS; ++l) e2_teardown(&layers[l]);
 }
 
-/* Zero tokens: a successful no-op (G10), NULL data allowed for the empty tensors. */
+/* Zero tokens: a successful no-op, NULL data allowed for the empty tensors. */
 static void test_empty(void) {
   int32_t key_cache[16];
   for (int i = 0; i < 16; ++i) key_cache[i] = 7;
@@ -560,7 +560,7 @@ static void test_rejections(void) {
   /* A value without a value_cache. */
   CHECK(PLAN(c.key_t, c.key_cache_t, c.slots_t, c.value_t, NULL, NULL, NULL) != KVS_SUCCESS);
   CHECK_MESSAGE_HAS("value_cache is missing");
-  /* Mode strings are checked (G11). */
+  /* Mode strings are checked: unknown ones are errors. */
   CHECK_STATUS(PLAN(c.key_t, c.key_cache_t, c.slots_t, c.value_t, c.value_cache_t, "NZ", NULL),
                KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS("cache_mode");

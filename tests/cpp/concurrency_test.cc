@@ -497,7 +497,7 @@ TEST_F(Concurrency, ErrorMessagesStayOnTheirThread) {
   for (int i = 0; i < kThreads; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], "") << i;
 }
 
-// G4 for kv_cache_update: a cache whose distinct elements share memory (here all sequence
+// Determinism for kv_cache_update: a cache whose distinct elements share memory (here all sequence
 // positions alias one row) would be written by several threads in an unspecified order, so the
 // result would depend on the thread count; the plan rejects it, as the other operators' plans
 // do.

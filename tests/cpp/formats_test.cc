@@ -1,6 +1,6 @@
-// Tests of the number formats (spec quant_ops.md section 2).
+// Tests of the number formats (docs/formats.md).
 //
-// Decoders are checked on every code against formulas or the spec's tables written out here.
+// Decoders are checked on every code against formulas or the formats' tables written out here.
 // Encoders are checked against an independent formulation: the nearest value among the
 // format's decoded magnitudes (in double), with the format's tie rule and overflow rule. The CI
 // sweep covers every float32 exponent and every float32 within 2 ulps of every representable
@@ -190,7 +190,7 @@ Reference make_e8m0() {
   return r;
 }
 
-// HiFloat8 decode table, verbatim from spec quant_ops.md section 2.7 (positive half).
+// HiFloat8 decode table (positive half).
 struct HiF8Row {
   const char* hi;
   const char* v[8];
@@ -224,7 +224,7 @@ double parse_table_value(const std::string& s) {
   return std::ldexp(a, std::stoi(s.substr(caret + 2)));
 }
 
-// Positive HiFloat8 values by code 0x00..0x7F, from the spec table.
+// Positive HiFloat8 values by code 0x00..0x7F, from the table.
 std::vector<double> hifloat8_table() {
   std::vector<double> v(128);
   for (const HiF8Row& row : kHiF8Table) {
@@ -247,7 +247,7 @@ Reference make_hifloat8(bool saturate) {
     r.code.push_back(c);
   }
   // Past 2^15 the next value on the dot-4 grid would be 1.5 * 2^15; its midpoint
-  // 1.25 * 2^15 is where overflow starts (spec 2.7).
+  // 1.25 * 2^15 is where overflow starts.
   r.beyond_max = 1.5 * 32768.0;
   r.overflow = saturate ? 0x6E : 0x6F;
   r.tie = Tie::kAway;
@@ -412,7 +412,7 @@ TEST(FormatsDecode, Float8E5M2EveryCode) {
 
 TEST(FormatsDecode, Float4E2M1EveryCode) {
   expect_small_float_decode(decode_float4_e2m1, 1, 1, 4, /*no inf*/ 0x100, /*no NaN*/ 0x100);
-  // Spec 2.6: codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6; 8 = -0; 9..15 the negatives.
+  // float4_e2m1: codes 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6; 8 = -0; 9..15 the negatives.
   const float values[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
   for (std::uint8_t c = 0; c < 8; ++c) {
     EXPECT_F32_BITS(decode_float4_e2m1(c), values[c]);
@@ -428,7 +428,7 @@ TEST(FormatsDecode, Float8E8M0EveryCode) {
     ASSERT_EQ(bits(decode_float8_e8m0(static_cast<std::uint8_t>(c))), bits(want)) << hex(c);
   }
   EXPECT_EQ(bits(decode_float8_e8m0(0xFF)), 0x7FC00000u);
-  // Spec 2.5: scale byte 0x80 = 2; the mode-1 examples 0x77 = 2^-8, 0x7F = 1, 0x69 = 2^-22.
+  // float8_e8m0: scale byte 0x80 = 2; the mode-1 examples 0x77 = 2^-8, 0x7F = 1, 0x69 = 2^-22.
   EXPECT_EQ(decode_float8_e8m0(0x80), 2.0f);
   EXPECT_EQ(decode_float8_e8m0(0x77), std::ldexp(1.0f, -8));
   EXPECT_EQ(decode_float8_e8m0(0x7F), 1.0f);
@@ -447,7 +447,7 @@ TEST(FormatsDecode, HiFloat8EveryCodeMatchesSpecTable) {
     const float want = static_cast<float>((c & 0x80) != 0 ? -v : v);
     EXPECT_EQ(bits(got), bits(want)) << hex(c);
   }
-  // Special codes of spec 2.7.
+  // Special codes of HiFloat8.
   EXPECT_EQ(decode_hifloat8(0x6F), std::numeric_limits<float>::infinity());
   EXPECT_EQ(decode_hifloat8(0xEF), -std::numeric_limits<float>::infinity());
   EXPECT_EQ(decode_hifloat8(0x6E), 32768.0f);
@@ -518,9 +518,9 @@ TEST(FormatsDecode, RoundTripEveryFiniteCode) {
   }
 }
 
-// ---- worked examples of spec section 2, verbatim ----------------------------------------------
+// ---- worked examples of every format, verbatim --------------------------------------------------
 
-TEST(FormatsSpecExamples, Bfloat16Section2_2) {
+TEST(FormatsSpecExamples, Bfloat16) {
   // 1.00390625 -> 0x3F80; 1.01171875 -> 0x3F82; 65504 -> 0x4780; 1/3 -> 0x3EAB.
   EXPECT_EQ(encode_bfloat16(1.00390625f), 0x3F80);
   EXPECT_EQ(encode_bfloat16(1.01171875f), 0x3F82);
@@ -533,7 +533,7 @@ TEST(FormatsSpecExamples, Bfloat16Section2_2) {
   EXPECT_EQ(encode_bfloat16(-0.0f), 0x8000);
 }
 
-TEST(FormatsSpecExamples, Float8E4M3FnSection2_3) {
+TEST(FormatsSpecExamples, Float8E4M3Fn) {
   // 17 -> 0x58 (16, tie to even); 19 -> 0x5A (20); 1.5*2^-9 -> 0x02; 0.75*2^-9 -> 0x01;
   // -300 -> 0xF9 (-288); -0 -> 0x80.
   EXPECT_EQ(encode_float8_e4m3fn(17.0f), 0x58);
@@ -553,7 +553,7 @@ TEST(FormatsSpecExamples, Float8E4M3FnSection2_3) {
   EXPECT_EQ(encode_float8_e4m3fn(-1e-30f), 0x80);  // sign of zero kept
 }
 
-TEST(FormatsSpecExamples, Float8E5M2Section2_4) {
+TEST(FormatsSpecExamples, Float8E5M2) {
   // Max 57344 (0x7B). Inf = 0x7C/0xFC. NaN = 0x7D-0x7F and 0xFD-0xFF. Subnormal step 2^-16.
   EXPECT_EQ(encode_float8_e5m2(57344.0f), 0x7B);
   EXPECT_EQ(encode_float8_e5m2(61440.0f), 0x7C);  // tie with the next binade -> even (Inf)
@@ -564,8 +564,8 @@ TEST(FormatsSpecExamples, Float8E5M2Section2_4) {
   EXPECT_EQ(encode_float8_e5m2(-NAN), 0xFE);
 }
 
-TEST(FormatsSpecExamples, Float8E8M0Section2_5) {
-  // Spec 2.5 mode-1 examples store ceil(log2 s) + 127 of exact powers of two: amax 1.0 ->
+TEST(FormatsSpecExamples, Float8E8M0) {
+  // kv_compress_epilog's mode-1 examples store ceil(log2 s) + 127 of exact powers of two: amax 1 ->
   // 0x77 (2^-8); amax 448 -> 0x7F; amax 449 -> 0x80; all-zero group -> 0x69 (2^-22). The
   // scale arithmetic belongs to KvCompressEpilog; here the encoder must reproduce the bytes
   // of those powers of two.
@@ -585,7 +585,7 @@ TEST(FormatsSpecExamples, Float8E8M0Section2_5) {
   EXPECT_EQ(encode_float8_e8m0(from_bits(0x7F400000u)), 0xFF);  // rounds to 2^128
 }
 
-TEST(FormatsSpecExamples, Float4E2M1Section2_6) {
+TEST(FormatsSpecExamples, Float4E2M1) {
   // Midpoints 0.25->0, 0.75->1.0, 1.25->1.0, 1.75->2, 2.5->2, 3.5->4, 5->4; -0.1 -> 0x8.
   EXPECT_EQ(encode_float4_e2m1(0.25f), 0x0);
   EXPECT_EQ(encode_float4_e2m1(0.75f), 0x2);
@@ -601,7 +601,7 @@ TEST(FormatsSpecExamples, Float4E2M1Section2_6) {
   EXPECT_EQ(encode_float4_e2m1(-INFINITY), 0xF);
 }
 
-TEST(FormatsSpecExamples, HiFloat8Section2_7) {
+TEST(FormatsSpecExamples, HiFloat8) {
   struct Example {
     float input;
     std::uint8_t code;

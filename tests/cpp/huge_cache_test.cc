@@ -1,4 +1,4 @@
-// Huge caches (decision G8) for every operator: caches of more than 2^31 elements whose last
+// Huge caches (64-bit offsets) for every operator: caches of more than 2^31 elements whose last
 // rows lie more than 2^32 bytes from the start, written near the end by the optimized kernel,
 // the reference and the C ABI; and shapes whose products overflow 64 bits, rejected with an
 // error that says so. The caches are MAP_NORESERVE anonymous mappings: only the few pages

@@ -1,6 +1,7 @@
-// KvCompressEpilog: the worked examples of spec quant_ops.md section 4.8 byte for byte, every
-// rejection, non-finite inputs, and the optimized kernel against the reference (randomized,
-// every compiled SIMD target, several thread counts).
+// KvCompressEpilog: the worked examples of docs/operators/kv_compress_epilog.md byte for byte,
+// every rejection, non-finite inputs, and the SIMD encoders against the scalar formats on every
+// compiled target. Randomized optimized-versus-reference cases live in the shared harness
+// (tests/cpp/harness/kv_compress_epilog_cases.cc).
 #include <gtest/gtest.h>
 #include <hwy/targets.h>
 #include <sys/mman.h>
@@ -19,7 +20,6 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/quant_ops.h"
-#include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "ops/quant_common/slots.h"
 #include "simd_targets.h"
@@ -64,8 +64,8 @@ std::string dump(const Bytes& b) {
   return s;
 }
 
-// The input of spec 4.8: d = 128, nope x[k] = (k - 32) / 4, rope [1, -1, 0.5, 3, 1.0625, 100,
-// -0.3, 40000, 0, ...].
+// The input of the worked example: d = 128, nope x[k] = (k - 32) / 4, rope [1, -1, 0.5, 3,
+// 1.0625, 100, -0.3, 40000, 0, ...].
 std::vector<std::uint16_t> spec_row() {
   std::vector<std::uint16_t> x(128, bf16(0.0f));
   for (int k = 0; k < 64; ++k) x[k] = bf16(static_cast<float>(k - 32) / 4.0f);
@@ -149,8 +149,8 @@ TEST(KvCompressEpilogSpec, Mode2Group32) {
   EXPECT_EQ(dump(quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 32)), dump(row));
 }
 
-// gs = 64: the spec quotes the scale and the run "44 44 55"; the other bytes follow from its
-// rules (one group, multiplier 0.75, e2m1 round to nearest even).
+// gs = 64: the worked example quotes the scale and the run "44 44 55"; the other bytes follow
+// from the rules (one group, multiplier 0.75, e2m1 round to nearest even).
 TEST(KvCompressEpilogSpec, Mode2Group64) {
   const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 64);
   EXPECT_EQ(dump(row),
@@ -160,7 +160,7 @@ TEST(KvCompressEpilogSpec, Mode2Group64) {
                       hex("AB 3F"), zeros(30)})));
 }
 
-// gs = 16: the spec quotes the four scales; group multipliers 0.75, 1.5, bf16(1.6) and
+// gs = 16: the worked example quotes the four scales; group multipliers 0.75, 1.5, bf16(1.6) and
 // bf16(6 / 7.75) give the data bytes.
 TEST(KvCompressEpilogSpec, Mode2Group16) {
   const Bytes row = quantize_one(spec_row(), QuantMode::hifloat8_fp4, true, 16);
@@ -180,7 +180,7 @@ TEST(KvCompressEpilogSpec, Mode2XScaleHalf) {
   EXPECT_EQ(dump(Bytes(row.begin() + 64, row.end())), dump(Bytes(one.begin() + 64, one.end())));
 }
 
-// The degenerate-group table of spec 4.8 (d = 128: one group of 64 in modes 0/1).
+// The degenerate-group table (d = 128: one group of 64 in modes 0/1).
 struct Degenerate {
   float value;
   int mode;
@@ -223,7 +223,7 @@ TEST(KvCompressEpilogSpec, DegenerateGroups) {
   }
 }
 
-// Paged scatter of spec 4.8: cache [3, 2, 1, 200] with block stride 500, prefilled 0xEE.
+// Paged scatter: cache [3, 2, 1, 200] with block stride 500, prefilled 0xEE.
 TEST(KvCompressEpilogSpec, PagedScatterStridedBlocks) {
   std::vector<std::uint16_t> x = spec_row();
   std::vector<std::uint16_t> x2(128);
@@ -255,7 +255,7 @@ TEST(KvCompressEpilogSpec, PagedScatterStridedBlocks) {
 }
 
 TEST(KvCompressEpilogSpec, RowLayoutTable) {
-  // Spec 4.3: kvCacheCol for d in {128, 256, 512, 8192}.
+  // Row bytes (kvCacheCol) for d in {128, 256, 512, 8192}.
   struct Row {
     std::int64_t d, m0, m1, g16, g32, g64;
   } table[] = {{128, 224, 193, 128, 128, 128},
@@ -279,7 +279,7 @@ TEST(KvCompressEpilogSpec, RowLayoutTable) {
   }
 }
 
-// 64-bit offsets (G8): the second block of this cache starts past 4 GiB. Only two pages of the
+// 64-bit offsets: the second block of this cache starts past 4 GiB. Only two pages of the
 // reserved range are touched.
 TEST(KvCompressEpilogSpec, OffsetsPast4GiB) {
   const std::int64_t block_stride = (std::int64_t{1} << 32) + 4096;
@@ -333,7 +333,7 @@ TEST(KvCompressEpilogApi, ParseQuantMode) {
 }
 
 TEST(KvCompressEpilogApi, QuantGroupSizeIgnoredInFp8Modes) {
-  // Modes 0/1 always use groups of 64 and do not validate quant_group_size (spec 4.2).
+  // Modes 0/1 always use groups of 64 and do not validate quant_group_size.
   for (std::int64_t gs : {0, 8, 128, -5}) {
     EXPECT_EQ(dump(quantize_one(spec_row(), QuantMode::fp8_e8m0, true, gs)),
               dump(quantize_one(spec_row(), QuantMode::fp8_e8m0, true, 64)));
@@ -542,7 +542,7 @@ TEST(KvCompressEpilogErrors, SlotValues) {
 TEST(KvCompressEpilogApi, EmptyAndAllSkipped) {
   Inputs s;
   const Bytes before = s.cache;
-  // Zero tokens: a successful no-op, even with null data (G10).
+  // Zero tokens: a successful no-op, even with null data.
   kv_compress_epilog(s.tcache(), TensorView(nullptr, DType::bfloat16, {0, 128}),
                      TensorView(nullptr, DType::int32, {0}), 64, QuantMode::fp8_e8m0, true, 1.0f);
   kv_compress_epilog(s.tcache(), TensorView(nullptr, DType::bfloat16, {3, 0, 128}),
@@ -613,7 +613,7 @@ TEST(KvCompressEpilogSpecial, SubnormalsAndNegativeZeroInFp8Modes) {
   EXPECT_EQ(m1[131], 0x00);
   EXPECT_EQ(m1[192], 0x69);
   // Values that land in e4m3's subnormal range keep their rounding: amax 448 -> s = 1 and
-  // 1.5 * 2^-9 -> code 0x02, 0.75 * 2^-9 -> 0x01 (spec 2.3).
+  // 1.5 * 2^-9 -> code 0x02, 0.75 * 2^-9 -> 0x01 (float8_e4m3fn subnormals).
   auto y =
       row_with({{0, bf16(448.0f)}, {1, bf16(0.0029296875f)}, {2, bf16(-0.00146484375f)}}, 0.0f);
   const Bytes r = quantize_one(y, QuantMode::fp8_e8m0, true);
@@ -691,7 +691,7 @@ void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
   std::vector<std::int64_t> ts = targets();
   if (!all_targets) ts.resize(1);
   for (std::int64_t target : ts) {
-    hwy::SetSupportedTargetsForTest(target);
+    const simd_test::PinTarget pin(target);
     SCOPED_TRACE(hwy::TargetName(target));
     struct Case {
       const char* name;
@@ -738,7 +738,6 @@ void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
       EXPECT_EQ(bad, 0u) << c.name;
     }
   }
-  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(KvCompressEpilogSimd, EncodersMatchScalarDense) { sweep_encoders(dense_floats()); }
@@ -754,129 +753,7 @@ TEST(KvCompressEpilogSimd, EncodersMatchScalarExhaustive) {
   }
 }
 
-// ---- optimized against reference ------------------------------------------------------------
-
-// Random bf16 with magnitudes spread over many binades; optionally specials mixed in.
-std::uint16_t random_bf16(std::mt19937_64& rng, bool specials) {
-  std::uniform_int_distribution<int> pick(0, 99);
-  const int p = pick(rng);
-  if (specials && p < 3) {
-    const std::uint16_t sp[] = {0x7F80, 0xFF80, 0x7FC0, 0xFFC1, 0x0001, 0x8003, 0x8000, 0x007F};
-    return sp[rng() % 8];
-  }
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 24) - 12);
-  return bf16(n(rng) * scale);
-}
-
-struct RandomCase {
-  std::int64_t d;
-  QuantMode mode;
-  std::int64_t gs;
-  bool round_scale;
-  bool specials;
-  int slot_pattern;  // 0 permutation, 1 with -1 and duplicates, 2 heavy duplicates
-  bool int32_slots;
-  bool strided;  // strided cache blocks and non-contiguous x rows
-  std::int64_t tokens;
-  float x_scale;
-};
-
-void run_random(const RandomCase& c, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const std::int64_t T = c.tokens, d = c.d;
-  // x as [2, T/2, d] viewed with a padded row pitch when strided.
-  const std::int64_t pitch = c.strided ? d + 64 : d;
-  std::vector<std::uint16_t> xmem(static_cast<std::size_t>(T * pitch));
-  for (auto& v : xmem) v = random_bf16(rng, c.specials);
-  const std::int64_t xs_shape[] = {2, T / 2, d};
-  const std::int64_t xs_strides[] = {(T / 2) * pitch, pitch, 1};
-  TensorView x(xmem.data(), DType::bfloat16, xs_shape, xs_strides);
-
-  std::int32_t dummy = 0;
-  TensorView probe(&dummy, DType::int32, {1});
-  const auto geometry = plan_kv_compress_epilog(TensorView(nullptr, DType::uint8, {0, 1, 1, 16384}),
-                                                TensorView(xmem.data(), DType::bfloat16, {1, d}),
-                                                probe, c.gs, c.mode, c.round_scale, c.x_scale);
-  const std::int64_t width = geometry.row_bytes + (c.strided ? 5 : 0);
-  const std::int64_t bs = seed % 2 ? 16 : 12;  // power-of-two and other block sizes
-  const std::int64_t nb = (T + bs - 1) / bs + 2;
-  const std::int64_t block_stride = c.strided ? bs * width + 37 : bs * width;
-  Bytes mem(static_cast<std::size_t>(nb * block_stride));
-  for (auto& b : mem) b = static_cast<std::uint8_t>(rng());
-  const std::int64_t cshape[] = {nb, bs, 1, width};
-  const std::int64_t cstrides[] = {block_stride, width, width, 1};
-
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
-  const std::int64_t num_slots = nb * bs;
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(num_slots));
-  for (std::int64_t i = 0; i < num_slots; ++i) perm[static_cast<std::size_t>(i)] = i;
-  // Every other permutation case is a prefill into consecutive slots.
-  if (c.slot_pattern != 0 || seed % 4 < 2) std::shuffle(perm.begin(), perm.end(), rng);
-  for (std::int64_t t = 0; t < T; ++t) {
-    std::int64_t s = perm[static_cast<std::size_t>(t)];
-    if (c.slot_pattern == 1 && rng() % 5 == 0) s = -1;
-    if (c.slot_pattern == 1 && rng() % 7 == 0) s = perm[rng() % static_cast<std::size_t>(T)];
-    if (c.slot_pattern == 2) s = static_cast<std::int64_t>(rng() % 8);
-    slots[static_cast<std::size_t>(t)] = s;
-  }
-  std::vector<std::int32_t> slots32(slots.begin(), slots.end());
-  TensorView ts = c.int32_slots ? TensorView(slots32.data(), DType::int32, {2, T / 2})
-                                : TensorView(slots.data(), DType::int64, {2, T / 2});
-
-  Bytes ref = mem;
-  auto plan = plan_kv_compress_epilog(TensorView(ref.data(), DType::uint8, cshape, cstrides), x, ts,
-                                      c.gs, c.mode, c.round_scale, c.x_scale);
-  reference::execute(plan);
-  for (int threads : {1, 2, 3}) {
-    set_num_threads(threads);
-    Bytes got = mem;
-    plan.cache.data = got.data();
-    execute(plan);
-    if (got != ref) {
-      std::size_t i = 0;
-      while (got[i] == ref[i]) ++i;
-      ADD_FAILURE() << "threads " << threads << ": first difference at byte " << i << " (got 0x"
-                    << std::hex << int(got[i]) << ", want 0x" << int(ref[i]) << ")";
-    }
-  }
-  set_num_threads(0);
-}
-
-TEST(KvCompressEpilogRandom, OptimizedMatchesReference) {
-  const QuantMode modes[] = {QuantMode::fp8_bf16, QuantMode::fp8_e8m0, QuantMode::hifloat8_fp4};
-  const std::int64_t ds[] = {128, 192, 576, 1024, 8192};
-  std::uint64_t seed = 1;
-  for (std::int64_t target : targets()) {
-    hwy::SetSupportedTargetsForTest(target);
-    SCOPED_TRACE(hwy::TargetName(target));
-    for (std::int64_t d : ds) {
-      for (QuantMode mode : modes) {
-        for (std::int64_t gs : {16, 32, 64}) {
-          if (mode != QuantMode::hifloat8_fp4 && gs != 64) continue;
-          for (bool rs : {true, false}) {
-            if (mode == QuantMode::hifloat8_fp4 && !rs) continue;
-            const int pattern = static_cast<int>(seed % 3);
-            RandomCase c{d,
-                         mode,
-                         gs,
-                         rs,
-                         seed % 2 == 0,
-                         pattern,
-                         seed % 3 == 1,
-                         seed % 4 < 2,
-                         d >= 4096 ? 8 : 24,
-                         seed % 5 == 0 ? 0.5f : 1.0f};
-            SCOPED_TRACE(testing::Message() << "d " << d << " mode " << int(mode) << " gs " << gs
-                                            << " rs " << rs << " seed " << seed);
-            run_random(c, seed++);
-          }
-        }
-      }
-    }
-  }
-  hwy::SetSupportedTargetsForTest(0);
-}
+// ---- duplicate resolution --------------------------------------------------------------------
 
 // Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over
 // large ones) against the obvious quadratic rule.
@@ -897,17 +774,6 @@ TEST(KvCompressEpilogRandom, KeepLastWriters) {
       detail::keep_last_writers(slots, num_slots);
       EXPECT_EQ(slots, want) << "num_slots " << num_slots;
     }
-  }
-}
-
-// Enough rows to split across threads, with many repeated slots: the last writer in token
-// order must win for every thread count (G4).
-TEST(KvCompressEpilogRandom, DuplicateSlotsAcrossThreads) {
-  for (QuantMode mode : {QuantMode::fp8_e8m0, QuantMode::hifloat8_fp4}) {
-    RandomCase c{128, mode, 32, true, false, 2, false, false, 4096, 1.0f};
-    run_random(c, 99 + static_cast<std::uint64_t>(mode));
-    RandomCase c2{128, mode, 32, true, true, 1, true, true, 3000, 1.0f};
-    run_random(c2, 7 + static_cast<std::uint64_t>(mode));
   }
 }
 

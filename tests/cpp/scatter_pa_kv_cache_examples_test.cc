@@ -1,4 +1,4 @@
-// The worked examples E1-E9 of spec scatter_pa_kv_cache.md section 6, verbatim, run through
+// Worked examples E1-E9 (numbered here, each with its inputs and expected bytes), run through
 // both the optimized kernel and the reference (which must agree byte for byte).
 #include <gtest/gtest.h>
 
@@ -193,7 +193,7 @@ TEST(ScatterPaKvCacheExamples, E4KeyOnly) {
   for (DType idx : {DType::int32, DType::int64}) {
     Call out = run_both(e2(idx, false));
     EXPECT_EQ(ints(out.key_cache), kE2Key);
-    // A 0-D value and value_cache are the same as absent ones (S5).
+    // A 0-D value and value_cache are the same as absent ones.
     Call c = e2(idx, false);
     const TensorView scalar(nullptr, DType::int32, std::span<const std::int64_t>{});
     scatter_pa_kv_cache(c.key.view(), c.key_cache.view(), c.slot.view(), scalar, scalar, {});
@@ -338,7 +338,8 @@ TEST(ScatterPaKvCacheExamples, E6bRopeMeanRounding) {
   EXPECT_EQ(rope_mean16(DType::float16, {1, 2}), 0x3E00);  // 1.5
 }
 
-// S4: the Rope mean per element type, on a one-element head (codes in, code out).
+// The Rope mean per element type (docs/semantics.md, 'scatter_pa_kv_cache'), on a one-element
+// head (codes in, code out).
 std::uint32_t rope_mean_code(DType dt, const std::vector<std::uint32_t>& codes) {
   const auto w = static_cast<std::int64_t>(codes.size());
   const auto es = static_cast<std::int64_t>(dtype_size(dt));
@@ -410,7 +411,7 @@ TEST(ScatterPaKvCacheRopeMean, FloatTypesAccumulateInFloat32AndRoundPerFormat) {
   EXPECT_EQ(rope_mean_code(DType::bfloat16, {0x8000u, 0x8000u}), 0x0000u);
 }
 
-// E8: 4-D Rope (scenario 3), fp32, documented formula (S3), not the 950 kernel's suffix.
+// E8: 4-D Rope (scenario 3), fp32, documented formula, not the 950 kernel's suffix.
 Call e8(std::int64_t window) {
   Call c;
   c.key = Buf(DType::float32, {1, 5, 1, 2});

@@ -1,4 +1,4 @@
-// A uint8 cache larger than 2^31 elements (decision G8), written at its last slot by every
+// A uint8 cache larger than 2^31 elements (64-bit offsets), written at its last slot by every
 // layout. The cache is an anonymous mapping: untouched pages are never materialised, so the
 // test costs a few pages of memory.
 #include <gtest/gtest.h>

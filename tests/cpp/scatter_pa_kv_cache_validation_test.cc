@@ -1,4 +1,4 @@
-// Every rejection of ScatterPaKvCache (spec section 4.7, decisions G1-G11, S1-S9): the status
+// Every rejection of ScatterPaKvCache (docs/operators/scatter_pa_kv_cache.md, 'Errors'): the status
 // code, a message naming the offending argument and value, and caches bit-identical afterwards,
 // through the one-call API, the plan/execute split and the reference.
 #include <gtest/gtest.h>
@@ -194,7 +194,7 @@ std::vector<Rejection> rejections() {
       [](Args& a) { a.opts.compress_seq_offsets.reset(); }, nullp,
       {"compress_seq_offsets is missing", "Omni"});
 
-  // Mode strings and combinations (G11, S1, S2).
+  // Mode strings and combinations.
   add("CacheModeUnknown", norm, {}, [](Args& a) { a.opts.cache_mode = "NZ"; }, inv,
       {"cache_mode", "\"NZ\""});
   add("CacheModeWrongCase", norm, {}, [](Args& a) { a.opts.cache_mode = "norm"; }, inv,
@@ -298,7 +298,7 @@ std::vector<Rejection> rejections() {
       [](Args& a) { a.opts.compress_seq_offsets->dtype = DType::uint32; }, inv,
       {"compress_seq_offsets dtype must be one of {int32, int64}, got uint32"});
 
-  // Layout (G8, G9).
+  // Layout: strides and 64-bit extents.
   add("KeyNegativeStride", norm, {}, [](Args& a) { a.key.strides[0] = -16; }, inv,
       {"key.strides[0] must be >= 0, got -16"});
   add("KeyNegativeDim", norm, {}, [](Args& a) { a.key.shape[0] = -1; }, inv,
@@ -393,7 +393,7 @@ std::vector<Rejection> rejections() {
       },
       {}, inv, {"value_cache.shape[3] must be 4", "got 3"});
 
-  // PA_NZ (S7).
+  // PA_NZ.
   add("NzKeyHeadNotAligned", nz,
       [](Call& c) {
         c.key = resized(DType::float16, {3, 2, 8});
@@ -447,7 +447,7 @@ std::vector<Rejection> rejections() {
       },
       {}, inv, {"value_cache has 3 blocks but key_cache has 2"});
 
-  // Nct (S6).
+  // Nct.
   add("NctStrideNegative", nct, {},
       [](Args& a) {
         a.opts.strides = std::array<std::int64_t, 2>{-6, 6};
@@ -541,7 +541,7 @@ std::vector<Rejection> rejections() {
       },
       {}, inv, {"value.shape[1] must be 5", "got 4"});
 
-  // Data-dependent rules, raised by execute() before any write (G1, G5, G6, S9).
+  // Data-dependent rules, raised by execute() before any write.
   add(
       "SlotPastLastSlot", norm,
       [](Call& c) {

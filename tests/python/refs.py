@@ -1,5 +1,5 @@
-"""Plain NumPy references written from the specification (spec/scatter_pa_kv_cache.md,
-spec/quant_ops.md, spec/decisions.md), independent of the library: slow, obvious loops.
+"""Plain NumPy references written from the documented semantics (docs/semantics.md and
+docs/operators/), independent of the library: slow, obvious loops.
 
 Every reference works on copies of the caches it is given and returns them.
 """
@@ -20,7 +20,7 @@ def f32_bits(bits: int) -> np.float32:
     return np.array([bits], np.uint32).view(np.float32)[0]
 
 
-# ---- HiFloat8 (spec quant_ops.md section 2.7) ------------------------------------------------
+# ---- HiFloat8 (docs/formats.md) --------------------------------------------------------------
 
 
 def hif8_decode(codes) -> np.ndarray:
@@ -54,7 +54,7 @@ def hif8_decode(codes) -> np.ndarray:
 
 
 def hif8_encode(x, saturate: bool = True) -> np.ndarray:
-    """float32 -> HiFloat8, round half away from zero (the spec's bit-level algorithm)."""
+    """float32 -> HiFloat8, round half away from zero (a bit-level algorithm)."""
     x = np.asarray(x, np.float32)
     b = x.view(np.uint32).astype(np.int64)
     a = b & 0x7FFFFFFF
@@ -108,7 +108,9 @@ def bf16_round(x) -> np.ndarray:
 
 
 def rope_mean(rows: np.ndarray, kind: str) -> np.ndarray:
-    """Mean of `rows` ([w, D]) in the cache type (decision S4). kind: the kvscatter dtype name."""
+    """Mean of `rows` ([w, D]) in the cache type (docs/semantics.md, 'scatter_pa_kv_cache').
+
+    kind: the kvscatter dtype name."""
     w = rows.shape[0]
     if kind == "hifloat8":
         acc = np.zeros(rows.shape[1], np.float32)
@@ -133,8 +135,8 @@ def rope_mean(rows: np.ndarray, kind: str) -> np.ndarray:
 def scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, *, compress_lens=None,
                         compress_seq_offsets=None, seq_lens=None, cache_mode="Norm",
                         scatter_mode="None", kind=None):
-    """Canonical semantics of spec section 3 (Nct is tested separately). Returns new caches."""
-    if value is not None and value.ndim == 0:  # a 0-D value means a key-only call (S5)
+    """The documented scatter semantics (Nct is tested separately). Returns new caches."""
+    if value is not None and value.ndim == 0:  # a 0-D value means a key-only call (key only)
         value, value_cache = None, None
     kc = key_cache.copy()
     vc = None if value_cache is None else value_cache.copy()
@@ -219,7 +221,7 @@ def scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, *, com
     return kc, vc
 
 
-# ---- ScatterPaKvCacheWithKScale (spec quant_ops.md section 3.3) ------------------------------
+# ---- ScatterPaKvCacheWithKScale --------------------------------------------------------------
 
 
 def scatter_pa_kv_cache_with_k_scale(key, value, key_cache, value_cache, slot_mapping, key_scale,
@@ -235,7 +237,7 @@ def scatter_pa_kv_cache_with_k_scale(key, value, key_cache, value_cache, slot_ma
     return kc, vc, ksc
 
 
-# ---- KvCompressEpilog (spec quant_ops.md section 4) ------------------------------------------
+# ---- KvCompressEpilog ------------------------------------------------------------------------
 
 C448 = f32_bits(0x3B124925)  # (float)(1.0f / 448.0f)
 EPS = f32_bits(0x38D1B717)  # (float)1e-4
@@ -243,7 +245,9 @@ C6 = f32_bits(0x3E2AAAAB)  # (float)(1.0f / 6.0f)
 
 
 def epilog_row_bytes(d: int, mode: int, gs: int) -> tuple[int, int]:
-    """(payload bytes = concatCol, bytes written = kvCacheCol) of spec section 4.3."""
+    """(payload bytes = concatCol, bytes written = kvCacheCol).
+
+    As docs/operators/kv_compress_epilog.md states them under 'Row size'."""
     n = d - 64
     if mode in (0, 1):
         concat = n + 128 + (n // 64) * (2 if mode == 0 else 1)
@@ -253,7 +257,7 @@ def epilog_row_bytes(d: int, mode: int, gs: int) -> tuple[int, int]:
 
 
 def epilog_row(x_row, mode: int, gs: int, round_scale: bool, x_scale: float) -> np.ndarray:
-    """The bytes written for one bfloat16 row (spec sections 4.4 - 4.7)."""
+    """The bytes written for one bfloat16 row (docs/operators/kv_compress_epilog.md)."""
     d = x_row.size
     n = d - 64
     v = x_row.astype(np.float32)

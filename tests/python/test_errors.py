@@ -1,5 +1,5 @@
 """Every error path: ValueError / TypeError carrying a message that names the argument and the
-offending value, and caches left bit-identical (decisions G1, G2)."""
+offending value, and caches left bit-identical (docs/semantics.md, 'All or nothing')."""
 
 import kvscatter
 import ml_dtypes

@@ -13,7 +13,7 @@ import kvscatter.jax as kj  # noqa: E402
 
 
 def reference_update(key_cache, value_cache, new_keys, new_values, position):
-    """The seed's reference (spec seeds/004): dynamic_update_slice with a traced position."""
+    """The plain JAX update it replaces: dynamic_update_slice with a traced position."""
     k = jax.lax.dynamic_update_slice(key_cache, new_keys.astype(key_cache.dtype), (0, position, 0, 0))
     v = jax.lax.dynamic_update_slice(value_cache, new_values.astype(value_cache.dtype), (0, position, 0, 0))
     return {"key_cache": k, "value_cache": v, "length": position + new_keys.shape[1]}
@@ -33,7 +33,7 @@ def assert_same_result(got, want):
     assert int(got["length"]) == int(want["length"])
 
 
-SEED_EXAMPLES = [
+WORKED_EXAMPLES = [
     # (key_cache, value_cache, new_keys, new_values, position, expected output)
     ([[[[0, 0]], [[0, 0]], [[0, 0]], [[0, 0]]]], [[[[0, 0]], [[0, 0]], [[0, 0]], [[0, 0]]]],
      [[[[1, 2]]]], [[[[3, 4]]]], 0,
@@ -52,10 +52,10 @@ SEED_EXAMPLES = [
 ]
 
 
-@pytest.mark.parametrize("example", range(len(SEED_EXAMPLES)))
+@pytest.mark.parametrize("example", range(len(WORKED_EXAMPLES)))
 @pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-def test_seed_examples_under_jit(example, cache_dtype):
-    kc, vc, nk, nv, pos, expected = SEED_EXAMPLES[example]
+def test_worked_examples_under_jit(example, cache_dtype):
+    kc, vc, nk, nv, pos, expected = WORKED_EXAMPLES[example]
     kc, vc = jnp.asarray(kc, cache_dtype), jnp.asarray(vc, cache_dtype)
     nk, nv = jnp.asarray(nk, jnp.float32), jnp.asarray(nv, jnp.float32)
     out = jax.jit(kj.kv_cache_update)(kc, vc, nk, nv, jnp.int32(pos))

@@ -40,7 +40,7 @@ def test_random_against_reference(rng, cache_dtype, same_dtype):
         np.testing.assert_array_equal(vc.view(np.uint8), want_v.view(np.uint8))
 
 
-def test_seed_examples():
+def test_worked_examples():
     kc = np.zeros((1, 4, 1, 2), np.float32)
     vc = np.zeros((1, 4, 1, 2), np.float32)
     out = kvscatter.kv_cache_update(kc, vc, np.array([[[[1, 2]]]], np.float32),

@@ -34,7 +34,8 @@ def test_with_k_scale_random(rng, fp8):
         kc, vc = raw(rng, (nb, n, bs, dk), fp8), raw(rng, (nb, n, bs, dv), fp8)
         ks = raw(rng, (t, n), np.float32)  # any bits, NaN payloads included: a pure copy
         ksc = raw(rng, (nb, n, bs, 1), np.float32)
-        # Slots below 0 and past the cache are skipped (upstream contract, decision G6).
+        # Slots below 0 and past the cache are skipped (upstream contract; see docs/semantics.md,
+        # 'Out-of-range slots').
         slots = rng.integers(-3, nb * bs + 3, size=t).astype(rng.choice([np.int32, np.int64]))
         want = refs.scatter_pa_kv_cache_with_k_scale(key, value, kc, vc, slots, ks, ksc)
         kvscatter.scatter_pa_kv_cache_with_k_scale(key, value, kc, vc, slots, ks, ksc)
@@ -88,7 +89,7 @@ def epilog_case(rng, mode, gs, nonneg_rows=True):
     x.reshape(-1, d)[0, :64] = 0  # an all-zero group
     nb, bs = int(rng.integers(1, 4)), int(rng.integers(1, 5))
     row_stride = total + int(rng.integers(0, 40))
-    # Non-contiguous along the block axis only (spec 4.2), prefilled with 0xEE.
+    # Non-contiguous along the block axis only (a strided block axis), prefilled with 0xEE.
     block_stride = bs * row_stride + int(rng.integers(0, 50))
     buf = np.full(nb * block_stride, 0xEE, np.uint8)
     cache = np.lib.stride_tricks.as_strided(buf, (nb, bs, 1, row_stride), (block_stride, row_stride, row_stride, 1))

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import refs
 
-# Decision S8: the element types of ScatterPaKvCache. hifloat8 travels as uint8 + dtype=.
-S8 = ["float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-      "hifloat8", "float8_e5m2", "float8_e4m3fn"]
+# The twelve element types of ScatterPaKvCache. hifloat8 travels as uint8 + dtype=.
+ELEMENT_TYPES = ["float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32",
+                 "uint32", "hifloat8", "float8_e5m2", "float8_e4m3fn"]
 NP = {"bfloat16": ml_dtypes.bfloat16, "hifloat8": np.uint8, "float8_e5m2": ml_dtypes.float8_e5m2,
       "float8_e4m3fn": ml_dtypes.float8_e4m3fn}
 
@@ -70,7 +70,7 @@ def random_slots(rng, t, ns, index_dtype, duplicates=False):
 # ---- Norm / None, key-only, NHSD, PA_NZ, Nct ---------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", S8)
+@pytest.mark.parametrize("kind", ELEMENT_TYPES)
 def test_norm_random(rng, kind):
     for _ in range(6):
         t, nh = int(rng.integers(0, 20)), int(rng.integers(1, 4))
@@ -101,7 +101,8 @@ def test_norm_key_only(rng):
 
 
 def test_norm_strided_views(rng):
-    # Caches may be strided along the block axis and keys along the token axis (G9).
+    # Caches may be strided along the block axis and keys along the token axis (see
+    # docs/semantics.md, 'Strides').
     big_k = random_bits(rng, (5, 6, 2, 8), "bfloat16")
     big_v = random_bits(rng, (5, 6, 2, 4), "bfloat16")
     kc, vc = big_k[:, :4], big_v[:, :4]
@@ -241,7 +242,7 @@ def compress_case(rng, mode, four_d, kind, key_only=False):
     while ns < rows.max(initial=0):
         nb += 1
         ns = nb * bs
-    # A start slot must lie inside the cache even for an empty run (G6).
+    # A start slot must lie inside the cache even for an empty run.
     slots = np.array([-1 if rng.random() < 0.15 else int(rng.integers(0, ns - max(r, 1) + 1)) for r in rows])
     gen = random_values if mode == "Rope" else random_bits
     if four_d:
@@ -282,7 +283,7 @@ def test_compress_4d_random(rng, mode, explicit_mode):
         run(key, value, kc, vc, slots, "bfloat16", scatter_mode=mode if explicit_mode else "None", **kw)
 
 
-@pytest.mark.parametrize("kind", S8)
+@pytest.mark.parametrize("kind", ELEMENT_TYPES)
 def test_rope_mean_every_dtype(rng, kind):
     for _ in range(4):
         key, value, kc, vc, kw = compress_case(rng, "Rope", True, kind)

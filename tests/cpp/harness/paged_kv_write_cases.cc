@@ -131,6 +131,7 @@ Case generate(std::mt19937_64& rng) {
                 0,
                 0};
   c.expect_error = bad_slot;
+  c.stream = uniform(rng, 0, 3) == 0;  // the non-temporal copy path on small caches
   c.run = [=](const std::vector<std::uint8_t*>& data, bool reference) {
     const std::int64_t in_strides[3] = {token_stride, D + head_pad, 1};
     const TensorView key(data[0], dtype, std::vector<std::int64_t>{T, H, D}, in_strides);
