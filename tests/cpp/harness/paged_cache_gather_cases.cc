@@ -135,6 +135,7 @@ Case generate(std::mt19937_64& rng) {
     }
     c.expect_error = true;
   }
+  c.buffer_names = {"src_cache", "dst", "block_table", "cu_seq_lens", "seq_starts", "token_to_seq", "scale"};
   c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 3) * ses),
                 static_cast<std::size_t>(uniform(rng, 0, 1) * des)};
 

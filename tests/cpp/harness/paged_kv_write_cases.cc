@@ -123,6 +123,7 @@ Case generate(std::mt19937_64& rng) {
       std::memcpy(&c.buffers[static_cast<std::size_t>(k)][static_cast<std::size_t>(4 * h)], &v, 4);
     }
   }
+  c.buffer_names = {"key", "value", "key_cache", "value_cache", "slot_mapping", "k_scale", "v_scale"};
   c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 3) * 2),
                 0,
                 static_cast<std::size_t>(uniform(rng, 0, 1) * ces),

@@ -97,6 +97,7 @@ Case generate(std::mt19937_64& rng) {
   }
   const float scale = pick(rng, {1.0f, 0.5f, 4.0f, 0.01f, -3.0f});
   std::memcpy(c.buffers[4].data(), &scale, 4);
+  c.buffer_names = {"kv_c", "k_pe", "kv_cache", "slot_mapping", "scale"};
   c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 1) * 2), 0,
                 static_cast<std::size_t>(uniform(rng, 0, 3) * ces)};
   c.expect_error = bad_slot;
