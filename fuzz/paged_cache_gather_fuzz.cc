@@ -57,7 +57,8 @@ int run(const std::uint8_t* data, std::size_t size) {
   const DType ddt =
       o.format == KvCacheFormat::copy ? (in.rare() ? in.choose(kCopy) : sdt) : in.choose(kOut);
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;
-  const std::int64_t nb = in.pick(6), bs = 1 + in.pick(8), e1 = head_size(in);
+  static const std::vector<std::int64_t> kEntry = {8, 16, 1, 2, 3, 7, 17, 32, 33, 64, 128, 576};
+  const std::int64_t nb = in.pick(6), bs = 1 + in.pick(8), e1 = in.choose(kEntry);
   const std::int64_t e0 = 1 + in.pick(2), B = in.pick(5), W = in.pick(5);
   const bool token_mode = in.pick(2) == 1;
 

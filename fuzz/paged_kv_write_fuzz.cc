@@ -68,11 +68,12 @@ int run(const std::uint8_t* data, std::size_t size) {
                     : o.format == KvCacheFormat::fp8_e4m3 ? DType::float8_e4m3fn
                                                           : DType::float8_e5m2;
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;
-  const std::int64_t n = in.rare(16) ? in.range(17, 300) : in.pick(17);
+  const std::int64_t n = in.rare(16) ? in.range(17, 64) : in.pick(17);
   const std::int64_t t = n + (in.rare() ? in.pick(3) : 0);
-  const std::int64_t h = 1 + in.pick(4), d = head_size(in);
-  const std::int64_t nb = in.pick(6);
-  static const std::vector<std::int64_t> kBlock = {16, 1, 2, 3, 8, 5, 32};
+  static const std::vector<std::int64_t> kHead = {8, 16, 1, 2, 3, 7, 17, 32, 33, 64, 128};
+  const std::int64_t h = 1 + in.pick(4), d = in.choose(kHead);
+  const std::int64_t nb = in.pick(4);
+  static const std::vector<std::int64_t> kBlock = {16, 1, 2, 3, 8, 5};
   const std::int64_t bs = in.choose(kBlock);
 
   Tensor& key = c.add("key", Role::input);

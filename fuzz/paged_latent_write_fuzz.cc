@@ -31,10 +31,10 @@ int run(const std::uint8_t* data, std::size_t size) {
                     : o.format == LatentCacheFormat::fp8_e4m3 ? DType::float8_e4m3fn
                                                               : DType::float8_e5m2;
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;
-  const std::int64_t n = in.rare(16) ? in.range(17, 200) : in.pick(17);
+  const std::int64_t n = in.rare(16) ? in.range(17, 48) : in.pick(9);
   const std::int64_t r = ds && !in.rare() ? 512 : head_size(in);
   const std::int64_t pe = ds && !in.rare() ? 64 : 1 + in.pick(64);
-  const std::int64_t nb = in.pick(5), bs = 1 + in.pick(16);
+  const std::int64_t nb = in.pick(4), bs = 1 + in.pick(8);
   const std::int64_t entry = ds ? (in.rare() ? 576 : 656) : r + pe + (in.rare() ? 1 : 0);
 
   Tensor& kv_c = c.add("kv_c", Role::input);
