@@ -50,31 +50,35 @@ template <bool kE4M3>
 HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned char* dst) {
   const std::size_t N = hn::Lanes(DF());
   const auto n = static_cast<std::size_t>(job.entry);
+  const auto addr = reinterpret_cast<std::uintptr_t>(dst);
+  const bool f32 = job.dst_dtype == DType::float32;
+  // Aligned rows are converted in place; others go through a stack buffer.
+  const bool direct = addr % (f32 ? alignof(float) : alignof(std::uint16_t)) == 0;
   HWY_ALIGN float buf[kChunk];
-  HWY_ALIGN std::uint8_t tail[kChunk] = {};
+  HWY_ALIGN std::uint16_t h[kChunk];
+  HWY_ALIGN std::uint8_t tail[HWY_MAX_BYTES];
   for (std::size_t i = 0; i < n; i += kChunk) {
     const std::size_t m = n - i < kChunk ? n - i : kChunk;
     const std::size_t full = m / N * N;
-    DequantF32<kE4M3>(src + i, full, job.scale, buf);
-    if (full < m) {
+    float* out = f32 && direct ? reinterpret_cast<float*>(dst) + i : buf;
+    DequantF32<kE4M3>(src + i, full, job.scale, out);
+    if (full < m) {  // the last codes, padded to one vector, through the stack buffer
+      std::memset(tail, 0, N);
       std::memcpy(tail, src + i + full, m - full);
       DequantF32<kE4M3>(tail, N, job.scale, buf + full);
+      if (out != buf) std::memcpy(out + full, buf + full, 4 * (m - full));
     }
-    switch (job.dst_dtype) {
-      case DType::float32: std::memcpy(dst + 4 * i, buf, 4 * m); break;
-      case DType::bfloat16: {
-        HWY_ALIGN std::uint16_t h[kChunk];
-        formats::float32_to_bfloat16(buf, h, m);
-        std::memcpy(dst + 2 * i, h, 2 * m);
-        break;
-      }
-      default: {
-        HWY_ALIGN std::uint16_t h[kChunk];
-        formats::float32_to_float16(buf, h, m);
-        std::memcpy(dst + 2 * i, h, 2 * m);
-        break;
-      }
+    if (f32) {
+      if (out == buf) std::memcpy(dst + 4 * i, buf, 4 * m);
+      continue;
     }
+    if (out != buf) continue;
+    std::uint16_t* o = direct ? reinterpret_cast<std::uint16_t*>(dst) + i : h;
+    if (job.dst_dtype == DType::bfloat16)
+      formats::float32_to_bfloat16(buf, o, m);
+    else
+      formats::float32_to_float16(buf, o, m);
+    if (o == h) std::memcpy(dst + 2 * i, h, 2 * m);
   }
 }
 
