@@ -2,7 +2,7 @@
 
 - NumPy fancy-index assignment, the style of the upstream golden scripts
   (``cache.reshape(-1, H, D)[slots] = key``), and vectorized NumPy versions of the quantizing
-  operators (spec quant_ops.md sections 4.4 - 4.7; the number-format helpers and constants come
+  operators (docs/operators/kv_compress_epilog.md; the number-format helpers and constants come
   from the plain references in tests/python/refs.py);
 - JAX on the CPU: ``.at[slots].set`` for paged caches, ``lax.dynamic_update_slice`` for
   contiguous ones, jit-compiled with the caches donated so XLA may update them in place;
@@ -104,7 +104,7 @@ def epilog_rows(x, mode: int, group: int = 64, round_scale: bool = True,
     out[:, :64] = refs.hif8_encode((v[:, n:] * np.float32(x_scale)).astype(np.float32))
     g = v[:, :n].reshape(t, n // group, group)
     amax = np.abs(g).max(axis=-1)
-    scale = (amax * refs.C6).astype(np.float32)
+    scale = (amax * refs.C_SIXTH).astype(np.float32)
     inv = np.zeros_like(amax)
     np.divide(np.float32(6.0), amax, out=inv, where=amax != 0)
     inv_b = refs.bf16_round(inv)

@@ -9,8 +9,9 @@
 
 #include "bench_util.h"
 #include "kvscatter/formats.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "workload.h"
 
 namespace kvscatter {

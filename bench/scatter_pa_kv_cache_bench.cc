@@ -21,7 +21,6 @@
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "workload.h"
 
-
 namespace {
 
 using namespace kvscatter;
@@ -72,7 +71,7 @@ struct Setup {
     const TensorView v(value.data(), DType::bfloat16, {tokens, kHeads, kHead});
     TensorView kc, vc;
     if (nz) {
-      o.cache_mode = "PA_NZ";
+      o.cache_mode = CacheMode::PA_NZ;
       kc = TensorView(key_cache.data(), DType::bfloat16, {blocks, kHeads * kHead / 16, kBlock, 16});
       vc = TensorView(value_cache.data(), DType::bfloat16,
                       {blocks, kHeads * kHead / 16, kBlock, 16});
@@ -80,9 +79,9 @@ struct Setup {
       kc = TensorView(key_cache.data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
       vc = TensorView(value_cache.data(), DType::bfloat16, {blocks, kBlock, kHeads, kHead});
     }
-    return plan_scatter_pa_kv_cache(k, kc, TensorView(slots.data(), DType::int64, {tokens}),
-                                    with_value ? std::optional<TensorView>(v) : std::nullopt,
-                                    with_value ? std::optional<TensorView>(vc) : std::nullopt, o);
+    return plan_scatter_pa_kv_cache(k, with_value ? std::optional<TensorView>(v) : std::nullopt, kc,
+                                    with_value ? std::optional<TensorView>(vc) : std::nullopt,
+                                    TensorView(slots.data(), DType::int64, {tokens}), o);
   }
 
   std::size_t bytes(bool with_value) const { return key.size() * 2 * (with_value ? 2 : 1); }

@@ -3,7 +3,7 @@
 // guarded buffers, and the oracle that every target applies:
 //
 //   * the call either fails, and then every cache is byte-identical to its copy taken before
-//     the call (G1), with the same status the reference path reports, or it succeeds and every
+//     the call, with the same status the reference path reports, or it succeeds and every
 //     cache equals the caches written by reference::execute of the same plan;
 //   * inputs are never written;
 //   * no byte outside any buffer is read or written: each buffer sits between canary zones that
@@ -297,7 +297,8 @@ struct Case {
   std::string note;            // op-specific description of the non-tensor arguments
   // Caches in which two different NaN codes count as equal: the Rope mean of a window holding
   // NaNs (or +inf and -inf) is a NaN whose sign and payload depend on the order of the float
-  // additions' operands, which no spec fixes (docs/operators/scatter_pa_kv_cache.md, S4).
+  // additions' operands, which the Rope mean rule leaves open
+  // (docs/operators/scatter_pa_kv_cache.md).
   bool nan_tolerant = false;
   Rng rng{0};
   int special = 0;  // 0: random data; else 1 in `special` elements gets a special pattern
@@ -525,7 +526,6 @@ Outcome c_two_phase(const CTensors& ct, bool& any_status, const char* name,
   return from_c(s);
 }
 
-
 // True when every element that differs between the tested and the reference cache is a NaN
 // in both (floating dtypes only).
 inline bool differ_only_in_nans(const Tensor& t) {
@@ -619,7 +619,7 @@ inline void check(Case& c, const Outcome& tested, const Outcome& ref, bool any_s
       continue;
     }
     if (!tested.ok) {
-      if (!t.a->same_as(t.before)) fail(t.name + ": a failed call changed the cache (G1)");
+      if (!t.a->same_as(t.before)) fail(t.name + ": a failed call changed the cache");
       if (!t.b->same_as(t.before)) fail(t.name + ": a failed reference call changed the cache");
     } else if (!t.a->same_as(*t.b) && !(c.nan_tolerant && differ_only_in_nans(t))) {
       std::size_t i = 0;

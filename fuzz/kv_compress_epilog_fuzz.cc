@@ -6,12 +6,13 @@
 #include <bit>
 
 #include "fuzz_common.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
 namespace kvscatter::fuzz {
 namespace {
 
-// Bytes one row takes (spec quant_ops.md section 4.3), mirrored from the plan so that most
+// Bytes one row takes (docs/operators/kv_compress_epilog.md), mirrored from the plan so that most
 // cases size the cache right.
 std::int64_t row_bytes(int mode, std::int64_t d, std::int64_t group) {
   const std::int64_t n = d - 64;
@@ -131,8 +132,8 @@ int run(const std::uint8_t* data, std::size_t size) {
     tested = c_two_phase(
         ct, any_status, "kvsKvCompressEpilog",
         [&](std::uint64_t* ws, kvsExecutor** ex) {
-          return kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, group, text, round_scale,
-                                                     x_scale, ws, ex);
+          return kvsKvCompressEpilogGetWorkspaceSize(tc, tx, ts, group, text, round_scale, x_scale,
+                                                     ws, ex);
         },
         [](kvsExecutor* ex) { return kvsKvCompressEpilog(nullptr, 0, ex); });
   }

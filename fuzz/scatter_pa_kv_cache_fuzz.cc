@@ -17,7 +17,7 @@ const std::vector<DType> kS8 = {DType::float16,  DType::bfloat16,    DType::floa
                                 DType::uint16,   DType::int32,       DType::uint32,
                                 DType::hifloat8, DType::float8_e5m2, DType::float8_e4m3fn};
 
-// Block axis strided now and then (a cache view into a larger tensor, G9).
+// Block axis strided now and then (a cache view into a larger tensor).
 void pad_block_axis(Tensor& t, Input& in) {
   if (in.pick(4) == 3) t.strides[0] += in.range(1, 64);
 }
@@ -72,13 +72,14 @@ int run(const std::uint8_t* data, std::size_t size) {
   ScatterPaKvCacheOptions opt;
   static const char* kScatter[] = {"None", "None", "None",  "NHSD", "Nct", "Alibi",
                                    "Rope", "Omni", "Alibi", "Rope", "None"};
-  opt.cache_mode = nz ? "PA_NZ" : (in.pick(2) ? "" : "Norm");
-  opt.scatter_mode = kScatter[mode];
-  if (opt.scatter_mode == "None" && in.pick(2)) opt.scatter_mode = "";
+  // Mode names as the C ABI takes them; the C++ paths parse them inside the tested call.
+  std::string cache_mode = nz ? "PA_NZ" : (in.pick(2) ? "" : "Norm");
+  std::string scatter_mode = kScatter[mode];
+  if (scatter_mode == "None" && in.pick(2)) scatter_mode = "";
   if (in.rare()) {
     static const std::vector<std::string> kBad = {"NZ",  "norm",  "ALIBI", "rope", "None ",
                                                   "Nct", "PA_NZ", "Omni",  "NHSD"};
-    (in.pick(2) ? opt.cache_mode : opt.scatter_mode) = in.choose(kBad);
+    (in.pick(2) ? cache_mode : scatter_mode) = in.choose(kBad);
   }
 
   Tensor& key = c.add("key", Role::input);
@@ -102,7 +103,7 @@ int run(const std::uint8_t* data, std::size_t size) {
     value.set_shape({t, nh, dv});
     if (mode == kNct) {
       // Rows of NH*D contiguous elements read at offset + t*stride inside a buffer of T rows
-      // of key.strides[0] elements (S6).
+      // of key.strides[0] elements.
       std::array<std::int64_t, 2> strides{}, offsets{};
       for (int side = 0; side < 2; ++side) {
         Tensor& x = side ? value : key;
@@ -232,14 +233,14 @@ int run(const std::uint8_t* data, std::size_t size) {
     }
     seq.values = l;
     if (in.rare()) seq.values[static_cast<std::size_t>(in.pick(b))] += in.pick(2) ? 1 : -100;
-    if (mode == kNone4 && !rope) opt.scatter_mode = in.pick(2) ? "None" : "";
+    if (mode == kNone4 && !rope) scatter_mode = in.pick(2) ? "None" : "";
   }
   pad_block_axis(kc, in);
   pad_block_axis(vc, in);
   if (key_only) {
     value.present = false;
     vc.present = false;
-    if (in.pick(4) == 3) {  // a 0-D value (and value_cache) means key-only too (S5)
+    if (in.pick(4) == 3) {  // a 0-D value (and value_cache) means key-only too
       value.present = true;
       value.rank = 0;
       if (in.pick(2)) {
@@ -256,6 +257,8 @@ int run(const std::uint8_t* data, std::size_t size) {
 
   auto opt_views = [&](bool reference) {
     ScatterPaKvCacheOptions o = opt;
+    o.cache_mode = parse_cache_mode(cache_mode);
+    o.scatter_mode = parse_scatter_mode(scatter_mode);
     if (lens.present) o.compress_lens = lens.view(reference);
     if (offs.present) o.compress_seq_offsets = offs.view(reference);
     if (seq.present) o.seq_lens = seq.view(reference);
@@ -264,8 +267,8 @@ int run(const std::uint8_t* data, std::size_t size) {
   auto maybe = [](const Tensor& t, bool reference) {
     return t.present ? std::optional<TensorView>(t.view(reference)) : std::nullopt;
   };
-  c.note = "ScatterPaKvCache cache_mode \"" + opt.cache_mode + "\" scatter_mode \"" +
-           opt.scatter_mode + "\"" +
+  c.note = "ScatterPaKvCache cache_mode \"" + cache_mode + "\" scatter_mode \"" + scatter_mode +
+           "\"" +
            (opt.strides ? " strides {" + std::to_string((*opt.strides)[0]) + ", " +
                               std::to_string((*opt.strides)[1]) + "}"
                         : "") +
@@ -276,8 +279,8 @@ int run(const std::uint8_t* data, std::size_t size) {
 
   const Outcome ref = run_cpp([&] {
     const ScatterPaKvCachePlan p =
-        plan_scatter_pa_kv_cache(key.view(true), kc.view(true), slot.view(true), maybe(value, true),
-                                 maybe(vc, true), opt_views(true));
+        plan_scatter_pa_kv_cache(key.view(true), maybe(value, true), kc.view(true), maybe(vc, true),
+                                 slot.view(true), opt_views(true));
     reference::execute(p);
   });
 
@@ -285,14 +288,14 @@ int run(const std::uint8_t* data, std::size_t size) {
   bool any_status = false;
   if (path == Path::oneshot) {
     tested = run_cpp([&] {
-      scatter_pa_kv_cache(key.view(false), kc.view(false), slot.view(false), maybe(value, false),
-                          maybe(vc, false), opt_views(false));
+      scatter_pa_kv_cache(key.view(false), maybe(value, false), kc.view(false), maybe(vc, false),
+                          slot.view(false), opt_views(false));
     });
   } else if (path == Path::plan_execute) {
     tested = run_cpp([&] {
       const ScatterPaKvCachePlan p =
-          plan_scatter_pa_kv_cache(key.view(false), kc.view(false), slot.view(false),
-                                   maybe(value, false), maybe(vc, false), opt_views(false));
+          plan_scatter_pa_kv_cache(key.view(false), maybe(value, false), kc.view(false),
+                                   maybe(vc, false), slot.view(false), opt_views(false));
       execute(p);
     });
   } else {
@@ -310,9 +313,9 @@ int run(const std::uint8_t* data, std::size_t size) {
     tested = c_two_phase(
         ct, any_status, "kvsScatterPaKvCache",
         [&](std::uint64_t* ws, kvsExecutor** ex) {
-          return kvsScatterPaKvCacheGetWorkspaceSize(
-              tk, tkc, ts, tv, tvc, tl, to, tq, opt.cache_mode.c_str(),
-              opt.scatter_mode.c_str(), sp, sp ? 2 : 0, op, op ? 2 : 0, ws, ex);
+          return kvsScatterPaKvCacheGetWorkspaceSize(tk, tv, tkc, tvc, ts, tl, to, tq,
+                                                     cache_mode.c_str(), scatter_mode.c_str(), sp,
+                                                     sp ? 2 : 0, op, op ? 2 : 0, ws, ex);
         },
         [](kvsExecutor* ex) { return kvsScatterPaKvCache(nullptr, 0, ex); });
   }

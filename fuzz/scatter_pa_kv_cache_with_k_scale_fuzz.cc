@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "fuzz_common.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
 namespace kvscatter::fuzz {
 namespace {
@@ -83,10 +83,19 @@ int run(const std::uint8_t* data, std::size_t size) {
   c.note = "ScatterPaKvCacheWithKScale cache_layout \"" + cache_layout + "\" path " +
            std::to_string(static_cast<int>(path));
 
+  // The layout text is parsed after the null-data checks, in the order the C ABI uses.
+  auto layout = [&](bool r) {
+    for (const Tensor* t : {&key, &value, &kc, &vc, &slot, &ks, &ksc}) {
+      const TensorView v = t->view(r);
+      bool empty = false;
+      for (int i = 0; i < v.rank; ++i) empty = empty || v.dim(i) == 0;
+      if (v.data == nullptr && !empty) return KScaleCacheLayout::BNBD;  // the plan rejects it
+    }
+    return parse_k_scale_cache_layout(cache_layout);
+  };
   auto plan = [&](bool r) {
     return plan_scatter_pa_kv_cache_with_k_scale(key.view(r), value.view(r), kc.view(r), vc.view(r),
-                                                 slot.view(r), ks.view(r), ksc.view(r),
-                                                 cache_layout);
+                                                 slot.view(r), ks.view(r), ksc.view(r), layout(r));
   };
   const Outcome ref = run_cpp([&] { reference::execute(plan(true)); });
   Outcome tested;
@@ -95,7 +104,7 @@ int run(const std::uint8_t* data, std::size_t size) {
     tested = run_cpp([&] {
       scatter_pa_kv_cache_with_k_scale(key.view(false), value.view(false), kc.view(false),
                                        vc.view(false), slot.view(false), ks.view(false),
-                                       ksc.view(false), cache_layout);
+                                       ksc.view(false), layout(false));
     });
   } else if (path == Path::plan_execute) {
     tested = run_cpp([&] { execute(plan(false)); });

@@ -23,12 +23,13 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/paged_cache_gather.h"
 #include "kvscatter/paged_kv_write.h"
 #include "kvscatter/paged_latent_write.h"
-#include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "measure.h"
 #include "workload.h"
 
@@ -127,16 +128,15 @@ Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int6
       }
       return TensorView(c.data(), dt, {nb, kBlockSize, heads, dim});
     };
-    opt.cache_mode = mode;
+    opt.cache_mode = parse_cache_mode(mode);
     const TensorView k(b->key.data(), dt, {tokens, heads, dim});
     const TensorView slot(b->slots.data(), DType::int64, {tokens});
     if (key_only) {
-      b->plan = plan_scatter_pa_kv_cache(k, cache(b->key_cache), slot, std::nullopt,
-                                         std::nullopt, opt);
+      b->plan =
+          plan_scatter_pa_kv_cache(k, std::nullopt, cache(b->key_cache), std::nullopt, slot, opt);
     } else {
-      b->plan = plan_scatter_pa_kv_cache(k, cache(b->key_cache), slot,
-                                         TensorView(b->value.data(), dt, {tokens, heads, dim}),
-                                         cache(b->value_cache), opt);
+      b->plan = plan_scatter_pa_kv_cache(k, TensorView(b->value.data(), dt, {tokens, heads, dim}),
+                                         cache(b->key_cache), cache(b->value_cache), slot, opt);
     }
     const std::int64_t sides = key_only ? 1 : 2;
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * sides * row + 8 * tokens};
@@ -207,9 +207,9 @@ Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
                                 s, 64, mode, true, 1.0f)
             .row_bytes;
     b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
-    b->plan = plan_kv_compress_epilog(
-        TensorView(b->cache.data(), DType::uint8, {nb, kBlockSize, 1, row}), x, s, 64, mode, true,
-        1.0f);
+    b->plan =
+        plan_kv_compress_epilog(TensorView(b->cache.data(), DType::uint8, {nb, kBlockSize, 1, row}),
+                                x, s, 64, mode, true, 1.0f);
     // read: the bfloat16 row and its slot; written: the cache row, padding included.
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * (2 * d + row) + 8 * tokens};
   };
@@ -481,8 +481,8 @@ void print_header() {
 
 void print_row(const Result& r) {
   std::printf("%-34s %-20s %-7s %7lld %3d %12.2f %9.2f %9.2f %7.3f\n", r.w->op.c_str(),
-              r.w->variant.c_str(), r.w->shape.c_str(), static_cast<long long>(r.tokens),
-              r.threads, r.t.op_best * 1e6, static_cast<double>(r.bytes) / r.t.op_best / 1e9,
+              r.w->variant.c_str(), r.w->shape.c_str(), static_cast<long long>(r.tokens), r.threads,
+              r.t.op_best * 1e6, static_cast<double>(r.bytes) / r.t.op_best / 1e9,
               static_cast<double>(r.bytes) / r.t.base_best / 1e9, r.ratio());
   std::fflush(stdout);
 }
@@ -549,8 +549,7 @@ int write_json(const std::string& path, const std::vector<Result>& results,
     std::fprintf(f,
                  "    {\"name\": \"%s\", \"id\": \"%s\", \"target\": %g, \"floor\": %g, "
                  "\"source\": \"%s\", \"measured\": ",
-                 t.target->name, t.target->id, t.target->ratio, t.target->floor,
-                 t.target->source);
+                 t.target->name, t.target->id, t.target->ratio, t.target->floor, t.target->source);
     if (t.result) {
       std::fprintf(f, "%.4f, \"met\": %s}", t.ratio, t.ratio >= t.target->ratio ? "true" : "false");
     } else {
@@ -565,8 +564,9 @@ int write_json(const std::string& path, const std::vector<Result>& results,
 
 int run_sweep() {
   const Options& o = g_opts;
-  const std::string tokens_text =
-      !o.tokens.empty() ? o.tokens : o.quick ? "1,64,4096" : "1,4,16,64,256,1024,4096,16384";
+  const std::string tokens_text = !o.tokens.empty() ? o.tokens
+                                  : o.quick         ? "1,64,4096"
+                                                    : "1,4,16,64,256,1024,4096,16384";
   std::vector<std::int64_t> tokens;
   for (const auto& t : split(tokens_text)) {
     const long long v = std::stoll(t);

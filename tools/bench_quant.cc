@@ -11,8 +11,9 @@
 
 #include "cli.h"
 #include "kvscatter/formats.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "measure.h"
 #include "workload.h"
 

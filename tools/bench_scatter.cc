@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "cli.h"
-#include "workload.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "workload.h"
 
 namespace kvscatter::cli {
 namespace {
@@ -86,7 +86,7 @@ Row make_row(const std::string& mode, std::int64_t tokens, DType dt) {
       }
       total += l;
     }
-    opt.scatter_mode = mode;
+    opt.scatter_mode = parse_scatter_mode(mode);
   }
   const std::int64_t cache_rows = compress ? rows_written : tokens;
   const std::int64_t nb = std::max<std::int64_t>(64, (cache_rows + bs - 1) / bs + 1);
@@ -109,7 +109,7 @@ Row make_row(const std::string& mode, std::int64_t tokens, DType dt) {
     const std::array<std::int64_t, 3> strides{pitch, o.head_size, 1};
     k = TensorView(r.key.data(), dt, shape, strides);
     v = TensorView(r.value.data(), dt, shape, strides);
-    opt.scatter_mode = "Nct";
+    opt.scatter_mode = ScatterMode::Nct;
     opt.strides = std::array<std::int64_t, 2>{pitch, pitch};
     opt.offsets = std::array<std::int64_t, 2>{row, 2 * row};
   } else {
@@ -118,11 +118,11 @@ Row make_row(const std::string& mode, std::int64_t tokens, DType dt) {
   }
   if (mode == "PA_NZ") {
     const std::int64_t l = 32 / es;
-    opt.cache_mode = "PA_NZ";
+    opt.cache_mode = CacheMode::PA_NZ;
     kc = TensorView(r.key_cache.data(), dt, {nb, row / l, bs, l});
     vc = TensorView(r.value_cache.data(), dt, {nb, row / l, bs, l});
   } else if (mode == "NHSD") {
-    opt.scatter_mode = "NHSD";
+    opt.scatter_mode = ScatterMode::NHSD;
     kc = TensorView(r.key_cache.data(), dt, {nb, o.heads, bs, o.head_size});
     vc = TensorView(r.value_cache.data(), dt, {nb, o.heads, bs, o.head_size});
   } else if (compress) {
@@ -139,8 +139,8 @@ Row make_row(const std::string& mode, std::int64_t tokens, DType dt) {
     vc = TensorView(r.value_cache.data(), dt, {nb, bs, o.heads, o.head_size});
   }
   const TensorView slot(r.slots.data(), idx, {static_cast<std::int64_t>(r.slots.size())});
-  r.plan = plan_scatter_pa_kv_cache(k, kc, slot, key_only ? std::nullopt : std::optional(v),
-                                    key_only ? std::nullopt : std::optional(vc), opt);
+  r.plan = plan_scatter_pa_kv_cache(k, key_only ? std::nullopt : std::optional(v), kc,
+                                    key_only ? std::nullopt : std::optional(vc), slot, opt);
   r.written = static_cast<std::size_t>(rows_written * slot_bytes) * (key_only ? 1 : 2);
   r.copy_k.resize(r.written);
   return r;

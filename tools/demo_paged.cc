@@ -164,14 +164,14 @@ class Engine {
       auto& caches = layout == 0 ? norm_ : nz_;
       auto& refs = layout == 0 ? norm_ref_ : nz_ref_;
       ScatterPaKvCacheOptions opt;
-      if (layout == 1) opt.cache_mode = "PA_NZ";
+      if (layout == 1) opt.cache_mode = CacheMode::PA_NZ;
       auto cache_view = [&](std::vector<std::uint8_t>& v) {
         return layout == 0 ? view(v, {nb, bs, h, d}) : view(v, {nb, h * d / 16, bs, 16});
       };
       // Validate once for the step's shapes, then execute every layer by rebinding pointers.
       ScatterPaKvCachePlan plan =
-          plan_scatter_pa_kv_cache(view(keys[0], {bucket, h, d}), cache_view(caches[0]), slot,
-                                   view(keys[1], {bucket, h, d}), cache_view(caches[1]), opt);
+          plan_scatter_pa_kv_cache(view(keys[0], {bucket, h, d}), view(keys[1], {bucket, h, d}),
+                                   cache_view(caches[0]), cache_view(caches[1]), slot, opt);
       for (std::int64_t l = 0; l < o_.layers; ++l) {
         const auto k = static_cast<std::size_t>(l * 2), v = k + 1;
         plan.key.data = keys[k].data();

@@ -86,7 +86,7 @@ int main(void) {
   /* 2. Validate once: shapes, dtypes, strides and modes. Optional tensors are NULL, NULL
    *    mode strings mean "Norm" / "None". */
   uint64_t workspace_size = 0;
-  TRY(kvsScatterPaKvCacheGetWorkspaceSize(key, key_cache, slot_mapping, value, value_cache, NULL,
+  TRY(kvsScatterPaKvCacheGetWorkspaceSize(key, value, key_cache, value_cache, slot_mapping, NULL,
                                           NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, &workspace_size,
                                           &executor));
   /* The executor holds its own copies, so the descriptors can go now. */

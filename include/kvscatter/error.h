@@ -1,5 +1,5 @@
-// Errors (decisions G2/G3): a status code in aclnn's numbering plus a message that names the
-// argument, what was expected and what was found.
+// Errors: a status code (the numbers of the C ABI, include/kvscatter/kvscatter.h) plus a message
+// that names the argument, what was expected and what was found.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Number formats (spec quant_ops.md section 2): scalar encode from float32 and decode to
+// Number formats: scalar encode from float32 and decode to
 // float32, plus batch conversions for the hot pairs. Every batch routine is bit-identical to
 // its scalar counterpart; docs/formats.md states the rounding, saturation, NaN and signed-zero
 // rule of each format.
@@ -59,9 +59,11 @@ KVSCATTER_API std::uint32_t encode(DType dtype, float x) noexcept;
 KVSCATTER_API float decode(DType dtype, std::uint32_t code) noexcept;
 
 // Batch conversions (SIMD, runtime-dispatched), bit-identical to the scalar ones.
-KVSCATTER_API void float32_to_bfloat16(const float* src, std::uint16_t* dst, std::size_t n) noexcept;
+KVSCATTER_API void float32_to_bfloat16(const float* src, std::uint16_t* dst,
+                                       std::size_t n) noexcept;
 KVSCATTER_API void float32_to_float16(const float* src, std::uint16_t* dst, std::size_t n) noexcept;
-KVSCATTER_API void bfloat16_to_float32(const std::uint16_t* src, float* dst, std::size_t n) noexcept;
+KVSCATTER_API void bfloat16_to_float32(const std::uint16_t* src, float* dst,
+                                       std::size_t n) noexcept;
 KVSCATTER_API void float16_to_float32(const std::uint16_t* src, float* dst, std::size_t n) noexcept;
 
 }  // namespace kvscatter::formats

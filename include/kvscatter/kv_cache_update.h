@@ -1,5 +1,5 @@
-// Contiguous cache update (seed 004, decisions U1/U2): write L new tokens at sequence slot
-// `position` of (B, S, H, D) key and value caches, in place.
+// kv_cache_update: writes L new tokens at sequence position `position` of contiguous
+// (B, S, H, D) key and value caches, in place. Errors: docs/operators/kv_cache_update.md.
 #pragma once
 
 #include <cstdint>
@@ -34,11 +34,11 @@ KVSCATTER_API void execute(const KvCacheUpdatePlan& plan);
 // Validates and runs; returns the new length position + L.
 KVSCATTER_API std::int64_t kv_cache_update(const TensorView& key_cache,
                                            const TensorView& value_cache,
-                                           const TensorView& new_keys,
-                                           const TensorView& new_values, std::int64_t position);
+                                           const TensorView& new_keys, const TensorView& new_values,
+                                           std::int64_t position);
 
 namespace reference {
-// The scalar oracle, written straight from the spec.
+// The scalar oracle: element loops with the scalar encoders of kvscatter::formats.
 KVSCATTER_API void execute(const KvCacheUpdatePlan& plan);
 }  // namespace reference
 

@@ -1,7 +1,7 @@
 /*
- * kvscatter C ABI (plain C11; also valid C++).
+ * kvscatter C ABI (plain ISO C, 2011 edition; also valid C++).
  *
- * Every operator is a two-phase pair in the style of aclnn:
+ * Every operator is a two-phase pair:
  *
  *   kvsXxxGetWorkspaceSize(tensors..., attributes..., &workspace_size, &executor)
  *       checks every shape, dtype, stride and mode rule and returns a reusable plan;
@@ -15,9 +15,9 @@
  * GetWorkspaceSize call. The CPU operators need no workspace: workspace_size is always 0 and
  * workspace may be NULL.
  *
- * Every function that can fail returns a kvsStatus (decision G3). On failure,
- * kvsGetLastErrorMessage() returns a message naming the argument, the expected and the actual
- * value; no cache byte has been written (decision G1) and nothing has been allocated.
+ * Every function that can fail returns a kvsStatus. On failure, kvsGetLastErrorMessage()
+ * returns a message naming the argument, the expected and the actual value; no cache byte has
+ * been written and nothing has been allocated.
  * Optional tensors are passed as NULL, mode strings as NUL-terminated strings (NULL or ""
  * selects the default).
  *
@@ -38,7 +38,7 @@ extern "C" {
 #define KVS_NOEXCEPT
 #endif
 
-/* ---- Status codes (aclnn numbering) ------------------------------------------------------ */
+/* ---- Status codes ------------------------------------------------------------------------ */
 
 typedef int32_t kvsStatus;
 
@@ -121,14 +121,14 @@ KVSCATTER_API kvsStatus kvsDestroyExecutor(kvsExecutor *executor) KVS_NOEXCEPT;
 KVSCATTER_API kvsStatus kvsExecutorSetTensorAddr(kvsExecutor *executor, uint64_t index,
                                                  void *addr) KVS_NOEXCEPT;
 
-/* ---- ScatterPaKvCache (spec scatter_pa_kv_cache.md) -------------------------------------- */
+/* ---- ScatterPaKvCache (docs/operators/scatter_pa_kv_cache.md) --------------------------- */
 
 enum {
   KVS_SCATTER_PA_KV_CACHE_KEY_INDEX = 0,
-  KVS_SCATTER_PA_KV_CACHE_KEY_CACHE_INDEX = 1,
-  KVS_SCATTER_PA_KV_CACHE_SLOT_MAPPING_INDEX = 2,
-  KVS_SCATTER_PA_KV_CACHE_VALUE_INDEX = 3,
-  KVS_SCATTER_PA_KV_CACHE_VALUE_CACHE_INDEX = 4,
+  KVS_SCATTER_PA_KV_CACHE_VALUE_INDEX = 1,
+  KVS_SCATTER_PA_KV_CACHE_KEY_CACHE_INDEX = 2,
+  KVS_SCATTER_PA_KV_CACHE_VALUE_CACHE_INDEX = 3,
+  KVS_SCATTER_PA_KV_CACHE_SLOT_MAPPING_INDEX = 4,
   KVS_SCATTER_PA_KV_CACHE_COMPRESS_LENS_INDEX = 5,
   KVS_SCATTER_PA_KV_CACHE_COMPRESS_SEQ_OFFSETS_INDEX = 6,
   KVS_SCATTER_PA_KV_CACHE_SEQ_LENS_INDEX = 7
@@ -140,8 +140,8 @@ enum {
  * offsets = {offsetK, offsetV} (Nct only): NULL with count 0 when absent, otherwise count
  * must be 2. */
 KVSCATTER_API kvsStatus kvsScatterPaKvCacheGetWorkspaceSize(
-    const kvsTensor *key, kvsTensor *key_cache, const kvsTensor *slot_mapping,
-    const kvsTensor *value, kvsTensor *value_cache, const kvsTensor *compress_lens,
+    const kvsTensor *key, const kvsTensor *value, kvsTensor *key_cache, kvsTensor *value_cache,
+    const kvsTensor *slot_mapping, const kvsTensor *compress_lens,
     const kvsTensor *compress_seq_offsets, const kvsTensor *seq_lens, const char *cache_mode,
     const char *scatter_mode, const int64_t *strides, uint64_t strides_count,
     const int64_t *offsets, uint64_t offsets_count, uint64_t *workspace_size,
@@ -150,7 +150,7 @@ KVSCATTER_API kvsStatus kvsScatterPaKvCacheGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsScatterPaKvCache(void *workspace, uint64_t workspace_size,
                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
-/* ---- ScatterPaKvCacheWithKScale (spec quant_ops.md section 3) ---------------------------- */
+/* ---- ScatterPaKvCacheWithKScale (docs/operators/scatter_pa_kv_cache_with_k_scale.md) ---- */
 
 enum {
   KVS_SCATTER_PA_KV_CACHE_WITH_K_SCALE_KEY_INDEX = 0,
@@ -171,7 +171,7 @@ KVSCATTER_API kvsStatus kvsScatterPaKvCacheWithKScaleGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsScatterPaKvCacheWithKScale(void *workspace, uint64_t workspace_size,
                                                       kvsExecutor *executor) KVS_NOEXCEPT;
 
-/* ---- KvCompressEpilog (spec quant_ops.md section 4) -------------------------------------- */
+/* ---- KvCompressEpilog (docs/operators/kv_compress_epilog.md) ----------------------------- */
 
 enum {
   KVS_KV_COMPRESS_EPILOG_CACHE_INDEX = 0,
@@ -181,8 +181,8 @@ enum {
 
 /* quant_mode: "fp8_bf16" | "fp8_e8m0" (default) | "hifloat8_fp4" (case-insensitive) or
  * "0" | "1" | "2". quant_group_size (16 | 32 | 64) is used by hifloat8_fp4 only; round_scale
- * by the fp8 modes only; x_scale by hifloat8_fp4 only. The upstream defaults are
- * quant_group_size 64, round_scale true, x_scale 1.0. */
+ * by the fp8 modes only; x_scale by hifloat8_fp4 only. The usual values are quant_group_size
+ * 64, round_scale true, x_scale 1.0. */
 KVSCATTER_API kvsStatus kvsKvCompressEpilogGetWorkspaceSize(
     kvsTensor *cache, const kvsTensor *x, const kvsTensor *slot_mapping, int64_t quant_group_size,
     const char *quant_mode, bool round_scale, float x_scale, uint64_t *workspace_size,
@@ -265,7 +265,7 @@ KVSCATTER_API kvsStatus kvsPagedLatentWriteGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsPagedLatentWrite(void *workspace, uint64_t workspace_size,
                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
-/* ---- Contiguous cache update (seed 004, decisions U1/U2) --------------------------------- */
+/* ---- KvCacheUpdate: contiguous cache update (docs/operators/kv_cache_update.md) ---------- */
 
 enum {
   KVS_KV_CACHE_UPDATE_KEY_CACHE_INDEX = 0,

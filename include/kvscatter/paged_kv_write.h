@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "kvscatter/export.h"
 #include "kvscatter/tensor.h"
@@ -67,11 +68,12 @@ KVSCATTER_API void paged_kv_write(const TensorView& key, const TensorView& value
                                   const TensorView& slot_mapping,
                                   const PagedKvWriteOptions& options = {});
 
-// "copy", "fp8_e4m3", "fp8_e5m2" / "NHD", "HND"; parsers for the C ABI and
-// Python boundaries (nullopt when unknown).
+// "copy", "fp8_e4m3", "fp8_e5m2" / "NHD", "HND": the names the C ABI and Python
+// take. Empty text selects the default (copy / NHD); any other unknown text
+// throws Error (invalid_parameter).
 KVSCATTER_API const char* kv_cache_format_name(KvCacheFormat format) noexcept;
-KVSCATTER_API std::optional<KvCacheFormat> parse_kv_cache_format(const char* name) noexcept;
-KVSCATTER_API std::optional<KvCacheLayout> parse_kv_cache_layout(const char* name) noexcept;
+KVSCATTER_API KvCacheFormat parse_kv_cache_format(std::string_view text);
+KVSCATTER_API KvCacheLayout parse_kv_cache_layout(std::string_view text);
 
 namespace reference {
 // The scalar oracle: same checks as execute(), plain loops.

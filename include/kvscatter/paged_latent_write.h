@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 
 #include "kvscatter/export.h"
 #include "kvscatter/tensor.h"
@@ -47,9 +48,10 @@ KVSCATTER_API void paged_latent_write(const TensorView& kv_c, const TensorView& 
                                       const TensorView& kv_cache, const TensorView& slot_mapping,
                                       const PagedLatentWriteOptions& options = {});
 
-// "copy", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"; the parser returns nullopt when unknown.
+// "copy", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla": the names the C ABI and Python take. Empty
+// text selects copy; any other unknown text throws Error (invalid_parameter).
 KVSCATTER_API const char* latent_cache_format_name(LatentCacheFormat format) noexcept;
-KVSCATTER_API std::optional<LatentCacheFormat> parse_latent_cache_format(const char* name) noexcept;
+KVSCATTER_API LatentCacheFormat parse_latent_cache_format(std::string_view text);
 
 namespace reference {
 KVSCATTER_API void execute(const PagedLatentWritePlan& plan);

@@ -9,7 +9,7 @@ namespace kvscatter {
 
 // Worker threads used by the CPU kernels. The default is the environment variable
 // KVSCATTER_NUM_THREADS when set, else the cores available to the process.
-// n <= 0 restores that default. Results never depend on the thread count (decision G4).
+// n <= 0 restores that default. Results never depend on the thread count.
 KVSCATTER_API void set_num_threads(int n);
 KVSCATTER_API int get_num_threads();
 

@@ -1,26 +1,38 @@
-// ScatterPaKvCache (spec scatter_pa_kv_cache.md, decisions G1-G11 and S1-S9): write each
-// token's key (and value) rows into a paged cache addressed by slot_mapping, in place.
+// scatter_pa_kv_cache: writes each token's key (and value) rows into a paged cache at the slot
+// named by slot_mapping, in place. Shapes, modes and errors: docs/operators/scatter_pa_kv_cache.md.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <optional>
-#include <string>
+#include <string_view>
 
 #include "kvscatter/export.h"
 #include "kvscatter/tensor.h"
 
 namespace kvscatter {
 
+// Norm: [num_blocks, block_size, num_head, head_size] caches. PA_NZ: 32-byte fractal caches.
 enum class CacheMode : std::uint8_t { Norm, PA_NZ };
+// None: one slot per token. Nct: keys read through explicit row strides and offsets. NHSD:
+// [num_blocks, num_head, block_size, head_size] caches. Alibi, Rope, Omni: compress modes,
+// one run of cache rows per (batch, head).
 enum class ScatterMode : std::uint8_t { None, Nct, Alibi, Rope, Omni, NHSD };
+
+// The mode names the C ABI and Python take: "Norm" | "PA_NZ" and "None" | "Nct" | "Alibi" |
+// "Rope" | "Omni" | "NHSD"; the empty string selects Norm / None. Any other text throws
+// kvscatter::Error (invalid_parameter).
+KVSCATTER_API CacheMode parse_cache_mode(std::string_view text);
+KVSCATTER_API ScatterMode parse_scatter_mode(std::string_view text);
+KVSCATTER_API const char* cache_mode_name(CacheMode mode) noexcept;
+KVSCATTER_API const char* scatter_mode_name(ScatterMode mode) noexcept;
 
 struct ScatterPaKvCacheOptions {
   std::optional<TensorView> compress_lens;
   std::optional<TensorView> compress_seq_offsets;
   std::optional<TensorView> seq_lens;
-  std::string cache_mode = "Norm";     // "Norm" | "PA_NZ"; empty means Norm (S1)
-  std::string scatter_mode = "None";   // "None" | "Nct" | "Alibi" | "Rope" | "Omni" | "NHSD"
+  CacheMode cache_mode = CacheMode::Norm;
+  ScatterMode scatter_mode = ScatterMode::None;
   std::optional<std::array<std::int64_t, 2>> strides;  // Nct only: {strideK, strideV}
   std::optional<std::array<std::int64_t, 2>> offsets;  // Nct only: {offsetK, offsetV}
 };
@@ -30,8 +42,11 @@ struct ScatterPaKvCacheOptions {
 // write, so a plan may be executed for many layers: rebind the views' data pointers (same
 // shapes, dtypes and strides) and call execute() again.
 struct KVSCATTER_API ScatterPaKvCachePlan {
-  TensorView key, key_cache, slot_mapping;
-  std::optional<TensorView> value, value_cache;  // absent: key-only call (S5)
+  TensorView key;
+  std::optional<TensorView> value;  // absent: key-only call
+  TensorView key_cache;
+  std::optional<TensorView> value_cache;
+  TensorView slot_mapping;
   std::optional<TensorView> compress_lens, compress_seq_offsets, seq_lens;
   CacheMode cache_mode = CacheMode::Norm;
   ScatterMode scatter_mode = ScatterMode::None;  // resolved: a 4-D key gives Rope or Alibi
@@ -44,22 +59,27 @@ struct KVSCATTER_API ScatterPaKvCachePlan {
   std::int64_t num_slots = 0;  // num_blocks * block_size
 };
 
+// Checks every shape, dtype, stride and mode rule and throws kvscatter::Error naming the
+// argument; writes nothing. value and value_cache are both absent (std::nullopt) for a
+// key-only call.
 KVSCATTER_API ScatterPaKvCachePlan plan_scatter_pa_kv_cache(
-    const TensorView& key, const TensorView& key_cache, const TensorView& slot_mapping,
-    const std::optional<TensorView>& value, const std::optional<TensorView>& value_cache,
+    const TensorView& key, const std::optional<TensorView>& value, const TensorView& key_cache,
+    const std::optional<TensorView>& value_cache, const TensorView& slot_mapping,
     const ScatterPaKvCacheOptions& options = {});
 
+// Checks the data-dependent rules over all tokens, then writes the caches.
 KVSCATTER_API void execute(const ScatterPaKvCachePlan& plan);
 
 // Plan and execute in one call.
-KVSCATTER_API void scatter_pa_kv_cache(const TensorView& key, const TensorView& key_cache,
-                                       const TensorView& slot_mapping,
+KVSCATTER_API void scatter_pa_kv_cache(const TensorView& key,
                                        const std::optional<TensorView>& value,
+                                       const TensorView& key_cache,
                                        const std::optional<TensorView>& value_cache,
+                                       const TensorView& slot_mapping,
                                        const ScatterPaKvCacheOptions& options = {});
 
 namespace reference {
-// The scalar oracle: same validation, plain loops written from the spec.
+// The scalar oracle: the same checks, then plain element loops.
 KVSCATTER_API void execute(const ScatterPaKvCachePlan& plan);
 }  // namespace reference
 

@@ -31,7 +31,7 @@ struct KVSCATTER_API TensorView {
   TensorView(void* data, DType dtype, std::span<const std::int64_t> shape,
              std::span<const std::int64_t> strides);
 
-  // Product of the shape; throws on 64-bit overflow (decision G8).
+  // Product of the shape; throws on 64-bit overflow.
   std::int64_t numel() const;
   bool is_contiguous() const noexcept;
   std::int64_t dim(int i) const noexcept { return shape[static_cast<std::size_t>(i)]; }

@@ -109,7 +109,7 @@ def scatter_pa_kv_cache_with_k_scale(
     ``key`` ``[T, N, Dk]``, ``value`` ``[T, N, Dv]`` (float8_e4m3fn or float8_e5m2),
     ``key_cache`` ``[NB, N, BS, Dk]``, ``value_cache`` ``[NB, N, BS, Dv]``, ``key_scale``
     ``[T, N]`` float32, ``key_scale_cache`` ``[NB, N, BS, 1]`` float32. Slots below 0 or past
-    the cache are skipped, as upstream does. The three caches are updated in place.
+    the cache are skipped. The three caches are updated in place.
     """
     _ext.scatter_pa_kv_cache_with_k_scale(
         key,

@@ -24,17 +24,6 @@ std::int64_t int_arg(nb::handle obj, const char* name) {
   return nb::cast<std::int64_t>(nb::steal(PyNumber_Index(obj.ptr())));
 }
 
-KvCacheFormat format_arg(nb::handle obj) {
-  if (!nb::isinstance<nb::str>(obj)) {
-    throw nb::type_error(
-        ("format must be a str, got " + nb::cast<std::string>(nb::repr(obj))).c_str());
-  }
-  const std::string f = nb::cast<std::string>(obj);
-  if (auto parsed = parse_kv_cache_format(f.c_str())) return *parsed;
-  throw nb::value_error(
-      ("format '" + f + "' is not supported (expected 'copy', 'fp8_e4m3' or 'fp8_e5m2')").c_str());
-}
-
 // The vLLM adapter's promise about dst: None (none), "float" (a float type) or a dtype name.
 void check_dst_rule(nb::handle rule, const TensorView& dst, const TensorView& src) {
   if (rule.is_none()) return;
@@ -70,7 +59,7 @@ void bind_paged_cache_gather(nb::module_& m) {
          nb::handle token_to_seq, nb::handle num_tokens, nb::handle dst_rule) {
         ArgScope scope;
         PagedCacheGatherOptions o;
-        o.format = format_arg(format);
+        o.format = parse_kv_cache_format(str_arg(format, "format", "copy"));
         o.batch_size = int_arg(batch_size, "batch_size");
         if (!token_to_seq.is_none()) o.num_tokens = int_arg(num_tokens, "num_tokens");
         const TensorView src = scope.tensor(src_cache, "src_cache", Access::read);

@@ -12,19 +12,6 @@
 namespace nb = nanobind;
 
 namespace kvscatter::python {
-namespace {
-
-std::string str_arg(nb::handle obj, const char* name) {
-  if (!nb::isinstance<nb::str>(obj)) {
-    throw nb::type_error(
-        (std::string(name) + " must be a str, got " + nb::cast<std::string>(nb::repr(obj)))
-            .c_str());
-  }
-  return nb::cast<std::string>(obj);
-}
-
-}  // namespace
-
 void bind_paged_kv_write(nb::module_& m) {
   m.def(
       "paged_kv_write",
@@ -33,21 +20,8 @@ void bind_paged_kv_write(nb::module_& m) {
          nb::handle v_scale, nb::handle input_dtype) {
         ArgScope scope;
         PagedKvWriteOptions o;
-        const std::string f = str_arg(format, "format");
-        const auto parsed = parse_kv_cache_format(f.c_str());
-        if (!parsed) {
-          throw nb::value_error(
-              ("format '" + f + "' is not supported (expected 'copy', 'fp8_e4m3' or 'fp8_e5m2')")
-                  .c_str());
-        }
-        o.format = *parsed;
-        const std::string l = str_arg(layout, "layout");
-        const auto parsed_layout = parse_kv_cache_layout(l.c_str());
-        if (!parsed_layout) {
-          throw nb::value_error(
-              ("layout '" + l + "' is not supported (expected 'NHD' or 'HND')").c_str());
-        }
-        o.layout = *parsed_layout;
+        o.format = parse_kv_cache_format(str_arg(format, "format", "copy"));
+        o.layout = parse_kv_cache_layout(str_arg(layout, "layout", "NHD"));
         const TensorView k = scope.tensor(key, "key", Access::read);
         const TensorView v = scope.tensor(value, "value", Access::read);
         const TensorView kc = scope.tensor(key_cache, "key_cache", Access::write);

@@ -17,20 +17,8 @@ void bind_paged_latent_write(nb::module_& m) {
       "paged_latent_write",
       [](nb::handle kv_c, nb::handle k_pe, nb::handle kv_cache, nb::handle slot_mapping,
          nb::handle format, nb::handle scale, nb::handle input_dtype) {
-        if (!nb::isinstance<nb::str>(format)) {
-          throw nb::type_error(
-              ("format must be a str, got " + nb::cast<std::string>(nb::repr(format))).c_str());
-        }
-        const std::string f = nb::cast<std::string>(format);
         PagedLatentWriteOptions o;
-        const auto parsed = parse_latent_cache_format(f.c_str());
-        if (!parsed) {
-          throw nb::value_error(("format '" + f +
-                                 "' is not supported (expected 'copy', 'fp8_e4m3', 'fp8_e5m2' or "
-                                 "'fp8_ds_mla')")
-                                    .c_str());
-        }
-        o.format = *parsed;
+        o.format = parse_latent_cache_format(str_arg(format, "format", "copy"));
         ArgScope scope;
         const TensorView c = scope.tensor(kv_c, "kv_c", Access::read);
         const TensorView p = scope.tensor(k_pe, "k_pe", Access::read);

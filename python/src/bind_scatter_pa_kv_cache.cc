@@ -16,16 +16,6 @@ namespace nb = nanobind;
 namespace kvscatter::python {
 namespace {
 
-std::string mode_arg(nb::handle obj, const char* name, const char* default_value) {
-  if (obj.is_none()) return default_value;  // S1: null means the default mode
-  if (!nb::isinstance<nb::str>(obj)) {
-    throw nb::type_error(
-        (std::string(name) + " must be a str or None, got " + nb::cast<std::string>(nb::repr(obj)))
-            .c_str());
-  }
-  return nb::cast<std::string>(obj);
-}
-
 // strides / offsets: None or a sequence of two ints.
 std::optional<std::array<std::int64_t, 2>> pair_arg(nb::handle obj, const char* name) {
   if (obj.is_none()) return std::nullopt;
@@ -78,11 +68,13 @@ void bind_scatter_pa_kv_cache(nb::module_& m) {
         options.compress_seq_offsets =
             scope.optional_tensor(compress_seq_offsets, "compress_seq_offsets", Access::read);
         options.seq_lens = scope.optional_tensor(seq_lens, "seq_lens", Access::read);
-        options.cache_mode = mode_arg(cache_mode, "cache_mode", "Norm");
-        options.scatter_mode = mode_arg(scatter_mode, "scatter_mode", "None");
+        const std::string cache_mode_text = str_arg(cache_mode, "cache_mode", "Norm");
+        const std::string scatter_mode_text = str_arg(scatter_mode, "scatter_mode", "None");
         options.strides = pair_arg(strides, "strides");
         options.offsets = pair_arg(offsets, "offsets");
-        const ScatterPaKvCachePlan plan = plan_scatter_pa_kv_cache(k, kc, sm, v, vc, options);
+        options.cache_mode = parse_cache_mode(cache_mode_text);
+        options.scatter_mode = parse_scatter_mode(scatter_mode_text);
+        const ScatterPaKvCachePlan plan = plan_scatter_pa_kv_cache(k, v, kc, vc, sm, options);
         nb::gil_scoped_release release;
         execute(plan);
       },

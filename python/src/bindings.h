@@ -8,7 +8,8 @@ namespace kvscatter::python {
 void bind_formats(nanobind::module_& m);
 void bind_kv_cache_update(nanobind::module_& m);
 void bind_scatter_pa_kv_cache(nanobind::module_& m);
-void bind_quant_ops(nanobind::module_& m);
+void bind_kv_compress_epilog(nanobind::module_& m);
+void bind_scatter_pa_kv_cache_with_k_scale(nanobind::module_& m);
 void bind_paged_kv_write(nanobind::module_& m);
 void bind_paged_cache_gather(nanobind::module_& m);
 void bind_paged_latent_write(nanobind::module_& m);

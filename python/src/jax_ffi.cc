@@ -97,9 +97,9 @@ ffi::Error kv_cache_update_impl(ffi::AnyBuffer key_cache, ffi::AnyBuffer value_c
     const TensorView vc = output_view(value_cache, value_out, "value_cache");
     const TensorView nk = view_of(new_keys, "new_keys");
     const TensorView nv = view_of(new_values, "new_values");
-    // jax.lax.dynamic_update_slice semantics (U3): a negative start counts from the end
-    // (start + S), then the start is clamped to [0, S - L] so the update lies inside the cache.
-    // The native API rejects such positions instead (U2).
+    // jax.lax.dynamic_update_slice semantics: a negative start counts from the end (start + S),
+    // then the start is clamped to [0, S - L] so the update lies inside the cache. The native
+    // API rejects such positions instead (docs/operators/kv_cache_update.md).
     const std::int64_t seq = kc.rank == 4 ? kc.dim(1) : 0;
     const std::int64_t limit = kc.rank == 4 && nk.rank == 4 ? seq - nk.dim(1) : 0;
     std::int64_t start = position.typed_data()[0];
@@ -117,8 +117,8 @@ ffi::Error scatter_pa_kv_cache_impl(ffi::AnyBuffer key, ffi::AnyBuffer value,
   return guarded([&] {
     const TensorView kc = output_view(key_cache, key_out, "key_cache");
     const TensorView vc = output_view(value_cache, value_out, "value_cache");
-    scatter_pa_kv_cache(view_of(key, "key"), kc, view_of(slot_mapping, "slot_mapping"),
-                        view_of(value, "value"), vc);
+    scatter_pa_kv_cache(view_of(key, "key"), view_of(value, "value"), kc, vc,
+                        view_of(slot_mapping, "slot_mapping"));
   });
 }
 
@@ -127,8 +127,8 @@ ffi::Error scatter_pa_kv_cache_key_impl(ffi::AnyBuffer key, ffi::AnyBuffer key_c
                                         ffi::Result<ffi::AnyBuffer> key_out) {
   return guarded([&] {
     const TensorView kc = output_view(key_cache, key_out, "key_cache");
-    scatter_pa_kv_cache(view_of(key, "key"), kc, view_of(slot_mapping, "slot_mapping"),
-                        std::nullopt, std::nullopt);
+    scatter_pa_kv_cache(view_of(key, "key"), std::nullopt, kc, std::nullopt,
+                        view_of(slot_mapping, "slot_mapping"));
   });
 }
 

@@ -12,7 +12,7 @@ namespace nb = nanobind;
 namespace kvscatter::python {
 namespace {
 
-// kvscatter.Error: a ValueError carrying the library's status code (decision G2/G3).
+// kvscatter.Error: a ValueError carrying the library's status code.
 PyObject* g_error_type = nullptr;
 
 void translate(const std::exception_ptr& p, void*) {
@@ -51,7 +51,8 @@ NB_MODULE(_kvscatter, m) {
   python::bind_formats(m);
   python::bind_kv_cache_update(m);
   python::bind_scatter_pa_kv_cache(m);
-  python::bind_quant_ops(m);
+  python::bind_scatter_pa_kv_cache_with_k_scale(m);
+  python::bind_kv_compress_epilog(m);
   python::bind_paged_kv_write(m);
   python::bind_paged_cache_gather(m);
   python::bind_paged_latent_write(m);

@@ -2,17 +2,13 @@
 
 #include <array>
 #include <cstdint>
-#include <sstream>
+
+#include "core/strings.h"
 
 namespace kvscatter::python {
 namespace {
 
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
+using detail::cat;
 
 // numpy.ndarray, looked up once. Deliberately leaked: no Python object may be released
 // during interpreter teardown from a C++ static destructor.
@@ -196,8 +192,8 @@ TensorView numpy_view(nb::handle arr, std::string_view name, Access access) {
   if (st == nullptr) PyErr_Clear();
   if (st != nullptr && st->two == 2 && st->itemsize > 0 && st->strides != nullptr) {
     return numpy_layout_view(
-        name, access, dtype, dt, st->data, (st->flags & kArrayWriteable) != 0, st->itemsize,
-        st->nd, [&](int i) { return std::int64_t{st->shape[i]}; },
+        name, access, dtype, dt, st->data, (st->flags & kArrayWriteable) != 0, st->itemsize, st->nd,
+        [&](int i) { return std::int64_t{st->shape[i]}; },
         [&](int i) { return std::int64_t{st->strides[i]}; });
   }
   nb::dict ai = nb::cast<nb::dict>(arr.attr("__array_interface__"));
@@ -404,6 +400,15 @@ void apply_dtype_override(nb::handle dtype, std::initializer_list<NamedView> vie
                               "-bit integers, but none of the data arrays is one (", seen, ")")
                               .c_str());
   }
+}
+
+std::string str_arg(nb::handle obj, const char* name, const char* default_value) {
+  if (obj.is_none()) return default_value;
+  if (!nb::isinstance<nb::str>(obj)) {
+    throw nb::type_error(
+        cat(name, " must be a str or None, got ", nb::cast<std::string>(nb::repr(obj))).c_str());
+  }
+  return nb::cast<std::string>(obj);
 }
 
 }  // namespace kvscatter::python

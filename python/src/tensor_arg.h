@@ -50,6 +50,10 @@ struct NamedView {
 };
 void apply_dtype_override(nb::handle dtype, std::initializer_list<NamedView> views);
 
+// A mode-string argument: None -> default_value; anything but a str raises TypeError naming the
+// argument. The text is parsed by the library's parse_* helper for the mode.
+std::string str_arg(nb::handle obj, const char* name, const char* default_value);
+
 // Canonical name -> DType; throws nb::value_error listing the known names.
 DType parse_dtype_name(const std::string& name);
 

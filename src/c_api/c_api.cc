@@ -226,7 +226,7 @@ kvsStatus kvsCreateTensor(void* data, kvsDataType dtype, int64_t rank, const int
     if (strides != nullptr) {
       for (std::size_t i = 0; i < n; ++i) view.strides[i] = strides[i];
     } else {
-      // Row-major; the running product is checked so that huge shapes fail cleanly (G8).
+      // Row-major; the running product is checked so that huge shapes fail cleanly.
       std::int64_t step = 1;
       for (std::size_t i = n; i-- > 0;) {
         view.strides[i] = step;

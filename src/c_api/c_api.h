@@ -14,7 +14,6 @@
 
 #include "kvscatter/error.h"
 #include "kvscatter/kvscatter.h"
-#include "kvscatter/paged_kv_write.h"
 #include "kvscatter/tensor.h"
 
 struct kvsTensor {
@@ -121,10 +120,6 @@ void begin_plan(std::uint64_t* workspace_size, kvsExecutor** executor);
 // Hands a finished executor to the caller (no workspace is needed on the CPU).
 void finish_plan(std::unique_ptr<kvsExecutor> created, std::uint64_t* workspace_size,
                  kvsExecutor** executor) noexcept;
-
-// A KvCacheFormat name ("copy", "fp8_e4m3", "fp8_e5m2"; NULL or "" is copy); throws
-// invalid_parameter for any other string.
-KvCacheFormat kv_cache_format_arg(const char* name);
 
 // The executor passed to an execute call, checked to be non-null and made by `op`'s planner.
 kvsExecutor& executor_for(kvsExecutor* executor, Op op);

@@ -62,7 +62,7 @@ kvsStatus kvsPagedCacheGatherGetWorkspaceSize(
     const kvscatter::TensorView& bt = required(block_table, "block_table");
     const kvscatter::TensorView& cu = required(cu_seq_lens, "cu_seq_lens");
     kvscatter::PagedCacheGatherOptions o;
-    o.format = kvscatter::capi::kv_cache_format_arg(format);
+    if (format != nullptr) o.format = kvscatter::parse_kv_cache_format(format);
     o.scale = optional(scale);
     o.seq_starts = optional(seq_starts);
     o.token_to_seq = optional(token_to_seq);

@@ -35,21 +35,7 @@ struct PagedKvWriteExecutor final : kvsExecutor {
   PagedKvWritePlan plan;
 };
 
-KvCacheLayout layout_arg(const char* name) {
-  if (name == nullptr || *name == '\0') return KvCacheLayout::NHD;
-  if (auto l = parse_kv_cache_layout(name)) return *l;
-  detail::invalid("layout '", name, "' is not supported (expected 'NHD' or 'HND')");
-}
-
 }  // namespace
-
-KvCacheFormat kv_cache_format_arg(const char* name) {
-  if (name == nullptr || *name == '\0') return KvCacheFormat::copy;
-  if (auto f = parse_kv_cache_format(name)) return *f;
-  detail::invalid("format '", name, "' is not supported (expected 'copy', 'fp8_e4m3' or ",
-                  "'fp8_e5m2')");
-}
-
 }  // namespace kvscatter::capi
 
 using kvscatter::capi::begin_plan;
@@ -77,8 +63,8 @@ kvsStatus kvsPagedKvWriteGetWorkspaceSize(const kvsTensor* key, const kvsTensor*
     const kvscatter::TensorView& vc = required(value_cache, "value_cache");
     const kvscatter::TensorView& sm = required(slot_mapping, "slot_mapping");
     kvscatter::PagedKvWriteOptions options;
-    options.format = kvscatter::capi::kv_cache_format_arg(format);
-    options.layout = kvscatter::capi::layout_arg(layout);
+    if (format != nullptr) options.format = kvscatter::parse_kv_cache_format(format);
+    if (layout != nullptr) options.layout = kvscatter::parse_kv_cache_layout(layout);
     options.k_scale = optional(k_scale);
     options.v_scale = optional(v_scale);
     auto created = std::make_unique<PagedKvWriteExecutor>();

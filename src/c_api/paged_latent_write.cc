@@ -31,13 +31,6 @@ struct PagedLatentWriteExecutor final : kvsExecutor {
   PagedLatentWritePlan plan;
 };
 
-LatentCacheFormat format_arg(const char* name) {
-  if (name == nullptr || *name == '\0') return LatentCacheFormat::copy;
-  if (auto f = parse_latent_cache_format(name)) return *f;
-  detail::invalid("format '", name,
-                  "' is not supported (expected 'copy', 'fp8_e4m3', 'fp8_e5m2' or 'fp8_ds_mla')");
-}
-
 }  // namespace
 }  // namespace kvscatter::capi
 
@@ -64,7 +57,7 @@ kvsStatus kvsPagedLatentWriteGetWorkspaceSize(const kvsTensor* kv_c, const kvsTe
     const kvscatter::TensorView& cache = required(kv_cache, "kv_cache");
     const kvscatter::TensorView& sm = required(slot_mapping, "slot_mapping");
     kvscatter::PagedLatentWriteOptions o;
-    o.format = kvscatter::capi::format_arg(format);
+    if (format != nullptr) o.format = kvscatter::parse_latent_cache_format(format);
     o.scale = optional(scale);
     auto created = std::make_unique<PagedLatentWriteExecutor>();
     created->plan = kvscatter::plan_paged_latent_write(c, p, cache, sm, o);

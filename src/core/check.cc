@@ -9,14 +9,16 @@ namespace kvscatter::detail {
 
 void fail(Status status, const std::string& message) { throw Error(status, message); }
 
-std::string shape_str(const TensorView& t) {
+namespace {
+// "[a, b, c]" of the first n entries.
+std::string list_str(const std::array<std::int64_t, kMaxRank>& v, int n) {
   std::string s = "[";
-  for (int i = 0; i < t.rank; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(t.dim(i));
-  }
+  for (int i = 0; i < n; ++i) s += cat(i ? ", " : "", v[static_cast<std::size_t>(i)]);
   return s + "]";
 }
+}  // namespace
+
+std::string shape_str(const TensorView& t) { return list_str(t.shape, t.rank); }
 
 void require_data(const TensorView& t, std::string_view name) {
   if (t.data != nullptr) return;
@@ -96,17 +98,6 @@ std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view what) 
   return r;
 }
 
-namespace {
-std::string strides_str(const TensorView& t) {
-  std::string s = "[";
-  for (int i = 0; i < t.rank; ++i) {
-    if (i) s += ", ";
-    s += std::to_string(t.stride(i));
-  }
-  return s + "]";
-}
-}  // namespace
-
 void require_no_self_overlap(const TensorView& t, std::string_view name) {
   // Sort the dimensions longer than one by stride; each stride must step over the whole extent
   // of the dimensions inside it.
@@ -126,9 +117,9 @@ void require_no_self_overlap(const TensorView& t, std::string_view name) {
   for (int k = 0; k < m; ++k) {
     const int a = order[static_cast<std::size_t>(k)];
     if (t.stride(a) < extent) {
-      invalid(name, " must not overlap itself: strides ", strides_str(t), " for shape ",
-              shape_str(t), " make distinct elements share memory (dimension ", a, " has stride ",
-              t.stride(a), ", needs at least ", extent, ")");
+      invalid(name, " must not overlap itself: strides ", list_str(t.strides, t.rank),
+              " for shape ", shape_str(t), " make distinct elements share memory (dimension ", a,
+              " has stride ", t.stride(a), ", needs at least ", extent, ")");
     }
     extent = t.stride(a) * (t.dim(a) - 1) + extent;
   }
@@ -170,6 +161,13 @@ void require_disjoint(const TensorView& k, std::string_view k_name, const Tensor
   }
   invalid(k_name, " and ", v_name, " overlap: their elements must be distinct memory (they may ",
           "interleave in one allocation, but not share bytes)");
+}
+
+void require_scalar_scale(const TensorView& t, std::string_view name) {
+  if (t.dtype != DType::float32) invalid(name, " must be float32, got ", dtype_name(t.dtype));
+  require_sane_layout(t, name);
+  if (t.numel() != 1) invalid(name, " has ", t.numel(), " elements; expected 1");
+  require_data(t, name);
 }
 
 }  // namespace kvscatter::detail

@@ -1,25 +1,19 @@
 // Validation helpers shared by every operator: messages that name the argument, what was
-// expected and what was found (decision G2), and overflow-checked arithmetic (G8).
+// expected and what was found (see docs/semantics.md, "Errors and status codes"), and
+// overflow-checked arithmetic ("64-bit offsets").
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
-#include <sstream>
 #include <string>
 #include <string_view>
 
+#include "core/strings.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/error.h"
 #include "kvscatter/tensor.h"
 
 namespace kvscatter::detail {
-
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-  std::ostringstream os;
-  (os << ... << parts);
-  return os.str();
-}
 
 [[noreturn]] void fail(Status status, const std::string& message);
 
@@ -44,7 +38,7 @@ void require_dim(const TensorView& t, std::string_view name, int axis, std::int6
 void require_sane_layout(const TensorView& t, std::string_view name);
 // Rejects views whose distinct elements share memory (a zero stride on a dimension longer than
 // one, or strides that interleave): concurrent row writes into such an output would race and
-// the result would depend on the thread count (G4).
+// the result would depend on the thread count.
 void require_no_self_overlap(const TensorView& t, std::string_view name);
 // Two outputs may share one allocation (K and V interleaved per block) but never an element:
 // writes of both to the same bytes would depend on the order of the writes. Checks address
@@ -52,17 +46,12 @@ void require_no_self_overlap(const TensorView& t, std::string_view name);
 // of two; anything else whose ranges meet is rejected.
 void require_disjoint(const TensorView& a, std::string_view a_name, const TensorView& b,
                       std::string_view b_name);
-// Index tensors (G7): int32 or int64, 1-D unless told otherwise, contiguous.
+// A scale given as a tensor: float32 with exactly one element, bound to data.
+void require_scalar_scale(const TensorView& t, std::string_view name);
+// Index tensors: int32 or int64 (see docs/semantics.md, "Index tensors").
 void require_index(const TensorView& t, std::string_view name);
 
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what);
 std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view what);
-
-// Reads element i of an int32/int64 index tensor at its true width (G7); honours its stride.
-inline std::int64_t read_index(const TensorView& t, std::int64_t i) noexcept {
-  const std::int64_t off = i * t.strides[0];
-  if (t.dtype == DType::int32) return static_cast<const std::int32_t*>(t.data)[off];
-  return static_cast<const std::int64_t*>(t.data)[off];
-}
 
 }  // namespace kvscatter::detail

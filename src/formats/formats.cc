@@ -1,11 +1,11 @@
-// Scalar codecs for the number formats of spec quant_ops.md section 2. Every encoder works on
+// Scalar codecs for the number formats of docs/formats.md. Every encoder works on
 // the float32 bit pattern with integer arithmetic, so the result does not depend on the FP
 // environment, and the batch kernels in batch.cc can mirror it lane for lane.
+#include "kvscatter/formats.h"
+
 #include <bit>
 #include <cmath>
 #include <cstdint>
-
-#include "kvscatter/formats.h"
 
 namespace kvscatter::formats {
 namespace {
@@ -36,7 +36,7 @@ std::uint32_t round_to_small_float(std::uint32_t a) noexcept {
   // Subnormal in the target: count units of 2^(kMinNormalExp - kMant), rounded to nearest even.
   const std::uint32_t m = (a & 0x7FFFFFu) | 0x800000u;
   const int shift = kShift + kMinNormalExp - e;  // > kShift
-  if (shift > 24) return 0;                       // below half the smallest subnormal
+  if (shift > 24) return 0;                      // below half the smallest subnormal
   return (m + ((1u << (shift - 1)) - 1) + ((m >> shift) & 1u)) >> shift;
 }
 
@@ -53,7 +53,7 @@ inline float with_sign(float v, bool negative) noexcept { return negative ? -v :
 
 }  // namespace
 
-// ---- bfloat16 (spec 2.2) --------------------------------------------------------------------
+// ---- bfloat16 -------------------------------------------------------------------------------
 
 std::uint16_t encode_bfloat16(float x) noexcept {
   const std::uint32_t b = bits_of(x);
@@ -76,7 +76,7 @@ std::uint16_t encode_float16(float x) noexcept {
     mag = 0x7E00u | ((a >> 13) & 0x3FFu);  // quiet NaN, top payload bits kept
   } else if (a >= 0x38800000u) {           // |x| >= 2^-14: normal (or overflow)
     mag = round_to_small_float<10, 15>(a);
-    if (mag > 0x7C00u) mag = 0x7C00u;      // overflow and Inf -> Inf
+    if (mag > 0x7C00u) mag = 0x7C00u;  // overflow and Inf -> Inf
   } else {
     mag = round_to_small_float<10, 15>(a);  // subnormal; may round up to 2^-14 (0x0400)
   }
@@ -92,7 +92,7 @@ float decode_float16(std::uint16_t code) noexcept {
   return float_of(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-// ---- float8_e4m3fn (spec 2.3) ---------------------------------------------------------------
+// ---- float8_e4m3fn --------------------------------------------------------------------------
 
 std::uint8_t encode_float8_e4m3fn(float x) noexcept {
   const std::uint32_t b = bits_of(x);
@@ -111,7 +111,7 @@ float decode_float8_e4m3fn(std::uint8_t code) noexcept {
   return with_sign(small_float_value<3, 7>(mag), negative);
 }
 
-// ---- float8_e5m2 (spec 2.4) -----------------------------------------------------------------
+// ---- float8_e5m2 ----------------------------------------------------------------------------
 
 std::uint8_t encode_float8_e5m2(float x) noexcept {
   const std::uint32_t b = bits_of(x);
@@ -155,7 +155,7 @@ std::uint8_t encode_float8_e5m2_satfinite(float x) noexcept {
   return static_cast<std::uint8_t>(sign | mag);
 }
 
-// ---- float8_e8m0 (spec 2.5) -----------------------------------------------------------------
+// ---- float8_e8m0 ----------------------------------------------------------------------------
 
 // Matches ml_dtypes.float8_e8m0fnu: zero, negatives, Inf and NaN have no code and give NaN;
 // a normal input rounds half up on the linear scale (mantissa >= 0.5 bumps the exponent);
@@ -174,7 +174,7 @@ float decode_float8_e8m0(std::uint8_t code) noexcept {
   return float_of(static_cast<std::uint32_t>(code) << 23);
 }
 
-// ---- float4_e2m1 (spec 2.6) -----------------------------------------------------------------
+// ---- float4_e2m1 ----------------------------------------------------------------------------
 
 // Saturates to +-6 (Inf included). The format has no NaN; a NaN input gives the zero of the
 // opposite sign, bit for bit what ml_dtypes.float4_e2m1fn produces.
@@ -193,7 +193,7 @@ float decode_float4_e2m1(std::uint8_t nibble) noexcept {
   return with_sign(small_float_value<1, 1>(nibble & 0x7u), (nibble & 0x8u) != 0);
 }
 
-// ---- HiFloat8 (spec 2.7) --------------------------------------------------------------------
+// ---- HiFloat8 -------------------------------------------------------------------------------
 
 std::uint8_t encode_hifloat8(float x, bool saturate) noexcept {
   const std::uint32_t b = bits_of(x);
@@ -267,29 +267,47 @@ float decode_hifloat8(std::uint8_t code) noexcept {
 
 std::uint32_t encode(DType dtype, float x) noexcept {
   switch (dtype) {
-    case DType::float32: return bits_of(x);
-    case DType::float16: return encode_float16(x);
-    case DType::bfloat16: return encode_bfloat16(x);
-    case DType::hifloat8: return encode_hifloat8(x, true);
-    case DType::float8_e5m2: return encode_float8_e5m2(x);
-    case DType::float8_e4m3fn: return encode_float8_e4m3fn(x);
-    case DType::float8_e8m0: return encode_float8_e8m0(x);
-    case DType::float4_e2m1: return encode_float4_e2m1(x);
-    default: return 0;  // not a floating dtype
+    case DType::float32:
+      return bits_of(x);
+    case DType::float16:
+      return encode_float16(x);
+    case DType::bfloat16:
+      return encode_bfloat16(x);
+    case DType::hifloat8:
+      return encode_hifloat8(x, true);
+    case DType::float8_e5m2:
+      return encode_float8_e5m2(x);
+    case DType::float8_e4m3fn:
+      return encode_float8_e4m3fn(x);
+    case DType::float8_e8m0:
+      return encode_float8_e8m0(x);
+    case DType::float4_e2m1:
+      return encode_float4_e2m1(x);
+    default:
+      return 0;  // not a floating dtype
   }
 }
 
 float decode(DType dtype, std::uint32_t code) noexcept {
   switch (dtype) {
-    case DType::float32: return float_of(code);
-    case DType::float16: return decode_float16(static_cast<std::uint16_t>(code));
-    case DType::bfloat16: return decode_bfloat16(static_cast<std::uint16_t>(code));
-    case DType::hifloat8: return decode_hifloat8(static_cast<std::uint8_t>(code));
-    case DType::float8_e5m2: return decode_float8_e5m2(static_cast<std::uint8_t>(code));
-    case DType::float8_e4m3fn: return decode_float8_e4m3fn(static_cast<std::uint8_t>(code));
-    case DType::float8_e8m0: return decode_float8_e8m0(static_cast<std::uint8_t>(code));
-    case DType::float4_e2m1: return decode_float4_e2m1(static_cast<std::uint8_t>(code));
-    default: return float_of(kF32QuietNaN);  // not a floating dtype
+    case DType::float32:
+      return float_of(code);
+    case DType::float16:
+      return decode_float16(static_cast<std::uint16_t>(code));
+    case DType::bfloat16:
+      return decode_bfloat16(static_cast<std::uint16_t>(code));
+    case DType::hifloat8:
+      return decode_hifloat8(static_cast<std::uint8_t>(code));
+    case DType::float8_e5m2:
+      return decode_float8_e5m2(static_cast<std::uint8_t>(code));
+    case DType::float8_e4m3fn:
+      return decode_float8_e4m3fn(static_cast<std::uint8_t>(code));
+    case DType::float8_e8m0:
+      return decode_float8_e8m0(static_cast<std::uint8_t>(code));
+    case DType::float4_e2m1:
+      return decode_float4_e2m1(static_cast<std::uint8_t>(code));
+    default:
+      return float_of(kF32QuietNaN);  // not a floating dtype
   }
 }
 

@@ -2,7 +2,8 @@
 // The calling thread takes part. Work below two grains, a pool of one thread, and calls made
 // while another parallel_for holds the pool (or from inside one) run inline, so the pool never
 // deadlocks and decode-size calls pay no synchronisation. Chunks are split identically for any
-// thread count; kernels keep G4 by never letting two chunks write the same bytes.
+// thread count; kernels keep results independent of it by never letting two chunks write the
+// same bytes (see docs/semantics.md, "Determinism and duplicate slots").
 #pragma once
 
 #include <cstdint>
@@ -20,8 +21,7 @@ void parallel_for(std::int64_t n, std::int64_t grain, F&& f) {
   if (n <= 0) return;
   using Fn = std::remove_reference_t<F>;
   parallel_for_impl(
-      n, grain,
-      [](void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
+      n, grain, [](void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
       const_cast<void*>(static_cast<const void*>(&f)));
 }
 

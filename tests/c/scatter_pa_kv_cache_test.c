@@ -28,7 +28,7 @@ static kvsStatus scatter(kvsTensor* key, kvsTensor* key_cache, kvsTensor* slot_m
   uint64_t ws = 5;
   kvsExecutor* ex = NULL;
   kvsStatus s = kvsScatterPaKvCacheGetWorkspaceSize(
-      key, key_cache, slot_mapping, x->value, x->value_cache, x->compress_lens,
+      key, x->value, key_cache, x->value_cache, slot_mapping, x->compress_lens,
       x->compress_seq_offsets, x->seq_lens, x->cache_mode, x->scatter_mode, x->strides,
       x->strides ? 2 : 0, x->offsets, x->offsets ? 2 : 0, &ws, &ex);
   if (s != KVS_SUCCESS) {
@@ -210,11 +210,11 @@ static void test_e3_nct(void) {
   /* strides/offsets counts other than 2 are rejected at the boundary. */
   uint64_t ws = 0;
   kvsExecutor* ex = NULL;
-  CHECK_STATUS(kvsScatterPaKvCacheGetWorkspaceSize(tk, tkc, ts, tv, tvc, NULL, NULL, NULL, NULL,
+  CHECK_STATUS(kvsScatterPaKvCacheGetWorkspaceSize(tk, tv, tkc, tvc, ts, NULL, NULL, NULL, NULL,
                                                    "Nct", strides, 3, offsets, 2, &ws, &ex),
                KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS("strides must have 2 entries, got strides_count = 3");
-  CHECK_STATUS(kvsScatterPaKvCacheGetWorkspaceSize(tk, tkc, ts, tv, tvc, NULL, NULL, NULL, NULL,
+  CHECK_STATUS(kvsScatterPaKvCacheGetWorkspaceSize(tk, tv, tkc, tvc, ts, NULL, NULL, NULL, NULL,
                                                    "Nct", strides, 2, NULL, 2, &ws, &ex),
                KVS_ERROR_NULL_POINTER);
   CHECK_MESSAGE_HAS("offsets is NULL but offsets_count is 2");
@@ -463,8 +463,8 @@ static void test_one_executor_many_layers(void) {
   uint64_t ws = 0;
   kvsExecutor* ex = NULL;
   CHECK_OK(kvsScatterPaKvCacheGetWorkspaceSize(
-      layers[0].key_t, layers[0].key_cache_t, layers[0].slots_t, layers[0].value_t,
-      layers[0].value_cache_t, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, &ws, &ex));
+      layers[0].key_t, layers[0].value_t, layers[0].key_cache_t, layers[0].value_cache_t,
+      layers[0].slots_t, NULL, NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, &ws, &ex));
   for (int l = 0; l < LAYERS; ++l) {
     CHECK_OK(kvsExecutorSetTensorAddr(ex, KVS_SCATTER_PA_KV_CACHE_KEY_INDEX, layers[l].key));
     CHECK_OK(kvsExecutorSetTensorAddr(ex, KVS_SCATTER_PA_KV_CACHE_VALUE_INDEX, layers[l].value));
@@ -536,7 +536,7 @@ static void test_rejections(void) {
   kvsExecutor* ex = NULL;
   Extras x = {c.value_t, c.value_cache_t, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 #define PLAN(key, kc, slot, value, vc, cache_mode, scatter_mode)                              \
-  kvsScatterPaKvCacheGetWorkspaceSize(key, kc, slot, value, vc, NULL, NULL, NULL, cache_mode, \
+  kvsScatterPaKvCacheGetWorkspaceSize(key, value, kc, vc, slot, NULL, NULL, NULL, cache_mode, \
                                       scatter_mode, NULL, 0, NULL, 0, &ws, &ex)
   CHECK_STATUS(PLAN(NULL, c.key_cache_t, c.slots_t, c.value_t, c.value_cache_t, NULL, NULL),
                KVS_ERROR_NULL_POINTER);
@@ -548,12 +548,12 @@ static void test_rejections(void) {
                KVS_ERROR_NULL_POINTER);
   CHECK_MESSAGE_HAS("slot_mapping is NULL");
   CHECK_STATUS(
-      kvsScatterPaKvCacheGetWorkspaceSize(c.key_t, c.key_cache_t, c.slots_t, NULL, NULL, NULL, NULL,
+      kvsScatterPaKvCacheGetWorkspaceSize(c.key_t, NULL, c.key_cache_t, NULL, c.slots_t, NULL, NULL,
                                           NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, &ex),
       KVS_ERROR_NULL_POINTER);
   CHECK_MESSAGE_HAS("workspace_size is NULL");
   CHECK_STATUS(
-      kvsScatterPaKvCacheGetWorkspaceSize(c.key_t, c.key_cache_t, c.slots_t, NULL, NULL, NULL, NULL,
+      kvsScatterPaKvCacheGetWorkspaceSize(c.key_t, NULL, c.key_cache_t, NULL, c.slots_t, NULL, NULL,
                                           NULL, NULL, NULL, NULL, 0, NULL, 0, &ws, NULL),
       KVS_ERROR_NULL_POINTER);
   CHECK_MESSAGE_HAS("executor is NULL");
@@ -598,7 +598,7 @@ static void test_rejections(void) {
   CHECK_STATUS(kvsScatterPaKvCache(NULL, 0, NULL), KVS_ERROR_NULL_POINTER);
   CHECK_MESSAGE_HAS("kvsScatterPaKvCache: executor is NULL");
   c.slots[2] = 1;
-  CHECK_OK(kvsScatterPaKvCacheGetWorkspaceSize(c.key_t, c.key_cache_t, c.slots_t, NULL, NULL, NULL,
+  CHECK_OK(kvsScatterPaKvCacheGetWorkspaceSize(c.key_t, NULL, c.key_cache_t, NULL, c.slots_t, NULL,
                                                NULL, NULL, NULL, NULL, NULL, 0, NULL, 0, &ws, &ex));
   CHECK_STATUS(kvsScatterPaKvCacheWithKScale(NULL, 0, ex), KVS_ERROR_INVALID_PARAMETER);
   CHECK_MESSAGE_HAS(

@@ -20,10 +20,11 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/kvscatter.h"
-#include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
 namespace kvscatter {
 namespace {
@@ -174,9 +175,9 @@ class ScatterJob : public Job {
     kc_ = finite_values(dt, cn, rng);
     vc_ = finite_values(dt, cn, rng);
     dt_ = dt;
-    if (rope) opt_.scatter_mode = "Rope";
-    plan_ = plan_scatter_pa_kv_cache(v(key_, kshape_), v(kc_, cshape_), idx(slot_),
-                                     v(value_, kshape_), v(vc_, cshape_), options());
+    if (rope) opt_.scatter_mode = ScatterMode::Rope;
+    plan_ = plan_scatter_pa_kv_cache(v(key_, kshape_), v(value_, kshape_), v(kc_, cshape_),
+                                     v(vc_, cshape_), idx(slot_), options());
     finish(rope ? "ScatterPaKvCache Rope" : "ScatterPaKvCache Norm", {&kc_, &vc_});
   }
 
@@ -201,8 +202,8 @@ class ScatterJob : public Job {
     if (way == 0) {
       execute(plan_);
     } else if (way == 1) {
-      scatter_pa_kv_cache(v(key_, kshape_), v(kc_, cshape_), idx(slot_), v(value_, kshape_),
-                          v(vc_, cshape_), options());
+      scatter_pa_kv_cache(v(key_, kshape_), v(value_, kshape_), v(kc_, cshape_), v(vc_, cshape_),
+                          idx(slot_), options());
     } else {
       if (!exec_) {
         CTensor k(v(key_, kshape_)), kc(v(kc_, cshape_)), s(idx(slot_)), val(v(value_, kshape_)),
@@ -210,7 +211,7 @@ class ScatterJob : public Job {
         std::uint64_t ws = 0;
         kvsExecutor* e = nullptr;
         if (!c_status(kvsScatterPaKvCacheGetWorkspaceSize(
-                          k.t, kc.t, s.t, val.t, vc.t, rope_ ? cl.t : nullptr,
+                          k.t, val.t, kc.t, vc.t, s.t, rope_ ? cl.t : nullptr,
                           rope_ ? co.t : nullptr, rope_ ? sl.t : nullptr, "Norm",
                           rope_ ? "Rope" : "None", nullptr, 0, nullptr, 0, &ws, &e),
                       why)) {

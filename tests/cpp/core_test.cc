@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <thread>
 #include <vector>
 
 #include "core/check.h"
+#include "core/index.h"
+#include "core/slots.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/tensor.h"
@@ -16,8 +19,8 @@ namespace kvscatter {
 namespace {
 
 TEST(DType, NamesRoundTripAndSizes) {
-  const char* names[] = {"float32", "float16",     "bfloat16",      "int8",        "uint8",
-                         "int16",   "uint16",      "int32",         "uint32",      "int64",
+  const char* names[] = {"float32",  "float16",     "bfloat16",      "int8",        "uint8",
+                         "int16",    "uint16",      "int32",         "uint32",      "int64",
                          "hifloat8", "float8_e5m2", "float8_e4m3fn", "float8_e8m0", "float4_e2m1"};
   const int bits[] = {32, 16, 16, 8, 8, 16, 16, 32, 32, 64, 8, 8, 8, 8, 4};
   for (int i = 0; i < kNumDTypes; ++i) {
@@ -54,19 +57,58 @@ TEST(TensorView, Rejections) {
   const std::int64_t nine[] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   testing::expect_error([&] { TensorView(nullptr, DType::float32, nine); },
                         Status::invalid_parameter, {"rank must be <= 8", "got 9"});
-  testing::expect_error([&] { TensorView(nullptr, DType::float32, {2, -1}); },
-                        Status::invalid_parameter, {"shape[1] must be >= 0, got -1"});
-  testing::expect_error([&] { TensorView(nullptr, DType::uint8, {1LL << 40, 1LL << 40}).numel(); },
-                        Status::invalid_parameter, {"overflows 64 bits"});
+  testing::expect_error(
+      [&] {
+        TensorView(nullptr, DType::float32, {2, -1});
+      },
+      Status::invalid_parameter, {"shape[1] must be >= 0, got -1"});
+  testing::expect_error(
+      [&] {
+        TensorView(nullptr, DType::uint8, {1LL << 40, 1LL << 40}).numel();
+      },
+      Status::invalid_parameter, {"overflows 64 bits"});
 }
 
 TEST(Check, IndexAndOverflow) {
   std::int32_t i32[] = {5, -1, 7};
   std::int64_t i64[] = {1LL << 40, -1};
-  EXPECT_EQ(detail::read_index(TensorView(i32, DType::int32, {3}), 2), 7);
-  EXPECT_EQ(detail::read_index(TensorView(i64, DType::int64, {2}), 0), 1LL << 40);
+  EXPECT_EQ(detail::IndexReader(TensorView(i32, DType::int32, {3}))[2], 7);
+  EXPECT_EQ(detail::IndexReader(TensorView(i64, DType::int64, {2}))[0], 1LL << 40);
+  // Any rank, any strides, row-major order: a transposed [2, 3] view of six int32 values.
+  std::int32_t m[] = {0, 1, 2, 3, 4, 5};
+  const std::array<std::int64_t, 2> shape{2, 3}, strides{1, 2};
+  const TensorView t(m, DType::int32, shape, strides);
+  std::vector<std::int64_t> all;
+  detail::read_indices(t, all);
+  EXPECT_EQ(all, (std::vector<std::int64_t>{0, 2, 4, 1, 3, 5}));
+  EXPECT_EQ(detail::index_str(t, 4), "[1, 1]");
+  detail::read_indices(TensorView(i64, DType::int64, {2}), all);
+  EXPECT_EQ(all, (std::vector<std::int64_t>{1LL << 40, -1}));
   testing::expect_error([] { detail::checked_mul(1LL << 62, 4, "x"); }, Status::invalid_parameter,
                         {"x: size", "overflows 64 bits"});
+}
+
+TEST(Slots, SplitterAddressesPowerOfTwoAndOtherBlockSizes) {
+  for (std::int64_t bs : {1, 3, 16, 128}) {
+    const detail::SlotSplitter split(bs);
+    for (std::int64_t s : {0, 1, 5, 127, 128, 1000}) {
+      EXPECT_EQ(split.block(s), s / bs);
+      EXPECT_EQ(split.offset(s), s % bs);
+      unsigned char* base = nullptr;
+      EXPECT_EQ(split.address(base + 64, 1000, 10, s) - base, 64 + (s / bs) * 1000 + (s % bs) * 10);
+    }
+  }
+}
+
+TEST(Slots, KeepLastWritersDropsEarlierWriters) {
+  std::vector<std::int64_t> increasing = {0, 1, -1, 5, 9};
+  EXPECT_FALSE(detail::keep_last_writers(increasing, 10));
+  EXPECT_EQ(increasing, (std::vector<std::int64_t>{0, 1, -1, 5, 9}));
+  for (std::int64_t num_slots : {std::int64_t{10}, std::int64_t{1} << 40}) {
+    std::vector<std::int64_t> slots = {4, 2, -1, 4, 7, 2, 4};
+    EXPECT_TRUE(detail::keep_last_writers(slots, num_slots));
+    EXPECT_EQ(slots, (std::vector<std::int64_t>{-1, -1, -1, -1, 7, 2, 4}));
+  }
 }
 
 TEST(Runtime, ThreadsSetAndRestored) {
@@ -106,9 +148,8 @@ TEST(Runtime, ConcurrentCallersAndNesting) {
       for (int rep = 0; rep < 50; ++rep) {
         detail::parallel_for(1000, 10, [&](std::int64_t b, std::int64_t e) {
           // Nested parallel_for runs inline.
-          detail::parallel_for(e - b, 1, [&](std::int64_t b2, std::int64_t e2) {
-            total += e2 - b2;
-          });
+          detail::parallel_for(e - b, 1,
+                               [&](std::int64_t b2, std::int64_t e2) { total += e2 - b2; });
         });
       }
     });

@@ -13,9 +13,10 @@
 
 #include "kvscatter/formats.h"
 #include "kvscatter/kv_cache_update.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/kvscatter.h"
-#include "kvscatter/quant_ops.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "testing.h"
 
 namespace kvscatter {
@@ -93,10 +94,10 @@ TEST(HugeCache, ScatterPaKvCacheLayoutsPast4GiB) {
       if (layout == 0) {
         kc = TensorView(cache.get(), DType::uint8, {nb, bs, nh, d});
       } else if (layout == 1) {
-        o.scatter_mode = "NHSD";
+        o.scatter_mode = ScatterMode::NHSD;
         kc = TensorView(cache.get(), DType::uint8, {nb, nh, bs, d});
       } else {
-        o.cache_mode = "PA_NZ";
+        o.cache_mode = CacheMode::PA_NZ;
         kc = TensorView(cache.get(), DType::uint8, {nb, row / 32, bs, 32});
       }
       if (runner == Runner::c_abi) {
@@ -105,17 +106,17 @@ TEST(HugeCache, ScatterPaKvCacheLayoutsPast4GiB) {
         kvsTensor* ts = c_tensor(s);
         std::uint64_t ws = 0;
         kvsExecutor* ex = nullptr;
-        ASSERT_EQ(kvsScatterPaKvCacheGetWorkspaceSize(tk, tkc, ts, nullptr, nullptr, nullptr,
-                                                      nullptr, nullptr, o.cache_mode.c_str(),
-                                                      o.scatter_mode.c_str(), nullptr, 0, nullptr,
-                                                      0, &ws, &ex),
+        ASSERT_EQ(kvsScatterPaKvCacheGetWorkspaceSize(
+                      tk, nullptr, tkc, nullptr, ts, nullptr, nullptr, nullptr,
+                      cache_mode_name(o.cache_mode), scatter_mode_name(o.scatter_mode), nullptr, 0,
+                      nullptr, 0, &ws, &ex),
                   KVS_SUCCESS)
             << kvsGetLastErrorMessage();
         EXPECT_EQ(kvsScatterPaKvCache(nullptr, 0, ex), KVS_SUCCESS) << kvsGetLastErrorMessage();
         kvsDestroyExecutor(ex);
         for (kvsTensor* t : {tk, tkc, ts}) kvsDestroyTensor(t);
       } else {
-        const auto plan = plan_scatter_pa_kv_cache(k, kc, s, std::nullopt, std::nullopt, o);
+        const auto plan = plan_scatter_pa_kv_cache(k, std::nullopt, kc, std::nullopt, s, o);
         if (runner == Runner::reference) {
           reference::execute(plan);
         } else {
@@ -149,15 +150,15 @@ TEST(HugeCache, ScatterPaKvCacheCompressRunPast4GiB) {
   const auto key = pattern(5 * d, 3);
   std::vector<std::int64_t> seq = {5}, lens = {3}, start = {nb * bs - 3};
   ScatterPaKvCacheOptions o;
-  o.scatter_mode = "Alibi";
+  o.scatter_mode = ScatterMode::Alibi;
   o.seq_lens = TensorView(seq.data(), DType::int64, {1});
   o.compress_lens = TensorView(lens.data(), DType::int64, {1});
   for (Runner runner : {Runner::optimized, Runner::reference}) {
     cache.reset();
     const auto plan = plan_scatter_pa_kv_cache(
-        TensorView(const_cast<std::uint8_t*>(key.data()), DType::uint8, {5, 1, d}),
-        TensorView(cache.get(), DType::uint8, {nb, bs, 1, d}),
-        TensorView(start.data(), DType::int64, {1}), std::nullopt, std::nullopt, o);
+        TensorView(const_cast<std::uint8_t*>(key.data()), DType::uint8, {5, 1, d}), std::nullopt,
+        TensorView(cache.get(), DType::uint8, {nb, bs, 1, d}), std::nullopt,
+        TensorView(start.data(), DType::int64, {1}), o);
     runner == Runner::reference ? reference::execute(plan) : execute(plan);
     for (std::int64_t r = 0; r < 3; ++r) {
       for (std::int64_t e = 0; e < d; ++e) {
@@ -363,25 +364,25 @@ TEST(ShapeOverflow, ScatterPaKvCache) {
   const TensorView s(&slot, DType::int64, {1});
   // A cache whose last element lies past 2^63.
   const TensorView huge = strided(DType::uint8, {kBig, kBig, 1, 16}, {kBig * 16, 16, 16, 1});
-  expect_error([&] { plan_scatter_pa_kv_cache(key, huge, s, std::nullopt, std::nullopt); },
+  expect_error([&] { plan_scatter_pa_kv_cache(key, std::nullopt, huge, std::nullopt, s); },
                Status::invalid_parameter, {"key_cache", "overflows 64 bits"});
   // A key whose extent overflows, and a 4-D key with B * S past 2^63 (broadcast strides).
   const TensorView cache = strided(DType::uint8, {1, 4, 1, 16}, {64, 16, 16, 1});
   expect_error(
       [&] {
-        plan_scatter_pa_kv_cache(strided(DType::uint8, {kBig, 1, 16}, {kBig, 16, 1}), cache, s,
-                                 std::nullopt, std::nullopt);
+        plan_scatter_pa_kv_cache(strided(DType::uint8, {kBig, 1, 16}, {kBig, 16, 1}), std::nullopt,
+                                 cache, std::nullopt, s);
       },
       Status::invalid_parameter, {"key", "overflows 64 bits"});
   std::int64_t lens = 0, seq = 0;
   ScatterPaKvCacheOptions o;
-  o.scatter_mode = "Alibi";
+  o.scatter_mode = ScatterMode::Alibi;
   o.compress_lens = TensorView(&lens, DType::int64, {1});
   o.seq_lens = TensorView(&seq, DType::int64, {1});
   expect_error(
       [&] {
-        plan_scatter_pa_kv_cache(strided(DType::uint8, {kBig, kBig, 1, 16}, {0, 0, 16, 1}), cache,
-                                 s, std::nullopt, std::nullopt, o);
+        plan_scatter_pa_kv_cache(strided(DType::uint8, {kBig, kBig, 1, 16}, {0, 0, 16, 1}),
+                                 std::nullopt, cache, std::nullopt, s, o);
       },
       Status::invalid_parameter, {"overflows 64 bits"});
   // Per-(batch, head) tensors of a packed key: B * NH past 2^63.
@@ -389,8 +390,8 @@ TEST(ShapeOverflow, ScatterPaKvCache) {
   o.seq_lens = seq_big;
   expect_error(
       [&] {
-        plan_scatter_pa_kv_cache(strided(DType::uint8, {1, kBig, 16}, {16, 0, 1}), cache, s,
-                                 std::nullopt, std::nullopt, o);
+        plan_scatter_pa_kv_cache(strided(DType::uint8, {1, kBig, 16}, {16, 0, 1}), std::nullopt,
+                                 cache, std::nullopt, s, o);
       },
       Status::invalid_parameter, {"overflows 64 bits"});
 }
@@ -457,7 +458,7 @@ TEST(ShapeOverflow, CApiPlans) {
   ASSERT_EQ(kvsCreateTensor(kSome, KVS_FLOAT32, 3, kshape, nullptr, &key), KVS_SUCCESS);
   ASSERT_EQ(kvsCreateTensor(&slot, KVS_INT64, 1, sshape, nullptr, &s), KVS_SUCCESS);
   EXPECT_EQ(
-      kvsScatterPaKvCacheGetWorkspaceSize(key, huge, s, nullptr, nullptr, nullptr, nullptr, nullptr,
+      kvsScatterPaKvCacheGetWorkspaceSize(key, nullptr, huge, nullptr, s, nullptr, nullptr, nullptr,
                                           "Norm", "None", nullptr, 0, nullptr, 0, &ws, &ex),
       KVS_ERROR_INVALID_PARAMETER);
   EXPECT_NE(std::string(kvsGetLastErrorMessage()).find("overflows 64 bits"), std::string::npos)

@@ -161,9 +161,8 @@ TEST(PagedKvWriteRejects, EveryRule) {
     c.slots[3] = 12;
     expect_rejected(
         c, [&] { run(c); },
-        "slot_mapping[3] = 12 is out of range [0, 12) (key_cache has 3 blocks "
-        "of 4 "
-        "slots)");
+        "slot_mapping[3] = 12 is out of range [0, 12) (key_cache has 3 blocks of 4 slots; "
+        "negative slots mark padding)");
   }
   {
     Call c;

@@ -174,7 +174,7 @@ TEST(PagedLatentWriteRejects, EveryRule) {
     c.slots[2] = std::int64_t{1} << 33;
     expect_rejected(c,
                     "slot_mapping[2] = 8589934592 is out of range [0, 12) (kv_cache has 3 "
-                    "blocks of 4 slots)");
+                    "blocks of 4 slots; negative slots mark padding)");
   }
   {
     Call c;

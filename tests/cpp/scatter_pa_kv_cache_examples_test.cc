@@ -33,7 +33,7 @@ Call e1(DType index_dtype, std::vector<std::int64_t> slots) {
   c.slot = index_buf(index_dtype, slots);
   c.key_cache = Buf(DType::float16, {2, 2, 2, 16});
   c.value_cache = Buf(DType::float16, {2, 4, 2, 16});
-  c.opts.cache_mode = "PA_NZ";
+  c.opts.cache_mode = CacheMode::PA_NZ;
   return c;
 }
 
@@ -93,7 +93,7 @@ TEST(ScatterPaKvCacheExamples, E1bPaNzInt8KeyFp16Value) {
   c.slot = index_buf(DType::int64, {3});  // blk 1, o 1 with bs = 2
   c.key_cache = Buf(DType::int8, {2, 2, 2, 32});
   c.value_cache = Buf(DType::float16, {2, 1, 2, 16});
-  c.opts.cache_mode = "PA_NZ";
+  c.opts.cache_mode = CacheMode::PA_NZ;
   Call out = run_both(c);
   for (int r = 0; r < 32; ++r) {
     // keyCache[1][0][1][:] = key[0..31], keyCache[1][1][1][:] = key[32..63]
@@ -160,7 +160,7 @@ TEST(ScatterPaKvCacheExamples, E3NctFusedBuffer) {
   c.slot = index_buf(DType::int32, {1, 0});
   c.key_cache = Buf(DType::int32, {1, 2, 1, 2});
   c.value_cache = Buf(DType::int32, {1, 2, 1, 3});
-  c.opts.scatter_mode = "Nct";
+  c.opts.scatter_mode = ScatterMode::Nct;
   c.opts.strides = std::array<std::int64_t, 2>{6, 6};
   c.opts.offsets = std::array<std::int64_t, 2>{0, 2};
   Call out = run_both(c);
@@ -180,7 +180,7 @@ TEST(ScatterPaKvCacheExamples, E3NctStrideVHonoured) {
   c.slot = index_buf(DType::int64, {0, 1});
   c.key_cache = Buf(DType::int32, {1, 2, 1, 2});
   c.value_cache = Buf(DType::int32, {1, 2, 1, 3});
-  c.opts.scatter_mode = "Nct";
+  c.opts.scatter_mode = ScatterMode::Nct;
   c.opts.strides = std::array<std::int64_t, 2>{4, 3};
   c.opts.offsets = std::array<std::int64_t, 2>{0, 0};
   Call out = run_both(c);
@@ -196,7 +196,7 @@ TEST(ScatterPaKvCacheExamples, E4KeyOnly) {
     // A 0-D value and value_cache are the same as absent ones.
     Call c = e2(idx, false);
     const TensorView scalar(nullptr, DType::int32, std::span<const std::int64_t>{});
-    scatter_pa_kv_cache(c.key.view(), c.key_cache.view(), c.slot.view(), scalar, scalar, {});
+    scatter_pa_kv_cache(c.key.view(), scalar, c.key_cache.view(), scalar, c.slot.view(), {});
     EXPECT_EQ(ints(c.key_cache), kE2Key);
   }
 }
@@ -219,7 +219,7 @@ TEST(ScatterPaKvCacheExamples, E5AlibiPacked) {
   c.slot = index_buf(DType::int32, {0, 4, 8, 12});
   c.key_cache = Buf(DType::float16, {4, 4, 1, 16});
   c.value_cache = Buf(DType::float16, {4, 4, 1, 16});
-  c.opts.scatter_mode = "Alibi";
+  c.opts.scatter_mode = ScatterMode::Alibi;
   Call out = run_both(c);
   // row -> (token, head) of the source, or -1 for untouched.
   const int src_t[16] = {1, 2, -1, -1, 2, -1, -1, -1, 5, -1, -1, -1, 4, 5, -1, -1};
@@ -255,7 +255,7 @@ Call e6(const char* mode, std::vector<std::int64_t> lens, std::vector<std::int64
   c.slot = index_buf(DType::int64, {0, 8});
   c.key_cache = Buf(DType::float16, {3, 4, 1, 16});
   c.value_cache = Buf(DType::float16, {3, 4, 1, 16});
-  c.opts.scatter_mode = mode;
+  c.opts.scatter_mode = parse_scatter_mode(mode);
   return c;
 }
 
@@ -322,7 +322,7 @@ std::uint16_t rope_mean16(DType dt, const std::vector<float>& window) {
   c.compress_seq_offsets = index_buf(DType::int32, {0});
   c.slot = index_buf(DType::int32, {0});
   c.key_cache = Buf(dt, {1, 4, 1, 16});
-  c.opts.scatter_mode = "Rope";
+  c.opts.scatter_mode = ScatterMode::Rope;
   Call out = run_both(c);
   for (int d = 1; d < 16; ++d) {
     EXPECT_EQ(out.key_cache.get<std::uint16_t>(d), out.key_cache.get<std::uint16_t>(0));
@@ -352,7 +352,7 @@ std::uint32_t rope_mean_code(DType dt, const std::vector<std::uint32_t>& codes) 
   c.compress_seq_offsets = index_buf(DType::int64, {0});
   c.slot = index_buf(DType::int64, {1});
   c.key_cache = Buf(dt, {1, 2, 1, 1});
-  c.opts.scatter_mode = "Rope";
+  c.opts.scatter_mode = ScatterMode::Rope;
   Call out = run_both(c);
   std::uint32_t code = 0;
   std::memcpy(&code, out.key_cache.bytes.data() + es, es);
@@ -434,7 +434,7 @@ Call e8(std::int64_t window) {
 TEST(ScatterPaKvCacheExamples, E8Rope4DDocumentedFormula) {
   for (const char* mode : {"None", "Rope"}) {
     Call c = e8(2);
-    c.opts.scatter_mode = mode;
+    c.opts.scatter_mode = parse_scatter_mode(mode);
     Call out = run_both(c);
     const float want_k[] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1.5f, 15, 3, 30, 4, 40};
     const float want_v[] = {0, 0, 0, 0, 0, 0, 0, 0, 100, 100, 101.5f, 115, 103, 130, 104, 140};

@@ -67,17 +67,17 @@ TEST_F(LargeCache, LastSlotInEveryLayout) {
         kc = TensorView(cache_, DType::uint8, {kBlocks, kBlock, kHeads, kHead});
         vc = TensorView(value_cache.data(), DType::uint8, {kBlocks, kBlock, kHeads, 1});
       } else if (layout == 1) {  // NHSD [nb, NH, bs, D]
-        o.scatter_mode = "NHSD";
+        o.scatter_mode = ScatterMode::NHSD;
         kc = TensorView(cache_, DType::uint8, {kBlocks, kHeads, kBlock, kHead});
         vc = TensorView(value_cache.data(), DType::uint8, {kBlocks, kHeads, kBlock, 1});
       } else {  // PA_NZ [nb, NH*D/32, bs, 32], key only (value head size must be 32-byte aligned)
-        o.cache_mode = "PA_NZ";
+        o.cache_mode = CacheMode::PA_NZ;
         kc = TensorView(cache_, DType::uint8, {kBlocks, kHeads * kHead / 32, kBlock, 32});
       }
       const bool with_value = layout != 2;
       const auto plan = plan_scatter_pa_kv_cache(
-          k, kc, slot, with_value ? std::optional<TensorView>(v) : std::nullopt,
-          with_value ? std::optional<TensorView>(vc) : std::nullopt, o);
+          k, with_value ? std::optional<TensorView>(v) : std::nullopt, kc,
+          with_value ? std::optional<TensorView>(vc) : std::nullopt, slot, o);
       if (use_reference)
         reference::execute(plan);
       else
@@ -118,12 +118,12 @@ TEST_F(LargeCache, CompressRunEndingAtTheLastRow) {
   const TensorView k(key.data(), DType::uint8, {5, 1, d});
   std::vector<std::int32_t> seq = {5}, lens = {3}, start = {static_cast<std::int32_t>(kSlots - 3)};
   ScatterPaKvCacheOptions o;
-  o.scatter_mode = "Alibi";
+  o.scatter_mode = ScatterMode::Alibi;
   o.seq_lens = TensorView(seq.data(), DType::int32, {1});
   o.compress_lens = TensorView(lens.data(), DType::int32, {1});
   const TensorView kc(cache_, DType::uint8, {kBlocks, kBlock, 1, d});
-  scatter_pa_kv_cache(k, kc, TensorView(start.data(), DType::int32, {1}), std::nullopt,
-                      std::nullopt, o);
+  scatter_pa_kv_cache(k, std::nullopt, kc, std::nullopt,
+                      TensorView(start.data(), DType::int32, {1}), o);
   for (std::int64_t r = 0; r < 3; ++r) {
     for (std::int64_t e = 0; e < d; ++e) {
       ASSERT_EQ(cache_[(kSlots - 3 + r) * d + e], key[(2 + r) * d + e]);

@@ -69,7 +69,7 @@ struct Call {
   Buf key, key_cache, slot, value, value_cache;
   bool has_value = true;
   std::optional<Buf> compress_lens, compress_seq_offsets, seq_lens;
-  ScatterPaKvCacheOptions opts;  // string/array options; tensors are bound by bind()
+  ScatterPaKvCacheOptions opts;  // mode/array options; tensors are bound by bind()
 
   ScatterPaKvCacheOptions bind() {
     ScatterPaKvCacheOptions o = opts;
@@ -85,12 +85,12 @@ struct Call {
     return has_value ? std::optional<TensorView>(value_cache.view()) : std::nullopt;
   }
   ScatterPaKvCachePlan plan() {
-    return plan_scatter_pa_kv_cache(key.view(), key_cache.view(), slot.view(), value_view(),
-                                    value_cache_view(), bind());
+    return plan_scatter_pa_kv_cache(key.view(), value_view(), key_cache.view(), value_cache_view(),
+                                    slot.view(), bind());
   }
   // Optimized kernel on this call's caches.
   void run() {
-    scatter_pa_kv_cache(key.view(), key_cache.view(), slot.view(), value_view(), value_cache_view(),
+    scatter_pa_kv_cache(key.view(), value_view(), key_cache.view(), value_cache_view(), slot.view(),
                         bind());
   }
   // Reference on this call's caches.

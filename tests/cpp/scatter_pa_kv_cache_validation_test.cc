@@ -27,7 +27,7 @@ Args args_of(Call& c) {
 }
 
 ScatterPaKvCachePlan plan_of(const Args& a) {
-  return plan_scatter_pa_kv_cache(a.key, a.key_cache, a.slot, a.value, a.value_cache, a.opts);
+  return plan_scatter_pa_kv_cache(a.key, a.value, a.key_cache, a.value_cache, a.slot, a.opts);
 }
 
 void randomize(Buf& b, std::uint32_t seed) {
@@ -54,7 +54,7 @@ Call nz() {  // float16 key [3,2,16] and bfloat16 value [3,2,32]
   c.key_cache = Buf(DType::float16, {2, 2, 4, 16});
   c.value_cache = Buf(DType::bfloat16, {2, 4, 4, 16});
   c.slot = index_buf(DType::int64, {1, 6, -1});
-  c.opts.cache_mode = "PA_NZ";
+  c.opts.cache_mode = CacheMode::PA_NZ;
   return c;
 }
 
@@ -65,7 +65,7 @@ Call nhsd() {
   c.key_cache = Buf(DType::float32, {2, 2, 4, 4});
   c.value_cache = Buf(DType::float32, {2, 2, 4, 4});
   c.slot = index_buf(DType::int32, {7, 0, 3});
-  c.opts.scatter_mode = "NHSD";
+  c.opts.scatter_mode = ScatterMode::NHSD;
   return c;
 }
 
@@ -78,7 +78,7 @@ Call nct() {  // E3: one 12-element buffer read as key [2,1,2] and value [2,1,3]
   c.slot = index_buf(DType::int32, {1, 0});
   c.key_cache = Buf(DType::int32, {1, 2, 1, 2});
   c.value_cache = Buf(DType::int32, {1, 2, 1, 3});
-  c.opts.scatter_mode = "Nct";
+  c.opts.scatter_mode = ScatterMode::Nct;
   c.opts.strides = std::array<std::int64_t, 2>{6, 6};
   c.opts.offsets = std::array<std::int64_t, 2>{0, 2};
   return c;
@@ -93,7 +93,7 @@ Call alibi3() {  // E5 shapes: NH=2, seq_lens [3,3], 4 blocks of 4
   c.slot = index_buf(DType::int32, {0, 4, 8, 12});
   c.key_cache = Buf(DType::float16, {4, 4, 1, 16});
   c.value_cache = Buf(DType::float16, {4, 4, 1, 16});
-  c.opts.scatter_mode = "Alibi";
+  c.opts.scatter_mode = ScatterMode::Alibi;
   return c;
 }
 
@@ -107,7 +107,7 @@ Call rope3(const char* mode = "Rope") {  // E6 shapes: NH=1, seq_lens [4,3], 3 b
   c.slot = index_buf(DType::int64, {0, 8});
   c.key_cache = Buf(DType::bfloat16, {3, 4, 1, 16});
   c.value_cache = Buf(DType::bfloat16, {3, 4, 1, 16});
-  c.opts.scatter_mode = mode;
+  c.opts.scatter_mode = parse_scatter_mode(mode);
   return c;
 }
 
@@ -194,24 +194,25 @@ std::vector<Rejection> rejections() {
       [](Args& a) { a.opts.compress_seq_offsets.reset(); }, nullp,
       {"compress_seq_offsets is missing", "Omni"});
 
-  // Mode strings and combinations.
-  add("CacheModeUnknown", norm, {}, [](Args& a) { a.opts.cache_mode = "NZ"; }, inv,
-      {"cache_mode", "\"NZ\""});
-  add("CacheModeWrongCase", norm, {}, [](Args& a) { a.opts.cache_mode = "norm"; }, inv,
-      {"cache_mode", "\"norm\""});
-  add("ScatterModeUnknown", norm, {}, [](Args& a) { a.opts.scatter_mode = "ALIBI"; }, inv,
-      {"scatter_mode", "\"ALIBI\""});
-  add("PaNzWithNct", nz, {}, [](Args& a) { a.opts.scatter_mode = "Nct"; }, inv,
+  // Mode values and combinations (names are parsed by parse_cache_mode / parse_scatter_mode,
+  // tested below).
+  add("CacheModeOutOfRange", norm, {},
+      [](Args& a) { a.opts.cache_mode = static_cast<CacheMode>(7); }, inv,
+      {"cache_mode must be Norm or PA_NZ", "7"});
+  add("ScatterModeOutOfRange", norm, {},
+      [](Args& a) { a.opts.scatter_mode = static_cast<ScatterMode>(9); }, inv,
+      {"scatter_mode must be None, Nct, Alibi, Rope, Omni or NHSD", "9"});
+  add("PaNzWithNct", nz, {}, [](Args& a) { a.opts.scatter_mode = ScatterMode::Nct; }, inv,
       {"PA_NZ combines only with scatter_mode None", "\"Nct\""});
-  add("PaNzWithRope", rope3_default(), {}, [](Args& a) { a.opts.cache_mode = "PA_NZ"; }, inv,
-      {"PA_NZ", "\"Rope\""});
-  add("Key4DWithNct", rope4, {}, [](Args& a) { a.opts.scatter_mode = "Nct"; }, inv,
+  add("PaNzWithRope", rope3_default(), {}, [](Args& a) { a.opts.cache_mode = CacheMode::PA_NZ; },
+      inv, {"PA_NZ", "\"Rope\""});
+  add("Key4DWithNct", rope4, {}, [](Args& a) { a.opts.scatter_mode = ScatterMode::Nct; }, inv,
       {"scatter_mode Nct needs a 3-D key", "[1, 5, 1, 2]"});
-  add("Key4DWithOmni", rope4, {}, [](Args& a) { a.opts.scatter_mode = "Omni"; }, inv,
+  add("Key4DWithOmni", rope4, {}, [](Args& a) { a.opts.scatter_mode = ScatterMode::Omni; }, inv,
       {"scatter_mode Omni needs a 3-D key"});
-  add("Key4DWithNhsd", rope4, {}, [](Args& a) { a.opts.scatter_mode = "NHSD"; }, inv,
+  add("Key4DWithNhsd", rope4, {}, [](Args& a) { a.opts.scatter_mode = ScatterMode::NHSD; }, inv,
       {"scatter_mode NHSD needs a 3-D key"});
-  add("Key4DWithPaNz", rope4, {}, [](Args& a) { a.opts.cache_mode = "PA_NZ"; }, inv,
+  add("Key4DWithPaNz", rope4, {}, [](Args& a) { a.opts.cache_mode = CacheMode::PA_NZ; }, inv,
       {"4-D key", "PA_NZ"});
   add("Key4DWithoutCompressLens", rope4, {}, [](Args& a) { a.opts.compress_lens.reset(); }, inv,
       {"4-D key", "compress_lens is missing"});
@@ -238,7 +239,7 @@ std::vector<Rejection> rejections() {
       {}, inv, {"compress_seq_offsets must not be given for scatter_mode Alibi", "[4]"});
   add("OffsetsWith4DAlibi", alibi4, {},
       [](Args& a) {
-        a.opts.scatter_mode = "Alibi";
+        a.opts.scatter_mode = ScatterMode::Alibi;
         a.opts.compress_seq_offsets = a.opts.compress_lens;
       },
       inv, {"compress_seq_offsets must not be given for scatter_mode Alibi"});
@@ -676,7 +677,7 @@ TEST_P(ScatterPaKvCacheRejects, StatusMessageAndUntouchedCaches) {
   Args a = args_of(c);
   if (r.tweak) r.tweak(a);
   expect_error(
-      [&] { scatter_pa_kv_cache(a.key, a.key_cache, a.slot, a.value, a.value_cache, a.opts); }, r,
+      [&] { scatter_pa_kv_cache(a.key, a.value, a.key_cache, a.value_cache, a.slot, a.opts); }, r,
       "scatter_pa_kv_cache");
   expect_error([&] { reference::execute(plan_of(a)); }, r, "reference");
   if (r.data_error) {
@@ -712,12 +713,36 @@ TEST(ScatterPaKvCacheAccepts, UpstreamDefaultStridesAndOffsetsOutsideNct) {
 }
 
 TEST(ScatterPaKvCacheAccepts, EmptyModeStringsMeanNormAndNone) {
-  Call c = norm();
-  c.opts.cache_mode = "";
-  c.opts.scatter_mode = "";
-  const auto p = c.plan();
-  EXPECT_EQ(p.cache_mode, CacheMode::Norm);
-  EXPECT_EQ(p.scatter_mode, ScatterMode::None);
+  EXPECT_EQ(parse_cache_mode(""), CacheMode::Norm);
+  EXPECT_EQ(parse_scatter_mode(""), ScatterMode::None);
+  EXPECT_EQ(parse_cache_mode("PA_NZ"), CacheMode::PA_NZ);
+  for (ScatterMode m : {ScatterMode::None, ScatterMode::Nct, ScatterMode::Alibi, ScatterMode::Rope,
+                        ScatterMode::Omni, ScatterMode::NHSD}) {
+    EXPECT_EQ(parse_scatter_mode(scatter_mode_name(m)), m);
+  }
+  EXPECT_STREQ(cache_mode_name(CacheMode::PA_NZ), "PA_NZ");
+}
+
+TEST(ScatterPaKvCacheRejects, UnknownModeNames) {
+  const struct {
+    std::function<void()> parse;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {[] { parse_cache_mode("NZ"); }, {"cache_mode", "\"NZ\""}},
+      {[] { parse_cache_mode("norm"); }, {"cache_mode", "\"norm\""}},
+      {[] { parse_scatter_mode("ALIBI"); }, {"scatter_mode", "\"ALIBI\""}},
+      {[] { parse_scatter_mode("None "); }, {"scatter_mode", "\"None \""}},
+  };
+  for (const auto& c : cases) {
+    try {
+      c.parse();
+      ADD_FAILURE() << "no error for " << c.needles[1];
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_parameter);
+      for (const auto& n : c.needles)
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(ScatterPaKvCacheAccepts, ZeroTokensIsANoOpEvenWithNullData) {
@@ -731,7 +756,7 @@ TEST(ScatterPaKvCacheAccepts, ZeroTokensIsANoOpEvenWithNullData) {
   a.value->data = nullptr;
   a.slot.shape[0] = 0;
   a.slot.data = nullptr;
-  EXPECT_NO_THROW(scatter_pa_kv_cache(a.key, a.key_cache, a.slot, a.value, a.value_cache, a.opts));
+  EXPECT_NO_THROW(scatter_pa_kv_cache(a.key, a.value, a.key_cache, a.value_cache, a.slot, a.opts));
   EXPECT_EQ(c.key_cache.bytes, before);
 }
 

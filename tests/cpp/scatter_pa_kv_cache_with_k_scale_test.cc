@@ -3,6 +3,8 @@
 // message, caches untouched), and the last writer of duplicate slots. Randomized
 // optimized-versus-reference cases (strided views, slot patterns, threads) live in the shared
 // harness (tests/cpp/harness/scatter_pa_kv_cache_with_k_scale_cases.cc).
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
+
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
@@ -10,12 +12,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kvscatter/error.h"
-#include "kvscatter/quant_ops.h"
 #include "kvscatter/runtime.h"
 
 namespace kvscatter {
@@ -87,8 +89,9 @@ TEST(ScatterPaKvCacheWithKScaleSpec, WorkedExample) {
             0.5f * static_cast<float>(t + 1) + static_cast<float>(h);
       }
     p.slots = {5, -1, 8};
-    auto plan = plan_scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(),
-                                                      p.tslots(), p.tks(), p.tsc(), "BNBD");
+    auto plan =
+        plan_scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(),
+                                              p.tks(), p.tsc(), KScaleCacheLayout::BNBD);
     if (reference_kernel) {
       reference::execute(plan);
     } else {
@@ -140,7 +143,7 @@ TEST(ScatterPaKvCacheWithKScaleSpec, ScalesAreRawBitCopies) {
   p.slots = {0};
   p.dtype = DType::float8_e5m2;
   scatter_pa_kv_cache_with_k_scale(p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(), p.tks(),
-                                   p.tsc(), "");
+                                   p.tsc(), parse_k_scale_cache_layout(""));
   for (int h = 0; h < 4; ++h) EXPECT_EQ(to_bits(p.scale_cache[h]), pats[h]);
 }
 
@@ -200,7 +203,8 @@ TEST(ScatterPaKvCacheWithKScaleSpec, OffsetsPast4GiB) {
 
 struct Views {
   TensorView key, value, kc, vc, slots, ks, sc;
-  std::string layout = "BNBD";
+  std::string layout = "BNBD";  // parsed with parse_k_scale_cache_layout, as the C ABI does
+  std::optional<KScaleCacheLayout> layout_value;  // given: passed as it is
 };
 
 template <class Mutate>
@@ -213,10 +217,12 @@ void expect_rejected(Mutate mutate, Status status, std::initializer_list<std::st
   p.slots = {1, 2, 3};
   const Bytes kc = p.key_cache, vc = p.value_cache;
   const std::vector<float> sc = p.scale_cache;
-  Views v{p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(), p.tks(), p.tsc()};
+  Views v{p.tkey(), p.tvalue(), p.tkc(), p.tvc(), p.tslots(), p.tks(), p.tsc(), "BNBD", {}};
   mutate(p, v);
   try {
-    scatter_pa_kv_cache_with_k_scale(v.key, v.value, v.kc, v.vc, v.slots, v.ks, v.sc, v.layout);
+    scatter_pa_kv_cache_with_k_scale(
+        v.key, v.value, v.kc, v.vc, v.slots, v.ks, v.sc,
+        v.layout_value ? *v.layout_value : parse_k_scale_cache_layout(v.layout));
     ADD_FAILURE() << "no error thrown";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), status) << e.what();
@@ -250,6 +256,9 @@ TEST(ScatterPaKvCacheWithKScaleErrors, CacheLayout) {
     expect_rejected([bad](Problem&, Views& v) { v.layout = bad; }, Status::invalid_parameter,
                     {"cache_layout", std::string("\"") + bad + "\""});
   }
+  expect_rejected([](Problem&, Views& v) { v.layout_value = static_cast<KScaleCacheLayout>(3); },
+                  Status::invalid_parameter, {"cache_layout must be BNBD", "3"});
+  EXPECT_EQ(parse_k_scale_cache_layout(""), KScaleCacheLayout::BNBD);
 }
 
 TEST(ScatterPaKvCacheWithKScaleErrors, Dtypes) {

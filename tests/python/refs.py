@@ -241,7 +241,7 @@ def scatter_pa_kv_cache_with_k_scale(key, value, key_cache, value_cache, slot_ma
 
 C448 = f32_bits(0x3B124925)  # (float)(1.0f / 448.0f)
 EPS = f32_bits(0x38D1B717)  # (float)1e-4
-C6 = f32_bits(0x3E2AAAAB)  # (float)(1.0f / 6.0f)
+C_SIXTH = f32_bits(0x3E2AAAAB)  # (float)(1.0f / 6.0f)
 
 
 def epilog_row_bytes(d: int, mode: int, gs: int) -> tuple[int, int]:
@@ -290,7 +290,7 @@ def epilog_row(x_row, mode: int, gs: int, round_scale: bool, x_scale: float) -> 
     codes, scales = [], []
     for g in v[:n].reshape(-1, gs):
         amax = np.max(np.abs(g))
-        scale = np.float32(amax * C6)
+        scale = np.float32(amax * C_SIXTH)
         inv = np.float32(np.float32(6.0) / amax) if amax != 0 else np.float32(0.0)
         inv_b = bf16_round([inv])[0]
         xq = bf16_round((g * inv_b).astype(np.float32))  # exact product, one RNE to bfloat16

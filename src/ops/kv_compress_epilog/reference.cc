@@ -1,12 +1,12 @@
-// Reference kernel of KvCompressEpilog, written straight from spec sections 4.3-4.7 with the
-// scalar encoders of kvscatter::formats. Rows are processed one at a time in token order, so a
-// repeated slot ends up holding the last token's row (G4). Slow on purpose.
+// reference::execute(plan) of kv_compress_epilog, the oracle: written from the row layout of
+// docs/operators/kv_compress_epilog.md with the scalar encoders of kvscatter::formats. Rows are
+// processed one at a time in token order, so a repeated slot ends up holding the last token's
+// row. Slow on purpose.
 //
-// Non-finite inputs (upstream leaves them undefined; kvscatter's choice, docs/operators/
-// kv_compress_epilog.md): a group whose amax is NaN stores a NaN scale (bf16 0x7FC0, e8m0 0xFF)
-// and all-NaN codes (e4m3 0x7F) or zero codes (e2m1, which has no NaN); any other quotient or
-// product that is NaN (an infinity divided by an infinite scale, or times a zero multiplier)
-// encodes as e4m3 0x7F or e2m1 0x0.
+// Non-finite inputs (see docs/semantics.md, "kv_compress_epilog"): a group whose amax is NaN
+// stores a NaN scale (bf16 0x7FC0, e8m0 0xFF) and all-NaN codes (e4m3 0x7F) or zero codes (e2m1,
+// which has no NaN); any other quotient or product that is NaN (an infinity divided by an
+// infinite scale, or times a zero multiplier) encodes as e4m3 0x7F or e2m1 0x0.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "kvscatter/formats.h"
-#include "kvscatter/quant_ops.h"
-#include "ops/kv_compress_epilog/kernel.h"
+#include "ops/kv_compress_epilog/internal.h"
 
 namespace kvscatter::reference {
 namespace {
@@ -40,7 +39,7 @@ void put_bf16(std::uint8_t* out, std::uint16_t code) {
   out[1] = static_cast<std::uint8_t>(code >> 8);
 }
 
-// Modes 0 and 1 (spec 4.4 and 4.5): rope bf16 first, then fp8 data, then one scale per group.
+// Modes 0 and 1: rope bf16 first, then fp8 data, then one scale per group.
 void fp8_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::uint8_t* out) {
   const float C448 = f32_from_bits(detail::kC448Bits);
   const float EPS = f32_from_bits(detail::kEpsBits);
@@ -81,9 +80,9 @@ void fp8_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::uint8_t
   }
 }
 
-// Mode 2 (spec 4.4 and 4.7): HiFloat8 rope, packed e2m1 nope, bf16 scale per group.
+// Mode 2: HiFloat8 rope, packed e2m1 nope, bf16 scale per group.
 void hif8_fp4_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::uint8_t* out) {
-  const float C6 = f32_from_bits(detail::kC6Bits);
+  const float c6 = f32_from_bits(detail::kC6Bits);
   const std::int64_t n = p.d - 64;
   const std::int64_t gs = p.group_size;
   const float xs = p.x_scale;
@@ -100,7 +99,7 @@ void hif8_fp4_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::ui
       put_bf16(scale, detail::kBf16CanonicalNaN);
       continue;
     }
-    const float sc = amax * C6;
+    const float sc = amax * c6;
     const float inv = amax != 0.0f ? 6.0f / amax : 0.0f;
     const float inv_b = fmt::decode_bfloat16(fmt::encode_bfloat16(inv));
     put_bf16(scale, fmt::encode_bfloat16(sc));
@@ -121,8 +120,10 @@ void hif8_fp4_row(const KvCompressEpilogPlan& p, const std::uint16_t* x, std::ui
 }  // namespace
 
 void execute(const KvCompressEpilogPlan& p) {
+  detail::epilog::check_bound_data(p);
   if (p.rows == 0) return;
-  const std::vector<std::int64_t> slots = detail::checked_epilog_slots(p);  // before any write
+  std::vector<std::int64_t> slots;
+  detail::epilog::check_data(p, slots);  // before any write
   const auto* x = static_cast<const std::uint16_t*>(p.x.data);
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   std::vector<std::uint8_t> row(static_cast<std::size_t>(p.row_bytes));

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/index.h"
 #include "kvscatter/paged_cache_gather.h"
 
 namespace kvscatter::detail::paged_cache_gather {
@@ -22,16 +23,7 @@ struct CheckedData {
 
 // Element (i, j) of a 1-D (j == 0) or 2-D int32/int64 tensor, at its true width and strides.
 inline std::int64_t index_at(const TensorView& t, std::int64_t i, std::int64_t j = 0) {
-  const std::int64_t off = i * t.stride(0) + (t.rank == 2 ? j * t.stride(1) : 0);
-  const auto* p = static_cast<const unsigned char*>(t.data);
-  if (t.dtype == DType::int64) {
-    std::int64_t v;
-    std::memcpy(&v, p + off * 8, 8);
-    return v;
-  }
-  std::int32_t v;
-  std::memcpy(&v, p + off * 4, 4);
-  return v;
+  return IndexReader(t)[t.rank == 2 ? i * t.dim(1) + j : i];
 }
 
 void check_bound_data(const PagedCacheGatherPlan& plan);

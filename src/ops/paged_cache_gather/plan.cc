@@ -134,12 +134,7 @@ void check_scale(const PagedCacheGatherOptions& o, PagedCacheGatherPlan& p) {
     }
     return;
   }
-  if (o.scale->dtype != DType::float32) {
-    invalid("scale must be float32, got ", dtype_name(o.scale->dtype));
-  }
-  require_sane_layout(*o.scale, "scale");
-  if (o.scale->numel() != 1) invalid("scale has ", o.scale->numel(), " elements; expected 1");
-  require_data(*o.scale, "scale");
+  require_scalar_scale(*o.scale, "scale");
   p.scale = o.scale;
 }
 

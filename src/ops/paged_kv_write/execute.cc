@@ -4,7 +4,7 @@
 #include "core/streaming.h"
 #include "ops/paged_kv_write/internal.h"
 #include "ops/paged_kv_write/kernel.h"
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {
@@ -44,7 +44,7 @@ void execute(const PagedKvWritePlan& plan) {
   job.side[1] = make_side(plan, plan.value, plan.value_cache, data.v_scale);
   job.num_heads = plan.num_heads;
   job.head_size = plan.head_size;
-  job.block_size = plan.block_size;
+  job.split = SlotSplitter(plan.block_size);
   job.dtype = plan.key.dtype;
   job.format = plan.format;
   job.uniform_scale = !plan.per_head_scale;

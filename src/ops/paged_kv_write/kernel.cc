@@ -14,7 +14,6 @@
 #include "formats/fp8-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_kv_write/kernel.h"
-#include "ops/quant_common/slots.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::paged_kv_write::HWY_NAMESPACE {
@@ -56,13 +55,11 @@ HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigne
 }
 
 void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
-  const SlotSplitter split(job.block_size);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
-    const std::int64_t blk = split.block(slot), off = split.offset(slot);
     for (const Side& s : job.side) {
-      unsigned char* row = s.dst + blk * s.block_stride + off * s.slot_stride;
+      unsigned char* row = job.split.address(s.dst, s.block_stride, s.slot_stride, slot);
       switch (job.format) {
         case KvCacheFormat::copy:
           CopyToken(job, s, t, row);

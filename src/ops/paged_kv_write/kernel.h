@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "core/slots.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/paged_kv_write.h"
 
@@ -11,8 +12,8 @@ namespace kvscatter::detail::paged_kv_write {
 
 // One side (key or value). Every distance is in bytes. Token t, head h is read
 // at src + t*src_token + h*src_head (head_size contiguous elements). Slot s,
-// head h is written at dst + (s / block_size)*block_stride + (s %
-// block_size)*slot_stride + h*head_stride.
+// head h is written at split.address(dst, block_stride, slot_stride, s) +
+// h*head_stride.
 struct Side {
   const unsigned char* src = nullptr;
   std::int64_t src_token = 0, src_head = 0;
@@ -24,7 +25,8 @@ struct Side {
 
 struct Job {
   Side side[2];
-  std::int64_t num_heads = 0, head_size = 0, block_size = 1;
+  std::int64_t num_heads = 0, head_size = 0;
+  SlotSplitter split;
   DType dtype = DType::float32;  // of key and value
   KvCacheFormat format = KvCacheFormat::copy;
   bool uniform_scale = false;  // one scale for every head (merged runs may be quantized at once)

@@ -4,8 +4,9 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/index.h"
+#include "core/slots.h"
 #include "ops/paged_kv_write/internal.h"
-#include "ops/quant_common/slots.h"
 
 namespace kvscatter {
 namespace detail::paged_kv_write {
@@ -148,14 +149,7 @@ void check_bound_data(const PagedKvWritePlan& p) {
 }
 
 void check_data(const PagedKvWritePlan& p, CheckedData& out) {
-  out.slots = read_slots(p.slot_mapping);
-  for (std::int64_t t = 0; t < p.num_tokens; ++t) {
-    const std::int64_t s = out.slots[static_cast<std::size_t>(t)];
-    if (s >= p.num_slots) {
-      invalid("slot_mapping[", t, "] = ", s, " is out of range [0, ", p.num_slots,
-              ") (key_cache has ", p.num_blocks, " blocks of ", p.block_size, " slots)");
-    }
-  }
+  read_padded_slots(p.slot_mapping, p.num_slots, p.block_size, "key_cache", out.slots);
   out.k_scale.clear();
   out.v_scale.clear();
   if (p.format == KvCacheFormat::copy) return;
@@ -185,19 +179,19 @@ const char* kv_cache_format_name(KvCacheFormat format) noexcept {
   }
 }
 
-std::optional<KvCacheFormat> parse_kv_cache_format(const char* name) noexcept {
-  if (name == nullptr) return std::nullopt;
+KvCacheFormat parse_kv_cache_format(std::string_view text) {
+  if (text.empty()) return KvCacheFormat::copy;
   for (KvCacheFormat f : {KvCacheFormat::copy, KvCacheFormat::fp8_e4m3, KvCacheFormat::fp8_e5m2}) {
-    if (std::strcmp(name, kv_cache_format_name(f)) == 0) return f;
+    if (text == kv_cache_format_name(f)) return f;
   }
-  return std::nullopt;
+  detail::invalid("format '", text, "' is not supported (expected 'copy', 'fp8_e4m3' or ",
+                  "'fp8_e5m2')");
 }
 
-std::optional<KvCacheLayout> parse_kv_cache_layout(const char* name) noexcept {
-  if (name == nullptr) return std::nullopt;
-  if (std::strcmp(name, "NHD") == 0) return KvCacheLayout::NHD;
-  if (std::strcmp(name, "HND") == 0) return KvCacheLayout::HND;
-  return std::nullopt;
+KvCacheLayout parse_kv_cache_layout(std::string_view text) {
+  if (text.empty() || text == "NHD") return KvCacheLayout::NHD;
+  if (text == "HND") return KvCacheLayout::HND;
+  detail::invalid("layout '", text, "' is not supported (expected 'NHD' or 'HND')");
 }
 
 PagedKvWritePlan plan_paged_kv_write(const TensorView& key, const TensorView& value,

@@ -2,22 +2,14 @@
 // at a time.
 #include <cstring>
 
+#include "core/unaligned.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_kv_write/internal.h"
 
 namespace kvscatter::reference {
 namespace {
 
-float load_float(const unsigned char* p, DType dtype) {
-  if (dtype == DType::float32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  std::uint16_t c;
-  std::memcpy(&c, p, 2);
-  return dtype == DType::float16 ? formats::decode_float16(c) : formats::decode_bfloat16(c);
-}
+using detail::load_float;
 
 void write_row(const PagedKvWritePlan& p, const TensorView& x, const TensorView& cache,
                const std::vector<float>& scales, std::int64_t t, std::int64_t slot) {

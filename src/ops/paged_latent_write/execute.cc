@@ -2,7 +2,7 @@
 // to their last writer, then the tokens split over the thread pool (kernel.cc moves the bytes).
 #include "ops/paged_latent_write/internal.h"
 #include "ops/paged_latent_write/kernel.h"
-#include "ops/quant_common/slots.h"
+#include "core/slots.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {
@@ -24,7 +24,7 @@ void execute(const PagedLatentWritePlan& plan) {
   job.cache = static_cast<unsigned char*>(plan.kv_cache.data);
   job.block_stride = plan.kv_cache.stride(0) * ces;
   job.slot_stride = plan.kv_cache.stride(1) * ces;
-  job.block_size = plan.block_size;
+  job.split = SlotSplitter(plan.block_size);
   job.latent_dim = plan.latent_dim;
   job.pe_dim = plan.pe_dim;
   job.dtype = plan.kv_c.dtype;

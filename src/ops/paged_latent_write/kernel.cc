@@ -15,7 +15,6 @@
 #include "kvscatter/formats.h"
 #include "ops/paged_latent_write/internal.h"
 #include "ops/paged_latent_write/kernel.h"
-#include "ops/quant_common/slots.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE {
@@ -57,15 +56,13 @@ void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* 
 }
 
 void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
-  const SlotSplitter split(job.block_size);
   const std::size_t es = job.dtype == DType::float32 ? 4 : 2;
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
-    unsigned char* row =
-        job.cache + split.block(slot) * job.block_stride + split.offset(slot) * job.slot_stride;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
     const unsigned char* kv_c = job.kv_c + t * job.kv_c_token;
     const unsigned char* k_pe = job.k_pe + t * job.k_pe_token;
     switch (job.format) {

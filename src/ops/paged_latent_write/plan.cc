@@ -3,8 +3,8 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/slots.h"
 #include "ops/paged_latent_write/internal.h"
-#include "ops/quant_common/slots.h"
 
 namespace kvscatter {
 namespace detail::paged_latent_write {
@@ -91,12 +91,7 @@ void check_scale(const PagedLatentWriteOptions& o, PagedLatentWritePlan& p) {
     }
     return;
   }
-  if (o.scale->dtype != DType::float32) {
-    invalid("scale must be float32, got ", dtype_name(o.scale->dtype));
-  }
-  require_sane_layout(*o.scale, "scale");
-  if (o.scale->numel() != 1) invalid("scale has ", o.scale->numel(), " elements; expected 1");
-  require_data(*o.scale, "scale");
+  require_scalar_scale(*o.scale, "scale");
   p.scale = o.scale;
 }
 
@@ -125,14 +120,7 @@ void check_bound_data(const PagedLatentWritePlan& p) {
 }
 
 void check_data(const PagedLatentWritePlan& p, CheckedData& out) {
-  out.slots = read_slots(p.slot_mapping);
-  for (std::int64_t t = 0; t < p.num_tokens; ++t) {
-    const std::int64_t s = out.slots[static_cast<std::size_t>(t)];
-    if (s >= p.num_slots) {
-      invalid("slot_mapping[", t, "] = ", s, " is out of range [0, ", p.num_slots,
-              ") (kv_cache has ", p.num_blocks, " blocks of ", p.block_size, " slots)");
-    }
-  }
+  read_padded_slots(p.slot_mapping, p.num_slots, p.block_size, "kv_cache", out.slots);
   if (p.scale) std::memcpy(&out.scale, p.scale->data, 4);
 }
 
@@ -151,13 +139,14 @@ const char* latent_cache_format_name(LatentCacheFormat format) noexcept {
   }
 }
 
-std::optional<LatentCacheFormat> parse_latent_cache_format(const char* name) noexcept {
-  if (name == nullptr) return std::nullopt;
+LatentCacheFormat parse_latent_cache_format(std::string_view text) {
+  if (text.empty()) return LatentCacheFormat::copy;
   for (LatentCacheFormat f : {LatentCacheFormat::copy, LatentCacheFormat::fp8_e4m3,
                               LatentCacheFormat::fp8_e5m2, LatentCacheFormat::fp8_ds_mla}) {
-    if (std::strcmp(name, latent_cache_format_name(f)) == 0) return f;
+    if (text == latent_cache_format_name(f)) return f;
   }
-  return std::nullopt;
+  detail::invalid("format '", text,
+                  "' is not supported (expected 'copy', 'fp8_e4m3', 'fp8_e5m2' or 'fp8_ds_mla')");
 }
 
 PagedLatentWritePlan plan_paged_latent_write(const TensorView& kv_c, const TensorView& k_pe,

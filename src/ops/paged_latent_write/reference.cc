@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/unaligned.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_latent_write/internal.h"
 
@@ -11,16 +12,7 @@ namespace {
 
 using detail::paged_latent_write::CheckedData;
 
-float load_float(const unsigned char* p, DType dtype) {
-  if (dtype == DType::float32) {
-    float v;
-    std::memcpy(&v, p, 4);
-    return v;
-  }
-  std::uint16_t c;
-  std::memcpy(&c, p, 2);
-  return dtype == DType::float16 ? formats::decode_float16(c) : formats::decode_bfloat16(c);
-}
+using detail::load_float;
 
 const unsigned char* row_of(const TensorView& t, std::int64_t token) {
   return static_cast<const unsigned char*>(t.data) +

@@ -1,18 +1,22 @@
-// The scalar oracle for ScatterPaKvCache: element-by-element loops transcribed from the spec's
-// pseudo-code (sections 3.1-3.9, canonical semantics with decisions S1-S9), using every view's
-// full strides. Slow on purpose; the tests compare the optimized kernel against it byte for byte.
+// reference::execute(plan) of scatter_pa_kv_cache, the oracle: element-by-element loops over
+// every view's full strides, written from the rules of docs/operators/scatter_pa_kv_cache.md.
+// Slow on purpose; the tests compare the optimized kernel against it byte for byte.
 #include <cstring>
 #include <vector>
 
 #include "core/check.h"
+#include "core/index.h"
+#include "core/unaligned.h"
 #include "kvscatter/formats.h"
 #include "ops/scatter_pa_kv_cache/internal.h"
 
 namespace kvscatter::reference {
 namespace {
 
+using detail::IndexReader;
+using detail::load_as;
+using detail::store_as;
 using detail::scatter::CheckedData;
-using detail::scatter::IndexReader;
 
 struct Elem {
   const TensorView* t;
@@ -31,108 +35,94 @@ void copy_elem(unsigned char* dst, const unsigned char* src, std::size_t es) {
   std::memcpy(dst, src, es);
 }
 
-// ---- Rope mean (spec 3.9, decision S4) -------------------------------------------------------
+// ---- Rope mean ----------------------------------------------------------------------------
 
-template <class T>
-T load(const unsigned char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  return v;
+// Floating types: float32 sum in token order from +0.0 (`x + acc`), one division, rounded back.
+void mean_float(DType d, const std::vector<const unsigned char*>& srcs, unsigned char* dst) {
+  const auto w = static_cast<float>(srcs.size());
+  float acc = 0.0f;
+  if (d == DType::float32) {
+    for (const unsigned char* s : srcs) acc = load_as<float>(s) + acc;
+    store_as<float>(dst, acc / w);
+    return;
+  }
+  for (const unsigned char* s : srcs) {
+    const std::uint32_t code = dtype_size(d) == 2 ? load_as<std::uint16_t>(s) : s[0];
+    acc = formats::decode(d, code) + acc;
+  }
+  const float q = acc / w;
+  switch (d) {
+    case DType::float16:
+      store_as<std::uint16_t>(dst, formats::encode_float16(q));
+      break;
+    case DType::bfloat16:
+      store_as<std::uint16_t>(dst, formats::encode_bfloat16(q));
+      break;
+    case DType::float8_e5m2:
+      store_as<std::uint8_t>(dst, formats::encode_float8_e5m2(q));
+      break;
+    case DType::float8_e4m3fn:
+      store_as<std::uint8_t>(dst, formats::encode_float8_e4m3fn(q));
+      break;
+    default:  // hifloat8: round half away from zero, infinities and NaN kept
+      store_as<std::uint8_t>(dst, formats::encode_hifloat8(q, /*saturate=*/false));
+      break;
+  }
 }
-template <class T>
-void store(unsigned char* p, T v) {
-  std::memcpy(p, &v, sizeof(T));
+
+// Signed integers: wrapping int32 sum, division truncating toward zero, low bits kept.
+void mean_signed(DType d, const std::vector<const unsigned char*>& srcs, unsigned char* dst) {
+  std::uint32_t acc = 0;
+  for (const unsigned char* s : srcs) {
+    const std::int32_t x = d == DType::int8    ? load_as<std::int8_t>(s)
+                           : d == DType::int16 ? load_as<std::int16_t>(s)
+                                               : load_as<std::int32_t>(s);
+    acc += static_cast<std::uint32_t>(x);
+  }
+  const std::int32_t q = static_cast<std::int32_t>(acc) / static_cast<std::int32_t>(srcs.size());
+  if (d == DType::int8)
+    store_as<std::int8_t>(dst, static_cast<std::int8_t>(q));
+  else if (d == DType::int16)
+    store_as<std::int16_t>(dst, static_cast<std::int16_t>(q));
+  else
+    store_as<std::int32_t>(dst, q);
+}
+
+// Unsigned integers: wrapping uint32 sum, division, low bits kept.
+void mean_unsigned(DType d, const std::vector<const unsigned char*>& srcs, unsigned char* dst) {
+  std::uint32_t acc = 0;
+  for (const unsigned char* s : srcs) {
+    acc += d == DType::uint8    ? load_as<std::uint8_t>(s)
+           : d == DType::uint16 ? load_as<std::uint16_t>(s)
+                                : load_as<std::uint32_t>(s);
+  }
+  const std::uint32_t q = acc / static_cast<std::uint32_t>(srcs.size());
+  if (d == DType::uint8)
+    store_as<std::uint8_t>(dst, static_cast<std::uint8_t>(q));
+  else if (d == DType::uint16)
+    store_as<std::uint16_t>(dst, static_cast<std::uint16_t>(q));
+  else
+    store_as<std::uint32_t>(dst, q);
 }
 
 // Mean of the elements at srcs[0..w-1] (all of dtype d), written to dst.
 void mean_element(DType d, const std::vector<const unsigned char*>& srcs, unsigned char* dst) {
-  const auto w = static_cast<std::int64_t>(srcs.size());
   switch (d) {
-    case DType::float32: {
-      float acc = 0.0f;
-      for (const unsigned char* s : srcs) acc = load<float>(s) + acc;
-      store<float>(dst, acc / static_cast<float>(w));
-      return;
-    }
+    case DType::float32:
     case DType::float16:
     case DType::bfloat16:
     case DType::float8_e5m2:
     case DType::float8_e4m3fn:
-    case DType::hifloat8: {
-      float acc = 0.0f;
-      for (const unsigned char* s : srcs) {
-        std::uint32_t code = 0;
-        if (dtype_size(d) == 2)
-          code = load<std::uint16_t>(s);
-        else
-          code = load<std::uint8_t>(s);
-        acc = formats::decode(d, code) + acc;
-      }
-      const float q = acc / static_cast<float>(w);
-      switch (d) {
-        case DType::float16:
-          store<std::uint16_t>(dst, formats::encode_float16(q));
-          break;
-        case DType::bfloat16:
-          store<std::uint16_t>(dst, formats::encode_bfloat16(q));
-          break;
-        case DType::float8_e5m2:
-          store<std::uint8_t>(dst, formats::encode_float8_e5m2(q));
-          break;
-        case DType::float8_e4m3fn:
-          store<std::uint8_t>(dst, formats::encode_float8_e4m3fn(q));
-          break;
-        default:  // hifloat8: round half away from zero, infinities and NaN kept
-          store<std::uint8_t>(dst, formats::encode_hifloat8(q, /*saturate=*/false));
-          break;
-      }
-      return;
-    }
+    case DType::hifloat8:
+      return mean_float(d, srcs, dst);
     case DType::int8:
     case DType::int16:
-    case DType::int32: {
-      // Signed: accumulate in int32 (wrapping), divide truncating toward zero, keep low bits.
-      std::uint32_t acc = 0;
-      for (const unsigned char* s : srcs) {
-        std::int32_t x = 0;
-        if (d == DType::int8)
-          x = load<std::int8_t>(s);
-        else if (d == DType::int16)
-          x = load<std::int16_t>(s);
-        else
-          x = load<std::int32_t>(s);
-        acc += static_cast<std::uint32_t>(x);
-      }
-      const std::int32_t q = static_cast<std::int32_t>(acc) / static_cast<std::int32_t>(w);
-      if (d == DType::int8)
-        store<std::int8_t>(dst, static_cast<std::int8_t>(q));
-      else if (d == DType::int16)
-        store<std::int16_t>(dst, static_cast<std::int16_t>(q));
-      else
-        store<std::int32_t>(dst, q);
-      return;
-    }
+    case DType::int32:
+      return mean_signed(d, srcs, dst);
     case DType::uint8:
     case DType::uint16:
-    case DType::uint32: {
-      std::uint32_t acc = 0;
-      for (const unsigned char* s : srcs) {
-        if (d == DType::uint8)
-          acc += load<std::uint8_t>(s);
-        else if (d == DType::uint16)
-          acc += load<std::uint16_t>(s);
-        else
-          acc += load<std::uint32_t>(s);
-      }
-      const std::uint32_t q = acc / static_cast<std::uint32_t>(w);
-      if (d == DType::uint8)
-        store<std::uint8_t>(dst, static_cast<std::uint8_t>(q));
-      else if (d == DType::uint16)
-        store<std::uint16_t>(dst, static_cast<std::uint16_t>(q));
-      else
-        store<std::uint32_t>(dst, q);
-      return;
-    }
+    case DType::uint32:
+      return mean_unsigned(d, srcs, dst);
     default:
       detail::fail(Status::internal_error, "Rope mean: unsupported dtype");
   }
@@ -151,7 +141,7 @@ void scatter_side(const ScatterPaKvCachePlan& p, const TensorView& x, const Tens
   const auto* buf = static_cast<const unsigned char*>(x.data);
   for (std::int64_t t = 0; t < p.num_tokens; ++t) {
     const std::int64_t s = slots[static_cast<std::size_t>(t)];
-    if (s < 0) continue;  // padding (G5)
+    if (s < 0) continue;  // padding
     const std::int64_t blk = s / bs, o = s % bs;
     for (std::int64_t h = 0; h < nh; ++h) {
       for (std::int64_t e = 0; e < d; ++e) {
@@ -213,9 +203,9 @@ void compress_side(const ScatterPaKvCachePlan& p, const TensorView& x, const Ten
       const std::int64_t i = b * p.num_heads + h;
       const std::int64_t s0 = slot[i];
       std::int64_t w = lens[i];
-      if (s0 < 0) continue;  // G5: a negative start slot skips the whole run
+      if (s0 < 0) continue;  // a negative start slot skips the whole run
       if (p.scatter_mode == ScatterMode::Alibi) {
-        // Spec 3.5: the last w tokens of the batch go to rows s0 .. s0+w-1.
+        // The last w tokens of the batch go to rows s0 .. s0+w-1.
         for (std::int64_t k = 0; k < w; ++k) copy_row(s0 + k, b, base, len - w + k, h);
         continue;
       }
@@ -251,7 +241,7 @@ void compress_side(const ScatterPaKvCachePlan& p, const TensorView& x, const Ten
 void execute(const ScatterPaKvCachePlan& plan) {
   detail::scatter::check_bound_data(plan);
   CheckedData checked;
-  detail::scatter::check_data(plan, checked);  // all-or-nothing (G1)
+  detail::scatter::check_data(plan, checked);  // every check before the first write
   const bool compress = detail::scatter::is_compress(plan.scatter_mode);
   const bool nct = plan.scatter_mode == ScatterMode::Nct;
   if (compress) {

@@ -1,11 +1,21 @@
-// Internal entry points of ScatterPaKvCacheWithKScale.
+// The job the driver (execute.cc) hands to the kernel of scatter_pa_kv_cache_with_k_scale, and
+// its dispatched entry point.
 #pragma once
 
-#include "kvscatter/quant_ops.h"
+#include <cstdint>
 
-namespace kvscatter::detail {
+#include "core/slots.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
-// Optimized CPU kernel: threads over tokens, one memcpy per contiguous head row.
-void scatter_pa_kv_cache_with_k_scale_cpu(const ScatterPaKvCacheWithKScalePlan& plan);
+namespace kvscatter::detail::k_scale {
 
-}  // namespace kvscatter::detail
+struct TokenJob {
+  const ScatterPaKvCacheWithKScalePlan* plan = nullptr;
+  const std::int64_t* slots = nullptr;  // per token; -1: skipped
+  SlotSplitter split;
+};
+
+// Tokens [begin, end): one memcpy per contiguous (token, head) row, then the scales.
+void token_range(const TokenJob& job, std::int64_t begin, std::int64_t end);
+
+}  // namespace kvscatter::detail::k_scale

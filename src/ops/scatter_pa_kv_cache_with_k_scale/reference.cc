@@ -1,14 +1,16 @@
-// Reference kernel of ScatterPaKvCacheWithKScale, written straight from spec section 3.3: a
-// sequential byte copy in token order (so duplicate slots resolve to the last token, G4).
+// reference::execute(plan) of scatter_pa_kv_cache_with_k_scale, the oracle: a sequential byte
+// copy in token order, so a duplicated slot ends up holding the last token's rows.
 #include <cstdint>
 #include <cstring>
 
-#include "core/check.h"
-#include "kvscatter/quant_ops.h"
+#include "core/index.h"
+#include "ops/scatter_pa_kv_cache_with_k_scale/internal.h"
 
 namespace kvscatter::reference {
 
 void execute(const ScatterPaKvCacheWithKScalePlan& p) {
+  detail::k_scale::check_bound_data(p);
+  const detail::IndexReader slots(p.slot_mapping);
   const auto* key = static_cast<const std::uint8_t*>(p.key.data);
   const auto* value = static_cast<const std::uint8_t*>(p.value.data);
   const auto* key_scale = static_cast<const float*>(p.key_scale.data);
@@ -23,8 +25,8 @@ void execute(const ScatterPaKvCacheWithKScalePlan& p) {
   const auto& sc = p.key_scale_cache.strides;
 
   for (std::int64_t t = 0; t < p.num_tokens; ++t) {
-    const std::int64_t slot = detail::read_index(p.slot_mapping, t);
-    if (slot < 0 || slot >= p.num_slots) continue;  // skipped, as upstream does
+    const std::int64_t slot = slots[t];
+    if (slot < 0 || slot >= p.num_slots) continue;  // out of range: skipped
     const std::int64_t blk = slot / p.block_size;
     const std::int64_t off = slot % p.block_size;
     for (std::int64_t h = 0; h < p.num_heads; ++h) {

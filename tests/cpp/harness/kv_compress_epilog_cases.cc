@@ -14,7 +14,7 @@
 #include "harness/harness.h"
 #include "harness/helpers.h"
 #include "kvscatter/formats.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/kv_compress_epilog.h"
 
 namespace kvscatter::harness {
 namespace {

@@ -22,8 +22,8 @@ ScatterPaKvCachePlan ScatterPaKvCacheCall::plan(const std::vector<std::uint8_t*>
   const auto opt_view = [&](const std::optional<TensorRef>& t) {
     return t ? std::optional<TensorView>(t->view(data)) : std::nullopt;
   };
-  return plan_scatter_pa_kv_cache(key.view(data), key_cache.view(data), slot_mapping.view(data),
-                                  opt_view(value), opt_view(value_cache), o);
+  return plan_scatter_pa_kv_cache(key.view(data), opt_view(value), key_cache.view(data),
+                                  opt_view(value_cache), slot_mapping.view(data), o);
 }
 
 namespace {
@@ -138,7 +138,7 @@ void slot_case(ScatterPaKvCacheCase& sc, Gen& g, Kind kind, std::ostringstream& 
     std::array<std::int64_t, 2> st{}, of{};
     call.key = nct_side(sc, g, "key", kdt, s, s.dk, st[0], of[0]);
     if (with_value) call.value = nct_side(sc, g, "value", vdt, s, s.dv, st[1], of[1]);
-    call.options.scatter_mode = "Nct";
+    call.options.scatter_mode = ScatterMode::Nct;
     call.options.strides = st;
     call.options.offsets = of;
     d << " strides [" << st[0] << ", " << st[1] << "] offsets [" << of[0] << ", " << of[1] << "]";
@@ -146,8 +146,8 @@ void slot_case(ScatterPaKvCacheCase& sc, Gen& g, Kind kind, std::ostringstream& 
   }
   call.key = add_tensor(sc.c, g, "key", kdt, {s.t, s.nh, s.dk}, 2);
   if (with_value) call.value = add_tensor(sc.c, g, "value", vdt, {s.t, s.nh, s.dv}, 2);
-  if (kind == Kind::Nhsd) call.options.scatter_mode = "NHSD";
-  if (nz) call.options.cache_mode = "PA_NZ";
+  if (kind == Kind::Nhsd) call.options.scatter_mode = ScatterMode::NHSD;
+  if (nz) call.options.cache_mode = CacheMode::PA_NZ;
 }
 
 // Rows one (batch, head) run writes: the window for Alibi; for Rope and Omni the prefix, the mean
@@ -251,12 +251,12 @@ void compress_case(ScatterPaKvCacheCase& sc, Gen& g, Kind kind, std::ostringstre
   call.compress_lens = add_index(sc.c, "compress_lens", idt, r.lens, per_head);
   if (!alibi) call.compress_seq_offsets = add_index(sc.c, "compress_seq_offsets", idt, r.offs);
   call.seq_lens = add_index(sc.c, "seq_lens", idt, seq);
-  call.options.scatter_mode = kind == Kind::Alibi3  ? "Alibi"
-                              : kind == Kind::Rope3 ? "Rope"
-                              : kind == Kind::Omni3 ? "Omni"
-                              : g.chance(0.5)       ? "None"  // a 4-D key selects the mode
-                              : rope                ? "Rope"
-                                                    : "Alibi";
+  call.options.scatter_mode = kind == Kind::Alibi3  ? ScatterMode::Alibi
+                              : kind == Kind::Rope3 ? ScatterMode::Rope
+                              : kind == Kind::Omni3 ? ScatterMode::Omni
+                              : g.chance(0.5) ? ScatterMode::None  // a 4-D key selects the mode
+                              : rope          ? ScatterMode::Rope
+                                              : ScatterMode::Alibi;
   auto input = [&](const char* name, std::int64_t hd) {
     TensorRef x = four ? add_tensor(sc.c, g, name, dt, {b, s, nh, hd}, 3)
                        : add_tensor(sc.c, g, name, dt, {tokens, nh, hd}, 2);
@@ -286,7 +286,7 @@ void threads_case(ScatterPaKvCacheCase& sc, Gen& g, std::ostringstream& d) {
   std::vector<std::int64_t> cache_shape{32, 128, nh, hd};
   if (kind == Kind::Nz4) {
     cache_shape = {32, nh * hd / 16, 128, 16};
-    call.options.cache_mode = "PA_NZ";
+    call.options.cache_mode = CacheMode::PA_NZ;
   }
   std::vector<std::int64_t> slots(t);
   for (auto& s : slots) s = overlap && g.chance(0.5) ? g.uniform(0, 40) : g.uniform(0, 4095);
@@ -304,7 +304,7 @@ void threads_case(ScatterPaKvCacheCase& sc, Gen& g, std::ostringstream& d) {
     if (kind == Kind::Rope3) {
       call.compress_seq_offsets = add_index(sc.c, "compress_seq_offsets", DType::int64, offs);
     }
-    call.options.scatter_mode = kind == Kind::Alibi3 ? "Alibi" : "Rope";
+    call.options.scatter_mode = kind == Kind::Alibi3 ? ScatterMode::Alibi : ScatterMode::Rope;
   }
   call.slot_mapping = add_index(sc.c, "slot_mapping", DType::int64, slots);
   call.key_cache = add_tensor(sc.c, g, "key_cache", DType::bfloat16, cache_shape, 0, 0);
@@ -328,7 +328,7 @@ void stream_case(ScatterPaKvCacheCase& sc, Gen& g, std::ostringstream& d) {
   call.value = add_tensor(sc.c, g, "value", dt, {t, nh, hd}, 0, 0);
   call.key_cache = add_tensor(sc.c, g, "key_cache", dt, cache_shape, 0, 0);
   call.value_cache = add_tensor(sc.c, g, "value_cache", dt, cache_shape, 0, 0);
-  if (nz) call.options.cache_mode = "PA_NZ";
+  if (nz) call.options.cache_mode = CacheMode::PA_NZ;
   std::vector<std::int64_t> slots;
   for (std::int64_t i = 0; i < t; ++i) slots.push_back(i == 7 ? -1 : 5 + i);
   call.slot_mapping = add_index(sc.c, "slot_mapping", DType::int64, slots);
@@ -362,7 +362,7 @@ void odd_heads_case(ScatterPaKvCacheCase& sc, Gen& g, std::ostringstream& d) {
                                                         : std::vector<std::int64_t>{nb, bs, nh, hd};
     call.key_cache = add("key_cache", shape);
     if (with_value) call.value_cache = add("value_cache", shape);
-    call.options.scatter_mode = m;
+    call.options.scatter_mode = parse_scatter_mode(m);
     if (m == "Nct") {
       call.options.strides = std::array<std::int64_t, 2>{nh * hd, nh * hd};
       call.options.offsets = std::array<std::int64_t, 2>{0, 0};
@@ -385,7 +385,7 @@ void odd_heads_case(ScatterPaKvCacheCase& sc, Gen& g, std::ostringstream& d) {
     call.slot_mapping = add_index(sc.c, "slot_mapping", DType::int64, starts);
     call.key_cache = add("key_cache", {300, bs, 1, hd});
     if (with_value) call.value_cache = add("value_cache", {300, bs, 1, hd});
-    call.options.scatter_mode = four ? "None" : m;
+    call.options.scatter_mode = four ? ScatterMode::None : parse_scatter_mode(m);
   }
   for (auto& mis : sc.c.misalign) mis = static_cast<std::size_t>(g.pick<std::int64_t>({1, 3, 5}));
 }
@@ -413,9 +413,11 @@ ScatterPaKvCacheCase scatter_pa_kv_cache_case(std::mt19937_64& rng) {
     sc.c.stream = g.chance(0.5);
   }
   if (!sc.c.expect_error && g.chance(0.01)) {
-    sc.call.options.scatter_mode = "Rotary";  // unknown modes are errors, never a fallback
+    // A value outside the enum is an error, never a fallback (names are parsed at the C ABI
+    // and Python boundaries).
+    sc.call.options.scatter_mode = static_cast<ScatterMode>(6);
     sc.c.expect_error = true;
-    d << " scatter_mode Rotary";
+    d << " scatter_mode 6";
   }
   if (sc.c.stream) d << " streaming";
   sc.c.name = d.str();

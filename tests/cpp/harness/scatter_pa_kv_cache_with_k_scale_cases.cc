@@ -9,7 +9,7 @@
 
 #include "harness/harness.h"
 #include "harness/helpers.h"
-#include "kvscatter/quant_ops.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
 namespace kvscatter::harness {
 namespace {
@@ -78,7 +78,7 @@ Case generate(std::mt19937_64& rng) {
     const ScatterPaKvCacheWithKScalePlan plan = plan_scatter_pa_kv_cache_with_k_scale(
         call.key.view(data), call.value.view(data), call.key_cache.view(data),
         call.value_cache.view(data), call.slot_mapping.view(data), call.key_scale.view(data),
-        call.key_scale_cache.view(data), call.cache_layout);
+        call.key_scale_cache.view(data), parse_k_scale_cache_layout(call.cache_layout));
     if (reference) {
       reference::execute(plan);
     } else {

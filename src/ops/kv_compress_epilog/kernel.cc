@@ -1,5 +1,5 @@
-// Optimized CPU kernel of KvCompressEpilog: Highway SIMD with runtime dispatch, one row per
-// token, bit-identical to the reference.
+// The kernel of kv_compress_epilog: Highway SIMD with runtime dispatch, one row per token,
+// bit-identical to the reference; the driver (execute.cc) splits rows over threads.
 //
 // - Inputs are read as 32-bit words holding two bf16 values: `w << 16` is the even element as
 //   f32 and `w & 0xFFFF0000` the odd one, so one load feeds two vectors and the two code
@@ -15,10 +15,11 @@
 #include <cstring>
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/cpu.cc"
+#define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/kernel.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "ops/kv_compress_epilog/internal.h"
 #include "ops/kv_compress_epilog/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -71,7 +72,7 @@ HWY_INLINE std::uint32_t AmaxBits(const std::uint16_t* x, std::int64_t count) {
   return hn::GetLane(hn::MaxOfLanes(da, m));
 }
 
-// Scalar bf16 RNE (spec 2.2), inlined here for the per-group scales.
+// Scalar bf16 RNE (docs/formats.md), inlined here for the per-group scales.
 HWY_INLINE std::uint16_t Bf16(float f) {
   const std::uint32_t b = bits_of(f);
   if ((b & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((b >> 16) | 0x40u);
@@ -156,7 +157,7 @@ HWY_INLINE VU EncodeE2M1(VF p) {
 
 // ---- HiFloat8 -------------------------------------------------------------------------------
 
-// HiFloat8 code, round half away from zero, saturating: the lane form of spec section 2.7.
+// HiFloat8 code, round half away from zero, saturating: the lane form of the scalar encoder.
 HWY_INLINE VU EncodeHiF8(VF x) {
   const DU du;
   const DI di;
@@ -384,7 +385,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   const DU du;
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
-  const float C6 = f32_from_bits(kC6Bits);
+  const float c6 = f32_from_bits(kC6Bits);
   const VF xs = hn::Set(df, x_scale);
   for (std::int64_t j = 0; j < 64; j += step) {
     const Pair v = LoadPairs(x + n + j);
@@ -404,7 +405,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
     const VF ib = hn::BitCast(df, hn::ShiftLeft<16>(Bf16Lanes(inv)));
     // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
     hn::StoreU(hn::IfThenElse(hn::IsNaN(a), a, ib), df, inv_b + g);
-    hn::StoreU(Bf16Lanes(hn::Mul(a, hn::Set(df, C6))), du, scale_code + g);
+    hn::StoreU(Bf16Lanes(hn::Mul(a, hn::Set(df, c6))), du, scale_code + g);
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(a)));
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(ib)));
   }
@@ -422,8 +423,8 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
 }
 
 // Rows are read rope first (the row's end), then the nope from its start: the backward jump
-// defeats the hardware stream prefetcher, so the next row is prefetched by hand (16,384 x 576
-// rows, one thread: fp8 modes ~6.1 -> ~4.7 ms, hifloat8_fp4 ~14.7 -> ~7.8 ms).
+// defeats the hardware stream prefetcher, so the next row is prefetched by hand (measured in
+// bench/performance_notes.md).
 constexpr std::int64_t kAheadRows = 1;
 
 void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
@@ -438,7 +439,7 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
     const std::int64_t slot = slots[r];
     if (slot == -1) continue;
     const std::uint16_t* xr = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
-    std::uint8_t* out = cache + cache_row_offset(p, split, slot);
+    std::uint8_t* out = split.address(cache, p.cache.stride(0), p.cache.stride(1), slot);
     if (x_rows_dense && r + kAheadRows < end) {
       const auto* next = reinterpret_cast<const char*>(xr + kAheadRows * p.d);
       for (std::int64_t b = 0; b < 2 * p.d; b += 64) __builtin_prefetch(next + b, 0, 3);
@@ -514,8 +515,8 @@ HWY_EXPORT(EncodeE2M1Batch);
 HWY_EXPORT(EncodeE2M1FiniteBatch);
 HWY_EXPORT(EncodeHiF8Batch);
 
-void kv_compress_epilog_cpu(const KvCompressEpilogPlan& p, const std::int64_t* slots,
-                            std::int64_t begin, std::int64_t end) {
+void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
+                   std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
 }
 

@@ -1,0 +1,30 @@
+// execute(plan) of kv_compress_epilog: re-checks the bound pointers and every slot, keeps the
+// last writer of each duplicated slot, and splits the rows over the thread pool; kernel.cc
+// quantizes and writes them.
+#include <cstdint>
+#include <vector>
+
+#include "core/slots.h"
+#include "ops/kv_compress_epilog/internal.h"
+#include "ops/kv_compress_epilog/kernel.h"
+#include "runtime/parallel.h"
+
+namespace kvscatter {
+
+void execute(const KvCompressEpilogPlan& plan) {
+  using namespace detail;
+  epilog::check_bound_data(plan);
+  if (plan.rows == 0) return;
+  thread_local std::vector<std::int64_t> slots;
+  epilog::check_data(plan, slots);
+  const std::int64_t grain = grain_for_bytes(2 * plan.d + plan.row_bytes);
+  // Threads split rows; dropping the earlier writers of a repeated slot makes the chunks write
+  // disjoint rows, with the result of a sequential pass.
+  if (plan.rows > grain) keep_last_writers(slots, plan.num_slots);
+  const std::int64_t* rows_slots = slots.data();
+  parallel_for(plan.rows, grain, [&](std::int64_t begin, std::int64_t end) {
+    quantize_rows(plan, rows_slots, begin, end);
+  });
+}
+
+}  // namespace kvscatter

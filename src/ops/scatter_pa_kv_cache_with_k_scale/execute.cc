@@ -1,0 +1,34 @@
+// execute(plan) of scatter_pa_kv_cache_with_k_scale: re-checks the bound pointers, reads the
+// slots, keeps the last writer of each duplicated slot, and splits the tokens over the thread
+// pool; kernel.cc copies the bytes.
+#include <cstdint>
+#include <vector>
+
+#include "core/slots.h"
+#include "ops/scatter_pa_kv_cache_with_k_scale/internal.h"
+#include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
+#include "runtime/parallel.h"
+
+namespace kvscatter {
+
+void execute(const ScatterPaKvCacheWithKScalePlan& p) {
+  using namespace detail;
+  k_scale::check_bound_data(p);
+  thread_local std::vector<std::int64_t> slots;
+  k_scale::check_data(p, slots);
+  if (p.num_tokens == 0 || p.num_heads == 0 || p.num_slots == 0) return;
+  const std::int64_t bytes_per_token = 2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
+  const std::int64_t grain = grain_for_bytes(bytes_per_token);
+  // Threads split tokens: dropping the earlier writers of a repeated slot makes the chunks write
+  // disjoint rows, with the result of a sequential pass.
+  if (p.num_tokens > grain) keep_last_writers(slots, p.num_slots);
+  k_scale::TokenJob job;
+  job.plan = &p;
+  job.slots = slots.data();
+  job.split = SlotSplitter(p.block_size);
+  parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+    k_scale::token_range(job, begin, end);
+  });
+}
+
+}  // namespace kvscatter
