@@ -349,7 +349,8 @@ inline void mutate(Case& c, Input& in) {
                                DType::int8,          DType::uint8,       DType::int16,
                                DType::uint16,        DType::int32,       DType::uint32,
                                DType::int64,         DType::hifloat8,    DType::float8_e5m2,
-                               DType::float8_e4m3fn, DType::float8_e8m0, DType::float4_e2m1};
+                               DType::float8_e4m3fn, DType::float8_e8m0, DType::float4_e2m1,
+                               DType::float4_e1m2};
   for (int round = 0; round < 3; ++round) {
     if (!in.rare(12)) return;
     Tensor& t =

@@ -22,12 +22,15 @@
 #include "cli.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/gather_pa_kv_cache.h"
+#include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/paged_cache_gather.h"
 #include "kvscatter/paged_kv_write.h"
 #include "kvscatter/paged_latent_write.h"
 #include "kvscatter/runtime.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "measure.h"
@@ -298,9 +301,35 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
   return w;
 }
 
+// ScatterPaCache, plain scenario: one bfloat16 cache (an MLA latent cache, or K and V cached
+// separately), the key side of scatter_pa_kv_cache's Norm mode.
+Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"scatter_pa_cache", "plain bf16", std::to_string(heads) + "x" + std::to_string(dim),
+             nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key;
+      CacheBytes key_cache;
+      std::vector<std::int64_t> slots;
+      ScatterPaCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens);
+    b->key = random_bytes(static_cast<std::size_t>(tokens * row), 1);
+    b->key_cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    const DType dt = DType::bfloat16;
+    const TensorView cache(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim});
+    b->plan = plan_scatter_pa_cache(TensorView(b->key.data(), dt, {tokens, heads, dim}), cache,
+                                    TensorView(b->slots.data(), DType::int64, {tokens}));
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * row + 8 * tokens};
+  };
+  return w;
+}
+
 // paged_cache_gather (vLLM's cp_gather_cache / gather_and_maybe_dequant_cache): MLA entries of
 // 576 elements, 8 sequences in shuffled blocks, copied (bfloat16) or dequantized (fp8 -> bf16).
-Workload gather_workload(KvCacheFormat format) {
+Workload paged_gather_workload(KvCacheFormat format) {
   Workload w{"paged_cache_gather",
              format == KvCacheFormat::copy ? "copy bf16" : "fp8_e4m3->bf16", "e576", nullptr};
   w.make = [format](std::int64_t tokens) {
@@ -384,6 +413,91 @@ Workload latent_workload(LatentCacheFormat format) {
   return w;
 }
 
+// IndexerQuantCache: bfloat16 indexer keys (d = 128, DeepSeek's lightning indexer) quantized
+// into a float8_e4m3fn paged cache with their scales.
+Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t d) {
+  Workload w{"indexer_quant_cache", name, "d" + std::to_string(d), nullptr};
+  w.make = [mode, d](std::int64_t tokens) {
+    struct Buffers {
+      std::vector<std::uint16_t> x;
+      CacheBytes cache, scale;
+      std::vector<std::int64_t> slots;
+      IndexerQuantCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    const bool mx = mode == IndexerQuantMode::mxfp8;
+    const std::int64_t scale_bytes = mx ? d / 32 : 4;
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->x.resize(static_cast<std::size_t>(tokens * d));
+    fill_tiled(b->x.data(), b->x.size(), bits);
+    b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * d), 0);
+    b->scale.assign(static_cast<std::size_t>(nb * kBlockSize * scale_bytes), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    IndexerQuantCacheOptions opt;
+    opt.quant_mode = mode;
+    b->plan = plan_indexer_quant_cache(
+        TensorView(b->cache.data(), DType::float8_e4m3fn, {nb, kBlockSize, 1, d}),
+        mx ? TensorView(b->scale.data(), DType::float8_e8m0, {nb, kBlockSize, 1, d / 32})
+           : TensorView(b->scale.data(), DType::float32, {nb, kBlockSize, 1, 1}),
+        TensorView(b->x.data(), DType::bfloat16, {tokens, d}),
+        TensorView(b->slots.data(), DType::int64, {tokens}), opt);
+    // read: the bfloat16 row and its slot; written: the codes and the scale(s).
+    return Case{[b] { execute(b->plan); },
+                written_tokens(tokens) * (2 * d + d + scale_bytes) + 8 * tokens};
+  };
+  return w;
+}
+
+// GatherPaKvCache: bfloat16 Norm caches read back into dense key/value rows; sequences of up to
+// 512 tokens each in shuffled blocks, as a paged allocator leaves them.
+Workload gather_workload(std::int64_t heads, std::int64_t dim) {
+  Workload w{"gather_pa_kv_cache", "Norm bf16", std::to_string(heads) + "x" + std::to_string(dim),
+             nullptr};
+  w.make = [heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      CacheBytes key_cache, value_cache;
+      Bytes key, value;
+      std::vector<std::int64_t> tables, lens;
+      GatherPaKvCachePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t row = heads * dim * 2, nb = blocks_for(tokens) + 4;
+    const std::int64_t seq = 512, batch = (tokens + seq - 1) / seq;
+    const std::int64_t width = (seq + kBlockSize - 1) / kBlockSize;
+    const Bytes pattern = random_bytes(static_cast<std::size_t>(nb * kBlockSize * row), 8);
+    b->key_cache.assign(pattern.begin(), pattern.end());
+    b->value_cache = b->key_cache;
+    b->key.assign(static_cast<std::size_t>(tokens * row), 0);
+    b->value = b->key;
+    std::vector<std::int64_t> blocks(static_cast<std::size_t>(nb));
+    std::iota(blocks.begin(), blocks.end(), 0);
+    std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(9));
+    b->tables.assign(static_cast<std::size_t>(batch * width), -1);
+    std::size_t next = 0;
+    for (std::int64_t i = 0; i < batch; ++i) {
+      const std::int64_t len = std::min(seq, tokens - i * seq);
+      b->lens.push_back(len);
+      for (std::int64_t k = 0; k * kBlockSize < len; ++k) {
+        b->tables[static_cast<std::size_t>(i * width + k)] = blocks[next++];
+      }
+    }
+    const DType dt = DType::bfloat16;
+    b->plan = plan_gather_pa_kv_cache(
+        TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+        TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+        TensorView(b->tables.data(), DType::int64, {batch, width}),
+        TensorView(b->lens.data(), DType::int64, {batch}),
+        TensorView(b->key.data(), dt, {tokens, heads, dim}),
+        TensorView(b->value.data(), dt, {tokens, heads, dim}));
+    // read: the cache rows and the block tables; written: the same rows.
+    return Case{[b] { execute(b->plan); }, 2 * 2 * tokens * row + 8 * batch * (width + 1)};
+  };
+  return w;
+}
+
 std::vector<Workload> all_workloads() {
   return {
       scatter_workload("Norm", 8, 128, false),
@@ -391,6 +505,11 @@ std::vector<Workload> all_workloads() {
       scatter_workload("PA_NZ", 8, 128, false),
       scatter_workload("PA_NZ", 32, 128, false),
       scatter_workload("Norm", 1, 576, true),
+      scatter_pa_cache_workload(8, 128),
+      scatter_pa_cache_workload(1, 576),
+      gather_workload(8, 128),
+      indexer_workload(IndexerQuantMode::fp8, "fp8", 128),
+      indexer_workload(IndexerQuantMode::mxfp8, "mxfp8", 128),
       k_scale_workload(8, 128),
       epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
       epilog_workload(QuantMode::fp8_e8m0, "fp8_e8m0", 576),
@@ -403,8 +522,8 @@ std::vector<Workload> all_workloads() {
       paged_write_workload(KvCacheFormat::copy, true, 8, 128),
       paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128),
       paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128),
-      gather_workload(KvCacheFormat::copy),
-      gather_workload(KvCacheFormat::fp8_e4m3),
+      paged_gather_workload(KvCacheFormat::copy),
+      paged_gather_workload(KvCacheFormat::fp8_e4m3),
       latent_workload(LatentCacheFormat::copy),
       latent_workload(LatentCacheFormat::fp8_e4m3),
       latent_workload(LatentCacheFormat::fp8_ds_mla),
@@ -423,6 +542,11 @@ struct Target {
 constexpr Target kTargets[] = {
     {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
+    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425,
+     "performance issue"},
+    {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
+    {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.005, "performance issue"},
+    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.005, "performance issue"},
     {"kv_compress_epilog", "kv_compress_epilog fp8_e8m0 d576", 0.5, 0.05, "performance issue"},
     {"contiguous update", "kv_cache_update f32->f32 8x128", 0.8, 0.4, "performance issue"},
     {"contiguous update, bf16 cache", "kv_cache_update f32->bf16 8x128", 0.6, 0.3,

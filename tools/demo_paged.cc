@@ -3,7 +3,8 @@
 // a fixed bucket size (as a graph-captured engine does), validated once (plan) and executed for
 // every layer, into Norm [blocks, block_size, heads, head_size] caches and PA_NZ
 // [blocks, heads*head_size/16, block_size, 16] caches. Every step is checked against the
-// reference kernel, and at the end every token is gathered back through the block tables.
+// reference kernel, and at the end every live sequence is read back through its block table
+// with gather_pa_kv_cache and checked.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +15,7 @@
 
 #include "cli.h"
 #include "kvscatter/error.h"
+#include "kvscatter/gather_pa_kv_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 
 namespace kvscatter::cli {
@@ -109,7 +111,8 @@ class Engine {
         static_cast<long long>(next_id), live_.size(), static_cast<long long>(written),
         static_cast<long long>(padded), static_cast<long long>(calls));
     std::printf("  every step matches the reference kernel byte for byte: yes\n");
-    std::printf("  every live token gathered back through its block table (Norm and PA_NZ): %s\n",
+    std::printf("  every live sequence gathered back through its block table with gather_pa_kv_cache "
+        "(Norm and PA_NZ): %s\n",
                 gathered ? "yes" : "NO");
     return gathered;
   }
@@ -192,22 +195,61 @@ class Engine {
     return true;
   }
 
-  // Reads every token of every live sequence back from both layouts.
-  bool gather_check(const std::list<Sequence>& seqs) const {
-    const std::int64_t bs = o_.block_size, chunks = row_ / 32;
+  // Gathers every live sequence back through its block table with gather_pa_kv_cache, from
+  // both layouts and every layer (one plan per layout, rebound per layer), and checks each
+  // token's bytes.
+  bool gather_check(const std::list<Sequence>& seqs) {
+    if (seqs.empty()) return true;
+    const std::int64_t h = o_.heads, d = o_.head_size, nb = o_.blocks, bs = o_.block_size;
+    std::int64_t width = 0, total = 0;
     for (const Sequence& s : seqs) {
-      for (std::int64_t pos = 0; pos < s.len; ++pos) {
-        const std::int64_t slot = slot_of(s, pos), blk = slot / bs, off = slot % bs;
-        for (std::int64_t l = 0; l < o_.layers; ++l) {
-          for (int side = 0; side < 2; ++side) {
-            const auto& norm = norm_[static_cast<std::size_t>(l * 2 + side)];
-            const auto& nz = nz_[static_cast<std::size_t>(l * 2 + side)];
-            for (std::int64_t b = 0; b < row_; ++b) {
-              const std::uint8_t want = token_byte(l, s.id, pos, side, b);
-              const std::int64_t nz_at = ((blk * chunks + b / 32) * bs + off) * 32 + b % 32;
-              if (norm[slot * row_ + b] != want || nz[nz_at] != want) return false;
-            }
-          }
+      width = std::max(width, static_cast<std::int64_t>(s.blocks.size()));
+      total += s.len;
+    }
+    const auto batch = static_cast<std::int64_t>(seqs.size());
+    std::vector<std::int64_t> tables(static_cast<std::size_t>(batch * width), -1), lens;
+    std::int64_t b = 0;
+    for (const Sequence& s : seqs) {
+      std::copy(s.blocks.begin(), s.blocks.end(), tables.begin() + b++ * width);
+      lens.push_back(s.len);
+    }
+    std::vector<std::uint8_t> key(static_cast<std::size_t>(total * row_)), value(key.size());
+    auto view = [](std::vector<std::uint8_t>& v, std::initializer_list<std::int64_t> shape) {
+      return TensorView(v.data(), DType::bfloat16, shape);
+    };
+    for (int layout = 0; layout < 2; ++layout) {
+      auto& caches = layout == 0 ? norm_ : nz_;
+      GatherPaKvCacheOptions opt;
+      opt.cache_mode = layout == 0 ? CacheMode::Norm : CacheMode::PA_NZ;
+      auto cache_view = [&](std::vector<std::uint8_t>& v) {
+        return layout == 0 ? view(v, {nb, bs, h, d}) : view(v, {nb, h * d / 16, bs, 16});
+      };
+      auto out_view = [&](std::vector<std::uint8_t>& v) {
+        return layout == 0 ? view(v, {total, h, d}) : view(v, {total, h * d});
+      };
+      GatherPaKvCachePlan plan = plan_gather_pa_kv_cache(
+          cache_view(caches[0]), cache_view(caches[1]),
+          TensorView(tables.data(), DType::int64, {batch, width}),
+          TensorView(lens.data(), DType::int64, {batch}), out_view(key), out_view(value), opt);
+      for (std::int64_t l = 0; l < o_.layers; ++l) {
+        plan.key_cache.data = caches[static_cast<std::size_t>(l * 2)].data();
+        plan.value_cache->data = caches[static_cast<std::size_t>(l * 2 + 1)].data();
+        execute(plan);
+        if (!tokens_match(seqs, l, key, 0) || !tokens_match(seqs, l, value, 1)) return false;
+      }
+    }
+    return true;
+  }
+
+  // Row r of `rows` holds token r of the sequences laid end to end.
+  bool tokens_match(const std::list<Sequence>& seqs, std::int64_t layer,
+                    const std::vector<std::uint8_t>& rows, int side) const {
+    std::int64_t r = 0;
+    for (const Sequence& s : seqs) {
+      for (std::int64_t pos = 0; pos < s.len; ++pos, ++r) {
+        for (std::int64_t i = 0; i < row_; ++i) {
+          if (rows[static_cast<std::size_t>(r * row_ + i)] != token_byte(layer, s.id, pos, side, i))
+            return false;
         }
       }
     }

@@ -26,18 +26,19 @@ enum class DType : std::uint8_t {
   float8_e4m3fn,
   float8_e8m0,
   float4_e2m1,
+  float4_e1m2,
 };
 
-inline constexpr int kNumDTypes = 15;
+inline constexpr int kNumDTypes = 16;
 
 // Canonical name, e.g. "bfloat16".
 KVSCATTER_API std::string_view dtype_name(DType dtype) noexcept;
 // Parses a canonical name; nullopt when unknown.
 KVSCATTER_API std::optional<DType> dtype_from_name(std::string_view name) noexcept;
-// Bits per element: 4 for float4_e2m1 (two elements packed per byte, even element in the low
-// nibble), otherwise 8 * dtype_size.
+// Bits per element: 4 for float4_e2m1 and float4_e1m2 (two elements packed per byte, even
+// element in the low nibble), otherwise 8 * dtype_size.
 KVSCATTER_API int dtype_bits(DType dtype) noexcept;
-// Bytes per addressable element. float4_e2m1 tensors address packed bytes, so this is 1.
+// Bytes per addressable element. The float4 tensors address packed bytes, so this is 1.
 KVSCATTER_API std::size_t dtype_size(DType dtype) noexcept;
 KVSCATTER_API bool dtype_is_floating(DType dtype) noexcept;
 

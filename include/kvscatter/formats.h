@@ -47,6 +47,11 @@ KVSCATTER_API float decode_float8_e8m0(std::uint8_t code) noexcept;
 KVSCATTER_API std::uint8_t encode_float4_e2m1(float x) noexcept;
 KVSCATTER_API float decode_float4_e2m1(std::uint8_t nibble) noexcept;
 
+// float4_e1m2 (one nibble: sign, 1 exponent bit, 2 mantissa bits, bias 1; values 0, 0.25 ...
+// 1.75): round to nearest even, saturating at +-1.75 like float4_e2m1 (no Inf, no NaN).
+KVSCATTER_API std::uint8_t encode_float4_e1m2(float x) noexcept;
+KVSCATTER_API float decode_float4_e1m2(std::uint8_t nibble) noexcept;
+
 // HiFloat8: round half away from zero. saturate=true (what KvCompressEpilog uses): overflow
 // and infinities give the largest finite code (0x6E/0xEE) and NaN gives 0x00; saturate=false:
 // overflow gives infinity (0x6F/0xEF) and NaN gives 0x80.
@@ -54,7 +59,7 @@ KVSCATTER_API std::uint8_t encode_hifloat8(float x, bool saturate = true) noexce
 KVSCATTER_API float decode_hifloat8(std::uint8_t code) noexcept;
 
 // Generic scalar entry points over the floating dtypes (float32, float16, bfloat16, hifloat8,
-// float8_e5m2, float8_e4m3fn, float8_e8m0, float4_e2m1). Codes are returned zero-extended.
+// float8_e5m2, float8_e4m3fn, float8_e8m0, float4_e2m1, float4_e1m2). Codes are returned zero-extended.
 KVSCATTER_API std::uint32_t encode(DType dtype, float x) noexcept;
 KVSCATTER_API float decode(DType dtype, std::uint32_t code) noexcept;
 

@@ -88,7 +88,8 @@ typedef enum kvsDataType KVS_ENUM_INT32 {
   KVS_FLOAT8_E5M2 = 11,
   KVS_FLOAT8_E4M3FN = 12,
   KVS_FLOAT8_E8M0 = 13,
-  KVS_FLOAT4_E2M1 = 14 /* two elements per byte; such tensors address packed bytes */
+  KVS_FLOAT4_E2M1 = 14, /* two elements per byte; such tensors address packed bytes */
+  KVS_FLOAT4_E1M2 = 15  /* likewise */
 } kvsDataType;
 
 #define KVS_MAX_RANK 8
@@ -283,6 +284,77 @@ KVSCATTER_API kvsStatus kvsKvCacheUpdateGetWorkspaceSize(
 
 KVSCATTER_API kvsStatus kvsKvCacheUpdate(void *workspace, uint64_t workspace_size,
                                          kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- GatherPaKvCache ----------------------------------------------------------------------- */
+
+enum {
+  KVS_GATHER_PA_KV_CACHE_KEY_CACHE_INDEX = 0,
+  KVS_GATHER_PA_KV_CACHE_VALUE_CACHE_INDEX = 1,
+  KVS_GATHER_PA_KV_CACHE_BLOCK_TABLES_INDEX = 2,
+  KVS_GATHER_PA_KV_CACHE_SEQ_LENS_INDEX = 3,
+  KVS_GATHER_PA_KV_CACHE_KEY_INDEX = 4,
+  KVS_GATHER_PA_KV_CACHE_VALUE_INDEX = 5,
+  KVS_GATHER_PA_KV_CACHE_SEQ_OFFSET_INDEX = 6
+};
+
+/* Reads each sequence's tokens out of paged caches through its row of block_tables into
+ * consecutive rows of key (and value), which are written in place; the caches are only read.
+ * value_cache/value NULL together: key-only call. seq_offset: NULL when absent. cache_mode:
+ * "Norm" (default) | "PA_NZ", exact case. is_seq_lens_cumsum: seq_lens holds batch + 1 prefix
+ * sums starting at 0. Negative block ids are padding blocks (rows written as zero bytes). */
+KVSCATTER_API kvsStatus kvsGatherPaKvCacheGetWorkspaceSize(
+    const kvsTensor *key_cache, const kvsTensor *value_cache, const kvsTensor *block_tables,
+    const kvsTensor *seq_lens, kvsTensor *key, kvsTensor *value, const kvsTensor *seq_offset,
+    const char *cache_mode, bool is_seq_lens_cumsum, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsGatherPaKvCache(void *workspace, uint64_t workspace_size,
+                                           kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- ScatterPaCache ------------------------------------------------------------------------- */
+
+enum {
+  KVS_SCATTER_PA_CACHE_KEY_INDEX = 0,
+  KVS_SCATTER_PA_CACHE_KEY_CACHE_INDEX = 1,
+  KVS_SCATTER_PA_CACHE_SLOT_MAPPING_INDEX = 2,
+  KVS_SCATTER_PA_CACHE_COMPRESS_LENS_INDEX = 3,
+  KVS_SCATTER_PA_CACHE_COMPRESS_SEQ_OFFSETS_INDEX = 4,
+  KVS_SCATTER_PA_CACHE_SEQ_LENS_INDEX = 5
+};
+
+/* One tensor into one paged cache. 3-D key [T, heads, D] with slot_mapping [T] and no compress
+ * tensors: a row copy (any of the twelve copy dtypes, or packed float4_e2m1 / float4_e1m2 whose
+ * shapes count bytes). 4-D key [B, S, heads, D] into a [blocks, block_size, 1, D] cache with
+ * slot_mapping [B, heads], compress_lens and seq_lens: tail keep, or ReduceMean when
+ * compress_seq_offsets is given. Absent tensors are NULL. */
+KVSCATTER_API kvsStatus kvsScatterPaCacheGetWorkspaceSize(
+    const kvsTensor *key, kvsTensor *key_cache, const kvsTensor *slot_mapping,
+    const kvsTensor *compress_lens, const kvsTensor *compress_seq_offsets,
+    const kvsTensor *seq_lens, uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsScatterPaCache(void *workspace, uint64_t workspace_size,
+                                          kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- IndexerQuantCache ---------------------------------------------------------------------- */
+
+enum {
+  KVS_INDEXER_QUANT_CACHE_CACHE_INDEX = 0,
+  KVS_INDEXER_QUANT_CACHE_CACHE_SCALE_INDEX = 1,
+  KVS_INDEXER_QUANT_CACHE_X_INDEX = 2,
+  KVS_INDEXER_QUANT_CACHE_SLOT_MAPPING_INDEX = 3
+};
+
+/* x [..., d] float16/bfloat16 quantized row by row into cache [blocks, block_size, 1, W] and
+ * cache_scale [blocks, block_size, 1, Ws] at slot_mapping (x.shape[:-1]; -1 skips a row).
+ * quant_mode: "mxfp8" | "fp8" (default) | "hifloat8" | "mxfp4" (any case, blanks ignored) or
+ * "0".."3". round_scale: fp8 mode only; x_scale: hifloat8 mode only. */
+KVSCATTER_API kvsStatus kvsIndexerQuantCacheGetWorkspaceSize(
+    kvsTensor *cache, kvsTensor *cache_scale, const kvsTensor *x, const kvsTensor *slot_mapping,
+    const char *quant_mode, bool round_scale, float x_scale, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsIndexerQuantCache(void *workspace, uint64_t workspace_size,
+                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -31,13 +31,18 @@ __all__ = [
     "Error",
     "__version__",
     "formats",
+    "gather_pa_kv_cache",
     "get_num_threads",
+    "indexer_quant_cache",
     "kv_cache_update",
     "kv_compress_epilog",
+    "npu_gather_pa_kv_cache",
+    "npu_scatter_pa_cache",
     "npu_scatter_pa_kv_cache",
     "paged_cache_gather",
     "paged_kv_write",
     "paged_latent_write",
+    "scatter_pa_cache",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
     "set_num_threads",
@@ -90,6 +95,239 @@ def scatter_pa_kv_cache(
 
 #: Alias for code written against ``torch_npu.npu_scatter_pa_kv_cache``.
 npu_scatter_pa_kv_cache = scatter_pa_kv_cache
+
+
+def gather_pa_kv_cache(
+    key_cache,
+    value_cache,
+    block_tables,
+    seq_lens,
+    key,
+    value,
+    *,
+    seq_offset=None,
+    is_seq_lens_cumsum=False,
+    cache_mode="Norm",
+    dtype=None,
+) -> None:
+    """Reads each sequence's tokens out of paged caches into dense ``key`` / ``value`` rows.
+
+    The inverse of :func:`scatter_pa_kv_cache`: sequence ``b`` owns ``seq_lens[b]`` tokens,
+    stored block by block in the physical blocks ``block_tables[b][shift:]`` with
+    ``shift = seq_offset[b] // block_size``; its tokens become consecutive rows of ``key`` (and
+    ``value``), sequences one after another in batch order. ``key`` and ``value`` are written
+    in place; the caches are only read.
+
+    Parameters
+    ----------
+    key_cache, value_cache : array
+        ``cache_mode="Norm"``: ``[num_blocks, block_size, num_heads, head_size]``;
+        ``"PA_NZ"``: ``[num_blocks, head_size * num_heads / L, block_size, L]`` with
+        ``L = 32 / itemsize``. ``value_cache`` may be None together with ``value`` (key only).
+        A cache may be strided along its block axis.
+    block_tables : array of int32 or int64
+        ``[batch, max_blocks_per_seq]``. Only the entries a sequence needs are read; a
+        negative id read there is a padding block, whose rows are written as zero bytes. An
+        id past the cache, or a table too short for its sequence, is an error.
+    seq_lens : array
+        ``[batch]`` lengths, or ``[batch + 1]`` prefix sums starting at 0 when
+        ``is_seq_lens_cumsum`` is True. Same dtype as ``block_tables``.
+    key, value : array
+        Outputs: Norm ``[rows, num_heads, head_size]``, PA_NZ ``[rows, C1 * L]``, with at least
+        as many rows as the sequences hold; rows past the last sequence keep their contents.
+    seq_offset : array, optional
+        ``[batch]``, non-negative; only whole blocks (``seq_offset // block_size``) shift the
+        start in the block table.
+    is_seq_lens_cumsum : bool
+        ``seq_lens`` holds prefix sums.
+    cache_mode : {"Norm", "PA_NZ"}
+        Exact case; None means "Norm". Key and value dtypes may differ in PA_NZ only.
+    dtype : str, optional
+        Element type of integer-typed caches and outputs (e.g. ``"hifloat8"`` for ``uint8``).
+
+    Raises
+    ------
+    kvscatter.Error
+        On any broken rule; nothing has been written then.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> kc = np.arange(4 * 2 * 1 * 2, dtype=np.float32).reshape(4, 2, 1, 2)
+    >>> key = np.zeros((3, 1, 2), np.float32)
+    >>> kvscatter.gather_pa_kv_cache(kc, None, np.array([[2, 0]], np.int32),
+    ...                              np.array([3], np.int32), key, None)
+    >>> key[:, 0, 0].tolist()
+    [8.0, 10.0, 0.0]
+    """
+    _ext.gather_pa_kv_cache(
+        key_cache,
+        value_cache,
+        block_tables,
+        seq_lens,
+        key,
+        value,
+        seq_offset,
+        is_seq_lens_cumsum,
+        cache_mode,
+        formats.canonical_dtype(dtype),
+    )
+
+
+#: Alias for code written against ``torch_npu.npu_gather_pa_kv_cache``.
+npu_gather_pa_kv_cache = gather_pa_kv_cache
+
+
+def scatter_pa_cache(
+    key,
+    key_cache,
+    slot_mapping,
+    *,
+    compress_lens=None,
+    compress_seq_offsets=None,
+    seq_lens=None,
+    dtype=None,
+) -> None:
+    """Writes one tensor into one paged cache (``torch_npu``-style ``npu_scatter_pa_cache``).
+
+    Three scenarios, chosen by the rank of ``key`` and the presence of ``compress_seq_offsets``;
+    each writes the bytes of the key side of the matching :func:`scatter_pa_kv_cache` call.
+
+    Parameters
+    ----------
+    key : array
+        3-D ``[tokens, num_heads, head_size]`` (plain), or 4-D
+        ``[batch, seq_len, num_heads, head_size]`` (compress scenarios).
+    key_cache : array
+        Plain: ``[num_blocks, block_size, num_heads, head_size]``; 4-D key:
+        ``[num_blocks, block_size, 1, head_size]``. Same dtype as ``key``; updated in place.
+        May be strided along its block axis.
+    slot_mapping : array of int32 or int64
+        Plain: ``[tokens]``, a negative slot is padding; 4-D key: ``[batch, num_heads]``, the
+        first slot of each (batch, head) run, negative to skip the run. A slot or run reaching
+        past the cache is an error.
+    compress_lens : array, optional
+        4-D key: ``[batch, num_heads]`` or ``[batch * num_heads]``, the window length ``w``.
+    compress_seq_offsets : array, optional
+        4-D key: ``[batch * num_heads]``; given: ReduceMean (tokens ``[o, o + w)`` replaced by
+        their mean, ``w = 0`` or ``o = seq_len`` means no compression); absent: tail keep (the
+        last ``w`` tokens).
+    seq_lens : array, optional
+        4-D key: ``[batch]``, each at most ``seq_len``.
+    dtype : str, optional
+        Element type of integer-typed arrays: ``"hifloat8"``, ``"float8_e4m3fn"``, or the packed
+        ``"float4_e2m1"`` / ``"float4_e1m2"`` (``uint8`` arrays whose last axis counts bytes,
+        two elements each; plain scenario only).
+
+    Raises
+    ------
+    kvscatter.Error
+        On any broken rule; the cache is unchanged then.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> cache = np.zeros((2, 2, 1, 4), np.uint8)
+    >>> key = np.array([[[8, 136, 24, 20]], [[1, 2, 3, 4]]], np.uint8)
+    >>> kvscatter.scatter_pa_cache(key, cache, np.array([3, 0]), dtype="hifloat8")
+    >>> cache.reshape(4, 4)[[0, 3]].tolist()
+    [[1, 2, 3, 4], [8, 136, 24, 20]]
+    """
+    _ext.scatter_pa_cache(
+        key,
+        key_cache,
+        slot_mapping,
+        compress_lens,
+        compress_seq_offsets,
+        seq_lens,
+        formats.canonical_dtype(dtype),
+    )
+
+
+#: Alias for code written against ``torch_npu.npu_scatter_pa_cache``.
+npu_scatter_pa_cache = scatter_pa_cache
+
+
+def indexer_quant_cache(
+    cache,
+    cache_scale,
+    x,
+    slot_mapping,
+    *,
+    quant_mode="fp8",
+    round_scale=True,
+    x_scale=1.0,
+    dtype=None,
+) -> None:
+    """Quantizes each row of ``x`` and writes its codes and scale(s) into paged caches.
+
+    The quantize-and-scatter of a sparse-attention indexer key (``cann_ops_transformer.
+    indexer_quant_cache``). Row ``t`` of ``x`` (leading axes flattened) goes to slot
+    ``slot_mapping.flat[t]``: row ``slot % block_size`` of block ``slot // block_size`` of
+    ``cache`` and ``cache_scale``; ``-1`` skips the row. Bytes past the written part of a row,
+    and rows not hit, keep their contents. Repeated slots: the last row wins.
+
+    Parameters
+    ----------
+    cache : array
+        ``[num_blocks, block_size, 1, W]``, updated in place. ``"fp8"``/``"mxfp8"``:
+        float8_e4m3fn or float8_e5m2 (ml_dtypes, or ``uint8`` with ``dtype=``), ``W >= d``;
+        ``"hifloat8"``: ``uint8``, ``W >= d``; ``"mxfp4"``: packed FP4 as ``uint8`` with
+        ``dtype="float4_e2m1"`` or ``"float4_e1m2"``, ``W >= d / 2`` bytes.
+    cache_scale : array
+        ``[num_blocks, block_size, 1, Ws]`` with the blocks of ``cache``. ``"fp8"``: float32,
+        one scale per row; ``"mxfp8"``/``"mxfp4"``: E8M0 (``ml_dtypes.float8_e8m0fnu`` or
+        ``uint8``), ``d / 32`` per row; ``"hifloat8"``: float32, never written.
+    x : array
+        ``[..., d]`` float16 or bfloat16, ``d`` a positive multiple of 32, at most 8192.
+    slot_mapping : array of int32 or int64
+        ``x.shape[:-1]``.
+    quant_mode : {"fp8", "mxfp8", "hifloat8", "mxfp4"} or {0, 1, 2, 3}
+        Names in any case, surrounding blanks ignored; the upstream numbers are
+        0 mxfp8, 1 fp8, 2 hifloat8, 3 mxfp4.
+    round_scale : bool
+        ``"fp8"`` only: the per-row scale ``amax / max_finite`` is rounded up to a power of two.
+    x_scale : float
+        ``"hifloat8"`` only: ``x`` is multiplied by it before encoding.
+    dtype : str, optional
+        Element type of an integer-typed ``x`` or ``cache``.
+
+    Raises
+    ------
+    kvscatter.Error
+        On any broken rule; nothing has been written then.
+    TypeError
+        For a ``quant_mode`` that is neither a string nor an int, or an ``x_scale`` that is not
+        a real number.
+
+    Examples
+    --------
+    >>> import numpy as np, ml_dtypes, kvscatter
+    >>> cache = np.zeros((1, 2, 1, 32), ml_dtypes.float8_e4m3fn)
+    >>> scale = np.zeros((1, 2, 1, 1), np.float32)
+    >>> x = (np.arange(32, dtype=np.float16) - 16) / 4
+    >>> kvscatter.indexer_quant_cache(cache, scale, x[None], np.array([1]))
+    >>> float(scale[0, 1, 0, 0]), cache[0, 1, 0].view(np.uint8)[:2].tolist()
+    (0.015625, [248, 247])
+    """
+    import numbers
+
+    if isinstance(quant_mode, bool) or not isinstance(quant_mode, (str, int)):
+        raise TypeError(f"quant_mode must be a str or an int, got {quant_mode!r}")
+    if isinstance(x_scale, bool) or not isinstance(x_scale, numbers.Real):
+        raise TypeError(f"x_scale must be a float, got {x_scale!r}")
+    if not isinstance(round_scale, bool):
+        raise TypeError(f"round_scale must be a bool, got {round_scale!r}")
+    _ext.indexer_quant_cache(
+        cache,
+        cache_scale,
+        x,
+        slot_mapping,
+        str(quant_mode),
+        round_scale,
+        float(x_scale),
+        formats.canonical_dtype(dtype),
+    )
 
 
 def scatter_pa_kv_cache_with_k_scale(

@@ -30,6 +30,7 @@ FORMATS = (
     "float8_e5m2",
     "float8_e8m0",
     "float4_e2m1",
+    "float4_e1m2",
     "hifloat8",
 )
 
@@ -79,8 +80,9 @@ def decode(codes, dtype) -> np.ndarray:
     c = np.asarray(codes)
     if c.dtype.kind not in "ui" or c.dtype.itemsize > want.itemsize:
         raise TypeError(f"codes of {name} must be {want.name} (or narrower unsigned), got {c.dtype}")
-    if c.size and (c.min() < 0 or (name == "float4_e2m1" and c.max() > 15)):
-        raise ValueError(f"codes of {name} out of range [0, {15 if name == 'float4_e2m1' else np.iinfo(want).max}]")
+    nibble = name in ("float4_e2m1", "float4_e1m2")
+    if c.size and (c.min() < 0 or (nibble and c.max() > 15)):
+        raise ValueError(f"codes of {name} out of range [0, {15 if nibble else np.iinfo(want).max}]")
     c = np.ascontiguousarray(c, dtype=want)
     return _ext.formats_decode(c.reshape(-1), name).reshape(c.shape)
 

@@ -53,6 +53,9 @@ NB_MODULE(_kvscatter, m) {
   python::bind_scatter_pa_kv_cache(m);
   python::bind_scatter_pa_kv_cache_with_k_scale(m);
   python::bind_kv_compress_epilog(m);
+  python::bind_gather_pa_kv_cache(m);
+  python::bind_scatter_pa_cache(m);
+  python::bind_indexer_quant_cache(m);
   python::bind_paged_kv_write(m);
   python::bind_paged_cache_gather(m);
   python::bind_paged_latent_write(m);

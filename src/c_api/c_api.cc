@@ -42,6 +42,7 @@ constexpr std::array<DTypePair, kNumDTypes> kDTypes{{
     {KVS_FLOAT8_E4M3FN, DType::float8_e4m3fn},
     {KVS_FLOAT8_E8M0, DType::float8_e8m0},
     {KVS_FLOAT4_E2M1, DType::float4_e2m1},
+    {KVS_FLOAT4_E1M2, DType::float4_e1m2},
 }};
 
 constexpr bool dtype_table_is_complete() {
@@ -76,6 +77,12 @@ const char* planner_name(Op op) noexcept {
       return "kvsKvCompressEpilogGetWorkspaceSize";
     case Op::kv_cache_update:
       return "kvsKvCacheUpdateGetWorkspaceSize";
+    case Op::gather_pa_kv_cache:
+      return "kvsGatherPaKvCacheGetWorkspaceSize";
+    case Op::scatter_pa_cache:
+      return "kvsScatterPaCacheGetWorkspaceSize";
+    case Op::indexer_quant_cache:
+      return "kvsIndexerQuantCacheGetWorkspaceSize";
     case Op::paged_kv_write:
       return "kvsPagedKvWriteGetWorkspaceSize";
     case Op::paged_cache_gather:
@@ -96,6 +103,12 @@ const char* runner_name(Op op) noexcept {
       return "kvsKvCompressEpilog";
     case Op::kv_cache_update:
       return "kvsKvCacheUpdate";
+    case Op::gather_pa_kv_cache:
+      return "kvsGatherPaKvCache";
+    case Op::scatter_pa_cache:
+      return "kvsScatterPaCache";
+    case Op::indexer_quant_cache:
+      return "kvsIndexerQuantCache";
     case Op::paged_kv_write:
       return "kvsPagedKvWrite";
     case Op::paged_cache_gather:

@@ -21,6 +21,7 @@ constexpr std::array<DTypeInfo, kNumDTypes> kInfo{{
     {"uint16", 16, false},      {"int32", 32, false},       {"uint32", 32, false},
     {"int64", 64, false},       {"hifloat8", 8, true},      {"float8_e5m2", 8, true},
     {"float8_e4m3fn", 8, true}, {"float8_e8m0", 8, true},   {"float4_e2m1", 4, true},
+    {"float4_e1m2", 4, true},
 }};
 
 const DTypeInfo& info(DType d) noexcept { return kInfo[static_cast<std::size_t>(d)]; }

@@ -193,6 +193,25 @@ float decode_float4_e2m1(std::uint8_t nibble) noexcept {
   return with_sign(small_float_value<1, 1>(nibble & 0x7u), (nibble & 0x8u) != 0);
 }
 
+// ---- float4_e1m2 ----------------------------------------------------------------------------
+
+// Same conventions as float4_e2m1: saturates at +-1.75 (Inf included); NaN gives the zero of
+// the opposite sign.
+std::uint8_t encode_float4_e1m2(float x) noexcept {
+  const std::uint32_t b = bits_of(x);
+  const std::uint32_t sign = (b >> 28) & 0x8u;
+  const std::uint32_t a = b & kAbsMask;
+  if (a > kF32Inf) return static_cast<std::uint8_t>(sign ^ 0x8u);
+  if (a >= 0x40000000u) return static_cast<std::uint8_t>(sign | 0x7u);  // |x| >= 2, Inf too
+  std::uint32_t mag = round_to_small_float<2, 1>(a);
+  if (mag > 0x7u) mag = 0x7u;
+  return static_cast<std::uint8_t>(sign | mag);
+}
+
+float decode_float4_e1m2(std::uint8_t nibble) noexcept {
+  return with_sign(small_float_value<2, 1>(nibble & 0x7u), (nibble & 0x8u) != 0);
+}
+
 // ---- HiFloat8 -------------------------------------------------------------------------------
 
 std::uint8_t encode_hifloat8(float x, bool saturate) noexcept {
@@ -283,6 +302,8 @@ std::uint32_t encode(DType dtype, float x) noexcept {
       return encode_float8_e8m0(x);
     case DType::float4_e2m1:
       return encode_float4_e2m1(x);
+    case DType::float4_e1m2:
+      return encode_float4_e1m2(x);
     default:
       return 0;  // not a floating dtype
   }
@@ -306,6 +327,8 @@ float decode(DType dtype, std::uint32_t code) noexcept {
       return decode_float8_e8m0(static_cast<std::uint8_t>(code));
     case DType::float4_e2m1:
       return decode_float4_e2m1(static_cast<std::uint8_t>(code));
+    case DType::float4_e1m2:
+      return decode_float4_e1m2(static_cast<std::uint8_t>(code));
     default:
       return float_of(kF32QuietNaN);  // not a floating dtype
   }

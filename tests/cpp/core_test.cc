@@ -21,8 +21,9 @@ namespace {
 TEST(DType, NamesRoundTripAndSizes) {
   const char* names[] = {"float32",  "float16",     "bfloat16",      "int8",        "uint8",
                          "int16",    "uint16",      "int32",         "uint32",      "int64",
-                         "hifloat8", "float8_e5m2", "float8_e4m3fn", "float8_e8m0", "float4_e2m1"};
-  const int bits[] = {32, 16, 16, 8, 8, 16, 16, 32, 32, 64, 8, 8, 8, 8, 4};
+                         "hifloat8", "float8_e5m2", "float8_e4m3fn", "float8_e8m0", "float4_e2m1",
+                         "float4_e1m2"};
+  const int bits[] = {32, 16, 16, 8, 8, 16, 16, 32, 32, 64, 8, 8, 8, 8, 4, 4};
   for (int i = 0; i < kNumDTypes; ++i) {
     const auto d = static_cast<DType>(i);
     EXPECT_EQ(dtype_name(d), names[i]);

@@ -422,6 +422,50 @@ TEST(FormatsDecode, Float4E2M1EveryCode) {
   EXPECT_EQ(decode_float4_e2m1(0xF7), 6.0f);
 }
 
+TEST(FormatsDecode, Float4E1M2EveryCode) {
+  expect_small_float_decode(decode_float4_e1m2, 2, 1, 4, /*no inf*/ 0x100, /*no NaN*/ 0x100);
+  const float values[8] = {0, 0.25f, 0.5f, 0.75f, 1, 1.25f, 1.5f, 1.75f};
+  for (std::uint8_t c = 0; c < 8; ++c) {
+    EXPECT_F32_BITS(decode_float4_e1m2(c), values[c]);
+    EXPECT_F32_BITS(decode_float4_e1m2(static_cast<std::uint8_t>(c | 8)), -values[c]);
+    EXPECT_EQ(decode(DType::float4_e1m2, c), values[c]);
+  }
+  EXPECT_EQ(decode_float4_e1m2(0xF7), 1.75f);
+}
+
+// Every float32 of a dense sample against a brute-force nearest-value search over the table:
+// ties go to the even code, magnitudes past 1.75 saturate, the sign (of zero too) is kept.
+TEST(FormatsEncode, Float4E1M2MatchesNearestTableValue) {
+  const double values[8] = {0, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 1.75};
+  auto nearest = [&](float x) {
+    const std::uint8_t sign = std::signbit(x) ? 8 : 0;
+    const double a = std::fabs(static_cast<double>(x));
+    if (a >= 1.75) return static_cast<std::uint8_t>(sign | 7);
+    int best = 0;
+    for (int c = 1; c < 8; ++c) {
+      const double d = std::fabs(a - values[c]), db = std::fabs(a - values[best]);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<std::uint8_t>(sign | best);
+  };
+  for (std::uint32_t b = 0; b < 0xFF800000u; b += 0x1357u) {
+    const float x = std::bit_cast<float>(b);
+    if (std::isnan(x)) continue;
+    ASSERT_EQ(encode_float4_e1m2(x), nearest(x)) << std::hexfloat << x;
+    ASSERT_EQ(encode(DType::float4_e1m2, x), nearest(x));
+  }
+  for (float x : {0.125f, 0.375f, 0.625f, 0.875f, 1.125f, 1.375f, 1.625f, 1.875f, 1.9f, 2.0f,
+                  -0.125f, -1.875f, -0.0f, INFINITY, -INFINITY, 1e30f}) {
+    EXPECT_EQ(encode_float4_e1m2(x), nearest(x)) << x;
+  }
+  EXPECT_EQ(encode_float4_e1m2(0.125f), 0x0);  // tie between 0 and 0.25: even code 0
+  EXPECT_EQ(encode_float4_e1m2(0.375f), 0x2);  // tie between 0.25 and 0.5: even code 2
+  EXPECT_EQ(encode_float4_e1m2(1.875f), 0x7);  // saturates
+  EXPECT_EQ(encode_float4_e1m2(-INFINITY), 0xF);
+  EXPECT_EQ(encode_float4_e1m2(std::nanf("")), 0x8);
+  for (std::uint8_t c = 0; c < 16; ++c) EXPECT_EQ(encode_float4_e1m2(decode_float4_e1m2(c)), c);
+}
+
 TEST(FormatsDecode, Float8E8M0EveryCode) {
   for (std::uint32_t c = 0; c < 255; ++c) {
     const float want = static_cast<float>(std::ldexp(1.0, static_cast<int>(c) - 127));

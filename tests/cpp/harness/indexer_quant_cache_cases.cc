@@ -1,0 +1,134 @@
+// Harness cases of IndexerQuantCache: the four modes with every cache and x dtype, both
+// round_scale settings, x of rank 2 to 4 with padded rows, rows wider than d, skipped rows, the
+// last slot, duplicate slots, empty inputs, caches strided along the block axis, unaligned
+// buffers, values across the whole range (zeros, subnormals, huge) and calls that must fail
+// (a slot that is neither -1 nor in the cache).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "harness/harness.h"
+#include "kvscatter/formats.h"
+#include "kvscatter/indexer_quant_cache.h"
+
+namespace kvscatter::harness {
+namespace {
+
+enum Buf { kCache, kScale, kX, kSlots, kNumBufs };
+
+std::int64_t pick(std::mt19937_64& rng, std::int64_t lo, std::int64_t hi) {
+  return lo + static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+std::vector<std::uint8_t> random_bytes(std::mt19937_64& rng, std::size_t n) {
+  std::vector<std::uint8_t> v(n);
+  for (auto& b : v) b = static_cast<std::uint8_t>(rng());
+  return v;
+}
+
+struct Geometry {
+  IndexerQuantCacheOptions opt;
+  DType xdt = DType::float16, cdt = DType::float8_e4m3fn, sdt = DType::float32;
+  std::int64_t d = 32, rows = 0, lead = 1, nb = 1, bs = 1, w = 32, ws = 1, pad = 0, xpad = 0;
+};
+
+Geometry random_geometry(std::mt19937_64& rng) {
+  Geometry g;
+  g.opt.quant_mode = static_cast<IndexerQuantMode>(rng() % 4);
+  g.opt.round_scale = rng() % 2;
+  g.opt.x_scale = std::ldexp(1.0f, static_cast<int>(pick(rng, -6, 6))) * (rng() % 2 ? 1.0f : 0.7f);
+  g.xdt = rng() % 2 ? DType::float16 : DType::bfloat16;
+  g.d = 32 * pick(rng, 1, 8);
+  g.rows = rng() % 10 == 0 ? 0 : pick(rng, 1, 30);
+  g.lead = g.rows > 0 && rng() % 3 == 0 ? (g.rows % 2 == 0 ? 2 : 1) : 1;
+  g.nb = pick(rng, 1, 5);
+  g.bs = pick(rng, 1, 8);
+  const auto m = g.opt.quant_mode;
+  const bool mx = m == IndexerQuantMode::mxfp8 || m == IndexerQuantMode::mxfp4;
+  if (m == IndexerQuantMode::hifloat8) {
+    g.cdt = rng() % 2 ? DType::uint8 : DType::hifloat8;
+  } else if (m == IndexerQuantMode::mxfp4) {
+    g.cdt = rng() % 2 ? DType::float4_e2m1 : DType::float4_e1m2;
+  } else {
+    g.cdt = rng() % 2 ? DType::float8_e4m3fn : DType::float8_e5m2;
+  }
+  g.sdt = mx ? (rng() % 2 ? DType::float8_e8m0 : DType::uint8) : DType::float32;
+  g.w = (m == IndexerQuantMode::mxfp4 ? g.d / 2 : g.d) + pick(rng, 0, 3) * (rng() % 2);
+  g.ws = (mx ? g.d / 32 : 1) + pick(rng, 0, 2) * (rng() % 2);
+  g.pad = rng() % 3 == 0 ? pick(rng, 1, 50) : 0;
+  g.xpad = rng() % 3 == 0 ? pick(rng, 1, 7) : 0;
+  return g;
+}
+
+// x values: normal-distributed at a random scale, with zeros, subnormals, signed zeros and
+// huge values mixed in; finite only (non-finite codes are outside the contract).
+std::vector<std::uint8_t> random_x(std::mt19937_64& rng, const Geometry& g, std::size_t count) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float spread = std::ldexp(1.0f, static_cast<int>(pick(rng, -30, 12)));
+  std::vector<std::uint8_t> out(count * 2);
+  for (std::size_t i = 0; i < count; ++i) {
+    float f = nd(rng) * spread;
+    const auto r = rng() % 32;
+    if (r == 0) f = 0.0f;
+    if (r == 1) f = -0.0f;
+    if (r == 2) f = std::ldexp(nd(rng), -20);
+    if (r == 3) f = 30000.0f * (rng() % 2 ? 1.0f : -1.0f);
+    auto code = static_cast<std::uint16_t>(formats::encode(g.xdt, f));
+    if (!std::isfinite(formats::decode(g.xdt, code))) code = 0;
+    std::memcpy(out.data() + 2 * i, &code, 2);
+  }
+  return out;
+}
+
+Case generate(std::mt19937_64& rng) {
+  const Geometry g = random_geometry(rng);
+  const std::int64_t ns = g.nb * g.bs;
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(g.rows));
+  for (auto& s : slots) {
+    const auto r = rng() % 8;
+    s = r == 0 ? -1 : r == 1 ? ns - 1 : r == 2 && !slots.empty() ? slots[0] : pick(rng, 0, ns - 1);
+  }
+  const bool bad = g.rows > 0 && rng() % 12 == 0;
+  if (bad) slots.back() = rng() % 2 ? ns : -2;
+  Case c;
+  c.name = std::string("indexer_quant_cache mode ") +
+           std::to_string(static_cast<int>(g.opt.quant_mode)) + " " +
+           std::string(dtype_name(g.xdt)) + "->" + std::string(dtype_name(g.cdt)) +
+           " d=" + std::to_string(g.d) + " rows=" + std::to_string(g.rows) +
+           (g.opt.round_scale ? " round" : " exact");
+  const std::size_t ssz = dtype_size(g.sdt);
+  c.buffers.resize(kNumBufs);
+  c.buffer_names = {"cache", "cache_scale", "x", "slot_mapping"};
+  c.buffers[kCache] = random_bytes(rng, static_cast<std::size_t>(g.nb * (g.bs * g.w + g.pad)));
+  c.buffers[kScale] = random_bytes(rng, static_cast<std::size_t>(g.nb * g.bs * g.ws) * ssz);
+  c.buffers[kX] = random_x(rng, g, static_cast<std::size_t>(g.rows * (g.d + g.xpad)));
+  c.buffers[kSlots].resize(slots.size() * 8);
+  if (!slots.empty()) std::memcpy(c.buffers[kSlots].data(), slots.data(), slots.size() * 8);
+  for (int i = 0; i < kNumBufs; ++i)
+    c.misalign.push_back(i == kScale ? 0 : (rng() % 4 == 0 ? 2 * (rng() % 4) : 0));
+  c.expect_error = bad;
+  c.run = [g](const std::vector<std::uint8_t*>& data, bool reference) {
+    const std::int64_t cshape[] = {g.nb, g.bs, 1, g.w}, cstr[] = {g.bs * g.w + g.pad, g.w, g.w, 1};
+    const std::int64_t outer = g.rows / g.lead;
+    const std::int64_t xshape[] = {g.lead, outer, g.d},
+                       xstr[] = {outer * (g.d + g.xpad), g.d + g.xpad, 1};
+    const std::int64_t sshape[] = {g.lead, outer};
+    const IndexerQuantCachePlan plan =
+        plan_indexer_quant_cache(TensorView(data[kCache], g.cdt, cshape, cstr),
+                                 TensorView(data[kScale], g.sdt, {g.nb, g.bs, 1, g.ws}),
+                                 TensorView(data[kX], g.xdt, xshape, xstr),
+                                 TensorView(data[kSlots], DType::int64, sshape), g.opt);
+    if (reference)
+      reference::execute(plan);
+    else
+      execute(plan);
+  };
+  return c;
+}
+
+}  // namespace
+}  // namespace kvscatter::harness
+
+KVS_HARNESS_CASES(indexer_quant_cache, kvscatter::harness::generate, 300);

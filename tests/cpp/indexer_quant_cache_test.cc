@@ -1,0 +1,496 @@
+// IndexerQuantCache: the worked examples byte for byte on both paths, every rejection with its
+// message and untouched caches, the C ABI, and randomized optimized-versus-reference runs over
+// every mode, dtype, SIMD target and thread count.
+#include "kvscatter/indexer_quant_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvscatter/formats.h"
+#include "kvscatter/kvscatter.h"
+#include "kvscatter/runtime.h"
+#include "simd_targets.h"
+#include "testing.h"
+
+namespace kvscatter {
+namespace {
+
+using testing::expect_error;
+using Bytes = std::vector<std::uint8_t>;
+
+void run(const IndexerQuantCachePlan& p, bool ref) {
+  if (ref)
+    reference::execute(p);
+  else
+    execute(p);
+}
+
+Bytes hex(const std::string& s) {
+  Bytes out;
+  for (std::size_t i = 0; i < s.size();) {
+    if (s[i] == ' ') {
+      ++i;
+      continue;
+    }
+    out.push_back(static_cast<std::uint8_t>(std::stoul(s.substr(i, 2), nullptr, 16)));
+    i += 2;
+  }
+  return out;
+}
+
+std::vector<std::uint16_t> encode(DType dt, const std::vector<float>& xs) {
+  std::vector<std::uint16_t> v;
+  for (float x : xs) v.push_back(static_cast<std::uint16_t>(formats::encode(dt, x)));
+  return v;
+}
+
+std::vector<float> fp8_example_row() {
+  std::vector<float> x;
+  for (int k = 0; k < 32; ++k) x.push_back(static_cast<float>(k - 16) / 4.0f);
+  return x;
+}
+
+struct OneRow {
+  DType xdt = DType::float16, cdt = DType::float8_e4m3fn, sdt = DType::float32;
+  std::int64_t nb = 1, bs = 2, w = 32, ws = 1;
+  std::vector<std::uint16_t> x;
+  Bytes cache, scale;
+  std::vector<std::int32_t> slots{1};
+  IndexerQuantCacheOptions opt;
+
+  IndexerQuantCachePlan plan() {
+    const std::int64_t d = static_cast<std::int64_t>(x.size());
+    const std::size_t sz = dtype_size(sdt);
+    if (cache.empty()) cache.assign(static_cast<std::size_t>(nb * bs * w), 0);
+    if (scale.empty()) scale.assign(static_cast<std::size_t>(nb * bs * ws) * sz, 0);
+    return plan_indexer_quant_cache(TensorView(cache.data(), cdt, {nb, bs, 1, w}),
+                                    TensorView(scale.data(), sdt, {nb, bs, 1, ws}),
+                                    TensorView(x.data(), xdt, {1, d}),
+                                    TensorView(slots.data(), DType::int32, {1}), opt);
+  }
+  Bytes row(std::int64_t slot) const {
+    return Bytes(cache.begin() + slot * w, cache.begin() + (slot + 1) * w);
+  }
+  std::uint32_t scale_bits(std::int64_t slot) const {
+    std::uint32_t b;
+    std::memcpy(&b, scale.data() + slot * ws * 4, 4);
+    return b;
+  }
+};
+
+class IndexerExamples : public ::testing::TestWithParam<bool> {};
+
+TEST_P(IndexerExamples, Fp8Float16RoundScale) {
+  OneRow e;
+  e.x = encode(DType::float16, fp8_example_row());
+  run(e.plan(), GetParam());
+  EXPECT_EQ(e.row(1), hex("F8 F7 F6 F5 F4 F3 F2 F1 F0 EE EC EA E8 E4 E0 D8 00 58 60 64 68 6A 6C 6E "
+                          "70 71 72 73 74 75 76 77"));
+  EXPECT_EQ(e.scale_bits(1), 0x3C800000u);
+  EXPECT_EQ(e.row(0), Bytes(32, 0));  // slot 0 stays zero
+  EXPECT_EQ(e.scale_bits(0), 0u);
+}
+
+TEST_P(IndexerExamples, Fp8Float16ExactScale) {
+  OneRow e;
+  e.x = encode(DType::float16, fp8_example_row());
+  e.opt.round_scale = false;
+  run(e.plan(), GetParam());
+  EXPECT_EQ(e.row(1), hex("FE FD FC FB FA FA F9 F8 F6 F4 F2 F1 EE EA E6 DE 00 5E 66 6A 6E 71 72 74 "
+                          "76 78 79 7A 7A 7B 7C 7D"));
+  EXPECT_EQ(e.scale_bits(1), 0x3C124925u);
+}
+
+TEST_P(IndexerExamples, Fp8E5M2) {
+  OneRow e;
+  e.x = encode(DType::float16, fp8_example_row());
+  e.cdt = DType::float8_e5m2;
+  run(e.plan(), GetParam());
+  EXPECT_EQ(e.row(1), hex("F8 F8 F7 F6 F6 F6 F5 F4 F4 F3 F2 F1 F0 EE EC E8 00 68 6C 6E 70 71 72 73 "
+                          "74 74 75 76 76 76 77 78"));
+  EXPECT_EQ(e.scale_bits(1), 0x39000000u);
+}
+
+TEST_P(IndexerExamples, Mxfp8Bfloat16) {
+  for (DType cdt : {DType::float8_e4m3fn, DType::float8_e5m2}) {
+    OneRow e;
+    std::vector<float> x = fp8_example_row();
+    x.resize(64, 0.0f);
+    e.x = encode(DType::bfloat16, x);
+    e.xdt = DType::bfloat16;
+    e.cdt = cdt;
+    e.sdt = DType::float8_e8m0;
+    e.bs = 1;
+    e.w = 64;
+    e.ws = 2;
+    e.slots = {0};
+    e.opt.quant_mode = IndexerQuantMode::mxfp8;
+    e.opt.round_scale = false;  // ignored in this mode
+    run(e.plan(), GetParam());
+    const bool e4 = cdt == DType::float8_e4m3fn;
+    Bytes want = e4 ? hex("F8 F7 F6 F5 F4 F3 F2 F1 F0 EE EC EA E8 E4 E0 D8 00 58 60 64 68 6A 6C 6E "
+                          "70 71 72 73 74 75 76 77")
+                    : hex("F8 F8 F7 F6 F6 F6 F5 F4 F4 F3 F2 F1 F0 EE EC E8 00 68 6C 6E 70 71 72 73 "
+                          "74 74 75 76 76 76 77 78");
+    want.resize(64, 0);
+    EXPECT_EQ(e.cache, want);
+    EXPECT_EQ(e.scale, e4 ? hex("79 69") : hex("72 62"));
+  }
+}
+
+TEST_P(IndexerExamples, Hifloat8) {
+  for (float xs : {1.0f, 0.5f}) {
+    OneRow e;
+    std::vector<float> x = {1, -1, 0.5f, 3, 1.0625f, 100, -0.3f, 40000};
+    x.resize(32, 0.0f);
+    e.x = encode(DType::float16, x);
+    e.cdt = DType::uint8;
+    e.bs = 1;
+    e.slots = {0};
+    const float seven = 7.0f;
+    e.scale.resize(4);
+    std::memcpy(e.scale.data(), &seven, 4);
+    e.opt.quant_mode = IndexerQuantMode::hifloat8;
+    e.opt.x_scale = xs;
+    run(e.plan(), GetParam());
+    Bytes want = xs == 1.0f ? hex("08 88 18 14 09 4A B2 6E") : hex("18 98 30 0C 19 46 BA 6C");
+    want.resize(32, 0);
+    EXPECT_EQ(e.cache, want);
+    EXPECT_EQ(e.scale_bits(0), 0x40E00000u);  // cache_scale keeps its 7.0
+  }
+}
+
+TEST_P(IndexerExamples, Mxfp4) {
+  for (DType xdt : {DType::bfloat16, DType::float16}) {
+    for (DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
+      OneRow e;
+      std::vector<float> x;
+      for (int k = 0; k < 32; ++k) x.push_back(static_cast<float>(k - 16) / 8.0f);
+      e.x = encode(xdt, x);
+      e.xdt = xdt;
+      e.cdt = cdt;
+      e.sdt = DType::uint8;
+      e.bs = 1;
+      e.w = 16;
+      e.slots = {0};
+      e.opt.quant_mode = IndexerQuantMode::mxfp4;
+      run(e.plan(), GetParam());
+      const bool e2 = cdt == DType::float4_e2m1;
+      EXPECT_EQ(e.cache, e2 ? hex("EE DE DD CC CC AB AA 89 00 21 22 43 44 54 55 66")
+                            : hex("CC BC BB AA AA 9A 99 88 00 10 11 22 22 32 33 44"));
+      EXPECT_EQ(e.scale, e2 ? hex("7E") : hex("80"));
+    }
+  }
+}
+
+TEST_P(IndexerExamples, Mxfp4SignedZeroGroupsAndSubnormal) {
+  OneRow e;
+  e.x.assign(64, 0x0000);
+  for (int k = 32; k < 64; ++k) e.x[static_cast<std::size_t>(k)] = 0x8000;  // -0
+  e.cdt = DType::float4_e2m1;
+  e.sdt = DType::float8_e8m0;
+  e.bs = 1;
+  e.w = 32;
+  e.ws = 2;
+  e.slots = {0};
+  e.opt.quant_mode = IndexerQuantMode::mxfp4;
+  run(e.plan(), GetParam());
+  Bytes want(32, 0x88);
+  std::fill(want.begin(), want.begin() + 16, std::uint8_t{0});
+  EXPECT_EQ(e.cache, want);
+  EXPECT_EQ(e.scale, hex("00 00"));
+  // A float16 group whose only non-zero element is 5 * 2^-24: scale 0x67, y = 5 -> 4 (code 6).
+  OneRow f;
+  f.x.assign(32, 0x0000);
+  f.x[0] = 0x0005;
+  f.cdt = DType::float4_e2m1;
+  f.sdt = DType::uint8;
+  f.bs = 1;
+  f.w = 16;
+  f.slots = {0};
+  f.opt.quant_mode = IndexerQuantMode::mxfp4;
+  run(f.plan(), GetParam());
+  EXPECT_EQ(f.cache[0], 0x06);
+  EXPECT_EQ(f.scale, hex("67"));
+}
+
+TEST_P(IndexerExamples, PagedPlacement) {
+  // Cache [2, 2, 1, 40] float8_e4m3fn with block stride 100 bytes in a 200-byte buffer of EE;
+  // cache_scale [2, 2, 1, 3] float32 of -1.0; rows: the fp8 example row, all ones, all zeros.
+  Bytes cache(200, 0xEE);
+  std::vector<float> scale(12, -1.0f);
+  std::vector<float> x = fp8_example_row();
+  x.resize(64, 1.0f);
+  x.resize(96, 0.0f);
+  std::vector<std::uint16_t> xh = encode(DType::float16, x);
+  std::vector<std::int64_t> slots{3, -1, 0};
+  const std::int64_t cshape[] = {2, 2, 1, 40}, cstrides[] = {100, 40, 40, 1};
+  run(plan_indexer_quant_cache(TensorView(cache.data(), DType::float8_e4m3fn, cshape, cstrides),
+                               TensorView(scale.data(), DType::float32, {2, 2, 1, 3}),
+                               TensorView(xh.data(), DType::float16, {3, 32}),
+                               TensorView(slots.data(), DType::int64, {3})),
+      GetParam());
+  Bytes want(200, 0xEE);
+  const Bytes q =
+      hex("F8 F7 F6 F5 F4 F3 F2 F1 F0 EE EC EA E8 E4 E0 D8 00 58 60 64 68 6A 6C 6E 70 "
+          "71 72 73 74 75 76 77");
+  std::copy(q.begin(), q.end(), want.begin() + 140);
+  std::fill(want.begin(), want.begin() + 32, 0x00);
+  EXPECT_EQ(cache, want);
+  std::vector<float> want_scale(12, -1.0f);
+  want_scale[9] = 0.015625f;
+  want_scale[0] = 0.0f;
+  EXPECT_EQ(scale, want_scale);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, IndexerExamples, ::testing::Values(false, true),
+                         [](const auto& p) { return p.param ? "Reference" : "Optimized"; });
+
+TEST(IndexerQuantMode, Parsing) {
+  EXPECT_EQ(parse_indexer_quant_mode(" MXFP8 "), IndexerQuantMode::mxfp8);
+  EXPECT_EQ(parse_indexer_quant_mode("Fp8"), IndexerQuantMode::fp8);
+  EXPECT_EQ(parse_indexer_quant_mode("2"), IndexerQuantMode::hifloat8);
+  EXPECT_EQ(parse_indexer_quant_mode("mxfp4"), IndexerQuantMode::mxfp4);
+  expect_error([] { parse_indexer_quant_mode("int8"); }, Status::invalid_parameter,
+               {"quant_mode should be one of [mxfp8, fp8, hifloat8, mxfp4], got 'int8'"});
+  expect_error([] { parse_indexer_quant_mode("4"); }, Status::invalid_parameter, {"got '4'"});
+}
+
+// ---- rejections -------------------------------------------------------------------------------
+
+struct Bad {
+  std::vector<std::uint16_t> x = std::vector<std::uint16_t>(5 * 64, 0x3C00);
+  Bytes cache = Bytes(3 * 4 * 64, 0x11);
+  std::vector<float> scale = std::vector<float>(3 * 4 * 2, 9.0f);
+  std::vector<std::int32_t> slots{0, 1, 2, 3, 4};
+  TensorView c = TensorView(cache.data(), DType::float8_e4m3fn, {3, 4, 1, 64});
+  TensorView s = TensorView(scale.data(), DType::float32, {3, 4, 1, 2});
+  TensorView xv = TensorView(x.data(), DType::bfloat16, {5, 64});
+  TensorView sm = TensorView(slots.data(), DType::int32, {5});
+  IndexerQuantCacheOptions o;
+};
+
+void expect_rejected(const std::function<void(Bad&)>& mutate, std::initializer_list<std::string> f,
+                     Status status = Status::invalid_parameter) {
+  for (bool ref : {false, true}) {
+    Bad b;
+    mutate(b);
+    const Bytes c0 = b.cache;
+    const std::vector<float> s0 = b.scale;
+    expect_error([&] { run(plan_indexer_quant_cache(b.c, b.s, b.xv, b.sm, b.o), ref); }, status, f);
+    EXPECT_EQ(b.cache, c0);
+    EXPECT_EQ(b.scale, s0);
+  }
+}
+
+TEST(IndexerRejects, X) {
+  expect_rejected([](Bad& b) { b.xv.dtype = DType::float32; },
+                  {"x dtype must be one of {float16, bfloat16}, got float32"});
+  expect_rejected([](Bad& b) { b.xv = TensorView(b.x.data(), DType::bfloat16, {320}); },
+                  {"x must have at least 2 dimensions"});
+  expect_rejected(
+      [](Bad& b) {
+        b.xv = TensorView(b.x.data(), DType::bfloat16, {5, 48});
+      },
+      {"x last dim d = 48 must be a positive multiple of 32 and at most 8192"});
+  expect_rejected(
+      [](Bad& b) {
+        b.xv = TensorView(b.x.data(), DType::bfloat16, {0, 8224});
+      },
+      {"x last dim d = 8224"});
+}
+
+TEST(IndexerRejects, ModeDtypes) {
+  expect_rejected([](Bad& b) { b.c.dtype = DType::uint8; },
+                  {"cache dtype uint8 does not fit quant_mode \"fp8\" (float8_e4m3fn or "
+                   "float8_e5m2)"});
+  expect_rejected([](Bad& b) { b.o.quant_mode = IndexerQuantMode::mxfp8; },
+                  {"cache_scale dtype float32 does not fit quant_mode \"mxfp8\" (float8_e8m0 or "
+                   "uint8)"});
+  expect_rejected([](Bad& b) { b.o.quant_mode = IndexerQuantMode::hifloat8; },
+                  {"cache dtype float8_e4m3fn does not fit quant_mode \"hifloat8\""});
+  expect_rejected([](Bad& b) { b.o.quant_mode = IndexerQuantMode::mxfp4; },
+                  {"cache dtype float8_e4m3fn does not fit quant_mode \"mxfp4\""});
+}
+
+TEST(IndexerRejects, Slots) {
+  expect_rejected([](Bad& b) { b.sm = TensorView(b.slots.data(), DType::int32, {4}); },
+                  {"slot_mapping shape [4] must equal x.shape[:-1] = [5]"});
+  expect_rejected([](Bad& b) { b.sm.dtype = DType::uint32; },
+                  {"slot_mapping dtype must be one of {int32, int64}"});
+  expect_rejected([](Bad& b) { b.slots[2] = -2; },
+                  {"slot_mapping[2] = -2 is out of range: -1 (skip) or [0, 12)"});
+  expect_rejected([](Bad& b) { b.slots[4] = 12; }, {"slot_mapping[4] = 12 is out of range"});
+}
+
+TEST(IndexerRejects, Geometry) {
+  expect_rejected(
+      [](Bad& b) {
+        b.c = TensorView(b.cache.data(), DType::float8_e4m3fn, {3, 4, 64});
+      },
+      {"cache must be 4-D"});
+  expect_rejected(
+      [](Bad& b) {
+        b.c = TensorView(b.cache.data(), DType::float8_e4m3fn, {3, 2, 2, 64});
+      },
+      {"cache.shape[2] must be 1"});
+  expect_rejected(
+      [](Bad& b) {
+        b.s = TensorView(b.scale.data(), DType::float32, {2, 4, 1, 2});
+      },
+      {"cache_scale has 2 blocks of 4 slots, cache has 3 blocks of 4"});
+  expect_rejected(
+      [](Bad& b) {
+        const std::int64_t shape[] = {3, 4, 1, 63}, strides[] = {256, 64, 64, 1};
+        b.c = TensorView(b.cache.data(), DType::float8_e4m3fn, shape, strides);
+      },
+      {"cache row holds 63 elements, needs 64 for d = 64"});
+  expect_rejected(
+      [](Bad& b) {
+        b.o.quant_mode = IndexerQuantMode::mxfp8;
+        b.s = TensorView(b.scale.data(), DType::uint8, {3, 4, 1, 1});
+      },
+      {"cache_scale row holds 1 entries, needs 2 for d = 64"});
+  expect_rejected(
+      [](Bad& b) {
+        b.o.quant_mode = IndexerQuantMode::mxfp4;
+        b.s.dtype = DType::uint8;
+        b.c = TensorView(b.cache.data(), DType::float4_e2m1, {3, 4, 1, 31});
+      },
+      {"cache row holds 31 bytes, needs 32 for d = 64"});
+  expect_rejected(
+      [](Bad& b) {
+        b.c = TensorView(b.cache.data(), DType::float8_e4m3fn, {3, 0, 1, 64});
+      },
+      {"block_size must be >= 1"});
+}
+
+TEST(IndexerRejects, NullData) {
+  expect_rejected([](Bad& b) { b.s.data = nullptr; }, {"cache_scale has a null data pointer"},
+                  Status::null_pointer);
+}
+
+TEST(Indexer, EmptyAndDuplicateSlots) {
+  Bad b;
+  std::vector<std::int32_t> none;
+  execute(plan_indexer_quant_cache(b.c, b.s, TensorView(b.x.data(), DType::bfloat16, {0, 64}),
+                                   TensorView(none.data(), DType::int32, {0}), b.o));
+  EXPECT_EQ(b.cache, Bytes(3 * 4 * 64, 0x11));
+  // Two rows to slot 5: the second (all 2.0) wins, codes and scale.
+  std::fill(b.x.begin() + 64, b.x.end(), 0x4000);
+  b.slots = {5, 5, -1, -1, -1};
+  execute(plan_indexer_quant_cache(b.c, b.s, b.xv, b.sm, b.o));
+  Bad r;
+  std::fill(r.x.begin(), r.x.end(), 0x4000);
+  r.slots = {5, -1, -1, -1, -1};
+  reference::execute(plan_indexer_quant_cache(r.c, r.s, r.xv, r.sm, r.o));
+  EXPECT_EQ(b.cache, r.cache);
+  EXPECT_EQ(b.scale, r.scale);
+}
+
+// ---- C ABI ----------------------------------------------------------------------------------
+
+TEST(IndexerCApi, RunsAndReportsErrors) {
+  Bad b;
+  const std::int64_t cs[] = {3, 4, 1, 64}, ss[] = {3, 4, 1, 2}, xs[] = {5, 64}, ms[] = {5};
+  kvsTensor *c = nullptr, *s = nullptr, *x = nullptr, *m = nullptr;
+  ASSERT_EQ(kvsCreateTensor(b.cache.data(), KVS_FLOAT8_E4M3FN, 4, cs, nullptr, &c), KVS_SUCCESS);
+  ASSERT_EQ(kvsCreateTensor(b.scale.data(), KVS_FLOAT32, 4, ss, nullptr, &s), KVS_SUCCESS);
+  ASSERT_EQ(kvsCreateTensor(b.x.data(), KVS_BFLOAT16, 2, xs, nullptr, &x), KVS_SUCCESS);
+  ASSERT_EQ(kvsCreateTensor(b.slots.data(), KVS_INT32, 1, ms, nullptr, &m), KVS_SUCCESS);
+  std::uint64_t ws = 1;
+  kvsExecutor* ex = nullptr;
+  ASSERT_EQ(kvsIndexerQuantCacheGetWorkspaceSize(c, s, x, m, " FP8", true, 1.0f, &ws, &ex),
+            KVS_SUCCESS)
+      << kvsGetLastErrorMessage();
+  ASSERT_EQ(kvsIndexerQuantCache(nullptr, 0, ex), KVS_SUCCESS);
+  Bad r;
+  reference::execute(plan_indexer_quant_cache(r.c, r.s, r.xv, r.sm, r.o));
+  EXPECT_EQ(b.cache, r.cache);
+  EXPECT_EQ(b.scale, r.scale);
+  b.slots[0] = 99;
+  const Bytes before = b.cache;
+  EXPECT_EQ(kvsIndexerQuantCache(nullptr, 0, ex), KVS_ERROR_INVALID_PARAMETER);
+  EXPECT_NE(std::string(kvsGetLastErrorMessage()).find("slot_mapping[0] = 99 is out of range"),
+            std::string::npos);
+  EXPECT_EQ(b.cache, before);
+  kvsDestroyExecutor(ex);
+  ex = nullptr;
+  EXPECT_EQ(kvsIndexerQuantCacheGetWorkspaceSize(c, s, x, m, "int8", true, 1.0f, &ws, &ex),
+            KVS_ERROR_INVALID_PARAMETER);
+  EXPECT_EQ(kvsIndexerQuantCacheGetWorkspaceSize(c, nullptr, x, m, "fp8", true, 1.0f, &ws, &ex),
+            KVS_ERROR_NULL_POINTER);
+  EXPECT_EQ(ex, nullptr);
+  for (kvsTensor* t : {c, s, x, m}) kvsDestroyTensor(t);
+}
+
+// ---- randomized: optimized == reference -------------------------------------------------------
+
+TEST(IndexerRandom, OptimizedMatchesReference) {
+  std::mt19937_64 rng(16);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int i = 0; i < 96; ++i) {
+    const auto mode = static_cast<IndexerQuantMode>(i % 4);
+    const DType xdt = rng() % 2 ? DType::float16 : DType::bfloat16;
+    const std::int64_t d = 32 * (1 + static_cast<std::int64_t>(rng() % 6));
+    const std::int64_t rows = static_cast<std::int64_t>(rng() % 40), nb = 3, bs = 5;
+    DType cdt = rng() % 2 ? DType::float8_e4m3fn : DType::float8_e5m2, sdt = DType::float32;
+    std::int64_t w = d + static_cast<std::int64_t>(rng() % 5), ws = 1;
+    if (mode == IndexerQuantMode::hifloat8) cdt = DType::uint8;
+    if (mode == IndexerQuantMode::mxfp4) {
+      cdt = rng() % 2 ? DType::float4_e2m1 : DType::float4_e1m2;
+      w = d / 2 + static_cast<std::int64_t>(rng() % 3);
+    }
+    if (mode == IndexerQuantMode::mxfp8 || mode == IndexerQuantMode::mxfp4) {
+      sdt = DType::float8_e8m0;
+      ws = d / 32 + static_cast<std::int64_t>(rng() % 2);
+    }
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * d));
+    const float spread = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
+    for (auto& v : x) {
+      const float f = nd(rng) * spread * (rng() % 16 == 0 ? 1000.0f : 1.0f);
+      v = static_cast<std::uint16_t>(formats::encode(xdt, rng() % 50 == 0 ? 0.0f : f));
+      if (rng() % 200 == 0) v = static_cast<std::uint16_t>(rng());  // any pattern, NaN included
+    }
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+    for (auto& s : slots) s = rng() % 6 == 0 ? -1 : static_cast<std::int64_t>(rng() % (nb * bs));
+    const Bytes cache0 = testing::random_bytes(static_cast<std::size_t>(nb * bs * w), rng());
+    const Bytes scale0 =
+        testing::random_bytes(static_cast<std::size_t>(nb * bs * ws) * dtype_size(sdt), rng());
+    IndexerQuantCacheOptions o;
+    o.quant_mode = mode;
+    o.round_scale = rng() % 2;
+    o.x_scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4) * 0.75f;
+    auto go = [&](bool ref, Bytes& c, Bytes& s) {
+      run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {nb, bs, 1, w}),
+                                   TensorView(s.data(), sdt, {nb, bs, 1, ws}),
+                                   TensorView(x.data(), xdt, {rows, d}),
+                                   TensorView(slots.data(), DType::int64, {rows}), o),
+          ref);
+    };
+    Bytes want_c = cache0, want_s = scale0;
+    go(true, want_c, want_s);
+    for (std::int64_t target : simd_test::simd_targets()) {
+      simd_test::PinTarget pin(target);
+      for (int threads : {1, 3}) {
+        set_num_threads(threads);
+        Bytes c = cache0, s = scale0;
+        go(false, c, s);
+        ASSERT_EQ(c, want_c) << i << " " << hwy::TargetName(target) << " t" << threads;
+        ASSERT_EQ(s, want_s) << i << " " << hwy::TargetName(target) << " t" << threads;
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
+}  // namespace
+}  // namespace kvscatter
