@@ -289,11 +289,11 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
             : std::vector<std::int64_t>{block, elems, dim, 1};
     unsigned char* kc = b->key_cache.data();
     unsigned char* vc = hnd ? kc + block * ces : b->value_cache.data();
-    b->plan = plan_paged_kv_write(TensorView(b->key.data(), DType::bfloat16, {tokens, heads, dim}),
-                                  TensorView(b->value.data(), DType::bfloat16, {tokens, heads, dim}),
-                                  TensorView(kc, cdt, shape, strides),
-                                  TensorView(vc, cdt, shape, strides),
-                                  TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    b->plan = plan_paged_kv_write(
+        TensorView(b->key.data(), DType::bfloat16, {tokens, heads, dim}),
+        TensorView(b->value.data(), DType::bfloat16, {tokens, heads, dim}),
+        TensorView(kc, cdt, shape, strides), TensorView(vc, cdt, shape, strides),
+        TensorView(b->slots.data(), DType::int64, {tokens}), o);
     // read: key and value; written: their cache rows; plus the slot mapping.
     const std::int64_t per_token = 2 * elems * (2 + ces);
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * per_token + 8 * tokens};
@@ -330,8 +330,8 @@ Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
 // paged_cache_gather (vLLM's cp_gather_cache / gather_and_maybe_dequant_cache): MLA entries of
 // 576 elements, 8 sequences in shuffled blocks, copied (bfloat16) or dequantized (fp8 -> bf16).
 Workload paged_gather_workload(KvCacheFormat format) {
-  Workload w{"paged_cache_gather",
-             format == KvCacheFormat::copy ? "copy bf16" : "fp8_e4m3->bf16", "e576", nullptr};
+  Workload w{"paged_cache_gather", format == KvCacheFormat::copy ? "copy bf16" : "fp8_e4m3->bf16",
+             "e576", nullptr};
   w.make = [format](std::int64_t tokens) {
     struct Buffers {
       CacheBytes cache;
@@ -359,11 +359,10 @@ Workload paged_gather_workload(KvCacheFormat format) {
     PagedCacheGatherOptions o;
     o.format = format;
     o.scale = TensorView(&b->scale, DType::float32, {1});
-    b->plan = plan_paged_cache_gather(
-        TensorView(b->cache.data(), sdt, {nb, bs, entry}),
-        TensorView(b->dst.data(), DType::bfloat16, {tokens, entry}),
-        TensorView(b->block_table.data(), DType::int64, {seqs, cols}),
-        TensorView(b->cu.data(), DType::int64, {seqs + 1}), o);
+    b->plan = plan_paged_cache_gather(TensorView(b->cache.data(), sdt, {nb, bs, entry}),
+                                      TensorView(b->dst.data(), DType::bfloat16, {tokens, entry}),
+                                      TensorView(b->block_table.data(), DType::int64, {seqs, cols}),
+                                      TensorView(b->cu.data(), DType::int64, {seqs + 1}), o);
     // read: the cache entries; written: the bfloat16 rows.
     return Case{[b] { execute(b->plan); }, tokens * entry * (ses + 2)};
   };
@@ -401,11 +400,10 @@ Workload latent_workload(LatentCacheFormat format) {
     PagedLatentWriteOptions o;
     o.format = format;
     o.scale = TensorView(&b->scale, DType::float32, {1});
-    b->plan = plan_paged_latent_write(
-        TensorView(b->kv_c.data(), DType::bfloat16, {tokens, 512}),
-        TensorView(b->k_pe.data(), DType::bfloat16, {tokens, 64}),
-        TensorView(b->cache.data(), cdt, {nb, kBlockSize, entry}),
-        TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    b->plan = plan_paged_latent_write(TensorView(b->kv_c.data(), DType::bfloat16, {tokens, 512}),
+                                      TensorView(b->k_pe.data(), DType::bfloat16, {tokens, 64}),
+                                      TensorView(b->cache.data(), cdt, {nb, kBlockSize, entry}),
+                                      TensorView(b->slots.data(), DType::int64, {tokens}), o);
     // read: 576 bfloat16 values; written: the entry; plus the slot mapping.
     return Case{[b] { execute(b->plan); },
                 written_tokens(tokens) * (576 * 2 + entry_bytes) + 8 * tokens};
@@ -485,13 +483,13 @@ Workload gather_workload(std::int64_t heads, std::int64_t dim) {
       }
     }
     const DType dt = DType::bfloat16;
-    b->plan = plan_gather_pa_kv_cache(
-        TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
-        TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
-        TensorView(b->tables.data(), DType::int64, {batch, width}),
-        TensorView(b->lens.data(), DType::int64, {batch}),
-        TensorView(b->key.data(), dt, {tokens, heads, dim}),
-        TensorView(b->value.data(), dt, {tokens, heads, dim}));
+    b->plan =
+        plan_gather_pa_kv_cache(TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+                                TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+                                TensorView(b->tables.data(), DType::int64, {batch, width}),
+                                TensorView(b->lens.data(), DType::int64, {batch}),
+                                TensorView(b->key.data(), dt, {tokens, heads, dim}),
+                                TensorView(b->value.data(), dt, {tokens, heads, dim}));
     // read: the cache rows and the block tables; written: the same rows.
     return Case{[b] { execute(b->plan); }, 2 * 2 * tokens * row + 8 * batch * (width + 1)};
   };
@@ -542,8 +540,7 @@ struct Target {
 constexpr Target kTargets[] = {
     {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
-    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425,
-     "performance issue"},
+    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425, "performance issue"},
     {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
     {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.005, "performance issue"},
     {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.005, "performance issue"},

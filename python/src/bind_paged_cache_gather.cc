@@ -15,15 +15,6 @@ namespace nb = nanobind;
 namespace kvscatter::python {
 namespace {
 
-std::int64_t int_arg(nb::handle obj, const char* name) {
-  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
-    throw nb::type_error(
-        (std::string(name) + " must be an int, got " + nb::cast<std::string>(nb::repr(obj)))
-            .c_str());
-  }
-  return nb::cast<std::int64_t>(nb::steal(PyNumber_Index(obj.ptr())));
-}
-
 // The vLLM adapter's promise about dst: None (none), "float" (a float type) or a dtype name.
 void check_dst_rule(nb::handle rule, const TensorView& dst, const TensorView& src) {
   if (rule.is_none()) return;

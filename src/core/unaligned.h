@@ -24,8 +24,8 @@ void store_as(unsigned char* p, T v) noexcept {
 
 // A float32, float16 or bfloat16 element at any byte address, widened to float.
 inline float load_float(const unsigned char* p, DType dtype) noexcept {
-  return formats::decode(dtype, dtype == DType::float32 ? load_as<std::uint32_t>(p)
-                                                        : load_as<std::uint16_t>(p));
+  return formats::decode(
+      dtype, dtype == DType::float32 ? load_as<std::uint32_t>(p) : load_as<std::uint16_t>(p));
 }
 
 }  // namespace kvscatter::detail

@@ -89,9 +89,15 @@ void GatherRows(const Job& job, std::int64_t begin, std::int64_t end) {
     const unsigned char* src = job.src + r.src_offset * job.src_es;
     unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
     switch (job.format) {
-      case KvCacheFormat::copy: CopyBytes(dst, src, entry_bytes); break;
-      case KvCacheFormat::fp8_e4m3: DequantRow<true>(job, src, dst); break;
-      case KvCacheFormat::fp8_e5m2: DequantRow<false>(job, src, dst); break;
+      case KvCacheFormat::copy:
+        CopyBytes(dst, src, entry_bytes);
+        break;
+      case KvCacheFormat::fp8_e4m3:
+        DequantRow<true>(job, src, dst);
+        break;
+      case KvCacheFormat::fp8_e5m2:
+        DequantRow<false>(job, src, dst);
+        break;
     }
   }
 }

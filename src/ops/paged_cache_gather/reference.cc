@@ -19,8 +19,8 @@ void dequant(KvCacheFormat f, std::uint8_t code, float scale, DType dtype, unsig
     std::memcpy(dst, &bits, 4);
     return;
   }
-  std::uint16_t h = dtype == DType::float16 ? formats::encode_float16(p)
-                                            : formats::encode_bfloat16(p);
+  std::uint16_t h =
+      dtype == DType::float16 ? formats::encode_float16(p) : formats::encode_bfloat16(p);
   if (std::isnan(p)) h = 0x7FFF;
   std::memcpy(dst, &h, 2);
 }

@@ -1,10 +1,10 @@
 // The optimized PagedKvWrite driver: data checks over every token, duplicate
 // slots resolved to their last writer, then the tokens split over the thread
 // pool (the bytes are moved by kernel.cc).
+#include "core/slots.h"
 #include "core/streaming.h"
 #include "ops/paged_kv_write/internal.h"
 #include "ops/paged_kv_write/kernel.h"
-#include "core/slots.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {

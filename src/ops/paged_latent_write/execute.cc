@@ -1,8 +1,8 @@
 // The optimized PagedLatentWrite driver: slot checks over every token, duplicate slots resolved
 // to their last writer, then the tokens split over the thread pool (kernel.cc moves the bytes).
+#include "core/slots.h"
 #include "ops/paged_latent_write/internal.h"
 #include "ops/paged_latent_write/kernel.h"
-#include "core/slots.h"
 #include "runtime/parallel.h"
 
 namespace kvscatter {
