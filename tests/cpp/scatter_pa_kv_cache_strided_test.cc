@@ -65,14 +65,14 @@ TEST(ScatterPaKvCacheStrided, MatchesReferenceEveryTargetAndThreadCount) {
     auto call = [&](std::vector<std::uint16_t>& kbuf, std::vector<std::uint16_t>& vbuf,
                     bool reference) {
       ScatterPaKvCacheOptions o;
-      if (l.nhsd) o.scatter_mode = "NHSD";
+      if (l.nhsd) o.scatter_mode = ScatterMode::NHSD;
       std::uint16_t* vbase = l.interleaved ? kbuf.data() + inner : vbuf.data();
-      const auto plan = plan_scatter_pa_kv_cache(
-          TensorView(key.data(), DType::bfloat16, {T, H, D}),
-          TensorView(kbuf.data(), DType::bfloat16, shape, strides),
-          TensorView(slots.data(), DType::int64, {T}),
-          TensorView(value.data(), DType::bfloat16, {T, H, D}),
-          TensorView(vbase, DType::bfloat16, shape, strides), o);
+      const auto plan =
+          plan_scatter_pa_kv_cache(TensorView(key.data(), DType::bfloat16, {T, H, D}),
+                                   TensorView(value.data(), DType::bfloat16, {T, H, D}),
+                                   TensorView(kbuf.data(), DType::bfloat16, shape, strides),
+                                   TensorView(vbase, DType::bfloat16, shape, strides),
+                                   TensorView(slots.data(), DType::int64, {T}), o);
       if (reference)
         reference::execute(plan);
       else
@@ -102,10 +102,10 @@ TEST(ScatterPaKvCacheStrided, InterleavedCachesSharingElementsAreRejected) {
   const auto before = kv;
   try {
     scatter_pa_kv_cache(TensorView(key.data(), DType::bfloat16, {2, 2, 4}),
-                        TensorView(kv.data(), DType::bfloat16, shape, strides),
-                        TensorView(slots.data(), DType::int64, {2}),
                         TensorView(key.data(), DType::bfloat16, {2, 2, 4}),
-                        TensorView(kv.data() + 8, DType::bfloat16, shape, strides));
+                        TensorView(kv.data(), DType::bfloat16, shape, strides),
+                        TensorView(kv.data() + 8, DType::bfloat16, shape, strides),
+                        TensorView(slots.data(), DType::int64, {2}));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("key_cache and value_cache overlap"), std::string::npos)
