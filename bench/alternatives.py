@@ -280,3 +280,136 @@ def torch_update(key_cache, value_cache, new_keys, new_values, position):
             c.index_copy_(1, idx, x.to(c.dtype))
 
     return call, lambda: [key_cache, value_cache]
+
+
+def torch_scatter_index_put(key, value, key_cache, value_cache, slots, cache_mode="Norm"):
+    """index_put_ (advanced-index assignment, ``cache[slots] = key``) into [num_slots, H, D]
+    views, padded tokens dropped first."""
+    import torch
+
+    if cache_mode != "Norm":
+        raise NotImplementedError("index_put_ addresses whole slots (Norm layout) only")
+    sides = [(key, key_cache)] + ([] if value is None else [(value, value_cache)])
+    views = [(_torch_view(x), _torch_view(c).view(-1, *x.shape[1:])) for x, c in sides]
+    s = torch.from_numpy(slots)
+
+    def call():
+        rows = torch.nonzero(s >= 0).flatten() if bool((s < 0).any()) else None
+        for x, c in views:
+            if rows is None:
+                c.index_put_((s,), x)
+            else:
+                c.index_put_((s[rows],), x[rows])
+
+    return call, lambda: [c for _, c in sides]
+
+
+def torch_scatter_with_k_scale(key, value, key_cache, value_cache, slots, key_scale, scale_cache):
+    """Advanced-index assignment ``cache[block, :, offset] = rows`` on the BNBD caches."""
+    import torch
+
+    nb, _, bs, _ = key_cache.shape
+    caches = [_torch_view(c) for c in (key_cache, value_cache, scale_cache)]
+    rows = [_torch_view(key), _torch_view(value), torch.from_numpy(key_scale)[..., None]]
+    s = torch.from_numpy(slots)
+
+    def call():
+        ok = (s >= 0) & (s < nb * bs)
+        sv = s[ok] if not bool(ok.all()) else s
+        b, o = sv // bs, sv % bs
+        for c, x in zip(caches, rows):
+            c[b, :, o] = x[ok] if sv is not s else x
+
+    return call, lambda: [key_cache, value_cache, scale_cache]
+
+
+def torch_epilog(cache, x, slots, mode: int):
+    """The fp8 quantizers written in eager PyTorch (torch has no HiFloat8 type for mode 2),
+    then index_copy_ of the rows into the paged uint8 cache."""
+    import torch
+
+    if mode == 2:
+        raise NotImplementedError("PyTorch has no HiFloat8 type to write the hifloat8_fp4 mode")
+    t, d = x.shape
+    n = d - 64
+    concat, total = refs.epilog_row_bytes(d, mode, 64)
+    xt = _torch_view(x).view(torch.bfloat16)
+    flat = torch.from_numpy(cache).view(-1, cache.shape[-1])
+    s = torch.from_numpy(slots)
+    eps, c448 = float(refs.EPS), float(refs.C448)
+
+    def rows_of(xr):
+        r = xr.shape[0]
+        out = torch.zeros(r, total, dtype=torch.uint8)
+        out[:, :128] = xr[:, n:].contiguous().view(torch.uint8)
+        g = xr[:, :n].float().reshape(r, n // 64, 64)
+        sc = g.abs().amax(-1).clamp_min(eps) * c448
+        u = sc.view(torch.int32)
+        sc = (((u >> 23) + ((u & 0x7FFFFF) != 0).int()) << 23).view(torch.float32)
+        q = (g / sc[..., None]).clamp(-448.0, 448.0)
+        out[:, 128:128 + n] = q.to(torch.float8_e4m3fn).view(torch.uint8).reshape(r, n)
+        if mode == 0:
+            out[:, 128 + n:concat] = sc.to(torch.bfloat16).view(torch.uint8).reshape(r, -1)
+        else:
+            out[:, 128 + n:concat] = ((sc.view(torch.int32) >> 23) & 0xFF).to(torch.uint8)
+        return out
+
+    def call():
+        ok = s >= 0
+        if bool(ok.all()):
+            flat.index_copy_(0, s, rows_of(xt))
+        else:
+            idx = torch.nonzero(ok).flatten()
+            flat.index_copy_(0, s[idx], rows_of(xt[idx]))
+
+    return call, lambda: [cache]
+
+
+# ---- kvscatter's framework front doors ----------------------------------------------------------
+
+
+def kvs_torch_scatter(key, value, key_cache, value_cache, slots, cache_mode="Norm"):
+    """torch.ops.kvscatter.scatter_pa_kv_cache on torch tensors (the native PyTorch operator)."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.scatter_pa_kv_cache.default
+    bf = [None if a is None else _torch_view(a).view(torch.bfloat16)
+          for a in (key, value, key_cache, value_cache)]
+    s = torch.from_numpy(slots)
+
+    def call():
+        op(bf[0], bf[1], bf[2], bf[3], s, cache_mode=cache_mode)
+
+    return call, lambda: [c for c in (key_cache, value_cache) if c is not None]
+
+
+def kvs_jax_update(key_cache, value_cache, new_keys, new_values, position):
+    """kvscatter.jax.kv_cache_update under jax.jit with the caches donated."""
+    import kvscatter.jax as kj
+
+    jax = _jax()
+    update = jax.jit(lambda kc, vc, k, v, p: tuple(kj.kv_cache_update(kc, vc, k, v, p).values())[:2],
+                     donate_argnums=(0, 1))
+    d = _Donated(update, [key_cache.copy(), value_cache.copy()],
+                 [new_keys, new_values, np.int32(position)])
+    return d.call, d.result
+
+
+def kvs_jax_scatter(key, value, key_cache, value_cache, slots, cache_mode="Norm"):
+    """kvscatter.jax.scatter_pa_kv_cache under jax.jit with the caches donated."""
+    import kvscatter.jax as kj
+
+    jax = _jax()
+    if value is None:
+        update = jax.jit(lambda kc, k, s: (kj.scatter_pa_kv_cache(k, None, kc, None, s,
+                                                                  cache_mode=cache_mode)[0],),
+                         donate_argnums=(0,))
+        d = _Donated(update, [key_cache.copy()], [key, slots])
+    else:
+        update = jax.jit(lambda kc, vc, k, v, s: kj.scatter_pa_kv_cache(k, v, kc, vc, s,
+                                                                        cache_mode=cache_mode),
+                         donate_argnums=(0, 1))
+        d = _Donated(update, [key_cache.copy(), value_cache.copy()], [key, value, slots])
+    return d.call, d.result

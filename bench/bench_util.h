@@ -11,7 +11,12 @@
 #include <cstring>
 #include <vector>
 
+#include "simd_pin.h"
+
 namespace kvscatter::bench {
+
+// KVSCATTER_SIMD=AVX2 (or any target `kvscatter info` lists) pins every benchmark of the binary.
+inline const bool kSimdPinned = cli::pin_simd_target_from_env();
 
 // `traffic` counts bytes read plus bytes written per call (FlashInfer's convention); memcpy of
 // traffic / 2 bytes moves the same traffic.

@@ -40,6 +40,10 @@ from typing import Callable
 import ml_dtypes
 import numpy as np
 
+# PyTorch's OpenMP workers spin after each PyTorch operator by default and would take the cores
+# the next measured call (kvscatter's pool, XLA's) needs: let idle workers sleep.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 import alternatives as alt  # noqa: E402
@@ -55,7 +59,11 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 MODES = {"fp8_bf16": 0, "fp8_e8m0": 1, "hifloat8_fp4": 2}
 KVS1, KVSN = "kvscatter, 1 thread", "kvscatter, all threads"
-ALTERNATIVES = ["NumPy", "JAX", "PyTorch"]
+# kvscatter through its framework front doors (PyTorch operator, JAX custom call): compared
+# with the framework's own way in the same table.
+TORCH_OPS, KVS_JAX = "kvscatter torch.ops", "kvscatter.jax"
+INDEX_PUT = "PyTorch index_put_"
+ALTERNATIVES = ["NumPy", "JAX", "PyTorch", INDEX_PUT]
 NOTES = ROOT / "bench" / "performance_notes.md"
 
 
@@ -130,8 +138,10 @@ def scatter_workload(mode: str, heads: int, dim: int, key_only: bool = False) ->
     return Workload(
         "scatter_pa_kv_cache", f"{mode}{' key-only' if key_only else ''} bf16", f"{heads}x{dim}",
         build, lambda t: written_tokens(t) * 2 * sides * heads * dim * 2 + 8 * t,
-        {"kvscatter": kvs, "NumPy": using(alt.numpy_scatter), "JAX": using(alt.jax_scatter),
-         "PyTorch": using(alt.torch_scatter)})
+        {"kvscatter": kvs, TORCH_OPS: using(alt.kvs_torch_scatter),
+         KVS_JAX: using(alt.kvs_jax_scatter), "NumPy": using(alt.numpy_scatter),
+         "JAX": using(alt.jax_scatter), "PyTorch": using(alt.torch_scatter),
+         INDEX_PUT: using(alt.torch_scatter_index_put)})
 
 
 def k_scale_workload(heads: int, dim: int) -> Workload:
@@ -162,7 +172,8 @@ def k_scale_workload(heads: int, dim: int) -> Workload:
         "scatter_pa_kv_cache_with_k_scale", "fp8_e4m3 BNBD", f"{heads}x{dim}", build,
         lambda t: written_tokens(t) * 2 * (2 * heads * dim + 4 * heads) + 8 * t,
         {"kvscatter": kvs, "NumPy": using(alt.numpy_scatter_with_k_scale),
-         "JAX": using(alt.jax_scatter_with_k_scale)})
+         "JAX": using(alt.jax_scatter_with_k_scale),
+         "PyTorch": using(alt.torch_scatter_with_k_scale)})
 
 
 def epilog_workload(mode_name: str, d: int = 576) -> Workload:
@@ -185,7 +196,8 @@ def epilog_workload(mode_name: str, d: int = 576) -> Workload:
     return Workload(
         "kv_compress_epilog", mode_name, f"d{d}", build,
         lambda t: written_tokens(t) * (2 * d + row) + 8 * t,
-        {"kvscatter": kvs, "NumPy": lambda a: alt.numpy_epilog(cache(a), a["x"], a["slots"], mode)})
+        {"kvscatter": kvs, "NumPy": lambda a: alt.numpy_epilog(cache(a), a["x"], a["slots"], mode),
+         "PyTorch": lambda a: alt.torch_epilog(cache(a), a["x"], a["slots"], mode)})
 
 
 def update_workload(cache_dtype, heads: int, dim: int) -> Workload:
@@ -212,8 +224,8 @@ def update_workload(cache_dtype, heads: int, dim: int) -> Workload:
     return Workload(
         "kv_cache_update", f"f32->{name}", f"{heads}x{dim}", build,
         lambda t: 2 * t * heads * dim * (4 + cd.itemsize),
-        {"kvscatter": kvs, "NumPy": using(alt.numpy_update), "JAX": using(alt.jax_update),
-         "PyTorch": using(alt.torch_update)})
+        {"kvscatter": kvs, KVS_JAX: using(alt.kvs_jax_update), "NumPy": using(alt.numpy_update),
+         "JAX": using(alt.jax_update), "PyTorch": using(alt.torch_update)})
 
 
 def workloads() -> list[Workload]:
@@ -495,7 +507,8 @@ def plots(native, comp, out: pathlib.Path) -> list[str]:
         rows = comp["rows"]
         ids = ordered_ids(rows)
         fig, axes = grid(len(ids))
-        colors = {"NumPy": "tab:blue", "JAX": "tab:orange", "PyTorch": "tab:green"}
+        colors = {"NumPy": "tab:blue", "JAX": "tab:orange", "PyTorch": "tab:green",
+                  INDEX_PUT: "tab:olive"}
         for ax, i in zip(axes, ids):
             k = by_key([r for r in rows if r["id"] == i], "tokens", "impl")
             t = sorted({tk for tk, _ in k})
@@ -671,8 +684,10 @@ def report(native, cli_info, comp, meta, made, out: pathlib.Path) -> str:
 
         w("## Native sweep\n")
         w("`kvscatter bench` (`--json FILE` writes every row; `--ops`, `--tokens`, "
-          "`--threads-list` filter). Time per call (fastest batch), GB/s of bytes read + "
-          "written, memcpy GB/s of the same bytes on as many threads, ratio.\n")
+          "`--threads-list` filter; `--simd TARGET` pins a Highway target, as "
+          "`KVSCATTER_SIMD=TARGET` does for `build/release/bench/*_bench`). Time per call "
+          "(fastest batch), GB/s of bytes read + written, memcpy GB/s of the same bytes on as "
+          "many threads, ratio.\n")
         for name in made:
             if name.startswith("throughput_"):
                 w(f"![{name}](perf/{name})\n")

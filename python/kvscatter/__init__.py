@@ -15,15 +15,11 @@ and their caches) whose dtype is an integer of the same width are read as that t
 
 from __future__ import annotations
 
+import sys as _sys
+
 from . import _kvscatter as _ext
 from . import formats
-from ._kvscatter import (
-    Error,
-    get_num_threads,
-    set_num_threads,
-    simd_target,
-    simd_targets_available,
-)
+from ._kvscatter import Error
 
 __version__: str = _ext.__version__
 
@@ -67,15 +63,83 @@ def scatter_pa_kv_cache(
     offsets=None,
     dtype=None,
 ) -> None:
-    """Writes each token's key (and value) rows into paged caches at ``slot_mapping``.
+    """Writes each token's key (and value) rows into paged caches at ``slot_mapping``, in place.
 
-    Same arguments as ``torch_npu.npu_scatter_pa_kv_cache`` plus the aclnn attributes
-    ``scatter_mode``, ``strides`` and ``offsets``. ``value`` and ``value_cache`` may be None
-    (key-only call). ``cache_mode``: "Norm" or "PA_NZ"; ``scatter_mode``: "None", "Nct",
-    "Alibi", "Rope", "Omni" or "NHSD" (None means the default). ``strides`` and ``offsets``:
-    ``[key, value]`` pairs in elements, Nct only. Negative slots are padding and are skipped;
-    a slot past the cache is an error. ``key_cache`` and ``value_cache`` are updated in place.
+    Same arguments as ``torch_npu.npu_scatter_pa_kv_cache`` (but ``cache_mode`` defaults to
+    Norm here) plus the aclnn attributes ``scatter_mode``, ``strides`` and ``offsets``. Torch
+    tensors go through the native operator ``torch.ops.kvscatter.scatter_pa_kv_cache``.
+
+    Parameters
+    ----------
+    key : ndarray or Tensor
+        ``[T, N, Dk]`` new keys (``[B, S, N, Dk]`` in the Alibi and Rope modes).
+    value : ndarray or Tensor or None
+        ``[T, N, Dv]`` new values, the dtype of ``key``; None with ``value_cache`` None for a
+        key-only call.
+    key_cache, value_cache : ndarray or Tensor
+        Norm: ``[num_blocks, block_size, N, D]``; PA_NZ:
+        ``[num_blocks, N * D * itemsize / 32, block_size, 32 / itemsize]``. Updated in place.
+    slot_mapping : ndarray or Tensor
+        int32 or int64 slots, one per token; negative slots are padding and are skipped, a
+        slot past the cache is an error.
+    compress_lens, compress_seq_offsets, seq_lens : ndarray or Tensor, optional
+        The index tensors of the compressed-cache modes (int32).
+    cache_mode : str, default "Norm"
+        ``"Norm"`` or ``"PA_NZ"``; None means Norm.
+    scatter_mode : str, default "None"
+        ``"None"``, ``"Nct"``, ``"Alibi"``, ``"Rope"``, ``"Omni"`` or ``"NHSD"``.
+    strides, offsets : pair of int, optional
+        ``[key, value]`` in elements, Nct only.
+    dtype : str, optional
+        The element type of data arrays passed as raw integers (e.g. ``"hifloat8"``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    kvscatter.Error
+        (a ``ValueError``; plain ``ValueError`` for torch tensors) a shape, dtype, mode or slot
+        the operator rejects, with the library's message; nothing is written.
+    TypeError
+        An argument of the wrong Python type or an unsupported element type.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> key_cache = np.zeros((4, 8, 1, 16), np.float32)
+    >>> kvscatter.scatter_pa_kv_cache(np.ones((2, 1, 16), np.float32), None, key_cache, None,
+    ...                               np.array([9, -1]))
+    >>> float(key_cache[1, 1].sum())
+    16.0
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        # Only the arguments that differ from the schema's defaults: each keyword costs
+        # the dispatcher's argument parsing time on a decode step.
+        if (compress_lens is None and compress_seq_offsets is None and seq_lens is None
+                and strides is None and offsets is None and dtype is None
+                and scatter_mode in ("None", None)):
+            ops.scatter_pa_kv_cache.default(key, value, key_cache, value_cache, slot_mapping,
+                                            cache_mode=cache_mode)
+            return
+        ops.scatter_pa_kv_cache.default(
+            key,
+            value,
+            key_cache,
+            value_cache,
+            slot_mapping,
+            compress_lens=compress_lens,
+            compress_seq_offsets=compress_seq_offsets,
+            seq_lens=seq_lens,
+            cache_mode=cache_mode,
+            scatter_mode=scatter_mode,
+            strides=_int_pair(strides),
+            offsets=_int_pair(offsets),
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.scatter_pa_kv_cache(
         key,
         value,
@@ -92,9 +156,6 @@ def scatter_pa_kv_cache(
         formats.canonical_dtype(dtype),
     )
 
-
-#: Alias for code written against ``torch_npu.npu_scatter_pa_kv_cache``.
-npu_scatter_pa_kv_cache = scatter_pa_kv_cache
 
 
 def gather_pa_kv_cache(
@@ -344,11 +405,62 @@ def scatter_pa_kv_cache_with_k_scale(
 ) -> None:
     """Copies float8 key/value rows and one float32 scale per (token, head) into BNBD caches.
 
-    ``key`` ``[T, N, Dk]``, ``value`` ``[T, N, Dv]`` (float8_e4m3fn or float8_e5m2),
-    ``key_cache`` ``[NB, N, BS, Dk]``, ``value_cache`` ``[NB, N, BS, Dv]``, ``key_scale``
-    ``[T, N]`` float32, ``key_scale_cache`` ``[NB, N, BS, 1]`` float32. Slots below 0 or past
-    the cache are skipped. The three caches are updated in place.
+    Parameters
+    ----------
+    key : ndarray or Tensor
+        ``[T, N, Dk]`` float8_e4m3fn or float8_e5m2.
+    value : ndarray or Tensor
+        ``[T, N, Dv]``, the dtype of ``key``.
+    key_cache, value_cache : ndarray or Tensor
+        ``[NB, N, BS, Dk]`` and ``[NB, N, BS, Dv]``, updated in place.
+    slot_mapping : ndarray or Tensor
+        ``[T]`` int32 or int64; slots below 0 or past the cache are skipped, as upstream does.
+    key_scale : ndarray or Tensor
+        ``[T, N]`` float32.
+    key_scale_cache : ndarray or Tensor
+        ``[NB, N, BS, 1]`` float32, updated in place.
+    cache_layout : str, default "BNBD"
+        The only layout.
+    dtype : str, optional
+        The float8 type of key/value data passed as raw ``uint8``.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    kvscatter.Error
+        (a ``ValueError``; plain ``ValueError`` for torch tensors) a shape or dtype the
+        operator rejects; nothing is written.
+    TypeError
+        An argument of the wrong Python type.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np, kvscatter
+    >>> f8 = ml_dtypes.float8_e4m3fn
+    >>> kc, vc = np.zeros((1, 1, 4, 8), f8), np.zeros((1, 1, 4, 8), f8)
+    >>> scales = np.zeros((1, 1, 4, 1), np.float32)
+    >>> kvscatter.scatter_pa_kv_cache_with_k_scale(np.ones((1, 1, 8), f8), np.ones((1, 1, 8), f8),
+    ...     kc, vc, np.array([2]), np.full((1, 1), 0.5, np.float32), scales)
+    >>> float(scales[0, 0, 2, 0])
+    0.5
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.scatter_pa_kv_cache_with_k_scale(
+            key,
+            value,
+            key_cache,
+            value_cache,
+            slot_mapping,
+            key_scale,
+            key_scale_cache,
+            cache_layout=cache_layout,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.scatter_pa_kv_cache_with_k_scale(
         key,
         value,
@@ -514,10 +626,59 @@ def kv_compress_epilog(
 ) -> None:
     """Quantizes each bfloat16 row of ``x`` and scatters it into the paged uint8 ``cache``.
 
-    ``quant_mode``: "fp8_bf16" (0), "fp8_e8m0" (1) or "hifloat8_fp4" (2), as a string (any
-    case) or an int. ``cache`` ``[num_blocks, block_size, 1, row_bytes]`` uint8 is updated in
-    place; a slot of -1 skips its row.
+    Parameters
+    ----------
+    cache : ndarray or Tensor
+        ``[num_blocks, block_size, 1, row_bytes]`` uint8, updated in place.
+    x : ndarray or Tensor
+        ``[..., d]`` bfloat16 (``d > 64``, ``d % 64 == 0``): 64 rope columns last.
+    slot_mapping : ndarray or Tensor
+        ``x.shape[:-1]`` int32 or int64; -1 skips the row.
+    quant_group_size : int, default 64
+        The group of the hifloat8_fp4 mode.
+    quant_mode : str or int, default "fp8_e8m0"
+        ``"fp8_bf16"`` (0), ``"fp8_e8m0"`` (1) or ``"hifloat8_fp4"`` (2), any case.
+    round_scale : bool, default True
+        Round the scales up to powers of two.
+    x_scale : float, default 1.0
+        Multiplies ``x`` before quantizing (rounded to float32).
+    dtype : str, optional
+        ``"bfloat16"`` for ``x`` passed as raw ``uint16``/``int16``.
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    kvscatter.Error
+        (a ``ValueError``; plain ``ValueError`` for torch tensors) a shape, mode or slot the
+        operator rejects; nothing is written.
+    TypeError
+        An argument of the wrong Python type.
+
+    Examples
+    --------
+    >>> import ml_dtypes, numpy as np, kvscatter
+    >>> cache = np.zeros((1, 4, 1, 224), np.uint8)
+    >>> x = np.ones((1, 128), ml_dtypes.bfloat16)
+    >>> kvscatter.kv_compress_epilog(cache, x, np.array([3]), quant_mode="fp8_bf16")
+    >>> bool(cache[0, 3].any())
+    True
     """
+    ops = _torch_ops_for(cache)
+    if ops is not None:
+        ops.kv_compress_epilog(
+            cache,
+            x,
+            slot_mapping,
+            quant_group_size=_as_int(quant_group_size, "quant_group_size"),
+            quant_mode=_quant_mode_str(quant_mode),
+            round_scale=bool(round_scale),
+            x_scale=float(x_scale),
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.kv_compress_epilog(
         cache,
         x,
@@ -533,17 +694,58 @@ def kv_compress_epilog(
 def kv_cache_update(key_cache, value_cache, new_keys, new_values, position, *, dtype=None) -> dict:
     """Writes ``L`` new tokens at sequence slot ``position`` of ``(B, S, H, D)`` caches.
 
-    ``new_keys`` and ``new_values`` are ``(B, L, H, D)`` in float32 or the cache dtype;
-    ``0 <= position <= S - L``. Updates the caches in place and returns
-    ``{"key_cache": key_cache, "value_cache": value_cache, "length": position + L}``
-    (the same array objects that were passed in).
+    Parameters
+    ----------
+    key_cache, value_cache : ndarray or Tensor
+        ``(B, S, H, D)`` float32, bfloat16 or float16, updated in place.
+    new_keys, new_values : ndarray or Tensor
+        ``(B, L, H, D)`` in float32 (converted with round-to-nearest-even) or the cache dtype.
+    position : int
+        ``0 <= position <= S - L``.
+    dtype : str, optional
+        The cache element type of data passed as raw integers.
+
+    Returns
+    -------
+    dict
+        ``{"key_cache": key_cache, "value_cache": value_cache, "length": position + L}``, the
+        same array objects that were passed in.
+
+    Raises
+    ------
+    kvscatter.Error
+        (a ``ValueError``; plain ``ValueError`` for torch tensors) a shape, dtype or position
+        the operator rejects; nothing is written.
+    TypeError
+        An argument of the wrong Python type.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> k = np.zeros((1, 8, 2, 4), np.float32); v = np.zeros_like(k)
+    >>> out = kvscatter.kv_cache_update(k, v, np.ones((1, 2, 2, 4), np.float32),
+    ...                                 np.ones((1, 2, 2, 4), np.float32), 5)
+    >>> out["length"], float(k[0, 5:7].sum())
+    (7, 16.0)
     """
+    position = _as_int(position, "position")
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.kv_cache_update(
+            key_cache,
+            value_cache,
+            new_keys,
+            new_values,
+            position,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return {"key_cache": key_cache, "value_cache": value_cache, "length": position + new_keys.shape[1]}
     length = _ext.kv_cache_update(
         key_cache,
         value_cache,
         new_keys,
         new_values,
-        _as_int(position, "position"),
+        position,
         formats.canonical_dtype(dtype),
     )
     return {"key_cache": key_cache, "value_cache": value_cache, "length": length}
@@ -558,3 +760,117 @@ def _as_int(value, name: str) -> int:
         return operator.index(value)
     except TypeError:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+
+
+# torch.ops.kvscatter once kvscatter.torch loaded; False when this build has no torch operators.
+_torch_ops_cache = None
+
+
+def _torch_ops_for(tensor):
+    """``torch.ops.kvscatter`` when ``tensor`` is a torch tensor and the operators are built."""
+    global _torch_ops_cache
+    torch = _sys.modules.get("torch")
+    if torch is None or not isinstance(tensor, torch.Tensor):
+        return None
+    if _torch_ops_cache is None:
+        try:
+            from . import torch as kvs_torch
+
+            _torch_ops_cache = kvs_torch.ops
+        except ImportError:
+            _torch_ops_cache = False  # no torch operators in this build: DLPack serves torch tensors
+    return _torch_ops_cache or None
+
+
+def _int_pair(pair):
+    if pair is None or isinstance(pair, str):
+        return pair
+    return [_as_int(v, "strides/offsets entry") for v in pair]
+
+
+def _quant_mode_str(mode) -> str:
+    if isinstance(mode, str):
+        return mode
+    return str(_as_int(mode, "quant_mode"))
+
+
+# torch_npu's entry point with torch_npu's defaults (cache_mode='PA_NZ'); see kvscatter.torch_npu.
+from .torch_npu import npu_scatter_pa_kv_cache  # noqa: E402
+
+
+def set_num_threads(n: int) -> None:
+    """Sets the number of worker threads the operators use.
+
+    Parameters
+    ----------
+    n : int
+        Threads; ``n <= 0`` restores the default (``KVSCATTER_NUM_THREADS`` or all cores).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    TypeError
+        ``n`` is not an int.
+
+    Examples
+    --------
+    >>> import kvscatter
+    >>> kvscatter.set_num_threads(2); kvscatter.get_num_threads()
+    2
+    >>> kvscatter.set_num_threads(0)
+    """
+    _ext.set_num_threads(_as_int(n, "n"))
+
+
+def get_num_threads() -> int:
+    """The number of worker threads the operators use.
+
+    Returns
+    -------
+    int
+        At least 1. Results never depend on it.
+
+    Examples
+    --------
+    >>> import kvscatter
+    >>> kvscatter.get_num_threads() >= 1
+    True
+    """
+    return _ext.get_num_threads()
+
+
+def simd_target() -> str:
+    """The SIMD target (Highway's name, e.g. ``"AVX2"``) the kernels run on.
+
+    Returns
+    -------
+    str
+        The target the dispatcher chose for this CPU.
+
+    Examples
+    --------
+    >>> import kvscatter
+    >>> kvscatter.simd_target() in kvscatter.simd_targets_available().split()
+    True
+    """
+    return _ext.simd_target()
+
+
+def simd_targets_available() -> str:
+    """The SIMD targets compiled into the library that this CPU can run.
+
+    Returns
+    -------
+    str
+        Highway target names separated by spaces, best first (e.g. ``"AVX2 SSE4 SCALAR"``).
+
+    Examples
+    --------
+    >>> import kvscatter
+    >>> "SCALAR" in kvscatter.simd_targets_available().split()
+    True
+    """
+    return _ext.simd_targets_available()

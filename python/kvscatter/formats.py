@@ -42,7 +42,29 @@ _ALIASES = {
 
 
 def canonical_dtype(dtype) -> str | None:
-    """kvscatter's name for ``dtype``: a name string, a NumPy dtype or an ml_dtypes type."""
+    """kvscatter's name for ``dtype``: a name string, a NumPy dtype or an ml_dtypes type.
+
+    Parameters
+    ----------
+    dtype : str, dtype or None
+        A kvscatter name or alias, a NumPy dtype or an ml_dtypes type.
+
+    Returns
+    -------
+    str or None
+        The canonical name (None for None).
+
+    Raises
+    ------
+    ValueError
+        A type kvscatter does not know.
+
+    Examples
+    --------
+    >>> import ml_dtypes, kvscatter.formats as f
+    >>> f.canonical_dtype(ml_dtypes.bfloat16)
+    'bfloat16'
+    """
     if dtype is None:
         return None
     if isinstance(dtype, str):
@@ -56,7 +78,24 @@ def canonical_dtype(dtype) -> str | None:
 
 
 def code_dtype(dtype) -> np.dtype:
-    """The unsigned integer type that holds the codes of format ``dtype``."""
+    """The unsigned integer type that holds the codes of format ``dtype``.
+
+    Parameters
+    ----------
+    dtype : str or dtype
+        The format, as for :func:`encode`.
+
+    Returns
+    -------
+    numpy.dtype
+        ``uint16`` for the 16-bit formats, ``uint8`` otherwise.
+
+    Examples
+    --------
+    >>> import kvscatter.formats as f
+    >>> f.code_dtype("hifloat8")
+    dtype('uint8')
+    """
     name = _format(dtype)
     if name == "float32":
         return np.dtype(np.uint32)
@@ -66,7 +105,34 @@ def code_dtype(dtype) -> np.dtype:
 
 
 def encode(x, dtype, *, saturate: bool = True) -> np.ndarray:
-    """Rounds ``x`` (converted to float32) to format ``dtype``; returns codes of x's shape."""
+    """Rounds ``x`` (converted to float32) to format ``dtype``; returns codes of x's shape.
+
+    Parameters
+    ----------
+    x : array_like
+        Values, converted to float32.
+    dtype : str or dtype
+        ``"bfloat16"``, ``"float16"``, ``"float8_e4m3fn"``, ``"float8_e5m2"``,
+        ``"float8_e8m0"``, ``"float4_e2m1"`` or ``"hifloat8"`` (or the ml_dtypes type).
+    saturate : bool, default True
+        Clamp values past the format's range to its largest finite value.
+
+    Returns
+    -------
+    ndarray
+        The codes, of :func:`code_dtype` (uint16 or uint8; float4_e2m1 one nibble per byte).
+
+    Raises
+    ------
+    ValueError
+        An unknown format.
+
+    Examples
+    --------
+    >>> import kvscatter.formats as f
+    >>> f.encode([1.0, -2.0], "bfloat16").tolist()
+    [16256, 49152]
+    """
     name = _format(dtype)
     a = np.ascontiguousarray(x, dtype=np.float32)
     codes = _ext.formats_encode(a.reshape(-1), name, bool(saturate))
@@ -74,7 +140,33 @@ def encode(x, dtype, *, saturate: bool = True) -> np.ndarray:
 
 
 def decode(codes, dtype) -> np.ndarray:
-    """Decodes ``codes`` (unsigned integers, see :func:`code_dtype`) of format ``dtype``."""
+    """Decodes ``codes`` (unsigned integers, see :func:`code_dtype`) of format ``dtype``.
+
+    Parameters
+    ----------
+    codes : ndarray
+        Unsigned integer codes of the format (:func:`code_dtype` or narrower).
+    dtype : str or dtype
+        The format, as for :func:`encode`.
+
+    Returns
+    -------
+    ndarray
+        float32 values of the codes' shape.
+
+    Raises
+    ------
+    ValueError
+        An unknown format.
+    TypeError
+        Codes that are not unsigned integers of the format's width or narrower.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter.formats as f
+    >>> f.decode(np.array([16256, 49152], np.uint16), "bfloat16").tolist()
+    [1.0, -2.0]
+    """
     name = _format(dtype)
     want = code_dtype(name)
     c = np.asarray(codes)

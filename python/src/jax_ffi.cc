@@ -5,15 +5,20 @@
 #include <nanobind/nanobind.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "bindings.h"
 #include "kvscatter/error.h"
 #include "kvscatter/kv_cache_update.h"
+#include "kvscatter/kv_compress_epilog.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
+#include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace nb = nanobind;
@@ -87,48 +92,153 @@ ffi::Error guarded(F&& f) {
   }
 }
 
+// A batch row b of a (B, ...) view: one sequence of the ragged form.
+TensorView batch_row(const TensorView& v, std::int64_t b) {
+  TensorView row = v;
+  row.shape[0] = 1;
+  row.data =
+      static_cast<char*>(v.data) + b * v.strides[0] * static_cast<std::int64_t>(v.element_size());
+  return row;
+}
+
+// Position b of an integer buffer, widened; an unsigned value past int64 saturates (it clamps
+// to S - L all the same).
+std::int64_t read_position(const ffi::AnyBuffer& p, std::size_t b) {
+  const void* d = p.untyped_data();
+  switch (p.element_type()) {
+    case ffi::DataType::S8:
+      return static_cast<const std::int8_t*>(d)[b];
+    case ffi::DataType::S16:
+      return static_cast<const std::int16_t*>(d)[b];
+    case ffi::DataType::S32:
+      return static_cast<const std::int32_t*>(d)[b];
+    case ffi::DataType::S64:
+      return static_cast<const std::int64_t*>(d)[b];
+    case ffi::DataType::U8:
+      return static_cast<const std::uint8_t*>(d)[b];
+    case ffi::DataType::U16:
+      return static_cast<const std::uint16_t*>(d)[b];
+    case ffi::DataType::U32:
+      return static_cast<const std::uint32_t*>(d)[b];
+    case ffi::DataType::U64: {
+      const std::uint64_t v = static_cast<const std::uint64_t*>(d)[b];
+      return v > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(v);
+    }
+    default:
+      throw Error(Status::invalid_parameter, "position: must be an integer");
+  }
+}
+
+// The start jax.lax.dynamic_update_slice uses: a negative (signed) start counts from the end,
+// then the start is clamped into [0, S - L] so the update lies inside the cache. The native
+// API rejects such positions instead.
+std::int64_t clamped_start(std::int64_t start, const TensorView& cache, const TensorView& update) {
+  const std::int64_t seq = cache.rank == 4 ? cache.dim(1) : 0;
+  const std::int64_t limit = cache.rank == 4 && update.rank == 4 ? seq - update.dim(1) : 0;
+  if (start < 0) start += seq;
+  return std::clamp<std::int64_t>(start, 0, std::max<std::int64_t>(limit, 0));
+}
+
+// position: one start (any integer dtype) for every sequence, or one per batch row (the
+// batched form that jax.vmap over a per-sequence position lowers to). Every row is planned
+// before any is written.
 ffi::Error kv_cache_update_impl(ffi::AnyBuffer key_cache, ffi::AnyBuffer value_cache,
                                 ffi::AnyBuffer new_keys, ffi::AnyBuffer new_values,
-                                ffi::BufferR0<ffi::S32> position,
-                                ffi::Result<ffi::AnyBuffer> key_out,
+                                ffi::AnyBuffer position, ffi::Result<ffi::AnyBuffer> key_out,
                                 ffi::Result<ffi::AnyBuffer> value_out) {
   return guarded([&] {
     const TensorView kc = output_view(key_cache, key_out, "key_cache");
     const TensorView vc = output_view(value_cache, value_out, "value_cache");
     const TensorView nk = view_of(new_keys, "new_keys");
     const TensorView nv = view_of(new_values, "new_values");
-    // jax.lax.dynamic_update_slice semantics: a negative start counts from the end (start + S),
-    // then the start is clamped to [0, S - L] so the update lies inside the cache. The native
-    // API rejects such positions instead (docs/operators/kv_cache_update.md).
-    const std::int64_t seq = kc.rank == 4 ? kc.dim(1) : 0;
-    const std::int64_t limit = kc.rank == 4 && nk.rank == 4 ? seq - nk.dim(1) : 0;
-    std::int64_t start = position.typed_data()[0];
-    if (start < 0) start += seq;
-    start = std::clamp<std::int64_t>(start, 0, std::max<std::int64_t>(limit, 0));
-    kv_cache_update(kc, vc, nk, nv, start);
+    const std::int64_t count = static_cast<std::int64_t>(position.element_count());
+    if (position.dimensions().size() == 0) {
+      kv_cache_update(kc, vc, nk, nv, clamped_start(read_position(position, 0), kc, nk));
+      return;
+    }
+    const std::int64_t batch = kc.rank == 4 ? kc.dim(0) : -1;
+    if (count != batch || nk.rank != 4 || nv.rank != 4 || vc.rank != 4) {
+      throw Error(Status::invalid_parameter,
+                  "position: expected a scalar or B = " + std::to_string(batch) + " starts, got " +
+                      std::to_string(count));
+    }
+    std::vector<KvCacheUpdatePlan> plans;
+    plans.reserve(static_cast<std::size_t>(count));
+    for (std::int64_t b = 0; b < count; ++b) {
+      const std::int64_t start = read_position(position, static_cast<std::size_t>(b));
+      plans.push_back(plan_kv_cache_update(batch_row(kc, b), batch_row(vc, b), batch_row(nk, b),
+                                           batch_row(nv, b), clamped_start(start, kc, nk)));
+    }
+    for (const KvCacheUpdatePlan& plan : plans) execute(plan);
   });
 }
 
-ffi::Error scatter_pa_kv_cache_impl(ffi::AnyBuffer key, ffi::AnyBuffer value,
-                                    ffi::AnyBuffer key_cache, ffi::AnyBuffer value_cache,
-                                    ffi::AnyBuffer slot_mapping,
-                                    ffi::Result<ffi::AnyBuffer> key_out,
-                                    ffi::Result<ffi::AnyBuffer> value_out) {
+// The paged scatter in every mode. Operands, in order: key, [value], key_cache, [value_cache],
+// slot_mapping, [compress_lens], [compress_seq_offsets], [seq_lens]; `present` says which of
+// the optional ones are there (bits 1, 2, 4, 8 in that order). Results: the caches.
+ffi::Error scatter_pa_kv_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                    std::string_view cache_mode, std::string_view scatter_mode,
+                                    std::int64_t present, ffi::Span<const std::int64_t> strides,
+                                    ffi::Span<const std::int64_t> offsets) {
+  return guarded([&] {
+    std::size_t next = 0;
+    auto arg = [&](const char* name) {
+      ffi::ErrorOr<ffi::AnyBuffer> b = args.get<ffi::AnyBuffer>(next++);
+      if (b.has_error()) throw Error(Status::invalid_parameter, std::string(name) + ": missing");
+      return *b;
+    };
+    auto ret = [&](std::size_t i, const ffi::AnyBuffer& in, const char* name) {
+      ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> r = rets.get<ffi::AnyBuffer>(i);
+      if (r.has_error()) throw Error(Status::invalid_parameter, std::string(name) + ": missing");
+      return output_view(in, *r, name);
+    };
+    const bool has_value = present & 1;
+    const TensorView key = view_of(arg("key"), "key");
+    std::optional<TensorView> value;
+    if (has_value) value = view_of(arg("value"), "value");
+    const TensorView kc = ret(0, arg("key_cache"), "key_cache");
+    std::optional<TensorView> vc;
+    if (has_value) vc = ret(1, arg("value_cache"), "value_cache");
+    const TensorView slots = view_of(arg("slot_mapping"), "slot_mapping");
+    ScatterPaKvCacheOptions options;
+    if (present & 2) options.compress_lens = view_of(arg("compress_lens"), "compress_lens");
+    if (present & 4) {
+      options.compress_seq_offsets = view_of(arg("compress_seq_offsets"), "compress_seq_offsets");
+    }
+    if (present & 8) options.seq_lens = view_of(arg("seq_lens"), "seq_lens");
+    options.cache_mode = parse_cache_mode(cache_mode);
+    options.scatter_mode = parse_scatter_mode(scatter_mode);
+    if (strides.size() == 2) options.strides = std::array<std::int64_t, 2>{strides[0], strides[1]};
+    if (offsets.size() == 2) options.offsets = std::array<std::int64_t, 2>{offsets[0], offsets[1]};
+    scatter_pa_kv_cache(key, value, kc, vc, slots, options);
+  });
+}
+
+ffi::Error with_k_scale_impl(ffi::AnyBuffer key, ffi::AnyBuffer value, ffi::AnyBuffer key_cache,
+                             ffi::AnyBuffer value_cache, ffi::AnyBuffer slot_mapping,
+                             ffi::AnyBuffer key_scale, ffi::AnyBuffer key_scale_cache,
+                             ffi::Result<ffi::AnyBuffer> key_out,
+                             ffi::Result<ffi::AnyBuffer> value_out,
+                             ffi::Result<ffi::AnyBuffer> scale_out, std::string_view cache_layout) {
   return guarded([&] {
     const TensorView kc = output_view(key_cache, key_out, "key_cache");
     const TensorView vc = output_view(value_cache, value_out, "value_cache");
-    scatter_pa_kv_cache(view_of(key, "key"), view_of(value, "value"), kc, vc,
-                        view_of(slot_mapping, "slot_mapping"));
+    const TensorView ksc = output_view(key_scale_cache, scale_out, "key_scale_cache");
+    scatter_pa_kv_cache_with_k_scale(
+        view_of(key, "key"), view_of(value, "value"), kc, vc, view_of(slot_mapping, "slot_mapping"),
+        view_of(key_scale, "key_scale"), ksc, parse_k_scale_cache_layout(cache_layout));
   });
 }
 
-ffi::Error scatter_pa_kv_cache_key_impl(ffi::AnyBuffer key, ffi::AnyBuffer key_cache,
-                                        ffi::AnyBuffer slot_mapping,
-                                        ffi::Result<ffi::AnyBuffer> key_out) {
+ffi::Error kv_compress_epilog_impl(ffi::AnyBuffer cache, ffi::AnyBuffer x,
+                                   ffi::AnyBuffer slot_mapping,
+                                   ffi::Result<ffi::AnyBuffer> cache_out,
+                                   std::int64_t quant_group_size, std::string_view quant_mode,
+                                   bool round_scale, float x_scale) {
   return guarded([&] {
-    const TensorView kc = output_view(key_cache, key_out, "key_cache");
-    scatter_pa_kv_cache(view_of(key, "key"), std::nullopt, kc, std::nullopt,
-                        view_of(slot_mapping, "slot_mapping"));
+    const TensorView c = output_view(cache, cache_out, "cache");
+    kv_compress_epilog(c, view_of(x, "x"), view_of(slot_mapping, "slot_mapping"), quant_group_size,
+                       parse_quant_mode(quant_mode), round_scale, x_scale);
   });
 }
 
@@ -141,28 +251,46 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterKvCacheUpdate, kvscatter::python::kv_cach
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::BufferR0<ffi::S32>>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterScatterPaKvCache,
                               kvscatter::python::scatter_pa_kv_cache_impl,
                               ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("cache_mode")
+                                  .Attr<std::string_view>("scatter_mode")
+                                  .Attr<std::int64_t>("present")
+                                  .Attr<ffi::Span<const std::int64_t>>("strides")
+                                  .Attr<ffi::Span<const std::int64_t>>("offsets"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterScatterPaKvCacheWithKScale,
+                              kvscatter::python::with_k_scale_impl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::string_view>("cache_layout"));
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterScatterPaKvCacheKey,
-                              kvscatter::python::scatter_pa_kv_cache_key_impl,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterKvCompressEpilog, kvscatter::python::kv_compress_epilog_impl,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
                                   .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>());
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::int64_t>("quant_group_size")
+                                  .Attr<std::string_view>("quant_mode")
+                                  .Attr<bool>("round_scale")
+                                  .Attr<float>("x_scale"));
 
 namespace kvscatter::python {
 
@@ -173,8 +301,10 @@ void bind_jax_ffi(nb::module_& m) {
       nb::capsule(reinterpret_cast<void*>(&KvscatterKvCacheUpdate));
   handlers["kvscatter_scatter_pa_kv_cache"] =
       nb::capsule(reinterpret_cast<void*>(&KvscatterScatterPaKvCache));
-  handlers["kvscatter_scatter_pa_kv_cache_key"] =
-      nb::capsule(reinterpret_cast<void*>(&KvscatterScatterPaKvCacheKey));
+  handlers["kvscatter_scatter_pa_kv_cache_with_k_scale"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterScatterPaKvCacheWithKScale));
+  handlers["kvscatter_kv_compress_epilog"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterKvCompressEpilog));
   m.attr("jax_ffi_handlers") = handlers;
 }
 

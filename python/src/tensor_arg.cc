@@ -309,13 +309,7 @@ std::string dlpack_failure(nb::handle obj) {
 
 DType parse_dtype_name(const std::string& name) {
   if (auto d = dtype_from_name(name)) return *d;
-  std::string known;
-  for (int i = 0; i < kNumDTypes; ++i) {
-    if (i) known += ", ";
-    known += dtype_name(static_cast<DType>(i));
-  }
-  throw nb::value_error(
-      cat("dtype: unknown element type \"", name, "\" (known: ", known, ")").c_str());
+  throw nb::value_error(unknown_dtype_message(name).c_str());
 }
 
 TensorView ArgScope::tensor(nb::handle obj, std::string_view name, Access access) {
@@ -365,41 +359,8 @@ std::optional<TensorView> ArgScope::optional_tensor(nb::handle obj, std::string_
 
 void apply_dtype_override(nb::handle dtype, std::initializer_list<NamedView> views) {
   if (dtype.is_none()) return;
-  const DType want = parse_dtype_name(nb::cast<std::string>(dtype));
-  const int want_bits = dtype_bits(want);
-  auto raw_integer = [&](DType d) {
-    switch (d) {
-      case DType::int8:
-      case DType::uint8:
-      case DType::int16:
-      case DType::uint16:
-      case DType::int32:
-      case DType::uint32:
-        return dtype_bits(d) == (want_bits < 8 ? 8 : want_bits);
-      default:
-        return false;
-    }
-  };
-  bool matched = false;
-  std::string seen;
-  for (const NamedView& nv : views) {
-    if (nv.view == nullptr) continue;
-    if (nv.view->dtype == want) {
-      matched = true;
-    } else if (raw_integer(nv.view->dtype)) {
-      nv.view->dtype = want;
-      matched = true;
-    } else {
-      if (!seen.empty()) seen += ", ";
-      seen += cat(nv.name, " is ", dtype_name(nv.view->dtype));
-    }
-  }
-  if (!matched) {
-    throw nb::value_error(cat("dtype=\"", dtype_name(want), "\" reinterprets arrays of raw ",
-                              want_bits < 8 ? 8 : want_bits,
-                              "-bit integers, but none of the data arrays is one (", seen, ")")
-                              .c_str());
-  }
+  const std::string error = override_dtypes(parse_dtype_name(nb::cast<std::string>(dtype)), views);
+  if (!error.empty()) throw nb::value_error(error.c_str());
 }
 
 std::string str_arg(nb::handle obj, const char* name, const char* default_value) {

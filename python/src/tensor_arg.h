@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "dtype_override.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/tensor.h"
 
@@ -45,10 +46,6 @@ class ArgScope {
 // that already have `dtype` are fine; others (e.g. float32 new vectors next to bfloat16 caches)
 // keep theirs. Raises ValueError when no view matches at all. `dtype` is None or a canonical
 // kvscatter dtype name (the Python layer normalises aliases).
-struct NamedView {
-  TensorView* view;
-  std::string_view name;
-};
 void apply_dtype_override(nb::handle dtype, std::initializer_list<NamedView> views);
 
 // A mode-string argument: None -> default_value; anything but a str raises TypeError naming the

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -23,6 +24,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "quant/hifloat8_table.h"
 #include "simd_targets.h"
 
 namespace kvscatter {
@@ -659,7 +661,13 @@ TEST(KvCompressEpilogSimd, TargetsCovered) {
   std::string names;
   for (std::int64_t t : targets()) names += std::string(hwy::TargetName(t)) + " ";
   std::printf("SIMD targets exercised: %s\n", names.c_str());
+  // x86 always runs the portable fallback besides its best target. An aarch64 CPU without SVE
+  // runs NEON only: NEON is the Arm fallback, and no scalar kernel is compiled there.
+#if HWY_ARCH_X86
   EXPECT_GE(targets().size(), 2u);
+#else
+  EXPECT_GE(targets().size(), 1u);
+#endif
 }
 
 // Every sign/exponent/top-11-mantissa pattern with low bits chosen to hit ties and near-ties.

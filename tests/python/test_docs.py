@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from needs import need
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
@@ -29,8 +30,7 @@ def needs(code):
 @pytest.mark.parametrize("code", blocks(), ids=lambda c: c.splitlines()[0][:40])
 def test_doc_example_runs(code, tmp_path):
     for module in needs(code):
-        if importlib.util.find_spec(module) is None:
-            pytest.skip(f"{module} is not installed")
+        need(module)
     script = tmp_path / "example.py"
     script.write_text(code)
     env = dict(os.environ)

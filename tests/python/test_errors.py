@@ -5,6 +5,7 @@ import kvscatter
 import ml_dtypes
 import numpy as np
 import pytest
+from needs import need
 
 
 def expect_error(exc_type, fn, *needles, caches=(), status=None):
@@ -103,7 +104,7 @@ def test_array_interface_fallback(kv):
 
 
 def test_jax_array_as_cache(kv):
-    jnp = pytest.importorskip("jax.numpy", reason="jax is not installed")
+    jnp = need("jax.numpy")
     kc, vc, new = kv
     jk = jnp.asarray(kc)
     expect_error(TypeError, lambda: kvscatter.kv_cache_update(jk, vc, new, new, 0),

@@ -21,7 +21,7 @@ def test_version_matches_cmake_project():
 def test_public_api():
     for name in kvscatter.__all__:
         assert hasattr(kvscatter, name), name
-    assert kvscatter.npu_scatter_pa_kv_cache is kvscatter.scatter_pa_kv_cache
+    assert kvscatter.npu_scatter_pa_kv_cache is kvscatter.torch_npu.npu_scatter_pa_kv_cache
     assert issubclass(kvscatter.Error, ValueError)
     vllm = importlib.import_module("kvscatter.vllm")
     for name in vllm.__all__:
@@ -54,3 +54,42 @@ def test_error_carries_status():
         kvscatter.kv_cache_update(kc, kc.copy(), new, new, 7)
     assert info.value.status == 161002
     assert "position" in str(info.value)
+
+
+def _run(code):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_without_torch_numpy_works_and_kvscatter_torch_says_how_to_get_it():
+    # sys.modules[name] = None makes `import name` fail, as in an environment without it.
+    result = _run(
+        "import sys; sys.modules['torch'] = None\n"
+        "import numpy as np, kvscatter\n"
+        "c = np.zeros((2, 4, 1, 8), np.float32)\n"
+        "kvscatter.scatter_pa_kv_cache(np.ones((1, 1, 8), np.float32), None, c, None, np.array([5]))\n"
+        "assert c[1, 1].sum() == 8\n"
+        "try:\n"
+        "    import kvscatter.torch\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n")
+    assert result.returncode == 0, result.stderr
+    assert "ImportError: kvscatter.torch needs PyTorch: pip install torch" in result.stdout
+    assert "--no-build-isolation" in result.stdout
+
+
+def test_a_build_without_the_torch_operators_says_how_to_rebuild():
+    result = _run(
+        "import sys, importlib.util\n"
+        "if importlib.util.find_spec('torch') is None: print('no torch'); raise SystemExit\n"
+        "sys.modules['kvscatter._torch_ops'] = None\n"
+        "try:\n"
+        "    import kvscatter.torch\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n")
+    assert result.returncode == 0, result.stderr
+    if "no torch" not in result.stdout:
+        assert "has no PyTorch operators" in result.stdout
+        assert "pip install --no-build-isolation ." in result.stdout

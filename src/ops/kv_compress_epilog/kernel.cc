@@ -21,6 +21,8 @@
 
 #include "ops/kv_compress_epilog/internal.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "quant/hifloat8_table.h"
+#include "quant/quant_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail {
@@ -37,17 +39,14 @@ using DA = hn::CappedTag<std::uint16_t, 16>;  // amax over raw bf16 bits
 using VF = hn::Vec<DF>;
 using VU = hn::Vec<DU>;
 
-// Elements 2i (even) and 2i+1 (odd) of 2L consecutive bf16 values, as f32.
-struct Pair {
-  VF even, odd;
-};
-HWY_INLINE Pair LoadPairs(const std::uint16_t* p) {
-  const DF df;
-  const DU du;
-  const VU w = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(p));
-  return {hn::BitCast(df, hn::ShiftLeft<16>(w)),
-          hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)))};
+// 2L consecutive bf16 values as L u32 words; Even() and Odd() widen elements 2i and 2i+1 to
+// f32. Functions rather than a struct of two vectors: SVE vectors are sizeless types, which
+// cannot be struct members.
+HWY_INLINE VU LoadPairs(const std::uint16_t* p) {
+  return hn::LoadU(DU(), reinterpret_cast<const std::uint32_t*>(p));
 }
+HWY_INLINE VF Even(VU w) { return hn::BitCast(DF(), hn::ShiftLeft<16>(w)); }
+HWY_INLINE VF Odd(VU w) { return hn::BitCast(DF(), hn::And(w, hn::Set(DU(), 0xFFFF0000u))); }
 
 // Byte codes of the even and odd elements -> 2L bytes in element order.
 HWY_INLINE void StoreBytePairs(VU even, VU odd, std::uint8_t* out) {
@@ -307,56 +306,100 @@ HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t*
 #endif
 }
 
-// Group amax of every group of a row first: the scale of a group then never waits on its own
-// reduction, and the data loops of consecutive groups overlap.
+// Group amax of every group of a row first, eight groups per reduction: the scale of a group
+// then never waits on its own reduction, and the data loops of consecutive groups overlap.
 constexpr std::int64_t kMaxGroups = (8192 - 64) / 16;
+
+// Magnitude bits (bits & 0x7FFF) of the largest |x| of every group of gs; groups + 8 entries.
+template <std::size_t kGs>
+HWY_INLINE void GroupAmax(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
+                          std::uint16_t* HWY_RESTRICT amax) {
+#if HWY_TARGET != HWY_SCALAR
+  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false>(x, groups, amax, nullptr);
+#else
+  for (std::int64_t g = 0; g < groups; ++g) {
+    amax[g] = static_cast<std::uint16_t>(AmaxBits(x + kGs * g, kGs));
+  }
+#endif
+}
+
+// One group of 64 in any case (NaN, infinities, e4m3 subnormals, round_scale false): the scale
+// from its amax bits as the reference computes it, the codes, then the scale byte(s).
+template <bool kMode0, bool kRoundScale>
+HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* HWY_RESTRICT data,
+                            std::uint8_t* HWY_RESTRICT scale, std::uint32_t amax_bits) {
+  if (amax_bits > 0x7F80u) {  // a NaN in the group
+    std::memset(data, 0x7F, 64);
+    if (kMode0) {
+      PutBf16(scale, kBf16CanonicalNaN);
+    } else {
+      scale[0] = 0xFF;
+    }
+    return;
+  }
+  float s =
+      std::max(f32_from_bits(amax_bits << 16), f32_from_bits(kEpsBits)) * f32_from_bits(kC448Bits);
+  const bool finite = amax_bits < 0x7F80u;  // then s is finite and nonzero, quotients finite
+  if (kRoundScale) {
+    std::uint32_t u = bits_of(s);
+    std::uint32_t e = u >> 23;
+    if (u & 0x7FFFFFu) e += 1;
+    s = f32_from_bits(e << 23);
+    // s = 2^(e - 127) (or +inf), so 1/s = 2^(127 - e) is exact (or 0) and v * (1/s) == v / s
+    // bit for bit; forming it from the exponent avoids a scalar division per group.
+    if (finite) {
+      Fp8GroupPow2(xg, data, e);
+    } else {
+      Fp8Group<false, false>(xg, data, e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23));
+    }
+  } else if (finite) {
+    Fp8Group<true, true>(xg, data, s);
+  } else {
+    Fp8Group<true, false>(xg, data, s);
+  }
+  if (kMode0) {
+    PutBf16(scale, Bf16(s));
+  } else {
+    scale[0] = static_cast<std::uint8_t>((bits_of(s) >> 23) & 0xFF);
+  }
+}
 
 template <bool kMode0, bool kRoundScale>
 void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
             std::int64_t groups) {
-  const float C448 = f32_from_bits(kC448Bits);
-  const float EPS = f32_from_bits(kEpsBits);
   std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
-  std::uint32_t amax[kMaxGroups];
-  for (std::int64_t g = 0; g < groups; ++g) amax[g] = AmaxBits(x + 64 * g, 64);
-  for (std::int64_t g = 0; g < groups; ++g) {
-    const std::uint16_t* xg = x + 64 * g;
-    std::uint8_t* data = out + 128 + 64 * g;
-    std::uint8_t* scale = kMode0 ? out + 128 + n + 2 * g : out + 128 + n + g;
-    const std::uint32_t amax_bits = amax[g];
-    if (amax_bits > 0x7F80u) {  // a NaN in the group
-      std::memset(data, 0x7F, 64);
+  std::uint8_t* data = out + 128;
+  std::uint8_t* scale = out + 128 + n;
+  constexpr std::int64_t kScaleBytes = kMode0 ? 2 : 1;
+  alignas(64) std::uint16_t amax[kMaxGroups + 8];
+#if HWY_TARGET != HWY_SCALAR
+  if (kRoundScale) {
+    // Power-of-two scales for all groups at once; the groups whose quotients are all finite
+    // and e4m3-normal (nearly all) are quantized on 16-bit lanes from the bf16 bits.
+    namespace qn = quant::HWY_NAMESPACE;
+    alignas(64) std::uint16_t min1[kMaxGroups + 8], sub[kMaxGroups + 8];
+    alignas(64) std::uint32_t e[kMaxGroups + 8], fast[kMaxGroups + 8];
+    qn::GroupMagnitudes<64, true>(x, groups, amax, min1);
+    qn::E4M3Pow2Scales(amax, min1, groups, kC448Bits, kEpsBits, sub, e, fast);
+    for (std::int64_t g = 0; g < groups; ++g) {
+      std::uint8_t* sg = scale + kScaleBytes * g;
+      if (HWY_UNLIKELY(!fast[g])) {
+        Fp8GroupAny<kMode0, true>(x + 64 * g, data + 64 * g, sg, amax[g]);
+        continue;
+      }
+      qn::QuantizeE4M3Pow2Group<64>(x + 64 * g, data + 64 * g, sub[g]);
       if (kMode0) {
-        PutBf16(scale, kBf16CanonicalNaN);
+        PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
       } else {
-        scale[0] = 0xFF;
+        sg[0] = static_cast<std::uint8_t>(e[g]);
       }
-      continue;
     }
-    float s = std::max(f32_from_bits(amax_bits << 16), EPS) * C448;
-    const bool finite = amax_bits < 0x7F80u;  // then s is finite and nonzero, quotients finite
-    if (kRoundScale) {
-      std::uint32_t u = bits_of(s);
-      std::uint32_t e = u >> 23;
-      if (u & 0x7FFFFFu) e += 1;
-      s = f32_from_bits(e << 23);
-      // s = 2^(e - 127) (or +inf), so 1/s = 2^(127 - e) is exact (or 0) and v * (1/s) == v / s
-      // bit for bit; forming it from the exponent avoids a scalar division per group.
-      if (finite) {
-        Fp8GroupPow2(xg, data, e);
-      } else {
-        Fp8Group<false, false>(xg, data, e >= 0xFFu ? 0.0f : f32_from_bits((254u - e) << 23));
-      }
-    } else if (finite) {
-      Fp8Group<true, true>(xg, data, s);
-    } else {
-      Fp8Group<true, false>(xg, data, s);
-    }
-    if (kMode0) {
-      PutBf16(scale, Bf16(s));
-    } else {
-      scale[0] = static_cast<std::uint8_t>((bits_of(s) >> 23) & 0xFF);
-    }
+    return;
+  }
+#endif
+  GroupAmax<64>(x, groups, amax);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    Fp8GroupAny<kMode0, kRoundScale>(x + 64 * g, data + 64 * g, scale + kScaleBytes * g, amax[g]);
   }
 }
 
@@ -369,14 +412,68 @@ HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_R
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   for (std::int64_t i = 0; i < n; i += step) {
     const VF k = hn::Set(df, inv_b[i / gs]);
-    const Pair v = LoadPairs(x + i);
+    const VU w = LoadPairs(x + i);
     if (kFinite) {
-      StoreNibblePairs(EncodeE2M1Finite(hn::Mul(v.even, k)), EncodeE2M1Finite(hn::Mul(v.odd, k)),
-                       data + i / 2);
+      StoreNibblePairs(EncodeE2M1Finite(hn::Mul(Even(w), k)),
+                       EncodeE2M1Finite(hn::Mul(Odd(w), k)), data + i / 2);
     } else {
-      StoreNibblePairs(EncodeE2M1(hn::Mul(v.even, k)), EncodeE2M1(hn::Mul(v.odd, k)), data + i / 2);
+      StoreNibblePairs(EncodeE2M1(hn::Mul(Even(w), k)), EncodeE2M1(hn::Mul(Odd(w), k)),
+                       data + i / 2);
     }
   }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// The nope of a row whose multipliers are all finite: FP4 codes by per-group thresholds.
+HWY_INLINE void Fp4NopeByThresholds(const std::uint16_t* HWY_RESTRICT x,
+                                    std::uint8_t* HWY_RESTRICT data, std::int64_t gs,
+                                    std::int64_t groups, const float* HWY_RESTRICT inv_b) {
+  namespace qn = quant::HWY_NAMESPACE;
+  constexpr std::int64_t kStride = kMaxGroups + 8;
+  alignas(64) std::uint16_t thr[7 * kStride];
+  qn::E2M1Thresholds(inv_b, groups, thr, kStride);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint16_t* xg = x + gs * g;
+    std::uint8_t* out = data + gs / 2 * g;
+    if (gs == 16) {
+      qn::QuantizeE2M1Group<16>(xg, out, thr + g, kStride);
+    } else if (gs == 32) {
+      qn::QuantizeE2M1Group<32>(xg, out, thr + g, kStride);
+    } else {
+      qn::QuantizeE2M1Group<64>(xg, out, thr + g, kStride);
+    }
+  }
+}
+#endif
+
+// The rope's HiFloat8 codes by table lookup; false (nothing written) when a product is NaN.
+HWY_INLINE bool HiF8RopeByTable(const std::uint16_t* HWY_RESTRICT rope,
+                                std::uint8_t* HWY_RESTRICT out, float x_scale) {
+#if HWY_TARGET != HWY_SCALAR
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto xs = hn::Set(df, x_scale);
+  auto nan = hn::FirstN(df, 0);
+  alignas(64) std::uint16_t keys[64];
+  for (std::int64_t j = 0; j < 64; j += L) {
+    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, rope + j))));
+    const auto p = hn::Mul(v, xs);
+    nan = hn::Or(nan, hn::IsNaN(p));
+    const auto key = hn::ShiftRight<kHiFloat8TableShift>(hn::BitCast(du, p));
+    hn::Store(hn::TruncateTo(d16, key), d16, keys + j);
+  }
+  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
+  const std::uint8_t* table = hifloat8_sat_table();
+  for (int j = 0; j < 64; ++j) out[j] = table[keys[j]];
+  return true;
+#else
+  (void)rope;
+  (void)out;
+  (void)x_scale;
+  return false;
+#endif
 }
 
 void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
@@ -386,21 +483,31 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float c6 = f32_from_bits(kC6Bits);
-  const VF xs = hn::Set(df, x_scale);
-  for (std::int64_t j = 0; j < 64; j += step) {
-    const Pair v = LoadPairs(x + n + j);
-    StoreBytePairs(EncodeHiF8(hn::Mul(v.even, xs)), EncodeHiF8(hn::Mul(v.odd, xs)), out + j);
+  if (!HiF8RopeByTable(x + n, out, x_scale)) {
+    const VF xs = hn::Set(df, x_scale);
+    for (std::int64_t j = 0; j < 64; j += step) {
+      const VU w = LoadPairs(x + n + j);
+      StoreBytePairs(EncodeHiF8(hn::Mul(Even(w), xs)), EncodeHiF8(hn::Mul(Odd(w), xs)), out + j);
+    }
   }
   // Per-group amax, then every group's scale and multiplier at once (one vector division
   // instead of a scalar one per group; the same IEEE operations as the reference).
-  alignas(32) std::uint32_t amax_bits[kMaxGroups + 8];
+  alignas(64) std::uint16_t amax_bits[kMaxGroups + 8];
   alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
   alignas(32) float inv_b[kMaxGroups + 8];
-  for (std::int64_t g = 0; g < groups; ++g) amax_bits[g] = AmaxBits(x + gs * g, gs);
+  if (gs == 16) {
+    GroupAmax<16>(x, groups, amax_bits);
+  } else if (gs == 32) {
+    GroupAmax<32>(x, groups, amax_bits);
+  } else {
+    GroupAmax<64>(x, groups, amax_bits);
+  }
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
   auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
+  const DU16 d16;
   for (std::int64_t g = 0; g < groups; g += L) {
-    const VF a = hn::BitCast(df, hn::ShiftLeft<16>(hn::LoadU(du, amax_bits + g)));
+    const VF a =
+        hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, amax_bits + g))));
     const VF inv = hn::IfThenZeroElse(hn::Eq(a, hn::Zero(df)), hn::Div(hn::Set(df, 6.0f), a));
     const VF ib = hn::BitCast(df, hn::ShiftLeft<16>(Bf16Lanes(inv)));
     // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
@@ -412,7 +519,11 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   // Finite amax and multipliers make every product finite (|v * inv_b| <= ~6); any other
   // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
   if (hn::AllFalse(df, non_finite)) {
+#if HWY_TARGET != HWY_SCALAR
+    Fp4NopeByThresholds(x, out + 64, gs, groups, inv_b);
+#else
     Fp4Nope<true>(x, out + 64, n, gs, inv_b);
+#endif
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
@@ -501,6 +612,16 @@ void EncodeHiF8Batch(const float* x, std::uint8_t* out, std::size_t n) {
   EncodeBatch(x, out, n, [](VF v) { return EncodeHiF8(v); });
 }
 
+void E2M1ThresholdsBatch(const float* mult, std::int64_t n, std::uint16_t* thr) {
+#if HWY_TARGET != HWY_SCALAR
+  quant::HWY_NAMESPACE::E2M1Thresholds(mult, n, thr, n);
+#else
+  (void)mult;
+  (void)n;
+  (void)thr;
+#endif
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace kvscatter::detail
 HWY_AFTER_NAMESPACE();
@@ -514,6 +635,7 @@ HWY_EXPORT(EncodeE4M3FiniteBatch);
 HWY_EXPORT(EncodeE2M1Batch);
 HWY_EXPORT(EncodeE2M1FiniteBatch);
 HWY_EXPORT(EncodeHiF8Batch);
+HWY_EXPORT(E2M1ThresholdsBatch);
 
 void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                    std::int64_t end) {
@@ -537,6 +659,9 @@ void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_
 }
 void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(EncodeHiF8Batch)(x, out, n);
+}
+void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr) {
+  HWY_DYNAMIC_DISPATCH(E2M1ThresholdsBatch)(mult, n, thr);
 }
 
 }  // namespace kvscatter::detail

@@ -24,5 +24,9 @@ void simd_encode_e4m3_clamped(const float* q, std::uint8_t* out, std::size_t n, 
 void simd_encode_e2m1_from_product(const float* p, std::uint8_t* out, std::size_t n,
                                    bool finite_only);
 void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n);
+// The FP4 thresholds of the kernel's fast path (quant::E2M1Thresholds) for n multipliers
+// (finite bf16 values >= 0, as f32; n a multiple of 8): thr[k * n + i], k = 0..6. Writes
+// nothing on the scalar target, which has no such path.
+void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr);
 
 }  // namespace kvscatter::detail

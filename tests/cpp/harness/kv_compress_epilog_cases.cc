@@ -1,5 +1,6 @@
 // kv_compress_epilog cases: the three quant modes, group sizes 16/32/64, round_scale on and off,
-// x_scale 1 and 0.5, d from 128 to 8,192, bfloat16 inputs spread over many binades with infinities,
+// x_scale 1 and 0.5, d from 128 to 8,192, bfloat16 inputs either with one magnitude per 64 values
+// (the kernels' fast paths) or spread over many binades, with infinities,
 // NaNs, subnormals and signed zeros mixed in, x with a padded row pitch, caches with padded blocks
 // and rows wider than the written length (the tail stays untouched), power- of-two and other block
 // sizes, int32/int64 slots that are permutations, consecutive prefills, padding (-1), duplicates,
@@ -39,6 +40,19 @@ std::uint16_t random_bf16(Gen& g, bool specials) {
   return formats::encode_bfloat16(n(g.rng()) * scale);
 }
 
+// Realistic rows: one magnitude per 64 elements, as activations have, so that nearly every group
+// takes the kernels' fast paths, with zeros, -0 and a few tiny values that send some groups down
+// the careful paths (e4m3 subnormals); with `specials`, an infinity or NaN now and then.
+std::uint16_t group_scaled_bf16(Gen& g, int exponent, bool specials) {
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const std::int64_t p = g.uniform(0, 999);
+  if (p < 10) return 0x0000;
+  if (p < 20) return 0x8000;
+  if (p < 25) return formats::encode_bfloat16(std::ldexp(n(g.rng()), exponent - 14));
+  if (specials && p < 27) return g.chance(0.5) ? 0x7F80 : 0xFFC1;
+  return formats::encode_bfloat16(std::ldexp(n(g.rng()), exponent));
+}
+
 // Bytes one row takes in the cache for this call's mode, d and group size.
 std::int64_t row_bytes(const Call& call, std::int64_t d) {
   std::uint16_t x = 0;
@@ -60,12 +74,14 @@ Case generate(std::mt19937_64& rng) {
   if (call.mode == QuantMode::hifloat8_fp4) call.group_size = g.pick<std::int64_t>({16, 32, 64});
   call.round_scale = call.mode == QuantMode::hifloat8_fp4 || g.chance(0.5);
   call.x_scale = g.chance(0.2) ? 0.5f : 1.0f;
-  const std::int64_t dim = threads ? 128 : g.pick<std::int64_t>({128, 128, 192, 576, 1024, 8192});
+  // 640 and 1088 give 9 and 16 groups of 64: the kernels reduce eight groups at a time.
+  const std::int64_t dim =
+      threads ? 128 : g.pick<std::int64_t>({128, 128, 192, 576, 640, 1024, 1088, 8192});
   const std::int64_t half = threads       ? g.pick<std::int64_t>({2048, 1500})
                             : dim >= 4096 ? g.uniform(0, 4)
                                           : g.uniform(0, 24);
   const std::int64_t t = 2 * half;  // x is [2, T/2, d]
-  const bool specials = g.chance(0.5), strided = g.chance(0.5);
+  const bool specials = g.chance(0.5), strided = g.chance(0.5), grouped = g.chance(0.5);
   const DType idt = g.chance(0.5) ? DType::int32 : DType::int64;
   const std::int64_t row = row_bytes(call, dim);
   const std::int64_t width = row + (strided ? g.uniform(1, 7) : 0);
@@ -74,7 +90,8 @@ Case generate(std::mt19937_64& rng) {
   d << (threads ? "threads " : "") << "mode " << static_cast<int>(call.mode) << " d=" << dim
     << " group " << call.group_size << " round_scale " << call.round_scale << " x_scale "
     << call.x_scale << " T=" << t << " bs=" << bs << " nb=" << nb << " width " << width
-    << (strided ? " strided" : "") << (specials ? " specials" : "") << " index " << dtype_name(idt);
+    << (strided ? " strided" : "") << (specials ? " specials" : "")
+    << (grouped ? " group-scaled" : "") << " index " << dtype_name(idt);
 
   // x with a padded row pitch when strided.
   const std::int64_t pitch = strided ? dim + 64 : dim;
@@ -83,8 +100,11 @@ Case generate(std::mt19937_64& rng) {
   // every even offset from a 64-byte line).
   c.misalign[static_cast<std::size_t>(call.x.buffer)] &= ~std::size_t{1};
   auto& xb = c.buffers[static_cast<std::size_t>(call.x.buffer)];
+  int exponent = 0;
   for (std::size_t i = 0; i + 2 <= xb.size(); i += 2) {
-    const std::uint16_t v = random_bf16(g, specials);
+    if (grouped && i % 128 == 0) exponent = static_cast<int>(g.uniform(-20, 20));
+    const std::uint16_t v =
+        grouped ? group_scaled_bf16(g, exponent, specials) : random_bf16(g, specials);
     std::memcpy(&xb[i], &v, 2);
   }
   call.x.shape = {2, half, dim};

@@ -1,0 +1,290 @@
+// Highway building blocks of the quantizers, for every operator that quantizes
+// bf16 rows in groups (include after <hwy/highway.h> in a translation unit
+// compiled per target with foreach_target.h; the functions live in
+// kvscatter::quant::HWY_NAMESPACE):
+//
+// - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of
+// a row and,
+//   optionally, the smallest nonzero one, eight groups per horizontal reduction
+//   instead of one reduction (and one dependency chain) per group. (Reduce8 is
+//   the reduction.)
+// - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for
+// many groups at once.
+// - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on
+// 16-bit lanes
+//   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
+//
+// - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
+//   16-bit compares per element (the multiply and both roundings folded into the thresholds).
+//
+// All of them are exact lane forms of the scalar rules; none of them depends on
+// the target. They need at least 8 lanes of 16 bits, so the scalar target has
+// none of them.
+#if defined(KVSCATTER_QUANT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVSCATTER_QUANT_SIMD_INL_H_
+#undef KVSCATTER_QUANT_SIMD_INL_H_
+#else
+#define KVSCATTER_QUANT_SIMD_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstdint>
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::quant::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR
+
+// SVE vectors are sizeless types: they cannot be array elements or struct members.
+#undef KVS_SIZELESS_VECTORS
+#if HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || \
+    HWY_TARGET == HWY_SVE2_128
+#define KVS_SIZELESS_VECTORS 1
+#else
+#define KVS_SIZELESS_VECTORS 0
+#endif
+
+// Reduces eight vectors (one per group) to lanes 0..7 of out (eight results,
+// group order): a transpose by interleaving 16-, 32- and 64-bit lanes within
+// each 128-bit block leaves every block holding one partial result per group,
+// then the blocks are combined. About three single-instruction shuffles per
+// group on every x86 target.
+template <class D, class Op>
+HWY_INLINE void Reduce8(D d, const hn::Vec<D>* m, Op op, hn::TFromD<D>* HWY_RESTRICT out) {
+  using T = hn::TFromD<D>;
+  const hn::Repartition<std::uint32_t, D> d32;
+  const hn::Repartition<std::uint64_t, D> d64;
+  const auto level1 = [&](hn::Vec<D> a, hn::Vec<D> b) {
+    return op(hn::InterleaveLower(d, a, b), hn::InterleaveUpper(d, a, b));
+  };
+  const auto level2 = [&](hn::Vec<D> a, hn::Vec<D> b) {
+    const auto a32 = hn::BitCast(d32, a), b32 = hn::BitCast(d32, b);
+    return op(hn::BitCast(d, hn::InterleaveLower(d32, a32, b32)),
+              hn::BitCast(d, hn::InterleaveUpper(d32, a32, b32)));
+  };
+  const auto a = level2(level1(m[0], m[1]), level1(m[2], m[3]));
+  const auto b = level2(level1(m[4], m[5]), level1(m[6], m[7]));
+  const auto a64 = hn::BitCast(d64, a), b64 = hn::BitCast(d64, b);
+  const auto r = op(hn::BitCast(d, hn::InterleaveLower(d64, a64, b64)),
+                    hn::BitCast(d, hn::InterleaveUpper(d64, a64, b64)));
+  constexpr std::size_t kMaxLanes = HWY_MAX_BYTES / sizeof(T);
+  HWY_ALIGN T lanes[kMaxLanes];
+  hn::Store(r, d, lanes);
+  const hn::CappedTag<T, 8> d8;  // one 128-bit block
+  auto acc = hn::Load(d8, lanes);
+  for (std::size_t i = 8; i < hn::Lanes(d); i += 8) acc = op(acc, hn::Load(d8, lanes + i));
+  hn::StoreU(acc, d8, out);
+}
+
+// Vector of 16-bit lanes for groups of gs elements: at most gs lanes, so that a
+// vector never straddles two groups.
+template <std::size_t kGs>
+using GroupTag = hn::CappedTag<std::uint16_t, kGs>;
+
+// For groups [0, groups) of gs = kGs consecutive bf16 values at x: amax[g] =
+// the largest (bits & 0x7FFF), an order of the magnitudes that puts every NaN
+// above infinity, and, with kMin, min1[g] = the smallest (bits & 0x7FFF) - 1
+// modulo 2^16, so 0xFFFF when the group is all zeros and otherwise one less
+// than its smallest nonzero magnitude. Both arrays need groups + 8 entries.
+// Needs at least 8 lanes (every target but scalar).
+template <std::size_t kGs, bool kMin>
+HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
+                                std::uint16_t* HWY_RESTRICT amax,
+                                std::uint16_t* HWY_RESTRICT min1) {
+  const GroupTag<kGs> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const V one = hn::Set(d, std::uint16_t{1});
+#if KVS_SIZELESS_VECTORS
+  // SVE vectors cannot form arrays: reduce each group on its own. Entries up to the next
+  // multiple of 8 repeat the last group, as below.
+  const std::int64_t padded = (groups + 7) / 8 * 8;
+  for (std::int64_t g0 = 0; g0 < padded; ++g0) {
+    const std::int64_t g = g0 < groups ? g0 : groups - 1;
+    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+    V hi = hn::And(hn::LoadU(d, xg), mag);
+    V lo = hn::Sub(hi, one);
+    for (std::int64_t i = L; i < static_cast<std::int64_t>(kGs); i += L) {
+      const V b = hn::And(hn::LoadU(d, xg + i), mag);
+      hi = hn::Max(hi, b);
+      lo = hn::Min(lo, hn::Sub(b, one));
+    }
+    amax[g0] = hn::GetLane(hn::MaxOfLanes(d, hi));
+    if (kMin) min1[g0] = hn::GetLane(hn::MinOfLanes(d, lo));
+  }
+#else
+  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
+  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
+  for (std::int64_t g0 = 0; g0 < groups; g0 += 8) {
+    V hi[8], lo[8];
+    for (int k = 0; k < 8; ++k) {
+      // Past the last group, the last group again: its results land in unused
+      // entries.
+      const std::int64_t g = g0 + k < groups ? g0 + k : groups - 1;
+      const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+      const V a = hn::And(hn::LoadU(d, xg), mag);
+      hi[k] = a;
+      if (kMin) lo[k] = hn::Sub(a, one);
+      for (std::int64_t i = L; i < static_cast<std::int64_t>(kGs); i += L) {
+        const V b = hn::And(hn::LoadU(d, xg + i), mag);
+        hi[k] = hn::Max(hi[k], b);
+        if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
+      }
+    }
+    Reduce8(d, hi, max_op, amax + g0);
+    if (kMin) Reduce8(d, lo, min_op, min1 + g0);
+  }
+#endif
+}
+
+// Per-group plan of the fp8 modes with power-of-two scales (round_scale), from
+// GroupMagnitudes with kMin: the scale s = 2^(e - 127) = ceil_pow2(max(amax,
+// 1e-4) * f32(1/448)), and
+// - sub[g] = (e - 127) * 128 + 0x3C00 modulo 2^16: subtracted from a
+// magnitude's bf16 bits, it
+//   divides by s and rebiases the exponent from 127 to e4m3's 7 (bf16 bits of
+//   |v / s| - 120 << 7);
+// - exp[g] = e (the e8m0 byte; the bf16 scale is e << 7);
+// - fast[g] = 1 when QuantizeE4M3Pow2Group is exact for the group: amax finite
+// and every
+//   nonzero v / s at least 2^-6 (e4m3 normal), else 0 (the caller takes the
+//   general path).
+// c448 and eps are the bit patterns of f32(1/448) and f32(1e-4). Arrays of
+// groups + 8 entries.
+HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
+                               const std::uint16_t* HWY_RESTRICT min1, std::int64_t groups,
+                               std::uint32_t c448, std::uint32_t eps,
+                               std::uint16_t* HWY_RESTRICT sub, std::uint32_t* HWY_RESTRICT exp,
+                               std::uint32_t* HWY_RESTRICT fast) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto k448 = hn::BitCast(df, hn::Set(du, c448));
+  const auto keps = hn::BitCast(df, hn::Set(du, eps));
+  for (std::int64_t g = 0; g < groups; g += L) {
+    const auto a = hn::PromoteTo(du, hn::LoadU(d16, amax + g));
+    const auto s = hn::Mul(hn::Max(hn::BitCast(df, hn::ShiftLeft<16>(a)), keps), k448);
+    const auto u = hn::BitCast(du, s);
+    // Ceiling to a power of two: one more than the exponent field when any
+    // mantissa bit is set.
+    const auto frac = hn::Ne(hn::And(u, hn::Set(du, 0x7FFFFFu)), hn::Zero(du));
+    const auto e = hn::Sub(hn::ShiftRight<23>(u), hn::VecFromMask(du, frac));
+    // (e - 127) * 128 + 0x3C00 = e * 128 - 0x380; kept modulo 2^16 by the
+    // truncation below.
+    const auto sb = hn::Sub(hn::ShiftLeft<7>(e), hn::Set(du, 0x380u));
+    // Smallest nonzero magnitude >= sub + 0x80 <=> its quotient is e4m3-normal;
+    // an all-zero group has min1 + 1 = 0x10000 and passes.
+    const auto smallest = hn::Add(hn::PromoteTo(du, hn::LoadU(d16, min1 + g)), hn::Set(du, 1u));
+    const auto threshold = hn::Add(hn::And(sb, hn::Set(du, 0xFFFFu)), hn::Set(du, 0x80u));
+    const auto normal = hn::Not(hn::Lt(hn::BitCast(di, smallest), hn::BitCast(di, threshold)));
+    const auto finite = hn::Lt(hn::BitCast(di, a), hn::Set(di, 0x7F80));
+    const auto ok = hn::And(hn::RebindMask(du, normal), hn::RebindMask(du, finite));
+    hn::StoreU(hn::TruncateTo(d16, sb), d16, sub + g);
+    hn::StoreU(e, du, exp + g);
+    hn::StoreU(hn::IfThenElseZero(ok, hn::Set(du, 1u)), du, fast + g);
+  }
+}
+
+// e4m3fn codes of the kGs bf16 values at x divided by the power of two whose E4M3Pow2Scales
+// entry is sub, for a group with fast = 1: |q| is the magnitude bits minus sub (saturating at
+// 0 for zeros), clamped to 448, its 7 mantissa bits rounded to 3, nearest even; the sign is
+// the input's. The rounding's +7 rides on the subtraction: where t + 7 carries into bit 4 the
+// result rounds up whatever the parity, so bit 4 of t + 7 serves as t's parity bit.
+template <std::size_t kGs>
+HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
+                                      std::uint8_t* HWY_RESTRICT out, std::uint16_t sub) {
+  const GroupTag<kGs> d;
+  const hn::Rebind<std::uint8_t, decltype(d)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto vsub = hn::Set(d, static_cast<std::uint16_t>(sub - 7));  // sub >= 0x3100
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const auto max448 = hn::Set(d, std::uint16_t{0x07E7});  // 448 in e4m3-biased bf16 bits, + 7
+  const auto one = hn::Set(d, std::uint16_t{1});
+  const auto sign = hn::Set(d, std::uint16_t{0x80});
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+    const auto w = hn::LoadU(d, x + i);
+    const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, mag), vsub), max448);
+    const auto code = hn::ShiftRight<4>(hn::Add(t7, hn::And(hn::ShiftRight<4>(t7), one)));
+    hn::StoreU(hn::TruncateTo(d8, hn::OrAnd(code, hn::ShiftRight<8>(w), sign)), d8, out + i);
+  }
+}
+
+// FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
+// finite, >= 0) is e2m1_RNE(clamp(bf16_RNE(v * m), -6, 6)): a monotone function of |v|, so
+// its magnitude is the number of thresholds |v| reaches. thr[k * stride + g] = (the smallest
+// bf16 magnitude bits whose code is at least k + 1) - 1, for k = 0..6 and every group g. On
+// 16-bit lanes that turns the multiply, the two roundings and the clamp into seven compares.
+HWY_INLINE void E2M1Thresholds(const float* HWY_RESTRICT mult, std::int64_t groups,
+                               std::uint16_t* HWY_RESTRICT thr, std::int64_t stride) {
+  const hn::CappedTag<float, 8> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  // The smallest bf16 that rounds (nearest even) to an e2m1 code >= k + 1: just above 0.25,
+  // 0.75, just above 1.25, 1.75, just above 2.5, 3.5, just above 5 (ties go to even codes).
+  constexpr std::uint32_t kLeast[7] = {0x3E81, 0x3F40, 0x3FA1, 0x3FE0, 0x4021, 0x4060, 0x40A1};
+  for (std::int64_t g = 0; g < groups; g += L) {
+    const auto m = hn::LoadU(df, mult + g);
+    for (int k = 0; k < 7; ++k) {
+      // bf16_RNE(p) >= least  <=>  p above the midpoint below it (or at it, if least is even).
+      const std::uint32_t mid = (kLeast[k] << 16) - 0x8000u;
+      const auto p = hn::BitCast(df, hn::Set(du, mid));
+      const auto above = hn::BitCast(df, hn::Set(du, (kLeast[k] & 1) ? mid : mid - 1));
+      // Candidate: p / m truncated to bf16 (m = 0 gives infinity: no finite |v| reaches it);
+      // the threshold is the candidate or the next bf16, whichever first passes (v * m is exact).
+      const auto t0 = hn::ShiftRight<16>(hn::BitCast(du, hn::Div(p, m)));
+      const auto prod = hn::Mul(hn::BitCast(df, hn::ShiftLeft<16>(t0)), m);
+      const auto passes = hn::RebindMask(du, hn::Gt(prod, above));
+      hn::StoreU(hn::TruncateTo(d16, hn::Sub(t0, hn::IfThenElseZero(passes, hn::Set(du, 1u)))), d16,
+                 thr + k * stride + g);
+    }
+  }
+}
+
+// FP4 codes of the kGs bf16 values at x with the E2M1Thresholds entries of their group
+// (thr[k * stride], k = 0..6), packed two per byte, element 2i in the low nibble. At most 16
+// lanes: on AVX-512 each compare would yield a mask register that costs one more instruction
+// to turn into a vector, which made 32 lanes slower than 16.
+template <std::size_t kGs>
+HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
+                                  std::uint8_t* HWY_RESTRICT out,
+                                  const std::uint16_t* HWY_RESTRICT thr, std::int64_t stride) {
+  const GroupTag<(kGs < 16 ? kGs : 16)> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+  using VI = hn::Vec<decltype(di)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+#if KVS_SIZELESS_VECTORS  // SVE vectors cannot form arrays: broadcast each threshold in place
+  const auto t = [&](int k) { return hn::Set(di, static_cast<std::int16_t>(thr[k * stride])); };
+#else
+  VI tv[7];
+  for (int k = 0; k < 7; ++k) tv[k] = hn::Set(di, static_cast<std::int16_t>(thr[k * stride]));
+  const auto t = [&](int k) { return tv[k]; };
+#endif
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const auto eight = hn::Set(d, std::uint16_t{8});
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+    const auto w = hn::LoadU(d, x + i);
+    const VI a = hn::BitCast(di, hn::And(w, mag));
+    // Each reached threshold is a -1 lane; the sign goes to bit 3.
+    VI count = hn::VecFromMask(di, hn::Gt(a, t(0)));
+    for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t(k))));
+    const VI code = hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
+    const auto pairs = hn::BitCast(d32, code);
+    hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
+  }
+}
+
+#endif  // HWY_TARGET != HWY_SCALAR
+
+}  // namespace kvscatter::quant::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVSCATTER_QUANT_SIMD_INL_H_

@@ -1,0 +1,178 @@
+"""kvscatter.jax for every operator: all modes, positions of any integer dtype, vmap."""
+
+import numpy as np
+import pytest
+import refs
+from needs import need
+
+jax = need("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import kvscatter.jax as kj  # noqa: E402
+
+
+def same(a, b):
+    a, b = np.atleast_1d(np.asarray(a)), np.atleast_1d(np.asarray(b))
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def reference_update(key_cache, value_cache, new_keys, new_values, position):
+    position = jnp.asarray(position)
+    zero = jnp.zeros((), position.dtype)  # dynamic_update_slice wants one index dtype
+    start = (zero, position, zero, zero)
+    k = jax.lax.dynamic_update_slice(key_cache, new_keys.astype(key_cache.dtype), start)
+    v = jax.lax.dynamic_update_slice(value_cache, new_values.astype(value_cache.dtype), start)
+    return {"key_cache": k, "value_cache": v, "length": position + new_keys.shape[1]}
+
+
+# ---- positions ------------------------------------------------------------------------------
+
+INT_DTYPES = [np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32]
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_positions_of_any_integer_dtype_match_dynamic_update_slice(rng, dtype):
+    b, s, h, d, L = 2, 12, 2, 4, 3
+    kc = jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.float32)
+    vc = jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.float32)
+    nk = jnp.asarray(rng.standard_normal((b, L, h, d)), jnp.float32)
+    info = np.iinfo(dtype)
+    values = {0, 1, s - L, s - L + 1, s, s + 5, info.max, info.max - 1, 2**31 if info.max >= 2**31 else 0}
+    if info.min < 0:
+        values |= {-1, -L, -s, -s - 1, info.min, info.min + 1}
+    ours, theirs = jax.jit(kj.kv_cache_update), jax.jit(reference_update)
+    for value in sorted(values):
+        pos = jnp.asarray(value, dtype)
+        got, want = ours(kc, vc, nk, -nk, pos), theirs(kc, vc, nk, -nk, pos)
+        same(got["key_cache"], want["key_cache"])
+        same(got["value_cache"], want["value_cache"])
+        same(got["length"], want["length"])
+
+
+def test_uint32_two_to_the_31_clamps_to_the_end():
+    kc = jnp.zeros((1, 8, 1, 2))
+    out = kj.kv_cache_update(kc, kc, jnp.ones((1, 2, 1, 2)), jnp.ones((1, 2, 1, 2)), jnp.uint32(2**31))
+    np.testing.assert_array_equal(np.asarray(out["key_cache"][0, :, 0, 0]), [0, 0, 0, 0, 0, 0, 1, 1])
+
+
+# ---- vmap ------------------------------------------------------------------------------------
+
+def test_vmap_kv_cache_update_one_position_per_sequence(rng):
+    # The ragged decode case: each sequence (a (1, S, H, D) cache) at its own position.
+    n, s, h, d = 5, 16, 2, 8
+    kc = jnp.asarray(rng.standard_normal((n, 1, s, h, d)), jnp.bfloat16)
+    vc = jnp.asarray(rng.standard_normal((n, 1, s, h, d)), jnp.bfloat16)
+    nk = jnp.asarray(rng.standard_normal((n, 1, 1, h, d)), jnp.float32)
+    pos = jnp.asarray([0, 3, 15, 40, -2], jnp.int32)
+    want = jax.vmap(reference_update)(kc, vc, nk, nk, pos)
+    # One custom call for all sequences, not a loop.
+    hlo = jax.jit(jax.vmap(kj.kv_cache_update)).lower(kc, vc, nk, nk, pos).as_text()
+    assert hlo.count("kvscatter_kv_cache_update") == 1 and "while" not in hlo
+    got = jax.jit(jax.vmap(kj.kv_cache_update), donate_argnums=(0, 1))(kc, vc, nk, nk, pos)
+    for name in ("key_cache", "value_cache", "length"):
+        same(got[name], want[name])
+
+
+def test_vmap_kv_cache_update_mixed_and_nested(rng):
+    s, h, d = 10, 1, 4
+    kc = jnp.asarray(rng.standard_normal((2, s, h, d)), jnp.float32)  # not mapped
+    nk = jnp.asarray(rng.standard_normal((2, 1, h, d)), jnp.float32)
+    pos = jnp.arange(3, dtype=jnp.int32) * 4  # mapped: 3 instances of the whole batch
+    got = jax.vmap(kj.kv_cache_update, in_axes=(None, None, None, None, 0))(kc, kc, nk, nk, pos)
+    want = jax.vmap(reference_update, in_axes=(None, None, None, None, 0))(kc, kc, nk, nk, pos)
+    same(got["key_cache"], want["key_cache"])
+    # Nested: 2 x 3 instances, positions mapped on both axes.
+    kc2 = jnp.asarray(rng.standard_normal((2, 3, 1, s, h, d)), jnp.float32)
+    nk2 = jnp.asarray(rng.standard_normal((2, 3, 1, 2, h, d)), jnp.float32)
+    pos2 = jnp.asarray([[0, 5, 9], [-1, 2, 100]], jnp.int32)
+    got = jax.vmap(jax.vmap(kj.kv_cache_update))(kc2, kc2, nk2, nk2, pos2)
+    want = jax.vmap(jax.vmap(reference_update))(kc2, kc2, nk2, nk2, pos2)
+    same(got["key_cache"], want["key_cache"])
+    same(got["length"], want["length"])
+
+
+def test_vmap_scatter_and_quant_ops_sequentially(rng):
+    n, t, nh, dk, nb, bs = 3, 4, 2, 8, 3, 4
+    key = rng.standard_normal((n, t, nh, dk)).astype(np.float32)
+    kc = rng.standard_normal((n, nb, bs, nh, dk)).astype(np.float32)
+    slots = np.stack([rng.permutation(nb * bs)[:t] for _ in range(n)]).astype(np.int32)
+    slots[:, 0] = -1
+    got_k, _ = jax.vmap(lambda k, c, s: kj.scatter_pa_kv_cache(k, None, c, None, s))(key, kc, slots)
+    for i in range(n):
+        same(got_k[i], refs.scatter_pa_kv_cache(key[i], None, kc[i], None, slots[i])[0])
+
+    x = jnp.asarray(rng.standard_normal((n, 2, 128)), jnp.bfloat16)
+    cache = jnp.zeros((n, 2, 2, 1, 224), jnp.uint8)
+    eslots = jnp.asarray([[0, 3], [1, -1], [2, 1]], jnp.int32)
+    got = jax.vmap(lambda c, xx, s: kj.kv_compress_epilog(c, xx, s, quant_mode=0))(cache, x, eslots)
+    for i in range(n):
+        want = refs.kv_compress_epilog(np.asarray(cache[i]), np.asarray(x[i]), np.asarray(eslots[i]),
+                                       quant_mode=0)
+        same(got[i], want)
+
+
+# ---- every operator, every mode --------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16, np.int8], ids=["float16", "bfloat16", "int8"])
+def test_scatter_pa_nz_with_donation(rng, dtype):
+    t, nh, d, nb, bs = 6, 2, 32, 3, 16
+    itemsize = np.dtype(dtype).itemsize
+    lanes = 32 // itemsize
+    key = (rng.standard_normal((t, nh, d)) * 10).astype(dtype)
+    value = (rng.standard_normal((t, nh, d)) * 10).astype(dtype)
+    kc = (rng.standard_normal((nb, nh * d // lanes, bs, lanes)) * 10).astype(dtype)
+    vc = (rng.standard_normal((nb, nh * d // lanes, bs, lanes)) * 10).astype(dtype)
+    slots = np.array([0, 17, -1, 47, 5, 30], np.int64)
+    want_k, want_v = refs.scatter_pa_kv_cache(key, value, kc, vc, slots, cache_mode="PA_NZ")
+    kcj, vcj = jnp.asarray(kc), jnp.asarray(vc)
+    ptr = kcj.unsafe_buffer_pointer()
+    f = jax.jit(lambda *a: kj.scatter_pa_kv_cache(*a, cache_mode="PA_NZ"), donate_argnums=(2, 3))
+    k, v = f(key, value, kcj, vcj, slots.astype(np.int32))
+    assert k.unsafe_buffer_pointer() == ptr
+    same(k, want_k)
+    same(v, want_v)
+
+
+def test_with_k_scale_matches_reference(rng):
+    f8 = jnp.float8_e5m2
+    t, n, dk, dv, nb, bs = 5, 2, 16, 8, 2, 4
+    key = jnp.asarray(rng.standard_normal((t, n, dk)), f8)
+    value = jnp.asarray(rng.standard_normal((t, n, dv)), f8)
+    kc, vc = jnp.zeros((nb, n, bs, dk), f8), jnp.zeros((nb, n, bs, dv), f8)
+    slots = jnp.asarray([3, -1, 7, 100, 0], jnp.int32)
+    scale = jnp.asarray(rng.standard_normal((t, n)), jnp.float32)
+    ksc = jnp.zeros((nb, n, bs, 1), jnp.float32)
+    want = refs.scatter_pa_kv_cache_with_k_scale(*(np.asarray(a) for a in (key, value, kc, vc, slots, scale, ksc)))
+    got = jax.jit(kj.scatter_pa_kv_cache_with_k_scale, donate_argnums=(2, 3, 6))(
+        key, value, kc, vc, slots, scale, ksc)
+    for g, w in zip(got, want):
+        same(g, w)
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_kv_compress_epilog_matches_reference(rng, mode):
+    gs = 64 if mode < 2 else 32
+    _, row_bytes = refs.epilog_row_bytes(192, mode, gs)
+    cache = jnp.asarray(rng.integers(0, 256, (2, 4, 1, row_bytes)), jnp.uint8)
+    x = jnp.asarray(rng.standard_normal((3, 192)) * 4, jnp.bfloat16)
+    slots = jnp.asarray([6, -1, 1], jnp.int64 if jax.config.jax_enable_x64 else jnp.int32)
+    want = refs.kv_compress_epilog(np.asarray(cache), np.asarray(x), np.asarray(slots),
+                                   quant_group_size=gs, quant_mode=mode, round_scale=mode != 1,
+                                   x_scale=0.75)
+    f = jax.jit(lambda c, xx, s: kj.kv_compress_epilog(c, xx, s, quant_group_size=gs, quant_mode=mode,
+                                                       round_scale=mode != 1, x_scale=0.75),
+                donate_argnums=(0,))
+    same(f(cache, x, slots), want)
+
+
+def test_quant_op_errors_carry_the_library_message():
+    cache = jnp.zeros((1, 4, 1, 100), jnp.uint8)
+    with pytest.raises(Exception, match="row_bytes"):
+        jax.block_until_ready(kj.kv_compress_epilog(cache, jnp.ones((1, 128), jnp.bfloat16),
+                                                    jnp.array([0]), quant_mode="fp8_bf16"))
+    with pytest.raises(Exception, match="fp7"):
+        jax.block_until_ready(kj.kv_compress_epilog(cache, jnp.ones((1, 128), jnp.bfloat16),
+                                                    jnp.array([0]), quant_mode="fp7"))
+    with pytest.raises(TypeError, match="quant_mode"):
+        kj.kv_compress_epilog(cache, jnp.ones((1, 128), jnp.bfloat16), jnp.array([0]), quant_mode=1.5)
