@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "core/overlap.h"
+
 namespace kvscatter::detail {
 
 void fail(Status status, const std::string& message) { throw Error(status, message); }
@@ -127,40 +129,10 @@ void require_no_self_overlap(const TensorView& t, std::string_view name) {
 
 void require_disjoint(const TensorView& k, std::string_view k_name, const TensorView& v,
                       std::string_view v_name) {
-  if (k.numel() == 0) return;
-  const auto es = static_cast<std::int64_t>(k.element_size());
-  auto extent = [&](const TensorView& t) {
-    std::int64_t last = 0;
-    for (int i = 0; i < t.rank; ++i) last += (t.dim(i) - 1) * t.stride(i);
-    return (last + 1) * es;
-  };
-  const auto ka = reinterpret_cast<std::intptr_t>(k.data);
-  const auto va = reinterpret_cast<std::intptr_t>(v.data);
-  if (ka + extent(k) <= va || va + extent(v) <= ka) return;
-  const std::int64_t delta = va > ka ? va - ka : ka - va;
-  bool same_strides = delta % es == 0;
-  same_strides = same_strides && k.rank == v.rank && k.rank < kMaxRank;
-  for (int i = 0; same_strides && i < k.rank; ++i) {
-    same_strides = k.dim(i) == v.dim(i) && k.stride(i) == v.stride(i);
-  }
-  if (same_strides) {
-    // The pair is one view with a leading axis of 2 elements, delta apart.
-    TensorView both = k;
-    both.rank = k.rank + 1;
-    for (int i = k.rank; i > 0; --i) {
-      both.shape[static_cast<std::size_t>(i)] = k.shape[static_cast<std::size_t>(i - 1)];
-      both.strides[static_cast<std::size_t>(i)] = k.strides[static_cast<std::size_t>(i - 1)];
-    }
-    both.shape[0] = 2;
-    both.strides[0] = delta / es;
-    try {
-      require_no_self_overlap(both, k_name);
-      return;
-    } catch (const Error&) {
-    }
-  }
-  invalid(k_name, " and ", v_name, " overlap: their elements must be distinct memory (they may ",
-          "interleave in one allocation, but not share bytes)");
+  if (!may_overlap(k, v)) return;
+  // The wording of the execute-time check of outputs (core/overlap.cc), which this one precedes.
+  invalid(k_name, " ", k.describe(), " and ", v_name, " ", v.describe(),
+          " share memory; outputs of one call must not overlap");
 }
 
 void require_scalar_scale(const TensorView& t, std::string_view name) {

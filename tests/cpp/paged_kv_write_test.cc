@@ -247,7 +247,7 @@ TEST(PagedKvWriteRejects, EveryRule) {
     Call c;  // the two caches on the same memory
     expect_rejected(
         c, [&] { paged_kv_write(c.tkey(), c.tvalue(), c.tkc(), c.tkc(), c.tslots(), c.o); },
-        "key_cache and value_cache overlap");
+        "share memory; outputs of one call must not overlap");
   }
   {
     Call c;  // a zero stride on the slot axis makes rows overlap
