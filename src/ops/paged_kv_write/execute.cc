@@ -1,6 +1,7 @@
 // The optimized PagedKvWrite driver: data checks over every token, duplicate
 // slots resolved to their last writer, then the tokens split over the thread
 // pool (the bytes are moved by kernel.cc).
+#include "core/overlap.h"
 #include "core/slots.h"
 #include "core/streaming.h"
 #include "ops/paged_kv_write/internal.h"
@@ -31,10 +32,11 @@ Side make_side(const PagedKvWritePlan& p, const TensorView& x, const TensorView&
 }  // namespace
 }  // namespace detail::paged_kv_write
 
-void execute(const PagedKvWritePlan& plan) {
+namespace {
+
+void run(const PagedKvWritePlan& plan) {
   using namespace detail;
   using namespace detail::paged_kv_write;
-  check_bound_data(plan);
   CheckedData data;
   check_data(plan, data);
   if (plan.num_tokens == 0) return;
@@ -60,6 +62,25 @@ void execute(const PagedKvWritePlan& plan) {
   job.slots = data.slots.data();
   parallel_for(plan.num_tokens, grain,
                [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
+}
+
+}  // namespace
+
+void execute(const PagedKvWritePlan& plan) {
+  detail::paged_kv_write::check_bound_data(plan);
+  // Inputs that overlap an output are read from a copy (see docs/semantics.md, "Inputs that
+  // overlap outputs").
+  detail::execute_staged(
+      plan,
+      [](auto& p) {
+        return detail::Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
+                                {{{&p.key, "key"},
+                                  {&p.value, "value"},
+                                  {&p.slot_mapping, "slot_mapping"},
+                                  {detail::opt(p.k_scale), "k_scale"},
+                                  {detail::opt(p.v_scale), "v_scale"}}}};
+      },
+      run);
 }
 
 }  // namespace kvscatter

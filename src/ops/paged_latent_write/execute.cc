@@ -1,5 +1,6 @@
 // The optimized PagedLatentWrite driver: slot checks over every token, duplicate slots resolved
 // to their last writer, then the tokens split over the thread pool (kernel.cc moves the bytes).
+#include "core/overlap.h"
 #include "core/slots.h"
 #include "ops/paged_latent_write/internal.h"
 #include "ops/paged_latent_write/kernel.h"
@@ -7,10 +8,11 @@
 
 namespace kvscatter {
 
-void execute(const PagedLatentWritePlan& plan) {
+namespace {
+
+void run(const PagedLatentWritePlan& plan) {
   using namespace detail;
   using namespace detail::paged_latent_write;
-  check_bound_data(plan);
   CheckedData data;
   check_data(plan, data);
   if (plan.num_tokens == 0) return;
@@ -38,6 +40,24 @@ void execute(const PagedLatentWritePlan& plan) {
   job.slots = data.slots.data();
   parallel_for(plan.num_tokens, grain,
                [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
+}
+
+}  // namespace
+
+void execute(const PagedLatentWritePlan& plan) {
+  detail::paged_latent_write::check_bound_data(plan);
+  // Inputs that overlap an output are read from a copy (see docs/semantics.md, "Inputs that
+  // overlap outputs").
+  detail::execute_staged(
+      plan,
+      [](auto& p) {
+        return detail::Operands{{{{&p.kv_cache, "kv_cache"}}},
+                                {{{&p.kv_c, "kv_c"},
+                                  {&p.k_pe, "k_pe"},
+                                  {&p.slot_mapping, "slot_mapping"},
+                                  {detail::opt(p.scale), "scale"}}}};
+      },
+      run);
 }
 
 }  // namespace kvscatter
