@@ -34,6 +34,7 @@ struct KVSCATTER_API PagedCacheGatherPlan {
   KvCacheFormat format = KvCacheFormat::copy;
   std::int64_t batch_size = 0, num_tokens = 0;
   std::int64_t num_blocks = 0, block_size = 0, entry = 0;  // entry: elements per row
+  OperandExtents extents;  // set by the plan function; execute() tests overlap with it
 };
 
 // src_cache: [num_blocks, block_size, *entry] (rank >= 3, entry dims C-contiguous); dst:

@@ -48,6 +48,7 @@ struct KVSCATTER_API PagedKvWritePlan {
   std::int64_t num_tokens = 0, num_heads = 0, head_size = 0;
   std::int64_t num_blocks = 0, block_size = 0, num_slots = 0;
   bool per_head_scale = false;
+  OperandExtents extents;  // set by the plan function; execute() tests overlap with it
 };
 
 // key, value: [T, num_heads, head_size] float32 / float16 / bfloat16 with T >=

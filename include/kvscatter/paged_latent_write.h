@@ -32,6 +32,7 @@ struct KVSCATTER_API PagedLatentWritePlan {
   LatentCacheFormat format = LatentCacheFormat::copy;
   std::int64_t num_tokens = 0, latent_dim = 0, pe_dim = 0;
   std::int64_t num_blocks = 0, block_size = 0, num_slots = 0;
+  OperandExtents extents;  // set by the plan function; execute() tests overlap with it
 };
 
 // kv_c: [T_c, latent_dim], k_pe: [T_p, pe_dim], float32 / float16 / bfloat16 (one dtype), any

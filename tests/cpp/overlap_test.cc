@@ -20,6 +20,9 @@
 #include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
+#include "kvscatter/paged_cache_gather.h"
+#include "kvscatter/paged_kv_write.h"
+#include "kvscatter/paged_latent_write.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
@@ -363,11 +366,97 @@ Op indexer_op(IndexerQuantMode mode) {
   return op;
 }
 
+// PagedKvWrite, NHD copy: key/value [T, H, D] float32 into [NB, BS, H, D] caches.
+Op paged_kv_write_op() {
+  constexpr std::int64_t T = 300, H = 4, D = 32, NB = 30, BS = 16, row = H * D * 4;
+  const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
+  Op op;
+  op.regions = {{"key_cache", NB * BS * row, row, true},
+                {"value_cache", NB * BS * row, row, true},
+                {"key", T * row, row, false},
+                {"value", T * row, row, false},
+                {"slot_mapping", T * 8, 8, false, true}};
+  op.fill = [slots](Bytes& a, const Placement& at) {
+    fill_floats(a, 17);
+    plant_slots(a, at.off[4], slots);
+  };
+  op.run = [](unsigned char* o, unsigned char* i, const Placement& at, bool reference) {
+    auto in = [&](int r) {
+      return strided(i + at.off[static_cast<std::size_t>(r)], DType::float32, {T, H, D},
+                     {at.mult[static_cast<std::size_t>(r)] * H * D, D, 1});
+    };
+    const TensorView kc(o + at.off[0], DType::float32, {NB, BS, H, D});
+    const TensorView vc(o + at.off[1], DType::float32, {NB, BS, H, D});
+    const TensorView sm(i + at.off[4], DType::int64, {T});
+    const auto plan = plan_paged_kv_write(in(2), in(3), kc, vc, sm);
+    reference ? reference::execute(plan) : execute(plan);
+  };
+  return op;
+}
+
+// PagedLatentWrite, copy: kv_c [T, 64] and k_pe [T, 16] float32 into a [NB, BS, 80] cache.
+Op paged_latent_write_op() {
+  constexpr std::int64_t T = 300, L = 64, R = 16, NB = 30, BS = 16, row = (L + R) * 4;
+  const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
+  Op op;
+  op.regions = {{"kv_cache", NB * BS * row, row, true},
+                {"kv_c", T * L * 4, L * 4, false},
+                {"k_pe", T * R * 4, R * 4, false},
+                {"slot_mapping", T * 8, 8, false, true}};
+  op.fill = [slots](Bytes& a, const Placement& at) {
+    fill_floats(a, 18);
+    plant_slots(a, at.off[3], slots);
+  };
+  op.run = [](unsigned char* o, unsigned char* i, const Placement& at, bool reference) {
+    const TensorView kv_c = strided(i + at.off[1], DType::float32, {T, L}, {at.mult[1] * L, 1});
+    const TensorView k_pe = strided(i + at.off[2], DType::float32, {T, R}, {at.mult[2] * R, 1});
+    const TensorView cache(o + at.off[0], DType::float32, {NB, BS, L + R});
+    const TensorView sm(i + at.off[3], DType::int64, {T});
+    const auto plan = plan_paged_latent_write(kv_c, k_pe, cache, sm);
+    reference ? reference::execute(plan) : execute(plan);
+  };
+  return op;
+}
+
+// PagedCacheGather, copy: a float32 [NB, BS, 64] cache into dst [152, 64] for four sequences of
+// a [4, 4] int32 block table (cu_seq_lens the prefix sums of 50, 64, 1, 37).
+Op paged_cache_gather_op() {
+  constexpr std::int64_t B = 4, W = 4, E = 64, NB = 40, BS = 16, R = 152, row = E * 4;
+  const std::vector<std::int32_t> cu{0, 50, 114, 115, 152};
+  std::vector<std::int32_t> blocks(NB);
+  for (std::int32_t b = 0; b < NB; ++b) blocks[static_cast<std::size_t>(b)] = b;
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937_64(19));
+  blocks.resize(B * W);
+  Op op;
+  op.regions = {{"dst", R * row, row, true},
+                {"src_cache", NB * BS * row, row, false},
+                {"block_table", B * W * 4, 4, false, true},
+                {"cu_seq_lens", (B + 1) * 4, 4, false, true}};
+  op.fill = [blocks, cu](Bytes& a, const Placement& at) {
+    fill_floats(a, 20);
+    plant(a, at.off[2], blocks);
+    plant(a, at.off[3], cu);
+  };
+  op.run = [](unsigned char* o, unsigned char* i, const Placement& at, bool reference) {
+    const TensorView src = strided(i + at.off[1], DType::float32, {NB, BS, E},
+                                   {at.mult[1] * BS * E, E, 1});
+    const TensorView dst(o + at.off[0], DType::float32, {R, E});
+    const TensorView table(i + at.off[2], DType::int32, {B, W});
+    const TensorView cu_lens(i + at.off[3], DType::int32, {B + 1});
+    const auto plan = plan_paged_cache_gather(src, dst, table, cu_lens);
+    reference ? reference::execute(plan) : execute(plan);
+  };
+  return op;
+}
+
 TEST(Overlap, ScatterPaKvCacheInputsOverOutputs) { check_all_aliases(scatter_op()); }
 TEST(Overlap, KvCacheUpdateInputsOverOutputs) { check_all_aliases(update_op()); }
 TEST(Overlap, KvCompressEpilogInputsOverOutputs) { check_all_aliases(epilog_op()); }
 TEST(Overlap, ScatterPaKvCacheWithKScaleInputsOverOutputs) { check_all_aliases(k_scale_op()); }
 TEST(Overlap, GatherPaKvCacheInputsOverOutputs) { check_all_aliases(gather_op()); }
+TEST(Overlap, PagedKvWriteInputsOverOutputs) { check_all_aliases(paged_kv_write_op()); }
+TEST(Overlap, PagedLatentWriteInputsOverOutputs) { check_all_aliases(paged_latent_write_op()); }
+TEST(Overlap, PagedCacheGatherInputsOverOutputs) { check_all_aliases(paged_cache_gather_op()); }
 TEST(Overlap, ScatterPaCacheInputsOverOutputs) { check_all_aliases(scatter_cache_op()); }
 TEST(Overlap, IndexerQuantCacheInputsOverOutputs) {
   check_all_aliases(indexer_op(IndexerQuantMode::fp8));

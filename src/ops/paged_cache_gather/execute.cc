@@ -38,17 +38,7 @@ void execute(const PagedCacheGatherPlan& plan) {
   // Inputs that overlap an output are read from a copy (see docs/semantics.md, "Inputs that
   // overlap outputs").
   detail::execute_staged(
-      plan,
-      [](auto& p) {
-        return detail::Operands{{{{&p.dst, "dst"}}},
-                                {{{&p.src_cache, "src_cache"},
-                                  {&p.block_table, "block_table"},
-                                  {&p.cu_seq_lens, "cu_seq_lens"},
-                                  {detail::opt(p.scale), "scale"},
-                                  {detail::opt(p.seq_starts), "seq_starts"},
-                                  {detail::opt(p.token_to_seq), "token_to_seq"}}}};
-      },
-      run);
+      plan, [](auto& p) { return detail::paged_cache_gather::operands(p); }, run);
 }
 
 }  // namespace kvscatter

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/index.h"
+#include "core/overlap.h"
 #include "kvscatter/paged_cache_gather.h"
 
 namespace kvscatter::detail::paged_cache_gather {
@@ -31,5 +32,17 @@ void check_bound_data(const PagedCacheGatherPlan& plan);
 // Every data-dependent rule (cu_seq_lens order and bounds, seq_starts, token_to_seq, block-table
 // entries) over every gathered row, before any write; fills the row list.
 void check_data(const PagedCacheGatherPlan& plan, CheckedData& out);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.dst, "dst"}}},
+                  {{{&p.src_cache, "src_cache"},
+                    {&p.block_table, "block_table"},
+                    {&p.cu_seq_lens, "cu_seq_lens"},
+                    {opt(p.scale), "scale"},
+                    {opt(p.seq_starts), "seq_starts"},
+                    {opt(p.token_to_seq), "token_to_seq"}}}};
+}
 
 }  // namespace kvscatter::detail::paged_cache_gather

@@ -235,6 +235,7 @@ PagedCacheGatherPlan plan_paged_cache_gather(const TensorView& src_cache, const 
   p.cu_seq_lens = cu_seq_lens;
   check_options(options, p);
   check_scale(options, p);
+  p.extents = detail::extents_of(detail::paged_cache_gather::operands(p));
   return p;
 }
 

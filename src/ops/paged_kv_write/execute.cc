@@ -71,16 +71,7 @@ void execute(const PagedKvWritePlan& plan) {
   // Inputs that overlap an output are read from a copy (see docs/semantics.md, "Inputs that
   // overlap outputs").
   detail::execute_staged(
-      plan,
-      [](auto& p) {
-        return detail::Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
-                                {{{&p.key, "key"},
-                                  {&p.value, "value"},
-                                  {&p.slot_mapping, "slot_mapping"},
-                                  {detail::opt(p.k_scale), "k_scale"},
-                                  {detail::opt(p.v_scale), "v_scale"}}}};
-      },
-      run);
+      plan, [](auto& p) { return detail::paged_kv_write::operands(p); }, run);
 }
 
 }  // namespace kvscatter

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "kvscatter/paged_kv_write.h"
 
 namespace kvscatter::detail::paged_kv_write {
@@ -24,5 +25,16 @@ void check_bound_data(const PagedKvWritePlan& plan);
 // write, and the scales read. Throws kvscatter::Error naming the offending
 // entry.
 void check_data(const PagedKvWritePlan& plan, CheckedData& out);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
+                  {{{&p.key, "key"},
+                    {&p.value, "value"},
+                    {&p.slot_mapping, "slot_mapping"},
+                    {opt(p.k_scale), "k_scale"},
+                    {opt(p.v_scale), "v_scale"}}}};
+}
 
 }  // namespace kvscatter::detail::paged_kv_write

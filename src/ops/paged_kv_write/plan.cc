@@ -222,6 +222,7 @@ PagedKvWritePlan plan_paged_kv_write(const TensorView& key, const TensorView& va
   p.num_blocks = p.key_cache.dim(0);
   p.block_size = p.key_cache.dim(1);
   p.num_slots = checked_mul(p.num_blocks, p.block_size, "key_cache slots");
+  p.extents = detail::extents_of(detail::paged_kv_write::operands(p));
   return p;
 }
 

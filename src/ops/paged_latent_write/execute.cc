@@ -49,15 +49,7 @@ void execute(const PagedLatentWritePlan& plan) {
   // Inputs that overlap an output are read from a copy (see docs/semantics.md, "Inputs that
   // overlap outputs").
   detail::execute_staged(
-      plan,
-      [](auto& p) {
-        return detail::Operands{{{{&p.kv_cache, "kv_cache"}}},
-                                {{{&p.kv_c, "kv_c"},
-                                  {&p.k_pe, "k_pe"},
-                                  {&p.slot_mapping, "slot_mapping"},
-                                  {detail::opt(p.scale), "scale"}}}};
-      },
-      run);
+      plan, [](auto& p) { return detail::paged_latent_write::operands(p); }, run);
 }
 
 }  // namespace kvscatter

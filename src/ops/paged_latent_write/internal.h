@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "kvscatter/paged_latent_write.h"
 
 namespace kvscatter::detail::paged_latent_write {
@@ -22,5 +23,15 @@ void check_bound_data(const PagedLatentWritePlan& plan);
 
 // Every slot checked before any write; the scale read.
 void check_data(const PagedLatentWritePlan& plan, CheckedData& out);
+
+// The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
+template <class P>
+Operands operands(P& p) {
+  return Operands{{{{&p.kv_cache, "kv_cache"}}},
+                  {{{&p.kv_c, "kv_c"},
+                    {&p.k_pe, "k_pe"},
+                    {&p.slot_mapping, "slot_mapping"},
+                    {opt(p.scale), "scale"}}}};
+}
 
 }  // namespace kvscatter::detail::paged_latent_write

@@ -165,6 +165,7 @@ PagedLatentWritePlan plan_paged_latent_write(const TensorView& kv_c, const Tenso
   check_scale(options, p);
   p.slot_mapping = slot_mapping;
   check_slot_mapping(slot_mapping, p);
+  p.extents = detail::extents_of(detail::paged_latent_write::operands(p));
   return p;
 }
 
