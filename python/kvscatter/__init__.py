@@ -218,6 +218,23 @@ def gather_pa_kv_cache(
     >>> key[:, 0, 0].tolist()
     [8.0, 10.0, 0.0]
     """
+    ops = _torch_ops_for(key)
+    if ops is not None:
+        if not isinstance(is_seq_lens_cumsum, bool):
+            raise TypeError(f"is_seq_lens_cumsum must be a bool, got {is_seq_lens_cumsum!r}")
+        ops.gather_pa_kv_cache.default(
+            key_cache,
+            value_cache,
+            block_tables,
+            seq_lens,
+            key,
+            value,
+            seq_offset=seq_offset,
+            is_seq_lens_cumsum=is_seq_lens_cumsum,
+            cache_mode=cache_mode,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.gather_pa_kv_cache(
         key_cache,
         value_cache,
@@ -291,6 +308,18 @@ def scatter_pa_cache(
     >>> cache.reshape(4, 4)[[0, 3]].tolist()
     [[1, 2, 3, 4], [8, 136, 24, 20]]
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.scatter_pa_cache.default(
+            key,
+            key_cache,
+            slot_mapping,
+            compress_lens=compress_lens,
+            compress_seq_offsets=compress_seq_offsets,
+            seq_lens=seq_lens,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.scatter_pa_cache(
         key,
         key_cache,
@@ -376,6 +405,19 @@ def indexer_quant_cache(
         raise TypeError(f"x_scale must be a float, got {x_scale!r}")
     if not isinstance(round_scale, bool):
         raise TypeError(f"round_scale must be a bool, got {round_scale!r}")
+    ops = _torch_ops_for(cache)
+    if ops is not None:
+        ops.indexer_quant_cache.default(
+            cache,
+            cache_scale,
+            x,
+            slot_mapping,
+            quant_mode=str(quant_mode),
+            round_scale=round_scale,
+            x_scale=float(x_scale),
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.indexer_quant_cache(
         cache,
         cache_scale,

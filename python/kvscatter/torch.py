@@ -53,6 +53,9 @@ OPERATORS = (
     "scatter_pa_kv_cache_with_k_scale",
     "kv_compress_epilog",
     "kv_cache_update",
+    "gather_pa_kv_cache",
+    "scatter_pa_cache",
+    "indexer_quant_cache",
 )
 
 #: ``torch.ops.kvscatter``.
