@@ -41,51 +41,49 @@ using OptStr = std::optional<c10::string_view>;
 
 std::optional<DType> dtype_of(c10::ScalarType t) {
   switch (t) {
-  case c10::ScalarType::Float:
-    return DType::float32;
-  case c10::ScalarType::Half:
-    return DType::float16;
-  case c10::ScalarType::BFloat16:
-    return DType::bfloat16;
-  case c10::ScalarType::Char:
-    return DType::int8;
-  case c10::ScalarType::Byte:
-    return DType::uint8;
-  case c10::ScalarType::Short:
-    return DType::int16;
-  case c10::ScalarType::UInt16:
-    return DType::uint16;
-  case c10::ScalarType::Int:
-    return DType::int32;
-  case c10::ScalarType::UInt32:
-    return DType::uint32;
-  case c10::ScalarType::Long:
-    return DType::int64;
-  case c10::ScalarType::Float8_e5m2:
-    return DType::float8_e5m2;
-  case c10::ScalarType::Float8_e4m3fn:
-    return DType::float8_e4m3fn;
-  case c10::ScalarType::Float8_e8m0fnu:
-    return DType::float8_e8m0;
-  case c10::ScalarType::Float4_e2m1fn_x2: // two elements per byte, as kvscatter
-                                          // packs them
-    return DType::float4_e2m1;
-  default:
-    return std::nullopt;
+    case c10::ScalarType::Float:
+      return DType::float32;
+    case c10::ScalarType::Half:
+      return DType::float16;
+    case c10::ScalarType::BFloat16:
+      return DType::bfloat16;
+    case c10::ScalarType::Char:
+      return DType::int8;
+    case c10::ScalarType::Byte:
+      return DType::uint8;
+    case c10::ScalarType::Short:
+      return DType::int16;
+    case c10::ScalarType::UInt16:
+      return DType::uint16;
+    case c10::ScalarType::Int:
+      return DType::int32;
+    case c10::ScalarType::UInt32:
+      return DType::uint32;
+    case c10::ScalarType::Long:
+      return DType::int64;
+    case c10::ScalarType::Float8_e5m2:
+      return DType::float8_e5m2;
+    case c10::ScalarType::Float8_e4m3fn:
+      return DType::float8_e4m3fn;
+    case c10::ScalarType::Float8_e8m0fnu:
+      return DType::float8_e8m0;
+    case c10::ScalarType::Float4_e2m1fn_x2:  // two elements per byte, as kvscatter
+                                             // packs them
+      return DType::float4_e2m1;
+    default:
+      return std::nullopt;
   }
 }
 
 // A view of a CPU tensor's memory: no copy, no DLPack.
-TensorView view(const at::Tensor &t, const char *name) {
-  TORCH_CHECK(t.device().is_cpu(), "kvscatter runs on CPU tensors: ", name,
-              " is on ", t.device().str());
+TensorView view(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.device().is_cpu(), "kvscatter runs on CPU tensors: ", name, " is on ",
+              t.device().str());
   const std::optional<DType> d = dtype_of(t.scalar_type());
-  TORCH_CHECK_TYPE(d.has_value(), name, ": dtype ",
-                   c10::toString(t.scalar_type()),
+  TORCH_CHECK_TYPE(d.has_value(), name, ": dtype ", c10::toString(t.scalar_type()),
                    " is not supported by kvscatter");
   const std::int64_t rank = t.dim();
-  TORCH_CHECK_VALUE(rank <= kMaxRank, name, ": rank must be <= ", kMaxRank,
-                    ", got ", rank);
+  TORCH_CHECK_VALUE(rank <= kMaxRank, name, ": rank must be <= ", kMaxRank, ", got ", rank);
   TensorView v;
   v.data = t.data_ptr();
   v.dtype = *d;
@@ -101,26 +99,23 @@ TensorView view(const at::Tensor &t, const char *name) {
   // An empty tensor addresses no memory; its strides mean nothing to the
   // checks.
   if (empty) {
-    v.strides = contiguous_strides(std::span<const std::int64_t>(
-        v.shape.data(), static_cast<std::size_t>(rank)));
+    v.strides = contiguous_strides(
+        std::span<const std::int64_t>(v.shape.data(), static_cast<std::size_t>(rank)));
   }
   return v;
 }
 
-std::optional<TensorView> view(const OptTensor &t, const char *name) {
-  if (!t.has_value())
-    return std::nullopt;
+std::optional<TensorView> view(const OptTensor& t, const char* name) {
+  if (!t.has_value()) return std::nullopt;
   return view(*t, name);
 }
 
-std::string_view str_or(const OptStr &s, std::string_view fallback) {
+std::string_view str_or(const OptStr& s, std::string_view fallback) {
   return s.has_value() ? std::string_view(s->data(), s->size()) : fallback;
 }
 
-void apply_dtype(const OptStr &dtype,
-                 std::initializer_list<python::NamedView> views) {
-  if (!dtype.has_value())
-    return;
+void apply_dtype(const OptStr& dtype, std::initializer_list<python::NamedView> views) {
+  if (!dtype.has_value()) return;
   const std::string_view name(dtype->data(), dtype->size());
   const std::optional<DType> want = dtype_from_name(name);
   TORCH_CHECK_VALUE(want.has_value(), python::unknown_dtype_message(name));
@@ -128,21 +123,19 @@ void apply_dtype(const OptStr &dtype,
   TORCH_CHECK_VALUE(error.empty(), error);
 }
 
-std::optional<std::array<std::int64_t, 2>> pair(at::OptionalIntArrayRef list,
-                                                const char *name) {
-  if (!list.has_value())
-    return std::nullopt;
-  TORCH_CHECK_VALUE(list->size() == 2, name, " must have 2 entries, got ",
-                    list->size());
+std::optional<std::array<std::int64_t, 2>> pair(at::OptionalIntArrayRef list, const char* name) {
+  if (!list.has_value()) return std::nullopt;
+  TORCH_CHECK_VALUE(list->size() == 2, name, " must have 2 entries, got ", list->size());
   return std::array<std::int64_t, 2>{(*list)[0], (*list)[1]};
 }
 
 // The library's errors arrive in Python as ValueError with the library's
 // message.
-template <class F> void guarded(F &&f) {
+template <class F>
+void guarded(F&& f) {
   try {
     f();
-  } catch (const Error &e) {
+  } catch (const Error& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }
 }
@@ -150,13 +143,13 @@ template <class F> void guarded(F &&f) {
 // ---- Operators: the calls into the C++ API
 // -----------------------------------------------
 
-void scatter_pa_kv_cache_cpu(
-    const at::Tensor &key, const OptTensor &value, const at::Tensor &key_cache,
-    const OptTensor &value_cache, const at::Tensor &slot_mapping,
-    const OptTensor &compress_lens, const OptTensor &compress_seq_offsets,
-    const OptTensor &seq_lens, OptStr cache_mode, OptStr scatter_mode,
-    at::OptionalIntArrayRef strides, at::OptionalIntArrayRef offsets,
-    OptStr dtype) {
+void scatter_pa_kv_cache_cpu(const at::Tensor& key, const OptTensor& value,
+                             const at::Tensor& key_cache, const OptTensor& value_cache,
+                             const at::Tensor& slot_mapping, const OptTensor& compress_lens,
+                             const OptTensor& compress_seq_offsets, const OptTensor& seq_lens,
+                             OptStr cache_mode, OptStr scatter_mode,
+                             at::OptionalIntArrayRef strides, at::OptionalIntArrayRef offsets,
+                             OptStr dtype) {
   TensorView k = view(key, "key");
   std::optional<TensorView> v = view(value, "value");
   TensorView kc = view(key_cache, "key_cache");
@@ -168,8 +161,7 @@ void scatter_pa_kv_cache_cpu(
                       {vc ? &*vc : nullptr, "value_cache"}});
   ScatterPaKvCacheOptions options;
   options.compress_lens = view(compress_lens, "compress_lens");
-  options.compress_seq_offsets =
-      view(compress_seq_offsets, "compress_seq_offsets");
+  options.compress_seq_offsets = view(compress_seq_offsets, "compress_seq_offsets");
   options.seq_lens = view(seq_lens, "seq_lens");
   options.strides = pair(strides, "strides");
   options.offsets = pair(offsets, "offsets");
@@ -181,10 +173,9 @@ void scatter_pa_kv_cache_cpu(
 }
 
 void scatter_pa_kv_cache_with_k_scale_cpu(
-    const at::Tensor &key, const at::Tensor &value, const at::Tensor &key_cache,
-    const at::Tensor &value_cache, const at::Tensor &slot_mapping,
-    const at::Tensor &key_scale, const at::Tensor &key_scale_cache,
-    OptStr cache_layout, OptStr dtype) {
+    const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+    const at::Tensor& value_cache, const at::Tensor& slot_mapping, const at::Tensor& key_scale,
+    const at::Tensor& key_scale_cache, OptStr cache_layout, OptStr dtype) {
   TensorView k = view(key, "key");
   TensorView v = view(value, "value");
   TensorView kc = view(key_cache, "key_cache");
@@ -192,58 +183,46 @@ void scatter_pa_kv_cache_with_k_scale_cpu(
   const TensorView sm = view(slot_mapping, "slot_mapping");
   const TensorView ks = view(key_scale, "key_scale");
   const TensorView ksc = view(key_scale_cache, "key_scale_cache");
-  apply_dtype(
-      dtype,
-      {{&k, "key"}, {&v, "value"}, {&kc, "key_cache"}, {&vc, "value_cache"}});
+  apply_dtype(dtype, {{&k, "key"}, {&v, "value"}, {&kc, "key_cache"}, {&vc, "value_cache"}});
   guarded([&] {
-    const KScaleCacheLayout layout =
-        parse_k_scale_cache_layout(str_or(cache_layout, "BNBD"));
-    execute(plan_scatter_pa_kv_cache_with_k_scale(k, v, kc, vc, sm, ks, ksc,
-                                                  layout));
+    const KScaleCacheLayout layout = parse_k_scale_cache_layout(str_or(cache_layout, "BNBD"));
+    execute(plan_scatter_pa_kv_cache_with_k_scale(k, v, kc, vc, sm, ks, ksc, layout));
   });
 }
 
-void kv_compress_epilog_cpu(const at::Tensor &cache, const at::Tensor &x,
-                            const at::Tensor &slot_mapping,
-                            std::int64_t quant_group_size,
-                            c10::string_view quant_mode, bool round_scale,
-                            double x_scale, OptStr dtype) {
+void kv_compress_epilog_cpu(const at::Tensor& cache, const at::Tensor& x,
+                            const at::Tensor& slot_mapping, std::int64_t quant_group_size,
+                            c10::string_view quant_mode, bool round_scale, double x_scale,
+                            OptStr dtype) {
   const TensorView c = view(cache, "cache");
   TensorView xv = view(x, "x");
   const TensorView sm = view(slot_mapping, "slot_mapping");
   apply_dtype(dtype, {{&xv, "x"}});
   guarded([&] {
-    const QuantMode mode = parse_quant_mode(
-        std::string_view(quant_mode.data(), quant_mode.size()));
+    const QuantMode mode = parse_quant_mode(std::string_view(quant_mode.data(), quant_mode.size()));
     // The operator's x_scale is float32: round the double to nearest even, as
     // torch does.
-    execute(plan_kv_compress_epilog(c, xv, sm, quant_group_size, mode,
-                                    round_scale, static_cast<float>(x_scale)));
+    execute(plan_kv_compress_epilog(c, xv, sm, quant_group_size, mode, round_scale,
+                                    static_cast<float>(x_scale)));
   });
 }
 
-void kv_cache_update_cpu(const at::Tensor &key_cache,
-                         const at::Tensor &value_cache,
-                         const at::Tensor &new_keys,
-                         const at::Tensor &new_values, std::int64_t position,
-                         OptStr dtype) {
+void kv_cache_update_cpu(const at::Tensor& key_cache, const at::Tensor& value_cache,
+                         const at::Tensor& new_keys, const at::Tensor& new_values,
+                         std::int64_t position, OptStr dtype) {
   TensorView kc = view(key_cache, "key_cache");
   TensorView vc = view(value_cache, "value_cache");
   TensorView nk = view(new_keys, "new_keys");
   TensorView nv = view(new_values, "new_values");
-  apply_dtype(dtype, {{&kc, "key_cache"},
-                      {&vc, "value_cache"},
-                      {&nk, "new_keys"},
-                      {&nv, "new_values"}});
+  apply_dtype(dtype,
+              {{&kc, "key_cache"}, {&vc, "value_cache"}, {&nk, "new_keys"}, {&nv, "new_values"}});
   guarded([&] { execute(plan_kv_cache_update(kc, vc, nk, nv, position)); });
 }
 
-void gather_pa_kv_cache_cpu(const at::Tensor &key_cache,
-                            const OptTensor &value_cache,
-                            const at::Tensor &block_tables,
-                            const at::Tensor &seq_lens, const at::Tensor &key,
-                            const OptTensor &value, const OptTensor &seq_offset,
-                            bool is_seq_lens_cumsum, OptStr cache_mode,
+void gather_pa_kv_cache_cpu(const at::Tensor& key_cache, const OptTensor& value_cache,
+                            const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                            const at::Tensor& key, const OptTensor& value,
+                            const OptTensor& seq_offset, bool is_seq_lens_cumsum, OptStr cache_mode,
                             OptStr dtype) {
   TensorView kc = view(key_cache, "key_cache");
   std::optional<TensorView> vc = view(value_cache, "value_cache");
@@ -264,28 +243,25 @@ void gather_pa_kv_cache_cpu(const at::Tensor &key_cache,
   });
 }
 
-void scatter_pa_cache_cpu(const at::Tensor &key, const at::Tensor &key_cache,
-                          const at::Tensor &slot_mapping,
-                          const OptTensor &compress_lens,
-                          const OptTensor &compress_seq_offsets,
-                          const OptTensor &seq_lens, OptStr dtype) {
+void scatter_pa_cache_cpu(const at::Tensor& key, const at::Tensor& key_cache,
+                          const at::Tensor& slot_mapping, const OptTensor& compress_lens,
+                          const OptTensor& compress_seq_offsets, const OptTensor& seq_lens,
+                          OptStr dtype) {
   TensorView k = view(key, "key");
   TensorView kc = view(key_cache, "key_cache");
   const TensorView sm = view(slot_mapping, "slot_mapping");
   apply_dtype(dtype, {{&k, "key"}, {&kc, "key_cache"}});
   ScatterPaCacheOptions options;
   options.compress_lens = view(compress_lens, "compress_lens");
-  options.compress_seq_offsets =
-      view(compress_seq_offsets, "compress_seq_offsets");
+  options.compress_seq_offsets = view(compress_seq_offsets, "compress_seq_offsets");
   options.seq_lens = view(seq_lens, "seq_lens");
   guarded([&] { execute(plan_scatter_pa_cache(k, kc, sm, options)); });
 }
 
-void indexer_quant_cache_cpu(const at::Tensor &cache,
-                             const at::Tensor &cache_scale, const at::Tensor &x,
-                             const at::Tensor &slot_mapping,
-                             c10::string_view quant_mode, bool round_scale,
-                             double x_scale, OptStr dtype) {
+void indexer_quant_cache_cpu(const at::Tensor& cache, const at::Tensor& cache_scale,
+                             const at::Tensor& x, const at::Tensor& slot_mapping,
+                             c10::string_view quant_mode, bool round_scale, double x_scale,
+                             OptStr dtype) {
   TensorView c = view(cache, "cache");
   const TensorView s = view(cache_scale, "cache_scale");
   TensorView xv = view(x, "x");
@@ -297,8 +273,8 @@ void indexer_quant_cache_cpu(const at::Tensor &cache,
   // torch does.
   options.x_scale = static_cast<float>(x_scale);
   guarded([&] {
-    options.quant_mode = parse_indexer_quant_mode(
-        std::string_view(quant_mode.data(), quant_mode.size()));
+    options.quant_mode =
+        parse_indexer_quant_mode(std::string_view(quant_mode.data(), quant_mode.size()));
     execute(plan_indexer_quant_cache(c, s, xv, sm, options));
   });
 }
@@ -308,51 +284,51 @@ void indexer_quant_cache_cpu(const at::Tensor &cache,
 
 // Any backend but the CPU (CUDA, XPU, ...): name the first tensor that is not
 // on the CPU.
-void other_device(const c10::OperatorHandle &op, torch::jit::Stack *stack) {
-  const auto &args = op.schema().arguments();
+void other_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
   const std::size_t base = stack->size() - args.size();
   for (std::size_t i = 0; i < args.size(); ++i) {
-    const c10::IValue &arg = (*stack)[base + i];
+    const c10::IValue& arg = (*stack)[base + i];
     if (arg.isTensor() && !arg.toTensor().device().is_cpu()) {
-      TORCH_CHECK(false, "kvscatter runs on CPU tensors: ", op.schema().name(),
-                  " got ", args[i].name(), " on ",
-                  arg.toTensor().device().str());
+      TORCH_CHECK(false, "kvscatter runs on CPU tensors: ", op.schema().name(), " got ",
+                  args[i].name(), " on ", arg.toTensor().device().str());
     }
   }
   TORCH_CHECK(false, "kvscatter runs on CPU tensors: ", op.schema().name(),
               " was called with tensors on another device");
 }
 
-template <auto Fn> void add_op(torch::Library &m, const char *schema) {
+template <auto Fn>
+void add_op(torch::Library& m, const char* schema) {
   m.def(schema);
   const std::string_view s(schema);
   const std::string name(s.substr(0, s.find('(')));
   m.impl(name.c_str(), torch::dispatch(c10::DispatchKey::CPU, TORCH_FN(Fn)));
-  m.impl(name.c_str(),
-         torch::dispatch(
-             c10::DispatchKey::CompositeExplicitAutograd,
-             torch::CppFunction::makeFromBoxedFunction<&other_device>()));
+  m.impl(name.c_str(), torch::dispatch(c10::DispatchKey::CompositeExplicitAutograd,
+                                       torch::CppFunction::makeFromBoxedFunction<&other_device>()));
 }
 
-} // namespace
-} // namespace kvscatter::torch_ops
+}  // namespace
+}  // namespace kvscatter::torch_ops
 
 TORCH_LIBRARY(kvscatter, m) {
   using namespace kvscatter::torch_ops;
   add_op<&scatter_pa_kv_cache_cpu>(
-      m, "scatter_pa_kv_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, "
-         "Tensor(b!)? value_cache, Tensor slot_mapping, *, Tensor? "
-         "compress_lens=None, "
-         "Tensor? compress_seq_offsets=None, Tensor? seq_lens=None, str? "
-         "cache_mode=None, "
-         "str? scatter_mode=None, int[]? strides=None, int[]? offsets=None, "
-         "str? dtype=None) -> ()");
+      m,
+      "scatter_pa_kv_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, "
+      "Tensor(b!)? value_cache, Tensor slot_mapping, *, Tensor? "
+      "compress_lens=None, "
+      "Tensor? compress_seq_offsets=None, Tensor? seq_lens=None, str? "
+      "cache_mode=None, "
+      "str? scatter_mode=None, int[]? strides=None, int[]? offsets=None, "
+      "str? dtype=None) -> ()");
   add_op<&scatter_pa_kv_cache_with_k_scale_cpu>(
-      m, "scatter_pa_kv_cache_with_k_scale(Tensor key, Tensor value, "
-         "Tensor(a!) key_cache, "
-         "Tensor(b!) value_cache, Tensor slot_mapping, Tensor key_scale, "
-         "Tensor(c!) key_scale_cache, *, str? cache_layout=None, str? "
-         "dtype=None) -> ()");
+      m,
+      "scatter_pa_kv_cache_with_k_scale(Tensor key, Tensor value, "
+      "Tensor(a!) key_cache, "
+      "Tensor(b!) value_cache, Tensor slot_mapping, Tensor key_scale, "
+      "Tensor(c!) key_scale_cache, *, str? cache_layout=None, str? "
+      "dtype=None) -> ()");
   add_op<&kv_compress_epilog_cpu>(
       m,
       "kv_compress_epilog(Tensor(a!) cache, Tensor x, Tensor slot_mapping, *, "
@@ -360,22 +336,24 @@ TORCH_LIBRARY(kvscatter, m) {
       "round_scale=True, "
       "float x_scale=1.0, str? dtype=None) -> ()");
   add_op<&kv_cache_update_cpu>(
-      m, "kv_cache_update(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor "
-         "new_keys, "
-         "Tensor new_values, int position, *, str? dtype=None) -> ()");
+      m,
+      "kv_cache_update(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor "
+      "new_keys, "
+      "Tensor new_values, int position, *, str? dtype=None) -> ()");
   add_op<&gather_pa_kv_cache_cpu>(
-      m, "gather_pa_kv_cache(Tensor key_cache, Tensor? value_cache, Tensor "
-         "block_tables, "
-         "Tensor seq_lens, Tensor(a!) key, Tensor(b!)? value, *, Tensor? "
-         "seq_offset=None, "
-         "bool is_seq_lens_cumsum=False, str? cache_mode=None, str? "
-         "dtype=None) -> ()");
-  add_op<&scatter_pa_cache_cpu>(
-      m, "scatter_pa_cache(Tensor key, Tensor(a!) key_cache, Tensor "
-         "slot_mapping, *, "
-         "Tensor? compress_lens=None, Tensor? compress_seq_offsets=None, "
-         "Tensor? seq_lens=None, "
-         "str? dtype=None) -> ()");
+      m,
+      "gather_pa_kv_cache(Tensor key_cache, Tensor? value_cache, Tensor "
+      "block_tables, "
+      "Tensor seq_lens, Tensor(a!) key, Tensor(b!)? value, *, Tensor? "
+      "seq_offset=None, "
+      "bool is_seq_lens_cumsum=False, str? cache_mode=None, str? "
+      "dtype=None) -> ()");
+  add_op<&scatter_pa_cache_cpu>(m,
+                                "scatter_pa_cache(Tensor key, Tensor(a!) key_cache, Tensor "
+                                "slot_mapping, *, "
+                                "Tensor? compress_lens=None, Tensor? compress_seq_offsets=None, "
+                                "Tensor? seq_lens=None, "
+                                "str? dtype=None) -> ()");
   add_op<&indexer_quant_cache_cpu>(
       m,
       "indexer_quant_cache(Tensor(a!) cache, Tensor(b!) cache_scale, Tensor x, "
@@ -385,6 +363,7 @@ TORCH_LIBRARY(kvscatter, m) {
 
 // Importing kvscatter._torch_ops (after torch) runs the registrations above.
 NB_MODULE(_torch_ops, m) {
-  m.doc() = "kvscatter's PyTorch operators (torch.ops.kvscatter); import "
-            "kvscatter.torch";
+  m.doc() =
+      "kvscatter's PyTorch operators (torch.ops.kvscatter); import "
+      "kvscatter.torch";
 }
