@@ -1,8 +1,7 @@
-// XLA FFI handlers behind kvscatter.jax (CPU custom calls). The caches are
-// aliased to the outputs (input_output_aliases in jax.ffi.ffi_call), so with
-// donated caches XLA hands the handler the same buffer as input and output and
-// the update happens in place; when XLA could not alias (it always can on the
-// CPU, but the contract allows it) the handler copies first.
+// XLA FFI handlers behind kvscatter.jax (CPU custom calls). The caches are aliased to the
+// outputs (input_output_aliases in jax.ffi.ffi_call), so with donated caches XLA hands the
+// handler the same buffer as input and output and the update happens in place; when XLA could
+// not alias (it always can on the CPU, but the contract allows it) the handler copies first.
 #include <nanobind/nanobind.h>
 
 #include <algorithm>
@@ -65,8 +64,7 @@ std::optional<DType> dtype_of(ffi::DataType t) {
   }
 }
 
-// A dense row-major view of an XLA buffer (custom-call operands use the default
-// layout).
+// A dense row-major view of an XLA buffer (custom-call operands use the default layout).
 TensorView view_of(const ffi::AnyBuffer& b, const char* name) {
   const std::optional<DType> d = dtype_of(b.element_type());
   if (!d) {
@@ -77,8 +75,7 @@ TensorView view_of(const ffi::AnyBuffer& b, const char* name) {
   return TensorView(b.untyped_data(), *d, std::span<const std::int64_t>(dims.begin(), dims.size()));
 }
 
-// The output buffer aliased to input `in`: same memory when XLA aliased them,
-// else a copy.
+// The output buffer aliased to input `in`: same memory when XLA aliased them, else a copy.
 TensorView output_view(const ffi::AnyBuffer& in, ffi::Result<ffi::AnyBuffer>& out,
                        const char* name) {
   if (out->untyped_data() != in.untyped_data() && in.size_bytes() > 0) {
@@ -99,9 +96,8 @@ ffi::Error guarded(F&& f) {
   }
 }
 
-// The dtype= keyword of the Python functions ("" when absent): integer buffers
-// of the named type's width are read as that type (HiFloat8 and packed FP4
-// travel as uint8).
+// The dtype= keyword of the Python functions ("" when absent): integer buffers of the named
+// type's width are read as that type (HiFloat8 and packed FP4 travel as uint8).
 void apply_dtype(std::string_view dtype, std::initializer_list<NamedView> views) {
   if (dtype.empty()) return;
   const std::optional<DType> want = dtype_from_name(dtype);
@@ -143,8 +139,8 @@ TensorView batch_row(const TensorView& v, std::int64_t b) {
   return row;
 }
 
-// Position b of an integer buffer, widened; an unsigned value past int64
-// saturates (it clamps to S - L all the same).
+// Position b of an integer buffer, widened; an unsigned value past int64 saturates (it clamps
+// to S - L all the same).
 std::int64_t read_position(const ffi::AnyBuffer& p, std::size_t b) {
   const void* d = p.untyped_data();
   switch (p.element_type()) {
@@ -171,9 +167,9 @@ std::int64_t read_position(const ffi::AnyBuffer& p, std::size_t b) {
   }
 }
 
-// The start jax.lax.dynamic_update_slice uses: a negative (signed) start counts
-// from the end, then the start is clamped into [0, S - L] so the update lies
-// inside the cache. The native API rejects such positions instead.
+// The start jax.lax.dynamic_update_slice uses: a negative (signed) start counts from the end,
+// then the start is clamped into [0, S - L] so the update lies inside the cache. The native
+// API rejects such positions instead.
 std::int64_t clamped_start(std::int64_t start, const TensorView& cache, const TensorView& update) {
   const std::int64_t seq = cache.rank == 4 ? cache.dim(1) : 0;
   const std::int64_t limit = cache.rank == 4 && update.rank == 4 ? seq - update.dim(1) : 0;
@@ -181,9 +177,9 @@ std::int64_t clamped_start(std::int64_t start, const TensorView& cache, const Te
   return std::clamp<std::int64_t>(start, 0, std::max<std::int64_t>(limit, 0));
 }
 
-// position: one start (any integer dtype) for every sequence, or one per batch
-// row (the batched form that jax.vmap over a per-sequence position lowers to).
-// Every row is planned before any is written.
+// position: one start (any integer dtype) for every sequence, or one per batch row (the
+// batched form that jax.vmap over a per-sequence position lowers to). Every row is planned
+// before any is written.
 ffi::Error kv_cache_update_impl(ffi::AnyBuffer key_cache, ffi::AnyBuffer value_cache,
                                 ffi::AnyBuffer new_keys, ffi::AnyBuffer new_values,
                                 ffi::AnyBuffer position, ffi::Result<ffi::AnyBuffer> key_out,
@@ -215,10 +211,9 @@ ffi::Error kv_cache_update_impl(ffi::AnyBuffer key_cache, ffi::AnyBuffer value_c
   });
 }
 
-// The paged scatter in every mode. Operands, in order: key, [value], key_cache,
-// [value_cache], slot_mapping, [compress_lens], [compress_seq_offsets],
-// [seq_lens]; `present` says which of the optional ones are there (bits 1, 2,
-// 4, 8 in that order). Results: the caches.
+// The paged scatter in every mode. Operands, in order: key, [value], key_cache, [value_cache],
+// slot_mapping, [compress_lens], [compress_seq_offsets], [seq_lens]; `present` says which of
+// the optional ones are there (bits 1, 2, 4, 8 in that order). Results: the caches.
 ffi::Error scatter_pa_kv_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
                                     std::string_view cache_mode, std::string_view scatter_mode,
                                     std::int64_t present, ffi::Span<const std::int64_t> strides,
@@ -285,9 +280,8 @@ ffi::Error kv_compress_epilog_impl(ffi::AnyBuffer cache, ffi::AnyBuffer x,
   });
 }
 
-// Operands: key_cache, [value_cache], block_tables, seq_lens, key, [value],
-// [seq_offset]; `present` bit 1: the value pair, bit 2: seq_offset. Results:
-// key, [value].
+// Operands: key_cache, [value_cache], block_tables, seq_lens, key, [value], [seq_offset];
+// `present` bit 1: the value pair, bit 2: seq_offset. Results: key, [value].
 ffi::Error gather_pa_kv_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
                                    std::string_view cache_mode, bool is_seq_lens_cumsum,
                                    std::int64_t present, std::string_view dtype) {
@@ -314,8 +308,7 @@ ffi::Error gather_pa_kv_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets r
   });
 }
 
-// Operands: key, key_cache, slot_mapping, [compress_lens],
-// [compress_seq_offsets], [seq_lens]
+// Operands: key, key_cache, slot_mapping, [compress_lens], [compress_seq_offsets], [seq_lens]
 // (`present` bits 1, 2, 4). Result: key_cache.
 ffi::Error scatter_pa_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
                                  std::int64_t present, std::string_view dtype) {

@@ -1,16 +1,12 @@
-// kvscatter._torch_ops: the operators as native PyTorch operators,
-// torch.ops.kvscatter.<op>.
+// kvscatter._torch_ops: the operators as native PyTorch operators, torch.ops.kvscatter.<op>.
 //
-// Each operator is one schema (mutated caches marked Tensor(a!), nothing
-// returned), one CPU kernel that views the tensors' memory directly (data
-// pointer, sizes, strides, dtype) and calls the C++ API, and one kernel for
-// every other device that says kvscatter runs on CPU tensors. The fake (meta)
-// kernels live in python/kvscatter/torch.py. Adding an operator: write its
-// <op>_cpu function below and one add_op line in TORCH_LIBRARY; list it in
-// torch.py.
+// Each operator is one schema (mutated caches marked Tensor(a!), nothing returned), one CPU
+// kernel that views the tensors' memory directly (data pointer, sizes, strides, dtype) and
+// calls the C++ API, and one kernel for every other device that says kvscatter runs on CPU
+// tensors. The fake (meta) kernels live in python/kvscatter/torch.py. Adding an operator: write
+// its <op>_cpu function below and one add_op line in TORCH_LIBRARY; list it in torch.py.
 //
-// Every call into the C++ API of the library is in this file, in the
-// "Operators" section.
+// Every call into the C++ API of the library is in this file, in the "Operators" section.
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -67,8 +63,7 @@ std::optional<DType> dtype_of(c10::ScalarType t) {
       return DType::float8_e4m3fn;
     case c10::ScalarType::Float8_e8m0fnu:
       return DType::float8_e8m0;
-    case c10::ScalarType::Float4_e2m1fn_x2:  // two elements per byte, as kvscatter
-                                             // packs them
+    case c10::ScalarType::Float4_e2m1fn_x2:  // two elements per byte, as kvscatter packs them
       return DType::float4_e2m1;
     default:
       return std::nullopt;
@@ -96,8 +91,7 @@ TensorView view(const at::Tensor& t, const char* name) {
     v.strides[i] = strides[i];
     empty = empty || sizes[i] == 0;
   }
-  // An empty tensor addresses no memory; its strides mean nothing to the
-  // checks.
+  // An empty tensor addresses no memory; its strides mean nothing to the checks.
   if (empty) {
     v.strides = contiguous_strides(
         std::span<const std::int64_t>(v.shape.data(), static_cast<std::size_t>(rank)));
@@ -129,8 +123,7 @@ std::optional<std::array<std::int64_t, 2>> pair(at::OptionalIntArrayRef list, co
   return std::array<std::int64_t, 2>{(*list)[0], (*list)[1]};
 }
 
-// The library's errors arrive in Python as ValueError with the library's
-// message.
+// The library's errors arrive in Python as ValueError with the library's message.
 template <class F>
 void guarded(F&& f) {
   try {
@@ -140,8 +133,7 @@ void guarded(F&& f) {
   }
 }
 
-// ---- Operators: the calls into the C++ API
-// -----------------------------------------------
+// ---- Operators: the calls into the C++ API -----------------------------------------------
 
 void scatter_pa_kv_cache_cpu(const at::Tensor& key, const OptTensor& value,
                              const at::Tensor& key_cache, const OptTensor& value_cache,
@@ -200,8 +192,7 @@ void kv_compress_epilog_cpu(const at::Tensor& cache, const at::Tensor& x,
   apply_dtype(dtype, {{&xv, "x"}});
   guarded([&] {
     const QuantMode mode = parse_quant_mode(std::string_view(quant_mode.data(), quant_mode.size()));
-    // The operator's x_scale is float32: round the double to nearest even, as
-    // torch does.
+    // The operator's x_scale is float32: round the double to nearest even, as torch does.
     execute(plan_kv_compress_epilog(c, xv, sm, quant_group_size, mode, round_scale,
                                     static_cast<float>(x_scale)));
   });
@@ -269,8 +260,7 @@ void indexer_quant_cache_cpu(const at::Tensor& cache, const at::Tensor& cache_sc
   apply_dtype(dtype, {{&xv, "x"}, {&c, "cache"}});
   IndexerQuantCacheOptions options;
   options.round_scale = round_scale;
-  // The operator's x_scale is float32: round the double to nearest even, as
-  // torch does.
+  // The operator's x_scale is float32: round the double to nearest even, as torch does.
   options.x_scale = static_cast<float>(x_scale);
   guarded([&] {
     options.quant_mode =
@@ -279,11 +269,9 @@ void indexer_quant_cache_cpu(const at::Tensor& cache, const at::Tensor& cache_sc
   });
 }
 
-// ---- Registration
-// ------------------------------------------------------------------------
+// ---- Registration ------------------------------------------------------------------------
 
-// Any backend but the CPU (CUDA, XPU, ...): name the first tensor that is not
-// on the CPU.
+// Any backend but the CPU (CUDA, XPU, ...): name the first tensor that is not on the CPU.
 void other_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& args = op.schema().arguments();
   const std::size_t base = stack->size() - args.size();
@@ -316,29 +304,22 @@ TORCH_LIBRARY(kvscatter, m) {
   add_op<&scatter_pa_kv_cache_cpu>(
       m,
       "scatter_pa_kv_cache(Tensor key, Tensor? value, Tensor(a!) key_cache, "
-      "Tensor(b!)? value_cache, Tensor slot_mapping, *, Tensor? "
-      "compress_lens=None, "
-      "Tensor? compress_seq_offsets=None, Tensor? seq_lens=None, str? "
-      "cache_mode=None, "
-      "str? scatter_mode=None, int[]? strides=None, int[]? offsets=None, "
-      "str? dtype=None) -> ()");
+      "Tensor(b!)? value_cache, Tensor slot_mapping, *, Tensor? compress_lens=None, "
+      "Tensor? compress_seq_offsets=None, Tensor? seq_lens=None, str? cache_mode=None, "
+      "str? scatter_mode=None, int[]? strides=None, int[]? offsets=None, str? dtype=None) -> ()");
   add_op<&scatter_pa_kv_cache_with_k_scale_cpu>(
       m,
-      "scatter_pa_kv_cache_with_k_scale(Tensor key, Tensor value, "
-      "Tensor(a!) key_cache, "
+      "scatter_pa_kv_cache_with_k_scale(Tensor key, Tensor value, Tensor(a!) key_cache, "
       "Tensor(b!) value_cache, Tensor slot_mapping, Tensor key_scale, "
-      "Tensor(c!) key_scale_cache, *, str? cache_layout=None, str? "
-      "dtype=None) -> ()");
+      "Tensor(c!) key_scale_cache, *, str? cache_layout=None, str? dtype=None) -> ()");
   add_op<&kv_compress_epilog_cpu>(
       m,
       "kv_compress_epilog(Tensor(a!) cache, Tensor x, Tensor slot_mapping, *, "
-      "int quant_group_size=64, str quant_mode=\"fp8_e8m0\", bool "
-      "round_scale=True, "
+      "int quant_group_size=64, str quant_mode=\"fp8_e8m0\", bool round_scale=True, "
       "float x_scale=1.0, str? dtype=None) -> ()");
   add_op<&kv_cache_update_cpu>(
       m,
-      "kv_cache_update(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor "
-      "new_keys, "
+      "kv_cache_update(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor new_keys, "
       "Tensor new_values, int position, *, str? dtype=None) -> ()");
   add_op<&gather_pa_kv_cache_cpu>(
       m,
@@ -363,7 +344,5 @@ TORCH_LIBRARY(kvscatter, m) {
 
 // Importing kvscatter._torch_ops (after torch) runs the registrations above.
 NB_MODULE(_torch_ops, m) {
-  m.doc() =
-      "kvscatter's PyTorch operators (torch.ops.kvscatter); import "
-      "kvscatter.torch";
+  m.doc() = "kvscatter's PyTorch operators (torch.ops.kvscatter); import kvscatter.torch";
 }
