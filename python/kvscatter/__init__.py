@@ -174,7 +174,8 @@ def gather_pa_kv_cache(
     stored block by block in the physical blocks ``block_tables[b][shift:]`` with
     ``shift = seq_offset[b] // block_size``; its tokens become consecutive rows of ``key`` (and
     ``value``), sequences one after another in batch order. ``key`` and ``value`` are written
-    in place; the caches are only read.
+    in place; the caches are only read. Torch tensors go through the native operator
+    ``torch.ops.kvscatter.gather_pa_kv_cache``.
 
     Parameters
     ----------
@@ -267,6 +268,7 @@ def scatter_pa_cache(
 
     Three scenarios, chosen by the rank of ``key`` and the presence of ``compress_seq_offsets``;
     each writes the bytes of the key side of the matching :func:`scatter_pa_kv_cache` call.
+    Torch tensors go through the native operator ``torch.ops.kvscatter.scatter_pa_cache``.
 
     Parameters
     ----------
@@ -352,7 +354,8 @@ def indexer_quant_cache(
     indexer_quant_cache``). Row ``t`` of ``x`` (leading axes flattened) goes to slot
     ``slot_mapping.flat[t]``: row ``slot % block_size`` of block ``slot // block_size`` of
     ``cache`` and ``cache_scale``; ``-1`` skips the row. Bytes past the written part of a row,
-    and rows not hit, keep their contents. Repeated slots: the last row wins.
+    and rows not hit, keep their contents. Repeated slots: the last row wins. Torch tensors go
+    through the native operator ``torch.ops.kvscatter.indexer_quant_cache``.
 
     Parameters
     ----------
