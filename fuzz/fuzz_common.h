@@ -6,6 +6,9 @@
 //     the call, with the same status the reference path reports, or it succeeds and every
 //     cache equals the caches written by reference::execute of the same plan;
 //   * inputs are never written;
+//   * an input placed inside a cache's buffer (aliasing) is read as it was before the call:
+//     the reference reads a separate copy of those bytes (docs/semantics.md, "Inputs that
+//     overlap outputs");
 //   * no byte outside any buffer is read or written: each buffer sits between canary zones that
 //     are poisoned for AddressSanitizer (reads and writes trap at once) and checked afterwards.
 //
@@ -57,7 +60,15 @@ namespace kvscatter::fuzz {
 
 // Byte budget of one case: larger cases are dropped so that runs stay at thousands of
 // executions per second.
-inline constexpr std::int64_t kMaxBytes = 4 << 20;
+inline constexpr std::int64_t kMaxBytes = 1 << 20;
+
+// The targets draw block and token counts, then cap them so that one cache or input stays
+// near this size: large shapes belong to the randomized tests, here they only slow the search.
+inline constexpr std::int64_t kDrawBytes = 16 << 10;
+inline std::int64_t cap_count(std::int64_t n, std::int64_t bytes_each) {
+  if (bytes_each <= 0 || n * bytes_each <= kDrawBytes) return n;
+  return std::max<std::int64_t>(1, kDrawBytes / bytes_each);
+}
 
 [[noreturn]] inline void die(const std::string& what) {
   std::fprintf(stderr, "FUZZ CHECK FAILED: %s\n", what.c_str());
@@ -188,6 +199,12 @@ struct Tensor {
   std::int64_t min_extent = 0;       // elements the buffer holds at least (Nct row pitch rule)
   std::vector<std::int64_t> values;  // index tensors: flat row-major element values
   std::size_t misalign = 0;
+  // Aliasing: this input (or index tensor) lies inside the tested buffer of cache tensor
+  // `alias_of` (an index of Case::tensors) at a position drawn from `alias_pos`; the reference
+  // reads `a`, a copy of those bytes taken before the call.
+  int alias_of = -1;
+  std::uint64_t alias_pos = 0;
+  std::uint8_t* alias_data = nullptr;
 
   // Buffers: `a` is what the tested path writes, `b` what the reference writes (caches only).
   std::optional<Guarded> a, b;
@@ -247,6 +264,7 @@ struct Tensor {
     if (!null_data) {
       const Guarded& g = reference && b ? *b : *a;
       v.data = const_cast<std::uint8_t*>(g.data());
+      if (!reference && alias_data != nullptr) v.data = alias_data;
     }
     return v;
   }
@@ -258,6 +276,7 @@ struct Tensor {
     for (int i = 0; i < rank; ++i) s += (i ? ", " : "") + std::to_string(strides[i]);
     s += "]";
     if (null_data) s += " null";
+    if (alias_data != nullptr) s += " inside tensor #" + std::to_string(alias_of);
     if (!values.empty() && values.size() <= 64) {
       s += " values {";
       for (std::size_t i = 0; i < values.size(); ++i) {
@@ -360,7 +379,7 @@ inline void decode_runtime(Input& in) {
 
 // Breaks the description now and then: a dim or stride off by one, a zero or negative stride,
 // a different dtype, a dropped or extra axis, a null pointer, a missing optional tensor.
-inline void mutate(Case& c, Input& in) {
+inline void mutate_descriptions(Case& c, Input& in) {
   static const DType kAll[] = {DType::float32,       DType::float16,     DType::bfloat16,
                                DType::int8,          DType::uint8,       DType::int16,
                                DType::uint16,        DType::int32,       DType::uint32,
@@ -413,6 +432,67 @@ inline void mutate(Case& c, Input& in) {
   }
 }
 
+// Now and then places one input or index tensor inside a cache (see Tensor::alias_of).
+inline void decide_alias(Case& c, Input& in) {
+  if (!in.rare(24)) return;
+  std::vector<int> caches, others;
+  for (std::size_t i = 0; i < c.tensors.size(); ++i) {
+    (c.tensors[i].role == Role::cache ? caches : others).push_back(static_cast<int>(i));
+  }
+  if (caches.empty() || others.empty()) return;
+  Tensor& t = c.tensors[static_cast<std::size_t>(others[in.pick(static_cast<std::int64_t>(others.size()))])];
+  t.alias_of = caches[in.pick(static_cast<std::int64_t>(caches.size()))];
+  t.alias_pos = in.u64();
+}
+
+inline void mutate(Case& c, Input& in) {
+  mutate_descriptions(c, in);
+  decide_alias(c, in);
+}
+
+// Puts an aliasing tensor inside its cache, element-aligned, when it fits; an index tensor's
+// values are written into the cache (both copies), an input takes the cache's bytes.
+inline void place_alias(Case& c, Tensor& t) {
+  Tensor& cache = c.tensors[static_cast<std::size_t>(t.alias_of)];
+  if (!t.present || !cache.present || !t.a || !cache.a || t.null_data || cache.null_data) return;
+  const std::size_t n = t.a->size(), room = cache.a->size();
+  const auto es = static_cast<std::size_t>(dtype_size(t.dtype));
+  if (n == 0 || n > room) return;
+  std::size_t off = static_cast<std::size_t>(t.alias_pos % (room - n + 1));
+  const std::size_t mis = reinterpret_cast<std::uintptr_t>(cache.a->data() + off) % es;
+  if (mis != 0) off = off >= mis ? off - mis : off + (es - mis);
+  if (off + n > room) return;
+  if (t.role == Role::index) {
+    std::memcpy(cache.a->data() + off, t.a->data(), n);
+    std::memcpy(cache.b->data() + off, t.a->data(), n);
+    cache.before = cache.a->snapshot();
+  } else {
+    std::memcpy(t.a->data(), cache.a->data() + off, n);
+    t.before = t.a->snapshot();
+  }
+  t.alias_data = cache.a->data() + off;
+}
+
+// Fills `n` bytes with random data: a copy from a fixed pool of random bytes at a random
+// offset (a per-byte generator loop costs more than the call under test).
+inline void fill_random(std::uint8_t* d, std::size_t n, Rng& rng) {
+  static const std::vector<std::uint8_t> pool = [] {
+    std::vector<std::uint8_t> v(std::size_t{1} << 20);
+    Rng r{0x5EED};
+    for (std::size_t i = 0; i < v.size(); i += 8) {
+      const std::uint64_t x = r.next();
+      std::memcpy(&v[i], &x, 8);
+    }
+    return v;
+  }();
+  for (std::size_t done = 0; done < n;) {
+    const std::size_t at = rng.next() % (pool.size() / 2);
+    const std::size_t len = std::min(n - done, pool.size() - at);
+    std::memcpy(d + done, pool.data() + at, len);
+    done += len;
+  }
+}
+
 // Allocates and fills every present tensor. Returns false when a buffer would be too large.
 inline bool materialize(Case& c) {
   for (Tensor& t : c.tensors) {
@@ -431,10 +511,7 @@ inline bool materialize(Case& c) {
     const auto bytes = static_cast<std::size_t>(ext * es);
     t.a.emplace(bytes, t.misalign, static_cast<std::uint8_t>(c.rng.next()));
     std::uint8_t* d = t.a->data();
-    for (std::size_t i = 0; i < bytes; i += 8) {
-      const std::uint64_t r = c.rng.next();
-      std::memcpy(d + i, &r, std::min<std::size_t>(8, bytes - i));
-    }
+    fill_random(d, bytes, c.rng);
     if (t.role != Role::index && c.special > 0 && ext > 0 && (es == 1 || es == 2 || es == 4)) {
       // About one element in `special` gets a special pattern, at random positions.
       const auto n = static_cast<std::uint64_t>(ext);
@@ -461,6 +538,9 @@ inline bool materialize(Case& c) {
     }
     t.before = t.a->snapshot();
     if (t.role == Role::cache) t.b.emplace(*t.a);
+  }
+  for (Tensor& t : c.tensors) {
+    if (t.alias_of >= 0) place_alias(c, t);
   }
   return true;
 }

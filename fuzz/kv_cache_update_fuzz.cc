@@ -39,9 +39,10 @@ int run(const std::uint8_t* data, std::size_t size) {
 
   static const std::vector<DType> kCache = {DType::bfloat16, DType::float16, DType::float32};
   const std::int64_t b = in.pick(4);
-  const std::int64_t s = 1 + in.pick(16);
+  std::int64_t s = 1 + in.pick(16);
   const std::int64_t h = 1 + in.pick(4);
   const std::int64_t d = head_size(in);
+  s = cap_count(s, h * d * 4);
   const std::int64_t l = in.rare(16) ? s : in.pick(s + 1);
   std::int64_t position = in.pick(s - l + 1);
   if (in.rare()) {

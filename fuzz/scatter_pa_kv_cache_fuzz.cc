@@ -64,9 +64,12 @@ int run(const std::uint8_t* data, std::size_t size) {
   const std::int64_t lv = 32 / static_cast<std::int64_t>(dtype_size(vdt));
   const std::int64_t dk = nz ? lk * (1 + in.pick(4)) : head_size(in);
   std::int64_t dv = nz ? lv * (1 + in.pick(4)) : head_size(in);
-  const std::int64_t nb = in.pick(9);
+  std::int64_t nb = in.pick(9);
   static const std::vector<std::int64_t> kBlock = {4, 1, 2, 3, 8, 16, 5, 32, 128};
   const std::int64_t bs = in.choose(kBlock);
+  const auto es = static_cast<std::int64_t>(std::max(dtype_size(kdt), dtype_size(vdt)));
+  const std::int64_t row_bytes = nh * std::max(dk, dv) * es;
+  nb = cap_count(nb, bs * row_bytes);
   const std::int64_t ns = nb * bs;
 
   ScatterPaKvCacheOptions opt;
@@ -98,7 +101,7 @@ int run(const std::uint8_t* data, std::size_t size) {
   slot.dtype = idt;
 
   if (!compress) {
-    const std::int64_t t = in.rare(16) ? in.range(17, 700) : in.pick(17);
+    const std::int64_t t = cap_count(in.rare(16) ? in.range(17, 700) : in.pick(17), row_bytes);
     key.set_shape({t, nh, dk});
     value.set_shape({t, nh, dv});
     if (mode == kNct) {

@@ -39,12 +39,14 @@ int run(const std::uint8_t* data, std::size_t size) {
 
   const DType dt = in.pick(2) ? DType::float8_e4m3fn : DType::float8_e5m2;
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;
-  const std::int64_t t = in.rare(16) ? in.range(17, 700) : in.pick(17);
+  std::int64_t t = in.rare(16) ? in.range(17, 700) : in.pick(17);
   const std::int64_t n = 1 + in.pick(4);
   const std::int64_t dk = head_size(in), dv = head_size(in);
-  const std::int64_t nb = in.pick(9);
+  std::int64_t nb = in.pick(9);
   static const std::vector<std::int64_t> kBlock = {4, 1, 2, 3, 8, 16, 5, 32, 128};
   const std::int64_t bs = in.choose(kBlock);
+  t = cap_count(t, n * std::max(dk, dv));
+  nb = cap_count(nb, bs * n * std::max(dk, dv));
   std::string cache_layout = in.pick(2) ? "BNBD" : "";
   if (in.rare()) cache_layout = in.pick(2) ? "bnbd" : "BSND";
 

@@ -378,6 +378,20 @@ std::vector<Workload> all_workloads() {
   };
 }
 
+// The first comma-separated --ops filter that matches no workload, as an error text; "" if none.
+std::string unmatched_filter(std::string& ops) {
+  const std::vector<Workload> workloads = all_workloads();
+  const std::vector<std::string> filters = split(ops);
+  if (filters.empty()) return "expected a comma-separated list, got '" + ops + "'";
+  for (const auto& f : filters) {
+    if (std::none_of(workloads.begin(), workloads.end(),
+                     [&](const Workload& w) { return w.id().find(f) != std::string::npos; })) {
+      return "'" + f + "' matches no workload";
+    }
+  }
+  return {};
+}
+
 // Ratio targets, 1 thread, at prefill size (the largest token count of the run, >= 1,024).
 // `floor` is what --quick accepts before calling a regression: half the target, or a third of
 // the present speed where the kernel does not reach its target yet (raise it when it does).
@@ -634,10 +648,13 @@ void add_bench_sweep_flags(CLI::App& app) {
   app.add_option("--json", g_opts.json, "also write every row and the targets to this file");
   app.add_option("--tokens", g_opts.tokens,
                  "comma-separated token counts (default 1,4,16,64,256,1024,4096,16384; "
-                 "--quick: 1,64,4096)");
+                 "--quick: 1,64,4096)")
+      ->check(int_list(1, 1 << 20));
   app.add_option("--ops", g_opts.ops,
-                 "comma-separated filters on 'op variant shape', e.g. PA_NZ,kv_cache_update");
-  app.add_option("--threads-list", g_opts.threads, "thread counts to sweep (default 1,all)");
+                 "comma-separated filters on 'op variant shape', e.g. PA_NZ,kv_cache_update")
+      ->check(CLI::Validator(unmatched_filter, "FILTERS", "ops"));
+  app.add_option("--threads-list", g_opts.threads, "thread counts to sweep (default 1,all)")
+      ->check(int_list(1, 4096, "all"));
   app.add_option("--reps", g_opts.reps, "alternating batches per row (default 7, --quick 5)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--batch-ms", g_opts.batch_ms, "length of one timed batch, ms")

@@ -3,6 +3,7 @@
 // the ratio to memcpy of the same traffic measured in the same run (memcpy of half the traffic
 // between buffers of that size; > 1 means faster than memcpy). Medians of alternating batches.
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -110,13 +111,23 @@ void bench_scatter() {
   std::printf("\n");
 }
 
+std::string multiple_of_64(std::string& text) {
+  std::int64_t v = 0;
+  std::from_chars(text.data(), text.data() + text.size(), v);
+  return v % 64 == 0 ? "" : "must be a multiple of 64";
+}
+
 const RegisterBench kRegisterQuantBench{BenchPart{
     "quant", "KvCompressEpilog (each quant_mode) and ScatterPaKvCacheWithKScale vs memcpy",
     [](CLI::App& app) {
-      app.add_option("--tokens", g_bq.tokens, "token counts (rows of the tables)")
+      app.add_option("--tokens", g_bq.tokens, "comma-separated token counts (rows of the tables)")
+          ->delimiter(',')
           ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 22));
-      app.add_option("--d", g_bq.d, "KvCompressEpilog row length (multiple of 64, 128..8192)");
-      app.add_option("--group", g_bq.group, "hifloat8_fp4 group size (16, 32, 64)");
+      app.add_option("--d", g_bq.d, "KvCompressEpilog row length (multiple of 64, 128..8192)")
+          ->check(CLI::Range(std::int64_t{128}, std::int64_t{8192}) &
+                  CLI::Validator(multiple_of_64, "MULTIPLE OF 64", "multiple_of_64"));
+      app.add_option("--group", g_bq.group, "hifloat8_fp4 group size (16, 32, 64)")
+          ->check(CLI::IsMember({std::int64_t{16}, std::int64_t{32}, std::int64_t{64}}));
       app.add_option("--round-scale", g_bq.round_scale, "fp8 modes: power-of-two scales");
       app.add_option("--heads", g_bq.heads, "ScatterPaKvCacheWithKScale heads")
           ->check(CLI::Range(1, 1024));

@@ -125,6 +125,18 @@ bool demo() {
   return ok;
 }
 
+// The caches of both runs stay within a few GiB (and every product within int).
+void check_options() {
+  const Config& c = g_cfg;
+  const std::int64_t elems =
+      std::int64_t{c.layers} * c.batch * (c.prompt + c.generate) * c.heads * c.head_size;
+  if (elems > (std::int64_t{1} << 28)) {
+    throw CLI::ValidationError(
+        "--layers x --batch x (--prompt + --generate) x --kv-heads x --head-size",
+        std::to_string(elems) + " cache elements, more than the demo's limit of 268435456");
+  }
+}
+
 const RegisterDemo kRegister{DemoPart{
     "contiguous", 10,
     [](CLI::App& app) {
@@ -134,9 +146,10 @@ const RegisterDemo kRegister{DemoPart{
       app.add_option("--batch", g_cfg.batch, "sequences")->check(CLI::Range(1, 4096));
       app.add_option("--prompt", g_cfg.prompt, "prompt tokens")->check(CLI::Range(1, 1 << 20));
       app.add_option("--generate", g_cfg.generate, "generated tokens")->check(CLI::Range(1, 1 << 20));
-      app.add_option("--cache-dtype", g_cfg.dtype, "float32 | bfloat16 | float16");
+      app.add_option("--cache-dtype", g_cfg.dtype, "float32 | bfloat16 | float16")
+          ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
     },
-    demo}};
+    demo, check_options}};
 
 }  // namespace
 }  // namespace kvscatter::cli

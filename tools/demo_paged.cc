@@ -27,6 +27,8 @@ struct Options {
   std::uint64_t seed = 1;
 };
 Options g_opts;
+// Sequence lengths the engine draws: a prompt of 3..kMaxPrompt tokens, then 4..kMaxGenerate more.
+constexpr std::int64_t kMaxPrompt = 40, kMaxGenerate = 30, kMaxSequence = kMaxPrompt + kMaxGenerate;
 
 // Deterministic key/value bytes of (layer, sequence, position, side).
 std::uint8_t token_byte(std::int64_t layer, std::int64_t seq, std::int64_t pos, int side,
@@ -67,8 +69,9 @@ class Engine {
       while (static_cast<std::int64_t>(live_.size()) < o_.max_seqs && step % 5 == 0) {
         Sequence s;
         s.id = next_id++;
-        const std::int64_t prompt = std::uniform_int_distribution<std::int64_t>(3, 40)(rng_);
-        s.target = prompt + std::uniform_int_distribution<std::int64_t>(4, 30)(rng_);
+        const std::int64_t prompt =
+            std::uniform_int_distribution<std::int64_t>(3, kMaxPrompt)(rng_);
+        s.target = prompt + std::uniform_int_distribution<std::int64_t>(4, kMaxGenerate)(rng_);
         if (!reserve(s, prompt)) break;
         s.len = prompt;
         live_.push_back(s);
@@ -101,6 +104,11 @@ class Engine {
           ++it;
         }
       }
+    }
+    if (written == 0) {
+      std::printf("paged demo: no token was written in %lld steps\n",
+                  static_cast<long long>(o_.steps));
+      return false;
     }
     const bool gathered = gather_check(live_);
     std::printf(
@@ -264,19 +272,45 @@ class Engine {
   std::vector<std::vector<std::uint8_t>> norm_, nz_, norm_ref_, nz_ref_;  // [layer * 2 + side]
 };
 
+// The cache must hold one sequence of the longest kind (so that the demo writes tokens), and all
+// caches stay within a few GiB.
+void check_options() {
+  const Options& o = g_opts;
+  if (o.blocks * o.block_size < kMaxSequence) {
+    throw CLI::ValidationError("--paged-blocks x --paged-block-size",
+                               std::to_string(o.blocks * o.block_size) +
+                                   " cache slots, fewer than one sequence needs (" +
+                                   std::to_string(kMaxSequence) + ")");
+  }
+  if (o.layers * o.blocks * o.block_size > (std::int64_t{1} << 20)) {
+    throw CLI::ValidationError(
+        "--paged-layers x --paged-blocks x --paged-block-size",
+        std::to_string(o.layers * o.blocks * o.block_size) + " layer slots, more than 1048576");
+  }
+}
+
 const RegisterDemo kRegister{DemoPart{
     "paged", 20,
     [](CLI::App& app) {
-      app.add_option("--paged-layers", g_opts.layers, "paged demo: layers")->capture_default_str();
+      using I = std::int64_t;
+      app.add_option("--paged-layers", g_opts.layers, "paged demo: layers")
+          ->check(CLI::Range(I{1}, I{256}))
+          ->capture_default_str();
       app.add_option("--paged-steps", g_opts.steps, "paged demo: engine steps")
+          ->check(CLI::Range(I{1}, I{1} << 20))
           ->capture_default_str();
       app.add_option("--paged-seqs", g_opts.max_seqs, "paged demo: concurrent sequences")
+          ->check(CLI::Range(I{1}, I{4096}))
           ->capture_default_str();
       app.add_option("--paged-blocks", g_opts.blocks, "paged demo: cache blocks")
+          ->check(CLI::Range(I{1}, I{1} << 20))
           ->capture_default_str();
       app.add_option("--paged-block-size", g_opts.block_size, "paged demo: block size")
+          ->check(CLI::Range(I{1}, I{4096}))
           ->capture_default_str();
-      app.add_option("--paged-seed", g_opts.seed, "paged demo: random seed")->capture_default_str();
+      app.add_option("--paged-seed", g_opts.seed, "paged demo: random seed")
+          ->check(int_list(0, INT64_MAX))
+          ->capture_default_str();
     },
     [] {
       if (g_opts.heads * g_opts.head_size % 16 != 0) return false;
@@ -286,7 +320,8 @@ const RegisterDemo kRegister{DemoPart{
         std::printf("paged demo: error %d: %s\n", static_cast<int>(e.status()), e.what());
         return false;
       }
-    }}};
+    },
+    check_options}};
 
 }  // namespace
 }  // namespace kvscatter::cli

@@ -242,6 +242,17 @@ bool demo_fp8_bnbd() {
   return ok;
 }
 
+// The caches of both runs stay within a few GiB (and every product within int).
+void check_options() {
+  const QuantConfig& c = g_qcfg;
+  const std::int64_t rows = std::int64_t{c.layers} * c.batch * (c.prompt + c.generate);
+  if (rows > (std::int64_t{1} << 20)) {
+    throw CLI::ValidationError(
+        "--quant-layers x --quant-batch x (--quant-prompt + --quant-generate)",
+        std::to_string(rows) + " cache rows, more than 1048576");
+  }
+}
+
 const RegisterDemo kRegisterQuant{DemoPart{
     "quant", 30,
     [](CLI::App& app) {
@@ -258,7 +269,8 @@ const RegisterDemo kRegisterQuant{DemoPart{
       const bool mla = demo_mla();
       const bool fp8 = demo_fp8_bnbd();
       return mla && fp8;
-    }}};
+    },
+    check_options}};
 
 }  // namespace
 }  // namespace kvscatter::cli

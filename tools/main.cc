@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvscatter: write new keys and values into LLM KV caches"};
   app.require_subcommand(1);
   int threads = 0;
-  app.add_option("--threads", threads, "worker threads (default: KVSCATTER_NUM_THREADS or all cores)");
+  app.add_option("--threads", threads, "worker threads (default: KVSCATTER_NUM_THREADS or all cores)")
+      ->check(CLI::Range(1, 4096));
 
   auto* info = app.add_subcommand("info", "version, SIMD target and threads");
   info->callback([] {
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
   }
   int demo_rc = 0;
   demo->callback([&] {
+    for (auto& part : demos) {
+      if (part.check) part.check();  // a usage error stops the demo before any part runs
+    }
     for (auto& part : demos) {
       if (!part.run()) {
         std::printf("demo part '%s': VERIFICATION FAILED\n", part.name.c_str());
@@ -86,7 +90,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Usage errors exit with 2, as the library's own argument errors do; --help with 0.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const Error& e) {
     std::fprintf(stderr, "kvscatter: error %d: %s\n", static_cast<int>(e.status()), e.what());
     return 2;

@@ -2,6 +2,7 @@
 // the largest runs contiguous in both, and splits them over the thread pool; kernel.cc copies.
 #include <cstdint>
 
+#include "core/overlap.h"
 #include "ops/kv_cache_update/internal.h"
 #include "ops/kv_cache_update/kernel.h"
 #include "runtime/parallel.h"
@@ -48,8 +49,17 @@ void run_pair(const TensorView& cache, const TensorView& input, std::int64_t pos
 
 void execute(const KvCacheUpdatePlan& plan) {
   detail::update::check_bound_data(plan);
-  detail::update::run_pair(plan.key_cache, plan.new_keys, plan.position);
-  detail::update::run_pair(plan.value_cache, plan.new_values, plan.position);
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
+  detail::execute_staged(
+      plan,
+      [](auto& p) {
+        return detail::Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
+                                {{{&p.new_keys, "new_keys"}, {&p.new_values, "new_values"}}}};
+      },
+      [](const KvCacheUpdatePlan& p) {
+        detail::update::run_pair(p.key_cache, p.new_keys, p.position);
+        detail::update::run_pair(p.value_cache, p.new_values, p.position);
+      });
 }
 
 }  // namespace kvscatter

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "core/slots.h"
 #include "ops/kv_compress_epilog/internal.h"
 #include "ops/kv_compress_epilog/kernel.h"
@@ -15,16 +16,25 @@ void execute(const KvCompressEpilogPlan& plan) {
   using namespace detail;
   epilog::check_bound_data(plan);
   if (plan.rows == 0) return;
-  thread_local std::vector<std::int64_t> slots;
-  epilog::check_data(plan, slots);
-  const std::int64_t grain = grain_for_bytes(2 * plan.d + plan.row_bytes);
-  // Threads split rows; dropping the earlier writers of a repeated slot makes the chunks write
-  // disjoint rows, with the result of a sequential pass.
-  if (plan.rows > grain) keep_last_writers(slots, plan.num_slots);
-  const std::int64_t* rows_slots = slots.data();
-  parallel_for(plan.rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    quantize_rows(plan, rows_slots, begin, end);
-  });
+  // Overlapping inputs are read from a copy (docs/semantics.md).
+  execute_staged(
+      plan,
+      [](auto& p) {
+        return Operands{{{{&p.cache, "cache"}}},
+                        {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
+      },
+      [](const KvCompressEpilogPlan& p) {
+        thread_local std::vector<std::int64_t> slots;
+        epilog::check_data(p, slots);
+        const std::int64_t grain = grain_for_bytes(2 * p.d + p.row_bytes);
+        // Threads split rows; dropping the earlier writers of a repeated slot makes the chunks
+        // write disjoint rows, with the result of a sequential pass.
+        if (p.rows > grain) keep_last_writers(slots, p.num_slots);
+        const std::int64_t* rows_slots = slots.data();
+        parallel_for(p.rows, grain, [&](std::int64_t begin, std::int64_t end) {
+          quantize_rows(p, rows_slots, begin, end);
+        });
+      });
 }
 
 }  // namespace kvscatter

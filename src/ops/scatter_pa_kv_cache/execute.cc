@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/overlap.h"
 #include "core/slots.h"
 #include "core/streaming.h"
 #include "ops/scatter_pa_kv_cache/internal.h"
@@ -178,13 +179,30 @@ void execute_compress(const ScatterPaKvCachePlan& p, Scratch& sc) {
 void execute(const ScatterPaKvCachePlan& plan) {
   using namespace detail::scatter;
   check_bound_data(plan);
-  Scratch& sc = scratch();
-  check_data(plan, sc.checked);  // every data rule before the first write
-  if (is_compress(plan.scatter_mode)) {
-    execute_compress(plan, sc);
-  } else if (plan.num_tokens > 0) {
-    execute_slots(plan, sc);
-  }
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
+  const bool nct = plan.scatter_mode == ScatterMode::Nct;
+  const auto nct_rows = [nct](const auto& v) { return v && nct ? v->dim(0) * v->stride(0) : 0; };
+  detail::execute_staged(
+      plan,
+      [&](auto& p) {
+        return detail::Operands{
+            {{{&p.key_cache, "key_cache"}, {detail::opt(p.value_cache), "value_cache"}}},
+            {{{&p.key, "key", nct_rows(&p.key)},
+              {detail::opt(p.value), "value", nct_rows(detail::opt(p.value))},
+              {&p.slot_mapping, "slot_mapping"},
+              {detail::opt(p.compress_lens), "compress_lens"},
+              {detail::opt(p.compress_seq_offsets), "compress_seq_offsets"},
+              {detail::opt(p.seq_lens), "seq_lens"}}}};
+      },
+      [](const ScatterPaKvCachePlan& p) {
+        Scratch& sc = scratch();
+        check_data(p, sc.checked);  // every data rule before the first write
+        if (is_compress(p.scatter_mode)) {
+          execute_compress(p, sc);
+        } else if (p.num_tokens > 0) {
+          execute_slots(p, sc);
+        }
+      });
 }
 
 }  // namespace kvscatter

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/overlap.h"
 #include "core/slots.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/internal.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
@@ -11,24 +12,39 @@
 
 namespace kvscatter {
 
-void execute(const ScatterPaKvCacheWithKScalePlan& p) {
+void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
   using namespace detail;
-  k_scale::check_bound_data(p);
-  thread_local std::vector<std::int64_t> slots;
-  k_scale::check_data(p, slots);
-  if (p.num_tokens == 0 || p.num_heads == 0 || p.num_slots == 0) return;
-  const std::int64_t bytes_per_token = 2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
-  const std::int64_t grain = grain_for_bytes(bytes_per_token);
-  // Threads split tokens: dropping the earlier writers of a repeated slot makes the chunks write
-  // disjoint rows, with the result of a sequential pass.
-  if (p.num_tokens > grain) keep_last_writers(slots, p.num_slots);
-  k_scale::TokenJob job;
-  job.plan = &p;
-  job.slots = slots.data();
-  job.split = SlotSplitter(p.block_size);
-  parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
-    k_scale::token_range(job, begin, end);
-  });
+  k_scale::check_bound_data(plan);
+  // Overlapping outputs are rejected, overlapping inputs read from a copy (docs/semantics.md).
+  execute_staged(
+      plan,
+      [](auto& p) {
+        return Operands{{{{&p.key_cache, "key_cache"},
+                          {&p.value_cache, "value_cache"},
+                          {&p.key_scale_cache, "key_scale_cache"}}},
+                        {{{&p.key, "key"},
+                          {&p.value, "value"},
+                          {&p.slot_mapping, "slot_mapping"},
+                          {&p.key_scale, "key_scale"}}}};
+      },
+      [](const ScatterPaKvCacheWithKScalePlan& p) {
+        thread_local std::vector<std::int64_t> slots;
+        k_scale::check_data(p, slots);
+        if (p.num_tokens == 0 || p.num_heads == 0 || p.num_slots == 0) return;
+        const std::int64_t bytes_per_token =
+            2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
+        const std::int64_t grain = grain_for_bytes(bytes_per_token);
+        // Threads split tokens: dropping the earlier writers of a repeated slot makes the chunks
+        // write disjoint rows, with the result of a sequential pass.
+        if (p.num_tokens > grain) keep_last_writers(slots, p.num_slots);
+        k_scale::TokenJob job;
+        job.plan = &p;
+        job.slots = slots.data();
+        job.split = SlotSplitter(p.block_size);
+        parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
+          k_scale::token_range(job, begin, end);
+        });
+      });
 }
 
 }  // namespace kvscatter

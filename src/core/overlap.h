@@ -1,0 +1,96 @@
+// Inputs and outputs of one call that share memory (see docs/semantics.md, "Inputs that overlap
+// outputs"). Outputs whose elements may share memory are rejected, naming both; an input whose
+// bytes meet an output's is copied once before any write, so a call always gives the result of
+// reading every input first, whatever the thread count. A call without overlap pays one
+// address-interval test per (output, output) and (input, output) pair.
+//
+// An operator's execute() lists its operands once, as a generic lambda over its plan, and hands
+// the rest to execute_staged():
+//
+//   void execute(const FooPlan& plan) {
+//     detail::execute_staged(
+//         plan,
+//         [](auto& p) {  // outputs, then inputs (at most 8 each; null: an absent optional)
+//           return detail::Operands{{{{&p.cache, "cache"}}},
+//                                   {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
+//         },
+//         run);  // run(const FooPlan&): the execute body (data checks, then writes)
+//   }
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kvscatter/tensor.h"
+
+namespace kvscatter::detail {
+
+// One operand: its view (null when an optional operand is absent), its name for messages, and,
+// for reads that go past the view's own elements (Nct rows read at data + offset + t * stride),
+// the number of elements read from `data` onward (0: the view's own elements).
+struct Operand {
+  const TensorView* view = nullptr;
+  const char* name = "";
+  std::int64_t read_elems = 0;
+};
+
+inline constexpr int kMaxOperands = 8;
+
+struct Operands {
+  std::array<Operand, kMaxOperands> outputs{};
+  std::array<Operand, kMaxOperands> inputs{};
+};
+
+// [lo, hi) bytes a view can touch; lo == hi when it has no elements or no data.
+struct ByteSpan {
+  std::uintptr_t lo = 0, hi = 0;
+};
+ByteSpan byte_span(const TensorView& t, std::int64_t read_elems = 0);
+
+// True when some element of `a` may share a byte with some element of `b`. Exact for views of
+// one dtype, shape and strides at different addresses (e.g. K and V interleaved in one buffer);
+// otherwise true whenever the byte spans meet.
+bool may_overlap(const TensorView& a, const TensorView& b);
+
+// Copies of the inputs that overlap an output, owned until the call returns.
+class StagedInputs {
+ public:
+  // Throws invalid_parameter when two outputs may share memory; returns true when some input
+  // overlaps an output (and copies each such input).
+  bool stage(const Operands& ops);
+  // Points the overlapping inputs of `ops` (the same operands, listed from a copy of the plan)
+  // at their copies.
+  void rebind(const Operands& ops) const;
+
+ private:
+  struct Copy {
+    int index;
+    const void* original;  // the input's data pointer
+    void* data;            // where that pointer lands in the copy
+  };
+  std::vector<Copy> copies_;
+  std::vector<std::unique_ptr<unsigned char[]>> buffers_;
+};
+
+// Runs `run(plan)`, or `run(copy)` with overlapping inputs read from copies; see the top.
+template <class Plan, class List, class Run>
+void execute_staged(const Plan& plan, List list, Run run) {
+  StagedInputs staged;
+  if (!staged.stage(list(plan))) {
+    run(plan);
+    return;
+  }
+  Plan copy = plan;
+  staged.rebind(list(copy));
+  run(copy);
+}
+
+// An optional view as an operand pointer (null when absent).
+template <class Opt>
+const TensorView* opt(const Opt& v) {
+  return v ? &*v : nullptr;
+}
+
+}  // namespace kvscatter::detail
