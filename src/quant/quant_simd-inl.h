@@ -9,7 +9,7 @@
 //   instead of one reduction (and one dependency chain) per group. (Reduce8 is
 //   the reduction.)
 // - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for
-// many groups at once.
+// many groups at once (E4M3Pow2Scale: one group, scalar).
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on
 // 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
@@ -29,6 +29,7 @@
 
 #include <hwy/highway.h>
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -189,6 +190,22 @@ HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
     hn::StoreU(e, du, exp + g);
     hn::StoreU(hn::IfThenElseZero(ok, hn::Set(du, 1u)), du, fast + g);
   }
+}
+
+// E4M3Pow2Scales for a single group whose amax and min1 are at hand in registers (a row
+// reduced in place): the same sub and exp; returns fast. Scalar, so no store of the two
+// magnitudes is reloaded as a vector (a store-forwarding stall on x86).
+HWY_INLINE bool E4M3Pow2Scale(std::uint16_t amax, std::uint16_t min1, std::uint32_t c448,
+                              std::uint32_t eps, std::uint16_t& sub, std::uint32_t& exp) {
+  const float a = std::bit_cast<float>(static_cast<std::uint32_t>(amax) << 16);
+  const float floor = std::bit_cast<float>(eps);
+  const float s = (a > floor ? a : floor) * std::bit_cast<float>(c448);
+  const std::uint32_t u = std::bit_cast<std::uint32_t>(s);
+  exp = (u >> 23) + ((u & 0x7FFFFFu) != 0 ? 1u : 0u);
+  const std::uint32_t sb = (exp << 7) - 0x380u;
+  sub = static_cast<std::uint16_t>(sb);
+  const std::uint32_t smallest = static_cast<std::uint32_t>(min1) + 1u;
+  return smallest >= (sb & 0xFFFFu) + 0x80u && amax < 0x7F80u;
 }
 
 // e4m3fn codes of the kGs bf16 values at x divided by the power of two whose E4M3Pow2Scales

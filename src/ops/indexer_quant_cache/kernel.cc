@@ -1,23 +1,49 @@
-// Optimized IndexerQuantCache rows, built from the library's runtime-dispatched SIMD pieces:
-// the batch float16/bfloat16 widening of src/formats and the float8_e4m3fn and HiFloat8 batch
-// encoders of the quantizers (shared with kv_compress_epilog). The scale rules are the shared
-// ones of internal.h, so the result is bit-identical to the reference on every input.
-#include "ops/indexer_quant_cache/kernel.h"
-
+// The IndexerQuantCache kernel: Highway SIMD with runtime dispatch, one row at a time, written
+// straight into the cache; the driver (execute.cc) splits rows over threads.
+//
+// - bfloat16 rows into a float8_e4m3fn cache in the power-of-two modes (fp8 with round_scale,
+//   mxfp8) take one pass of 16-bit lane work over the bf16 bits (src/quant/quant_simd-inl.h):
+//   group magnitudes, the scales of every group at once, then the codes by integer subtraction
+//   of the scale's exponent. fp8 is one group of d whose magnitudes are those of its 32-groups.
+// - Groups (or fp8 rows) outside what that form covers exactly (a non-finite element, a
+//   quotient below e4m3's normal range) and every other combination of mode and dtype take the
+//   general path: the row widened to float32, the scalar scale rules of internal.h and the batch
+//   encoders shared with kv_compress_epilog, bit-identical to the reference.
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/indexer_quant_cache/kernel.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/slots.h"
 #include "kvscatter/formats.h"
+#include "ops/indexer_quant_cache/kernel.h"
 #include "ops/kv_compress_epilog/kernel.h"  // the shared float8 / HiFloat8 batch encoders
+#include "quant/quant_simd-inl.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::indexer {
-namespace {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
+constexpr std::int64_t kMaxD = 8192, kMaxGroups = kMaxD / 32;
+
+// Per-chunk work space of one row: the float32 rows of the general path on the heap (d
+// floats each), the per-group arrays on the stack.
 struct Scratch {
-  std::vector<float> x, y;
-  std::vector<std::uint8_t> codes;
+  float* x = nullptr;
+  float* y = nullptr;
+  HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8], sub[kMaxGroups + 8];
+  HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], fast[kMaxGroups + 8];
+  std::uint8_t scale[kMaxGroups * 4];
 };
+
+// ---- General path: float32 rows and the scalar rules ---------------------------------------
 
 void scale_by(const float* x, float mul, float* y, std::int64_t n) {
   for (std::int64_t k = 0; k < n; ++k) y[k] = x[k] * mul;
@@ -32,9 +58,17 @@ void encode_fp8(DType cache, const float* y, std::uint8_t* out, std::int64_t n) 
   for (std::int64_t k = 0; k < n; ++k) out[k] = formats::encode_float8_e5m2(y[k]);
 }
 
+void widen(const IndexerQuantCachePlan& p, const std::uint16_t* src, std::int64_t n, float* out) {
+  if (p.x.dtype == DType::float16) {
+    formats::float16_to_float32(src, out, static_cast<std::size_t>(n));
+  } else {
+    formats::bfloat16_to_float32(src, out, static_cast<std::size_t>(n));
+  }
+}
+
 void fp8_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes, std::uint8_t* scale) {
-  const float* x = s.x.data();
-  float* y = s.y.data();
+  const float* x = s.x;
+  float* y = s.y;
   const float amax = finite_amax(x, p.d);
   const float sc = amax == 0.0f ? 0.0f : amax * fp8_coefficient(p.cache.dtype);
   float stored = sc;
@@ -55,15 +89,13 @@ void fp8_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes, st
   std::memcpy(scale, &stored, 4);
 }
 
-void mxfp8_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes,
-               std::uint8_t* scale) {
-  const float eps = f32(kEpsBits), c = fp8_coefficient(p.cache.dtype);
-  for (std::int64_t g = 0; g < p.d / 32; ++g) {
-    const std::uint32_t e = exponent_rounded_up(std::max(group_amax(&s.x[32 * g], 32), eps) * c);
-    scale[g] = static_cast<std::uint8_t>(e);
-    scale_by(&s.x[32 * g], pow2_from(e), &s.y[32 * g], 32);
-  }
-  encode_fp8(p.cache.dtype, s.y.data(), codes, p.d);
+// One mxfp8 group of 32 widened elements at x.
+void mxfp8_group(DType cache, const float* x, float* y, std::uint8_t* codes, std::uint8_t* scale) {
+  const float eps = f32(kEpsBits), c = fp8_coefficient(cache);
+  const std::uint32_t e = exponent_rounded_up(std::max(group_amax(x, 32), eps) * c);
+  *scale = static_cast<std::uint8_t>(e);
+  scale_by(x, pow2_from(e), y, 32);
+  encode_fp8(cache, y, codes, 32);
 }
 
 void mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes,
@@ -90,48 +122,156 @@ void mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes,
   }
 }
 
-void widen(const IndexerQuantCachePlan& p, std::int64_t r, float* out) {
-  const auto* src = static_cast<const std::uint16_t*>(p.x.data) + x_row(p.x, r);
-  if (p.x.dtype == DType::float16) {
-    formats::float16_to_float32(src, out, static_cast<std::size_t>(p.d));
-  } else {
-    formats::bfloat16_to_float32(src, out, static_cast<std::size_t>(p.d));
+void general_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
+                 std::uint8_t* codes) {
+  widen(p, src, p.d, s.x);
+  switch (p.options.quant_mode) {
+    case IndexerQuantMode::fp8:
+      fp8_row(p, s, codes, s.scale);
+      break;
+    case IndexerQuantMode::mxfp8:
+      for (std::int64_t g = 0; g < p.d / 32; ++g) {
+        mxfp8_group(p.cache.dtype, s.x + 32 * g, s.y + 32 * g, codes + 32 * g, s.scale + g);
+      }
+      break;
+    case IndexerQuantMode::hifloat8:
+      scale_by(s.x, p.options.x_scale, s.y, p.d);
+      simd_encode_hifloat8_sat(s.y, codes, static_cast<std::size_t>(p.d));
+      break;
+    case IndexerQuantMode::mxfp4:
+      mxfp4_row(p, s, codes, s.scale);
+      break;
   }
 }
 
-}  // namespace
+// ---- Fast path: bfloat16 into float8_e4m3fn with power-of-two scales ------------------------
 
-void quantize_rows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
-                   std::int64_t end) {
+#if HWY_TARGET != HWY_SCALAR
+
+bool fast_e4m3(const IndexerQuantCachePlan& p) {
+  return p.x.dtype == DType::bfloat16 && p.cache.dtype == DType::float8_e4m3fn &&
+         (p.options.quant_mode == IndexerQuantMode::mxfp8 ||
+          (p.options.quant_mode == IndexerQuantMode::fp8 && p.options.round_scale));
+}
+
+// The largest (bits & 0x7FFF) and the smallest (bits & 0x7FFF) - 1 of the n bf16 values at
+// x (GroupMagnitudes' amax and min1 for one group), reduced over whole vectors.
+HWY_INLINE void Magnitudes(const std::uint16_t* x, std::int64_t n, std::uint16_t& amax,
+                           std::uint16_t& min1) {
+  const hn::CappedTag<std::uint16_t, 32> d16;  // n is a multiple of 32
+  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d16));
+  const auto mag = hn::Set(d16, std::uint16_t{0x7FFF});
+  const auto one = hn::Set(d16, std::uint16_t{1});
+  auto hi = hn::Zero(d16);
+  auto lo = hn::Set(d16, std::uint16_t{0xFFFF});
+  for (std::int64_t i = 0; i < n; i += N) {
+    const auto a = hn::And(hn::LoadU(d16, x + i), mag);
+    hi = hn::Max(hi, a);
+    lo = hn::Min(lo, hn::Sub(a, one));
+  }
+  amax = hn::GetLane(hn::MaxOfLanes(d16, hi));
+  min1 = hn::GetLane(hn::MinOfLanes(d16, lo));
+}
+
+// Mode fp8 with round_scale: the row is one group; a zero floor (this mode has no 1e-4 one)
+// keeps an all-zero row's scale 0. False (nothing written) when the fast form does not cover
+// the row exactly.
+bool fast_fp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
+  std::uint16_t amax, min1, sub;
+  std::uint32_t e;
+  Magnitudes(src, d, amax, min1);
+  if (!quant::HWY_NAMESPACE::E4M3Pow2Scale(amax, min1, kC448Bits, 0, sub, e)) return false;
+  for (std::int64_t g = 0; g < d / 32; ++g) {
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, sub);
+  }
+  const float stored = f32(e << 23);
+  std::memcpy(s.scale, &stored, 4);
+  return true;
+}
+
+// Mode mxfp8: every group at once (eight groups per reduction; one reduction per group
+// measured slower); a group the fast form does not cover exactly is widened and takes the
+// scalar rules.
+void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
+  const std::int64_t groups = d / 32;
+  quant::HWY_NAMESPACE::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
+  quant::HWY_NAMESPACE::E4M3Pow2Scales(s.amax, s.min1, groups, kC448Bits, kEpsBits, s.sub, s.exp,
+                                       s.fast);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    if (s.fast[g] != 0) {
+      quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, s.sub[g]);
+      s.scale[g] = static_cast<std::uint8_t>(s.exp[g]);
+    } else {
+      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+      mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, s.scale + g);
+    }
+  }
+}
+
+#endif  // HWY_TARGET != HWY_SCALAR
+
+void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
+                  std::int64_t end) {
+  std::vector<float> rows(static_cast<std::size_t>(2 * p.d));
   Scratch s;
-  s.x.resize(static_cast<std::size_t>(p.d));
-  s.y.resize(static_cast<std::size_t>(p.d));
+  s.x = rows.data();
+  s.y = rows.data() + p.d;
+  // Everything the loop needs from the plan is read once here: the byte stores below may alias
+  // anything, so fields read inside the loop would be reloaded on every row.
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
+  // row_at's addresses, with the slot split by a shift where the block size allows.
+  const SlotSplitter split(p.block_size);
+  const auto ce = static_cast<std::int64_t>(p.cache.element_size());
+  const auto se = static_cast<std::int64_t>(p.cache_scale.element_size());
+  const std::int64_t c0 = p.cache.stride(0) * ce, c1 = p.cache.stride(1) * ce;
+  const std::int64_t s0 = p.cache_scale.stride(0) * se, s1 = p.cache_scale.stride(1) * se;
+  auto* cache = static_cast<std::uint8_t*>(p.cache.data);
+  auto* cache_scale = static_cast<std::uint8_t*>(p.cache_scale.data);
+  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  const std::int64_t x0 = p.x.stride(0);
+  const bool rank2 = p.x.rank == 2;  // no division per row
+#if HWY_TARGET != HWY_SCALAR
+  const bool fast = fast_e4m3(p);
+  const bool mx = p.options.quant_mode == IndexerQuantMode::mxfp8;
+#endif
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
-    widen(p, r, s.x.data());
-    std::uint8_t* codes = row_at(p.cache, slot, p.block_size);
-    std::uint8_t scale[8192 / 32 * 4];
-    switch (p.options.quant_mode) {
-      case IndexerQuantMode::fp8:
-        fp8_row(p, s, codes, scale);
-        break;
-      case IndexerQuantMode::mxfp8:
-        mxfp8_row(p, s, codes, scale);
-        break;
-      case IndexerQuantMode::hifloat8:
-        scale_by(s.x.data(), p.options.x_scale, s.y.data(), p.d);
-        simd_encode_hifloat8_sat(s.y.data(), codes, static_cast<std::size_t>(p.d));
-        break;
-      case IndexerQuantMode::mxfp4:
-        mxfp4_row(p, s, codes, scale);
-        break;
+    const std::uint16_t* src = x + (rank2 ? r * x0 : x_row(p.x, r));
+    std::uint8_t* codes = split.address(cache, c0, c1, slot);
+    bool done = false;
+#if HWY_TARGET != HWY_SCALAR
+    if (fast && mx) {
+      fast_mxfp8_row(p.d, s, src, codes);
+      done = true;
+    } else if (fast) {
+      done = fast_fp8_row(p.d, s, src, codes);
     }
-    if (scale_bytes != 0)
-      std::memcpy(row_at(p.cache_scale, slot, p.block_size), scale, scale_bytes);
+#endif
+    if (!done) general_row(p, s, src, codes);
+    std::uint8_t* scale = split.address(cache_scale, s0, s1, slot);
+    if (scale_bytes == 4) {
+      std::memcpy(scale, s.scale, 4);  // fp8, and mxfp8 / mxfp4 with d = 128: one move
+    } else if (scale_bytes != 0) {
+      std::memcpy(scale, s.scale, scale_bytes);
+    }
   }
 }
 
+}  // namespace HWY_NAMESPACE
 }  // namespace kvscatter::detail::indexer
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvscatter::detail::indexer {
+
+HWY_EXPORT(QuantizeRows);
+
+void quantize_rows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
+                   std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
+}
+
+}  // namespace kvscatter::detail::indexer
+#endif  // HWY_ONCE

@@ -1,7 +1,7 @@
 // Harness cases of IndexerQuantCache: the four modes with every cache and x dtype, both
 // round_scale settings, x of rank 2 to 4 with padded rows, rows wider than d, skipped rows, the
 // last slot, duplicate slots, empty inputs, caches strided along the block axis, unaligned
-// buffers, values across the whole range (zeros, subnormals, huge) and calls that must fail
+// buffers, values across the whole range (zeros, subnormals, huge, non-finite) and calls that must fail
 // (a slot that is neither -1 nor in the cache).
 #include <cmath>
 #include <cstdint>
@@ -62,21 +62,29 @@ Geometry random_geometry(std::mt19937_64& rng) {
   return g;
 }
 
-// x values: normal-distributed at a random scale, with zeros, subnormals, signed zeros and
-// huge values mixed in; finite only (non-finite codes are outside the contract).
+// x values: normal-distributed at a random scale. Per case, specials (zeros, signed zeros,
+// subnormal-sized and huge values; with `nonfinite`, infinities and NaNs) are absent, rare or
+// frequent, so the kernel's exact fast path, its per-group fallbacks and its general path are
+// all reached.
 std::vector<std::uint8_t> random_x(std::mt19937_64& rng, const Geometry& g, std::size_t count) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const float spread = std::ldexp(1.0f, static_cast<int>(pick(rng, -30, 12)));
+  const std::uint64_t rates[] = {0, 512, 32};
+  const std::uint64_t rate = rates[rng() % 3];
+  const bool nonfinite = rng() % 4 == 0;
   std::vector<std::uint8_t> out(count * 2);
   for (std::size_t i = 0; i < count; ++i) {
     float f = nd(rng) * spread;
-    const auto r = rng() % 32;
-    if (r == 0) f = 0.0f;
+    const auto r = rate == 0 ? rate : rng() % rate;
+    if (rate != 0 && r == 0) f = 0.0f;
     if (r == 1) f = -0.0f;
     if (r == 2) f = std::ldexp(nd(rng), -20);
     if (r == 3) f = 30000.0f * (rng() % 2 ? 1.0f : -1.0f);
+    if (r == 4) f = std::ldexp(nd(rng), -140);  // a bfloat16 subnormal (float16: zero)
+    if (r == 5 && nonfinite) f = rng() % 2 ? INFINITY : -INFINITY;
+    if (r == 6 && nonfinite) f = std::nanf("");
     auto code = static_cast<std::uint16_t>(formats::encode(g.xdt, f));
-    if (!std::isfinite(formats::decode(g.xdt, code))) code = 0;
+    if (!nonfinite && !std::isfinite(formats::decode(g.xdt, code))) code = 0;
     std::memcpy(out.data() + 2 * i, &code, 2);
   }
   return out;
@@ -131,4 +139,4 @@ Case generate(std::mt19937_64& rng) {
 }  // namespace
 }  // namespace kvscatter::harness
 
-KVS_HARNESS_CASES(indexer_quant_cache, kvscatter::harness::generate, 300);
+KVS_HARNESS_CASES(indexer_quant_cache, kvscatter::harness::generate, 400);
