@@ -15,7 +15,8 @@ import pathlib
 import random
 
 OPS = ["scatter_pa_kv_cache", "scatter_pa_kv_cache_with_k_scale", "kv_compress_epilog",
-       "kv_cache_update", "gather_pa_kv_cache", "scatter_pa_cache", "indexer_quant_cache"]
+       "kv_cache_update", "gather_pa_kv_cache", "scatter_pa_cache", "indexer_quant_cache",
+       "paged_kv_write", "paged_cache_gather", "paged_latent_write"]
 LENGTHS = [16, 48, 128, 384, 1024]
 PER_LENGTH = 8
 

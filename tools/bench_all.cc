@@ -26,6 +26,9 @@
 #include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
+#include "kvscatter/paged_cache_gather.h"
+#include "kvscatter/paged_kv_write.h"
+#include "kvscatter/paged_latent_write.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
@@ -244,6 +247,60 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   return w;
 }
 
+// paged_kv_write (vLLM's reshape_and_cache_flash): bfloat16 K/V into NHD caches, or into HND
+// caches interleaved in one [NB, 2, H, BS, D] allocation as vLLM allocates them; copy or fp8.
+Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads,
+                              std::int64_t dim) {
+  Workload w{"paged_kv_write",
+             std::string(format == KvCacheFormat::copy ? "copy" : "fp8_e4m3") +
+                 (hnd ? " HND-kv bf16" : " NHD bf16"),
+             std::to_string(heads) + "x" + std::to_string(dim), nullptr};
+  w.make = [format, hnd, heads, dim](std::int64_t tokens) {
+    struct Buffers {
+      Bytes key, value;
+      CacheBytes key_cache, value_cache;
+      std::vector<std::int64_t> slots;
+      std::vector<float> k_scale, v_scale;
+      PagedKvWritePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens), bs = kBlockSize, elems = heads * dim;
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 8);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->key.resize(static_cast<std::size_t>(tokens * elems * 2));
+    fill_tiled(reinterpret_cast<std::uint16_t*>(b->key.data()), b->key.size() / 2, bits);
+    b->value = b->key;
+    const DType cdt = format == KvCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const auto ces = static_cast<std::int64_t>(dtype_size(cdt));
+    const std::int64_t block = bs * elems;
+    b->key_cache.assign(static_cast<std::size_t>(nb * block * ces * (hnd ? 2 : 1)), 0);
+    if (!hnd) b->value_cache = b->key_cache;
+    b->slots = realistic_slots(tokens, bs, nb);
+    b->k_scale.assign(static_cast<std::size_t>(heads), 0.05f);
+    b->v_scale = b->k_scale;
+    PagedKvWriteOptions o;
+    o.format = format;
+    o.k_scale = TensorView(b->k_scale.data(), DType::float32, {heads});
+    o.v_scale = TensorView(b->v_scale.data(), DType::float32, {heads});
+    const std::vector<std::int64_t> shape{nb, bs, heads, dim};
+    const std::vector<std::int64_t> strides =
+        hnd ? std::vector<std::int64_t>{2 * block, dim, bs * dim, 1}
+            : std::vector<std::int64_t>{block, elems, dim, 1};
+    unsigned char* kc = b->key_cache.data();
+    unsigned char* vc = hnd ? kc + block * ces : b->value_cache.data();
+    b->plan = plan_paged_kv_write(
+        TensorView(b->key.data(), DType::bfloat16, {tokens, heads, dim}),
+        TensorView(b->value.data(), DType::bfloat16, {tokens, heads, dim}),
+        TensorView(kc, cdt, shape, strides), TensorView(vc, cdt, shape, strides),
+        TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    // read: key and value; written: their cache rows; plus the slot mapping.
+    const std::int64_t per_token = 2 * elems * (2 + ces);
+    return Case{[b] { execute(b->plan); }, written_tokens(tokens) * per_token + 8 * tokens};
+  };
+  return w;
+}
+
 // ScatterPaCache, plain scenario: one bfloat16 cache (an MLA latent cache, or K and V cached
 // separately), the key side of scatter_pa_kv_cache's Norm mode.
 Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
@@ -266,6 +323,90 @@ Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
     b->plan = plan_scatter_pa_cache(TensorView(b->key.data(), dt, {tokens, heads, dim}), cache,
                                     TensorView(b->slots.data(), DType::int64, {tokens}));
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * 2 * row + 8 * tokens};
+  };
+  return w;
+}
+
+// paged_cache_gather (vLLM's cp_gather_cache / gather_and_maybe_dequant_cache): MLA entries of
+// 576 elements, 8 sequences in shuffled blocks, copied (bfloat16) or dequantized (fp8 -> bf16).
+Workload paged_gather_workload(KvCacheFormat format) {
+  Workload w{"paged_cache_gather", format == KvCacheFormat::copy ? "copy bf16" : "fp8_e4m3->bf16",
+             "e576", nullptr};
+  w.make = [format](std::int64_t tokens) {
+    struct Buffers {
+      CacheBytes cache;
+      Bytes dst;
+      std::vector<std::int64_t> block_table, cu;
+      float scale = 0.25f;
+      PagedCacheGatherPlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t entry = 576, bs = 64, seqs = std::min<std::int64_t>(8, tokens);
+    const std::int64_t per_seq = (tokens + seqs - 1) / seqs, cols = (per_seq + bs - 1) / bs;
+    const std::int64_t nb = std::max<std::int64_t>(kMinBlocks, seqs * cols);
+    const DType sdt = format == KvCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const auto ses = static_cast<std::int64_t>(dtype_size(sdt));
+    Bytes codes = random_bytes(static_cast<std::size_t>(nb * bs * entry * ses), 9);
+    for (auto& c : codes) c &= 0xBF;  // finite values, no NaN codes
+    b->cache.assign(codes.begin(), codes.end());
+    b->dst.assign(static_cast<std::size_t>(tokens * entry * 2), 0);
+    std::vector<std::int64_t> order(static_cast<std::size_t>(nb));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937(11));
+    b->block_table.assign(order.begin(), order.begin() + seqs * cols);
+    b->cu.push_back(0);
+    for (std::int64_t i = 0; i < seqs; ++i) b->cu.push_back(std::min(tokens, (i + 1) * per_seq));
+    PagedCacheGatherOptions o;
+    o.format = format;
+    o.scale = TensorView(&b->scale, DType::float32, {1});
+    b->plan = plan_paged_cache_gather(TensorView(b->cache.data(), sdt, {nb, bs, entry}),
+                                      TensorView(b->dst.data(), DType::bfloat16, {tokens, entry}),
+                                      TensorView(b->block_table.data(), DType::int64, {seqs, cols}),
+                                      TensorView(b->cu.data(), DType::int64, {seqs + 1}), o);
+    // read: the cache entries; written: the bfloat16 rows.
+    return Case{[b] { execute(b->plan); }, tokens * entry * (ses + 2)};
+  };
+  return w;
+}
+
+// paged_latent_write (vLLM's concat_and_cache_mla): bfloat16 kv_c [T, 512] and k_pe [T, 64]
+// into a [NB, 128, E] cache: copy (E = 576), fp8_e4m3 (E = 576 bytes) or fp8_ds_mla (656 bytes).
+Workload latent_workload(LatentCacheFormat format) {
+  Workload w{"paged_latent_write", std::string(latent_cache_format_name(format)) + " bf16",
+             "512+64", nullptr};
+  w.make = [format](std::int64_t tokens) {
+    struct Buffers {
+      std::vector<std::uint16_t> kv_c, k_pe;
+      CacheBytes cache;
+      std::vector<std::int64_t> slots;
+      float scale = 0.05f;
+      PagedLatentWritePlan plan;
+    };
+    auto b = std::make_shared<Buffers>();
+    const std::int64_t nb = blocks_for(tokens);
+    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 10);
+    std::vector<std::uint16_t> bits(pattern.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    b->kv_c.resize(static_cast<std::size_t>(tokens * 512));
+    b->k_pe.resize(static_cast<std::size_t>(tokens * 64));
+    fill_tiled(b->kv_c.data(), b->kv_c.size(), bits);
+    fill_tiled(b->k_pe.data(), b->k_pe.size(), bits);
+    const bool ds = format == LatentCacheFormat::fp8_ds_mla;
+    const DType cdt = format == LatentCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const std::int64_t entry = ds ? 656 : 576;
+    const std::int64_t entry_bytes = entry * static_cast<std::int64_t>(dtype_size(cdt));
+    b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * entry_bytes), 0);
+    b->slots = realistic_slots(tokens, kBlockSize, nb);
+    PagedLatentWriteOptions o;
+    o.format = format;
+    o.scale = TensorView(&b->scale, DType::float32, {1});
+    b->plan = plan_paged_latent_write(TensorView(b->kv_c.data(), DType::bfloat16, {tokens, 512}),
+                                      TensorView(b->k_pe.data(), DType::bfloat16, {tokens, 64}),
+                                      TensorView(b->cache.data(), cdt, {nb, kBlockSize, entry}),
+                                      TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    // read: 576 bfloat16 values; written: the entry; plus the slot mapping.
+    return Case{[b] { execute(b->plan); },
+                written_tokens(tokens) * (576 * 2 + entry_bytes) + 8 * tokens};
   };
   return w;
 }
@@ -342,13 +483,13 @@ Workload gather_workload(std::int64_t heads, std::int64_t dim) {
       }
     }
     const DType dt = DType::bfloat16;
-    b->plan = plan_gather_pa_kv_cache(
-        TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
-        TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
-        TensorView(b->tables.data(), DType::int64, {batch, width}),
-        TensorView(b->lens.data(), DType::int64, {batch}),
-        TensorView(b->key.data(), dt, {tokens, heads, dim}),
-        TensorView(b->value.data(), dt, {tokens, heads, dim}));
+    b->plan =
+        plan_gather_pa_kv_cache(TensorView(b->key_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+                                TensorView(b->value_cache.data(), dt, {nb, kBlockSize, heads, dim}),
+                                TensorView(b->tables.data(), DType::int64, {batch, width}),
+                                TensorView(b->lens.data(), DType::int64, {batch}),
+                                TensorView(b->key.data(), dt, {tokens, heads, dim}),
+                                TensorView(b->value.data(), dt, {tokens, heads, dim}));
     // read: the cache rows and the block tables; written: the same rows.
     return Case{[b] { execute(b->plan); }, 2 * 2 * tokens * row + 8 * batch * (width + 1)};
   };
@@ -375,6 +516,15 @@ std::vector<Workload> all_workloads() {
       update_workload(DType::bfloat16, 8, 128),
       update_workload(DType::float32, 32, 128),
       update_workload(DType::bfloat16, 32, 128),
+      paged_write_workload(KvCacheFormat::copy, false, 8, 128),
+      paged_write_workload(KvCacheFormat::copy, true, 8, 128),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128),
+      paged_gather_workload(KvCacheFormat::copy),
+      paged_gather_workload(KvCacheFormat::fp8_e4m3),
+      latent_workload(LatentCacheFormat::copy),
+      latent_workload(LatentCacheFormat::fp8_e4m3),
+      latent_workload(LatentCacheFormat::fp8_ds_mla),
   };
 }
 
@@ -409,8 +559,7 @@ struct Target {
 constexpr Target kTargets[] = {
     {"Norm scatter", "scatter_pa_kv_cache Norm bf16 8x128", 0.85, 0.425, "performance issue"},
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
-    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425,
-     "performance issue"},
+    {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425, "performance issue"},
     {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
     {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.03, "performance issue"},
     {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.03, "performance issue"},
@@ -422,6 +571,22 @@ constexpr Target kTargets[] = {
      "bench/kv_cache_update_bench.cc"},
     {"FP8 scatter with key scales", "scatter_pa_kv_cache_with_k_scale fp8_e4m3 BNBD 8x128", 0.8,
      0.4, "docs/operators/scatter_pa_kv_cache_with_k_scale.md"},
+    {"paged write, copy", "paged_kv_write copy NHD bf16 8x128", 0.8, 0.4,
+     "docs/operators/paged_kv_write.md"},
+    {"paged write, copy, HND K/V", "paged_kv_write copy HND-kv bf16 8x128", 0.8, 0.4,
+     "docs/operators/paged_kv_write.md"},
+    {"paged write, fp8", "paged_kv_write fp8_e4m3 NHD bf16 8x128", 0.35, 0.08,
+     "docs/operators/paged_kv_write.md"},
+    {"paged write, fp8, HND K/V", "paged_kv_write fp8_e4m3 HND-kv bf16 8x128", 0.35, 0.08,
+     "docs/operators/paged_kv_write.md"},
+    {"paged gather, copy", "paged_cache_gather copy bf16 e576", 0.8, 0.2,
+     "docs/operators/paged_cache_gather.md"},
+    {"paged gather, fp8 dequant", "paged_cache_gather fp8_e4m3->bf16 e576", 0.35, 0.04,
+     "docs/operators/paged_cache_gather.md"},
+    {"latent write, copy", "paged_latent_write copy bf16 512+64", 0.8, 0.4,
+     "docs/operators/paged_latent_write.md"},
+    {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 0.35, 0.04,
+     "docs/operators/paged_latent_write.md"},
 };
 constexpr double kOverheadTargetUs = 2;  // decode: fixed cost per call (reported, not checked)
 

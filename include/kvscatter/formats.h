@@ -30,6 +30,13 @@ KVSCATTER_API float decode_float8_e4m3fn(std::uint8_t code) noexcept;
 KVSCATTER_API std::uint8_t encode_float8_e5m2(float x) noexcept;
 KVSCATTER_API float decode_float8_e5m2(std::uint8_t code) noexcept;
 
+// The saturating ("satfinite") float8 conversions of GPU KV caches: round to nearest even,
+// subnormals kept, the sign of zero kept; a magnitude above the largest finite value (infinity
+// included) gives the signed largest finite code (0x7E/0xFE for e4m3fn, 0x7B/0xFB for e5m2);
+// NaN gives 0x7F whatever its sign.
+KVSCATTER_API std::uint8_t encode_float8_e4m3fn_satfinite(float x) noexcept;
+KVSCATTER_API std::uint8_t encode_float8_e5m2_satfinite(float x) noexcept;
+
 // float8_e8m0 (OCP MX scale, unsigned exponent only): see docs/formats.md for the rounding of
 // a general float32 input; 0xFF is NaN.
 KVSCATTER_API std::uint8_t encode_float8_e8m0(float x) noexcept;

@@ -192,6 +192,80 @@ KVSCATTER_API kvsStatus kvsKvCompressEpilogGetWorkspaceSize(
 KVSCATTER_API kvsStatus kvsKvCompressEpilog(void *workspace, uint64_t workspace_size,
                                             kvsExecutor *executor) KVS_NOEXCEPT;
 
+/* ---- PagedKvWrite (docs/operators/paged_kv_write.md) ------------------------------------- */
+
+enum {
+  KVS_PAGED_KV_WRITE_KEY_INDEX = 0,
+  KVS_PAGED_KV_WRITE_VALUE_INDEX = 1,
+  KVS_PAGED_KV_WRITE_KEY_CACHE_INDEX = 2,
+  KVS_PAGED_KV_WRITE_VALUE_CACHE_INDEX = 3,
+  KVS_PAGED_KV_WRITE_SLOT_MAPPING_INDEX = 4,
+  KVS_PAGED_KV_WRITE_K_SCALE_INDEX = 5,
+  KVS_PAGED_KV_WRITE_V_SCALE_INDEX = 6
+};
+
+/* key, value [T, H, D] float32/float16/bfloat16; key_cache, value_cache 4-D views with any
+ * strides (unit stride on head_size), each addressed through its own strides; slot_mapping [N]
+ * int32/int64 (negative: padding). format: "copy" (default) | "fp8_e4m3" | "fp8_e5m2".
+ * layout: "NHD" (default, [blocks, block_size, H, D]) | "HND" ([blocks, H, block_size, D]).
+ * k_scale, v_scale: float32 with 1 or H elements, NULL when absent (required by fp8). */
+KVSCATTER_API kvsStatus kvsPagedKvWriteGetWorkspaceSize(
+    const kvsTensor *key, const kvsTensor *value, kvsTensor *key_cache, kvsTensor *value_cache,
+    const kvsTensor *slot_mapping, const kvsTensor *k_scale, const kvsTensor *v_scale,
+    const char *format, const char *layout, uint64_t *workspace_size,
+    kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsPagedKvWrite(void *workspace, uint64_t workspace_size,
+                                        kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- PagedCacheGather (docs/operators/paged_cache_gather.md) ----------------------------- */
+
+enum {
+  KVS_PAGED_CACHE_GATHER_SRC_CACHE_INDEX = 0,
+  KVS_PAGED_CACHE_GATHER_DST_INDEX = 1,
+  KVS_PAGED_CACHE_GATHER_BLOCK_TABLE_INDEX = 2,
+  KVS_PAGED_CACHE_GATHER_CU_SEQ_LENS_INDEX = 3,
+  KVS_PAGED_CACHE_GATHER_SCALE_INDEX = 4,
+  KVS_PAGED_CACHE_GATHER_SEQ_STARTS_INDEX = 5,
+  KVS_PAGED_CACHE_GATHER_TOKEN_TO_SEQ_INDEX = 6
+};
+
+/* src_cache [num_blocks, block_size, *entry]; dst [rows, *entry]; block_table [>= B, W];
+ * cu_seq_lens [>= B + 1]; index tensors int32 or int64, one dtype. batch_size B: -1 means
+ * len(cu_seq_lens) - 1. token_to_seq NULL: every row of [cu[0], cu[B]) is gathered; otherwise
+ * rows t < num_tokens, row t from sequence token_to_seq[t]. seq_starts, scale: NULL when
+ * absent. format: "copy" (default) | "fp8_e4m3" | "fp8_e5m2" (dequantize; scale required). */
+KVSCATTER_API kvsStatus kvsPagedCacheGatherGetWorkspaceSize(
+    const kvsTensor *src_cache, kvsTensor *dst, const kvsTensor *block_table,
+    const kvsTensor *cu_seq_lens, const kvsTensor *scale, const kvsTensor *seq_starts,
+    const kvsTensor *token_to_seq, int64_t batch_size, int64_t num_tokens, const char *format,
+    uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsPagedCacheGather(void *workspace, uint64_t workspace_size,
+                                            kvsExecutor *executor) KVS_NOEXCEPT;
+
+/* ---- PagedLatentWrite (docs/operators/paged_latent_write.md) ----------------------------- */
+
+enum {
+  KVS_PAGED_LATENT_WRITE_KV_C_INDEX = 0,
+  KVS_PAGED_LATENT_WRITE_K_PE_INDEX = 1,
+  KVS_PAGED_LATENT_WRITE_KV_CACHE_INDEX = 2,
+  KVS_PAGED_LATENT_WRITE_SLOT_MAPPING_INDEX = 3,
+  KVS_PAGED_LATENT_WRITE_SCALE_INDEX = 4
+};
+
+/* kv_c [T, latent_dim], k_pe [T, pe_dim] float32/float16/bfloat16; kv_cache [num_blocks,
+ * block_size, entry] with entry = latent_dim + pe_dim (656 bytes for fp8_ds_mla); slot_mapping
+ * [N] int32/int64 (negative: padding). format: "copy" (default) | "fp8_e4m3" | "fp8_e5m2" |
+ * "fp8_ds_mla". scale: float32 with 1 element, NULL when absent (required by fp8_e4m3/e5m2). */
+KVSCATTER_API kvsStatus kvsPagedLatentWriteGetWorkspaceSize(
+    const kvsTensor *kv_c, const kvsTensor *k_pe, kvsTensor *kv_cache,
+    const kvsTensor *slot_mapping, const kvsTensor *scale, const char *format,
+    uint64_t *workspace_size, kvsExecutor **executor) KVS_NOEXCEPT;
+
+KVSCATTER_API kvsStatus kvsPagedLatentWrite(void *workspace, uint64_t workspace_size,
+                                            kvsExecutor *executor) KVS_NOEXCEPT;
+
 /* ---- KvCacheUpdate: contiguous cache update (docs/operators/kv_cache_update.md) ---------- */
 
 enum {

@@ -35,6 +35,9 @@ __all__ = [
     "npu_gather_pa_kv_cache",
     "npu_scatter_pa_cache",
     "npu_scatter_pa_kv_cache",
+    "paged_cache_gather",
+    "paged_kv_write",
+    "paged_latent_write",
     "scatter_pa_cache",
     "scatter_pa_kv_cache",
     "scatter_pa_kv_cache_with_k_scale",
@@ -514,6 +517,145 @@ def scatter_pa_kv_cache_with_k_scale(
         cache_layout,
         formats.canonical_dtype(dtype),
     )
+
+
+def paged_kv_write(
+    key,
+    value,
+    key_cache,
+    value_cache,
+    slot_mapping,
+    *,
+    format="copy",
+    layout="NHD",
+    k_scale=None,
+    v_scale=None,
+) -> None:
+    """Writes each token's key and value vectors into paged K and V caches at ``slot_mapping``.
+
+    Each cache is addressed through its own strides, so NHD and HND caches, K and V interleaved
+    in one ``[num_blocks, 2, ...]`` allocation and padded blocks are written in place.
+
+    Parameters
+    ----------
+    key, value : array_like
+        ``[T, num_heads, head_size]`` float32, float16 or bfloat16, any token and head strides.
+        Only the first ``len(slot_mapping)`` rows are read.
+    key_cache, value_cache : array_like
+        4-D caches of equal shape and dtype: ``[num_blocks, block_size, num_heads, head_size]``
+        for ``layout="NHD"``, ``[num_blocks, num_heads, block_size, head_size]`` for
+        ``layout="HND"``. The dtype is the input dtype for ``format="copy"``, ``uint8`` or the
+        matching float8 dtype for the fp8 formats. Updated in place.
+    slot_mapping : array_like
+        ``[num_tokens]`` int32 or int64. Slot ``s`` is row ``s % block_size`` of block
+        ``s // block_size``; negative slots are padding; duplicates: the last token wins.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        ``"copy"`` stores the input bytes; the fp8 formats store ``x / scale`` rounded to nearest
+        even, saturated to the largest finite value, NaN as ``0x7F``.
+    layout : {"NHD", "HND"}
+        How the cache dimensions are ordered (see above).
+    k_scale, v_scale : array_like, optional
+        float32 with 1 (per tensor) or ``num_heads`` (per head) elements, equal shapes. Required
+        by the fp8 formats; validated and unused by ``"copy"``.
+
+    Raises
+    ------
+    kvscatter.Error
+        Any broken rule (shapes, dtypes, strides, overlapping caches, a slot past the cache);
+        nothing has been written.
+    """
+    _ext.paged_kv_write(
+        key, value, key_cache, value_cache, slot_mapping, format, layout, k_scale, v_scale, None
+    )
+
+
+def paged_cache_gather(
+    src_cache,
+    dst,
+    block_table,
+    cu_seq_lens,
+    *,
+    format="copy",
+    scale=None,
+    batch_size=-1,
+    seq_starts=None,
+    token_to_seq=None,
+    num_tokens=0,
+) -> None:
+    """Copies the cached entries of sequences out of a paged cache into ``dst``, in place.
+
+    Sequence ``b`` fills rows ``[cu_seq_lens[b], cu_seq_lens[b+1])``; its position ``p`` is
+    read from block ``block_table[b, pos // block_size]``, row ``pos % block_size``, with
+    ``pos = p + seq_starts[b]``.
+
+    Parameters
+    ----------
+    src_cache : array_like
+        ``[num_blocks, block_size, *entry]``, entry dims C-contiguous, any block and slot strides.
+    dst : array_like
+        ``[rows, *entry]``, entry C-contiguous, any row stride. Rows not gathered keep their
+        values.
+    block_table : array_like
+        ``[>= batch_size, W]`` int32 or int64; entries that are not read are not checked.
+    cu_seq_lens : array_like
+        ``[>= batch_size + 1]``, same dtype, ``cu_seq_lens[0] >= 0`` and non-decreasing.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        ``"copy"``: raw bytes, ``src_cache`` and ``dst`` share a dtype of 1, 2 or 4 bytes. The fp8
+        formats dequantize ``uint8`` / float8 codes: ``float(code) * scale`` in float32, rounded
+        to nearest even into ``dst``'s float type, NaN as that type's canonical NaN.
+    scale : array_like, optional
+        float32 with one element; required by the fp8 formats.
+    batch_size : int
+        Sequences gathered; ``-1`` means ``len(cu_seq_lens) - 1``.
+    seq_starts : array_like, optional
+        ``[>= batch_size]`` position of the first gathered token of each sequence (any alignment).
+    token_to_seq : array_like, optional
+        Row-driven form: row ``t < num_tokens`` belongs to sequence ``token_to_seq[t]`` and is
+        skipped when ``t >= cu_seq_lens[b + 1]``.
+    num_tokens : int
+        Rows examined with ``token_to_seq``.
+
+    Raises
+    ------
+    kvscatter.Error
+        Any broken rule (shapes, dtypes, strides, a block-table entry or column out of range, an
+        out-of-order ``cu_seq_lens``); ``dst`` is untouched.
+    """
+    _ext.paged_cache_gather(
+        src_cache, dst, block_table, cu_seq_lens, format, scale, batch_size, seq_starts,
+        token_to_seq, num_tokens, None,
+    )
+
+
+def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", scale=None) -> None:
+    """Writes one cache row ``[kv_c | k_pe]`` per token into a paged latent cache, in place.
+
+    Parameters
+    ----------
+    kv_c, k_pe : array_like
+        ``[T, kv_lora_rank]`` and ``[T, pe_dim]``, float32, float16 or bfloat16 (one dtype), any
+        token stride; only the first ``len(slot_mapping)`` rows are read.
+    kv_cache : array_like
+        ``[num_blocks, block_size, entry]``, any block and slot strides, unit stride on the entry
+        axis. ``entry = kv_lora_rank + pe_dim`` elements of the input dtype (``"copy"``) or of
+        ``uint8`` / float8 codes (fp8), or 656 ``uint8`` bytes (``"fp8_ds_mla"``).
+    slot_mapping : array_like
+        ``[num_tokens]`` int32 or int64; negative slots are padding; duplicates: the last wins.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"}
+        The fp8 formats store ``x / scale`` (saturating, NaN as ``0x7F``) for both parts.
+        ``"fp8_ds_mla"`` (``kv_lora_rank`` 512, ``pe_dim`` 64, float16/bfloat16 inputs) stores
+        512 e4m3 codes quantized per tile of 128 with ``max(amax / 448, FLT_MIN)`` (NaNs ignored),
+        the 4 float32 tile scales, then the 64 raw 16-bit ``k_pe`` values.
+    scale : array_like, optional
+        float32 with one element; required by ``"fp8_e4m3"``/``"fp8_e5m2"``, validated and
+        unused otherwise.
+
+    Raises
+    ------
+    kvscatter.Error
+        Any broken rule; nothing has been written.
+    """
+    _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, format, scale, None)
 
 
 def kv_compress_epilog(

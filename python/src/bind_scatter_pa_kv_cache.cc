@@ -32,13 +32,7 @@ std::optional<std::array<std::int64_t, 2>> pair_arg(nb::handle obj, const char* 
   }
   std::array<std::int64_t, 2> out{};
   for (std::size_t i = 0; i < 2; ++i) {
-    nb::object item = seq[i];
-    if (PyBool_Check(item.ptr()) || !PyIndex_Check(item.ptr())) {
-      throw nb::type_error((std::string(name) + "[" + std::to_string(i) + "] must be an int, got " +
-                            nb::cast<std::string>(nb::repr(item)))
-                               .c_str());
-    }
-    out[i] = nb::cast<std::int64_t>(nb::steal(PyNumber_Index(item.ptr())));
+    out[i] = int_arg(seq[i], (std::string(name) + "[" + std::to_string(i) + "]").c_str());
   }
   return out;
 }

@@ -13,6 +13,9 @@ void bind_scatter_pa_kv_cache_with_k_scale(nanobind::module_& m);
 void bind_gather_pa_kv_cache(nanobind::module_& m);
 void bind_scatter_pa_cache(nanobind::module_& m);
 void bind_indexer_quant_cache(nanobind::module_& m);
+void bind_paged_kv_write(nanobind::module_& m);
+void bind_paged_cache_gather(nanobind::module_& m);
+void bind_paged_latent_write(nanobind::module_& m);
 // Sets has_jax_ffi and exposes the XLA FFI handlers as capsules (jax_ffi.cc).
 void bind_jax_ffi(nanobind::module_& m);
 

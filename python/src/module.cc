@@ -56,6 +56,9 @@ NB_MODULE(_kvscatter, m) {
   python::bind_gather_pa_kv_cache(m);
   python::bind_scatter_pa_cache(m);
   python::bind_indexer_quant_cache(m);
+  python::bind_paged_kv_write(m);
+  python::bind_paged_cache_gather(m);
+  python::bind_paged_latent_write(m);
 #ifdef KVSCATTER_HAVE_XLA_FFI
   python::bind_jax_ffi(m);
 #else

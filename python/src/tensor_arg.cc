@@ -372,4 +372,12 @@ std::string str_arg(nb::handle obj, const char* name, const char* default_value)
   return nb::cast<std::string>(obj);
 }
 
+std::int64_t int_arg(nb::handle obj, const char* name) {
+  if (PyBool_Check(obj.ptr()) || !PyIndex_Check(obj.ptr())) {
+    throw nb::type_error(
+        cat(name, " must be an int, got ", nb::cast<std::string>(nb::repr(obj))).c_str());
+  }
+  return nb::cast<std::int64_t>(nb::steal(PyNumber_Index(obj.ptr())));
+}
+
 }  // namespace kvscatter::python

@@ -10,6 +10,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,6 +51,10 @@ void apply_dtype_override(nb::handle dtype, std::initializer_list<NamedView> vie
 // A mode-string argument: None -> default_value; anything but a str raises TypeError naming the
 // argument. The text is parsed by the library's parse_* helper for the mode.
 std::string str_arg(nb::handle obj, const char* name, const char* default_value);
+
+// An integer argument (an int or anything with __index__, bools excepted); anything else raises
+// TypeError naming the argument.
+std::int64_t int_arg(nb::handle obj, const char* name);
 
 // Canonical name -> DType; throws nb::value_error listing the known names.
 DType parse_dtype_name(const std::string& name);

@@ -83,6 +83,12 @@ const char* planner_name(Op op) noexcept {
       return "kvsScatterPaCacheGetWorkspaceSize";
     case Op::indexer_quant_cache:
       return "kvsIndexerQuantCacheGetWorkspaceSize";
+    case Op::paged_kv_write:
+      return "kvsPagedKvWriteGetWorkspaceSize";
+    case Op::paged_cache_gather:
+      return "kvsPagedCacheGatherGetWorkspaceSize";
+    case Op::paged_latent_write:
+      return "kvsPagedLatentWriteGetWorkspaceSize";
   }
   return "?";
 }
@@ -103,6 +109,12 @@ const char* runner_name(Op op) noexcept {
       return "kvsScatterPaCache";
     case Op::indexer_quant_cache:
       return "kvsIndexerQuantCache";
+    case Op::paged_kv_write:
+      return "kvsPagedKvWrite";
+    case Op::paged_cache_gather:
+      return "kvsPagedCacheGather";
+    case Op::paged_latent_write:
+      return "kvsPagedLatentWrite";
   }
   return "?";
 }

@@ -30,6 +30,9 @@ enum class Op : std::uint8_t {
   gather_pa_kv_cache,
   scatter_pa_cache,
   indexer_quant_cache,
+  paged_kv_write,
+  paged_cache_gather,
+  paged_latent_write,
 };
 
 // Name of the GetWorkspaceSize function that creates an executor of `op`, and of the function

@@ -5,6 +5,8 @@
 #include <limits>
 #include <string>
 
+#include "core/overlap.h"
+
 namespace kvscatter::detail {
 
 void fail(Status status, const std::string& message) { throw Error(status, message); }
@@ -123,6 +125,21 @@ void require_no_self_overlap(const TensorView& t, std::string_view name) {
     }
     extent = t.stride(a) * (t.dim(a) - 1) + extent;
   }
+}
+
+void require_disjoint(const TensorView& k, std::string_view k_name, const TensorView& v,
+                      std::string_view v_name) {
+  if (!may_overlap(k, v)) return;
+  // The wording of the execute-time check of outputs (core/overlap.cc), which this one precedes.
+  invalid(k_name, " ", k.describe(), " and ", v_name, " ", v.describe(),
+          " share memory; outputs of one call must not overlap");
+}
+
+void require_scalar_scale(const TensorView& t, std::string_view name) {
+  if (t.dtype != DType::float32) invalid(name, " must be float32, got ", dtype_name(t.dtype));
+  require_sane_layout(t, name);
+  if (t.numel() != 1) invalid(name, " has ", t.numel(), " elements; expected 1");
+  require_data(t, name);
 }
 
 }  // namespace kvscatter::detail

@@ -40,6 +40,14 @@ void require_sane_layout(const TensorView& t, std::string_view name);
 // one, or strides that interleave): concurrent row writes into such an output would race and
 // the result would depend on the thread count.
 void require_no_self_overlap(const TensorView& t, std::string_view name);
+// Two outputs may share one allocation (K and V interleaved per block) but never an element:
+// writes of both to the same bytes would depend on the order of the writes. The test is
+// may_overlap's (core/overlap.h): exact for views of one shape and strides, otherwise any
+// meeting of their address ranges is rejected.
+void require_disjoint(const TensorView& a, std::string_view a_name, const TensorView& b,
+                      std::string_view b_name);
+// A scale given as a tensor: float32 with exactly one element, bound to data.
+void require_scalar_scale(const TensorView& t, std::string_view name);
 // Index tensors: int32 or int64 (see docs/semantics.md, "Index tensors").
 void require_index(const TensorView& t, std::string_view name);
 

@@ -3,6 +3,9 @@
 #include <bit>
 #include <vector>
 
+#include "core/check.h"
+#include "core/index.h"
+
 namespace kvscatter::detail {
 
 bool keep_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots) {
@@ -60,6 +63,18 @@ bool keep_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots) {
     }
   }
   return dropped;
+}
+
+void read_padded_slots(const TensorView& slot_mapping, std::int64_t num_slots,
+                       std::int64_t block_size, std::string_view cache,
+                       std::vector<std::int64_t>& slots) {
+  read_indices(slot_mapping, slots);
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < num_slots) continue;
+    invalid("slot_mapping[", t, "] = ", slots[t], " is out of range [0, ", num_slots, ") (", cache,
+            " has ", num_slots / block_size, " blocks of ", block_size,
+            " slots; negative slots mark padding)");
+  }
 }
 
 }  // namespace kvscatter::detail

@@ -3,6 +3,10 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <vector>
+
+#include "kvscatter/tensor.h"
 
 namespace kvscatter::detail {
 
@@ -42,5 +46,12 @@ class SlotSplitter {
 // result of a sequential pass in token order. Entries must be negative (skipped) or in
 // [0, num_slots). Returns whether any entry was dropped. Allocates nothing once warm.
 bool keep_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots);
+
+// Reads a slot-per-token slot_mapping into `slots` and rejects any entry at or past num_slots
+// (negative entries are padding; see docs/semantics.md, "Out-of-range slots"). The message
+// names `cache` and its blocks of block_size slots.
+void read_padded_slots(const TensorView& slot_mapping, std::int64_t num_slots,
+                       std::int64_t block_size, std::string_view cache,
+                       std::vector<std::int64_t>& slots);
 
 }  // namespace kvscatter::detail

@@ -133,6 +133,28 @@ float decode_float8_e5m2(std::uint8_t code) noexcept {
   return with_sign(small_float_value<2, 15>(mag), negative);
 }
 
+// ---- saturating float8 ----------------------------------------------------------------------
+
+// Clamping the magnitude to the largest finite value before rounding is the saturation rule:
+// every magnitude above it (infinity included) becomes that value's code.
+std::uint8_t encode_float8_e4m3fn_satfinite(float x) noexcept {
+  const std::uint32_t b = bits_of(x);
+  const std::uint32_t a = b & kAbsMask;
+  if (a > kF32Inf) return 0x7Fu;
+  const std::uint32_t sign = (b >> 24) & 0x80u;
+  const std::uint32_t mag = round_to_small_float<3, 7>(a < 0x43E00000u ? a : 0x43E00000u);
+  return static_cast<std::uint8_t>(sign | mag);
+}
+
+std::uint8_t encode_float8_e5m2_satfinite(float x) noexcept {
+  const std::uint32_t b = bits_of(x);
+  const std::uint32_t a = b & kAbsMask;
+  if (a > kF32Inf) return 0x7Fu;
+  const std::uint32_t sign = (b >> 24) & 0x80u;
+  const std::uint32_t mag = round_to_small_float<2, 15>(a < 0x47600000u ? a : 0x47600000u);
+  return static_cast<std::uint8_t>(sign | mag);
+}
+
 // ---- float8_e8m0 ----------------------------------------------------------------------------
 
 // Matches ml_dtypes.float8_e8m0fnu: zero, negatives, Inf and NaN have no code and give NaN;

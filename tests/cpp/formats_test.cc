@@ -893,5 +893,56 @@ TEST(FormatsBatchExhaustive, EveryFloat32OnEveryTarget) {
   }
 }
 
+
+// The saturating conversions of GPU fp8 KV caches: the table of the paged_kv_write docs.
+TEST(FormatsSatfinite, Float8Table) {
+  struct Row {
+    float q;
+    std::uint8_t e4m3, e5m2;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const Row rows[] = {
+      {1.0f, 0x38, 0x3C},
+      {0.1f, 0x1D, 0x2E},
+      {17.0f, 0x58, 0x4C},
+      {448.0f, 0x7E, 0x5F},
+      {464.0f, 0x7E, 0x5F},
+      {57344.0f, 0x7E, 0x7B},
+      {1e6f, 0x7E, 0x7B},
+      {61440.0f, 0x7E, 0x7B},
+      {-0.0f, 0x80, 0x80},
+      {-1e-30f, 0x80, 0x80},
+      {std::ldexp(1.0f, -10), 0x00, 0x14},
+      {1.5f * std::ldexp(1.0f, -10), 0x01, 0x16},
+      {-inf, 0xFE, 0xFB},
+      {inf, 0x7E, 0x7B},
+      {-1e6f, 0xFE, 0xFB},
+  };
+  for (const Row& r : rows) {
+    EXPECT_EQ(encode_float8_e4m3fn_satfinite(r.q), r.e4m3) << r.q;
+    EXPECT_EQ(encode_float8_e5m2_satfinite(r.q), r.e5m2) << r.q;
+  }
+  for (std::uint32_t nan : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u}) {
+    const float x = std::bit_cast<float>(nan);
+    EXPECT_EQ(encode_float8_e4m3fn_satfinite(x), 0x7F);
+    EXPECT_EQ(encode_float8_e5m2_satfinite(x), 0x7F);
+  }
+}
+
+// Inside the finite range the saturating conversions agree with the plain ones.
+TEST(FormatsSatfinite, AgreeWithPlainEncodersInRange) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200000; ++i) {
+    const float x = std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
+    if (std::isnan(x)) continue;
+    if (std::fabs(x) <= 448.0f) {
+      EXPECT_EQ(encode_float8_e4m3fn_satfinite(x), encode_float8_e4m3fn(x)) << x;
+    }
+    if (std::fabs(x) <= 57344.0f) {
+      EXPECT_EQ(encode_float8_e5m2_satfinite(x), encode_float8_e5m2(x)) << x;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter::formats

@@ -320,10 +320,13 @@ std::vector<Rejection> rejections() {
       {"key.strides[2] must be 1", "got 2"});
   add("ValueLastAxisStrided", norm, {}, [](Args& a) { a.value->strides[2] = 0; }, inv,
       {"value.strides[2] must be 1", "got 0"});
-  add("CacheInnerStrided", norm, {}, [](Args& a) { a.key_cache.strides[1] = 32; }, inv,
-      {"key_cache.strides[1] must be 16", "block axis", "got 32"});
+  // Norm caches take any block, slot and head strides whose elements stay distinct.
+  add("CacheSlotsCollide", norm, {}, [](Args& a) { a.key_cache.strides[1] = 32; }, inv,
+      {"key_cache must not overlap itself", "dimension 0 has stride 64, needs at least 112"});
+  add("CacheHeadSizeStrided", norm, {}, [](Args& a) { a.key_cache.strides[3] = 2; }, inv,
+      {"key_cache.strides[3] must be 1", "head_size axis must be contiguous", "got 2"});
   add("CacheBlocksOverlap", norm, {}, [](Args& a) { a.value_cache->strides[0] = 40; }, inv,
-      {"value_cache.strides[0] must be >= 48", "got 40"});
+      {"value_cache must not overlap itself", "dimension 0 has stride 40, needs at least 48"});
   add("CachesAlias", norm, {}, [](Args& a) { a.value_cache->data = a.key_cache.data; }, inv,
       {"key_cache and value_cache must be different memory"});
 

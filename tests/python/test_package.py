@@ -1,5 +1,6 @@
 """Package-level behaviour: import, version, runtime settings, error type."""
 
+import importlib
 import importlib.metadata
 import pathlib
 import re
@@ -22,6 +23,9 @@ def test_public_api():
         assert hasattr(kvscatter, name), name
     assert kvscatter.npu_scatter_pa_kv_cache is kvscatter.torch_npu.npu_scatter_pa_kv_cache
     assert issubclass(kvscatter.Error, ValueError)
+    vllm = importlib.import_module("kvscatter.vllm")
+    for name in vllm.__all__:
+        assert callable(getattr(vllm, name)), name
 
 
 def test_threads_round_trip():

@@ -54,13 +54,15 @@ SideJob side_job(const ScatterPaKvCachePlan& p, const TensorView& x, const Tenso
     j.head_pitch = (j.head_bytes / 32) * j.chunk_pitch;
     j.merged = src_heads_contiguous;
   } else if (p.scatter_mode == ScatterMode::NHSD) {
-    j.slot_pitch = j.head_bytes;
-    j.head_pitch = p.block_size * j.head_bytes;
-    j.merged = src_heads_contiguous && (p.num_heads <= 1 || p.block_size == 1);
+    // [num_blocks, num_heads, block_size, head_size], each axis at its own stride.
+    j.head_pitch = cache.stride(1) * es;
+    j.slot_pitch = cache.stride(2) * es;
+    j.merged = src_heads_contiguous && (p.num_heads <= 1 || j.head_pitch == j.head_bytes);
   } else {
-    j.slot_pitch = p.num_heads * j.head_bytes;
-    j.head_pitch = j.head_bytes;
-    j.merged = src_heads_contiguous;
+    // [num_blocks, block_size, num_heads, head_size], each axis at its own stride.
+    j.slot_pitch = cache.stride(1) * es;
+    j.head_pitch = cache.stride(2) * es;
+    j.merged = src_heads_contiguous && (p.num_heads <= 1 || j.head_pitch == j.head_bytes);
   }
   return j;
 }

@@ -112,12 +112,12 @@ HWY_INLINE void WriteGroup(const SideJob& j, const SlotSplitter& split, std::int
                            std::int64_t slot, std::int64_t n, bool stream) {
   unsigned char* dst = split.address(j.dst, j.block_stride, j.slot_pitch, slot);
   const unsigned char* src = j.src + t * j.src_token;
-  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots is one run of n * head_bytes
+  if (j.chunk_pitch == 0) {  // NHSD: head h of the n slots, slot_pitch apart
     for (std::int64_t i0 = 0; i0 < n; i0 += kTile) {
       const std::int64_t m = std::min(kTile, n - i0);
       for (std::int64_t h = 0; h < j.num_heads; ++h) {
         for (std::int64_t i = i0; i < i0 + m; ++i) {
-          CopyBytes(dst + h * j.head_pitch + i * j.head_bytes,
+          CopyBytes(dst + h * j.head_pitch + i * j.slot_pitch,
                     src + i * j.src_token + h * j.src_head, static_cast<std::size_t>(j.head_bytes));
         }
       }

@@ -8,6 +8,7 @@
 
 #include "core/check.h"
 #include "core/index.h"
+#include "core/slots.h"
 #include "ops/scatter_pa_kv_cache/internal.h"
 
 namespace kvscatter {
@@ -101,8 +102,16 @@ void require_inner_contiguous(const TensorView& t, const char* name, int from, c
 }
 
 // A cache: inner axes contiguous; blocks may be further apart than one block (a cache view
-// into a larger [num_blocks, 2, ...] tensor) but must not overlap.
-void require_cache_layout(const TensorView& t, const char* name) {
+// into a larger [num_blocks, 2, ...] tensor) but must not overlap. The slot-per-token Norm and
+// NHSD layouts take any strides on their block, slot and head axes instead (an HND cache passed
+// as a permuted view, K and V interleaved per block): only the head_size axis must be contiguous
+// and no two elements may share memory.
+void require_cache_layout(const TensorView& t, const char* name, bool any_strides) {
+  if (any_strides) {
+    require_inner_contiguous(t, name, t.rank - 1, "the head_size axis must be contiguous");
+    require_no_self_overlap(t, name);
+    return;
+  }
   require_inner_contiguous(t, name, 1, "a cache may be strided only along its block axis");
   std::int64_t block = 1;
   for (int i = 1; i < t.rank; ++i) block = checked_mul(block, t.dim(i), name);
@@ -451,12 +460,14 @@ void check_source_rows(const ScatterPaKvCachePlan& p) {
 }
 
 void check_memory(const ScatterPaKvCachePlan& p) {
-  require_cache_layout(p.key_cache, "key_cache");
+  const bool any_strides = p.cache_mode == CacheMode::Norm && !is_compress(p.scatter_mode);
+  require_cache_layout(p.key_cache, "key_cache", any_strides);
   if (p.value) {
-    require_cache_layout(*p.value_cache, "value_cache");
+    require_cache_layout(*p.value_cache, "value_cache", any_strides);
     if (p.value_cache->data != nullptr && p.value_cache->data == p.key_cache.data) {
       invalid("key_cache and value_cache must be different memory, got the same data pointer");
     }
+    if (any_strides) require_disjoint(p.key_cache, "key_cache", *p.value_cache, "value_cache");
   }
   if (p.scatter_mode == ScatterMode::Nct) {
     check_nct_side(p.key, "key", p.strides[0], p.offsets[0], "0", "0");
@@ -480,17 +491,7 @@ void check_mode_values(const ScatterPaKvCacheOptions& o) {
 
 // Slot-per-token modes: every slot below num_slots (negative slots are padding).
 void check_slots(const ScatterPaKvCachePlan& p, CheckedData& out) {
-  const IndexReader slot(p.slot_mapping);
-  out.slots.resize(static_cast<std::size_t>(p.num_tokens));
-  for (std::int64_t t = 0; t < p.num_tokens; ++t) {
-    const std::int64_t s = slot[t];
-    if (s >= p.num_slots) {
-      invalid("slot_mapping[", t, "] = ", s, " is out of range [0, ", p.num_slots,
-              ") (key_cache has ", p.num_blocks, " blocks of ", p.block_size,
-              " slots; negative slots mark padding)");
-    }
-    out.slots[static_cast<std::size_t>(t)] = s;
-  }
+  read_padded_slots(p.slot_mapping, p.num_slots, p.block_size, "key_cache", out.slots);
 }
 
 // seq_lens: non-negative, within the padded length of a 4-D key, summing to the tokens of a

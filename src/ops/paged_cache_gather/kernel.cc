@@ -1,0 +1,118 @@
+// The PagedCacheGather SIMD kernel, compiled once per target: entry copies, or fp8 codes decoded,
+// scaled and rounded to the destination's float type. No threads here.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/paged_cache_gather/kernel.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/bytes-inl.h"
+#include "formats/fp8-inl.h"
+#include "kvscatter/formats.h"
+#include "ops/paged_cache_gather/kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::detail::paged_cache_gather::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using detail::HWY_NAMESPACE::CopyBytes;
+
+using DF = hn::ScalableTag<float>;
+using DU = hn::RebindToUnsigned<DF>;
+using D8 = hn::Rebind<std::uint8_t, DF>;
+
+// Values dequantized per step into a float buffer before the 16-bit conversions.
+constexpr std::size_t kChunk = 512;
+
+// out[i] = float(code[i]) * scale, NaN as the canonical 0x7FFFFFFF (which the 16-bit encoders
+// turn into their canonical 0x7FFF). Full vectors only: n is a multiple of the lane count.
+template <bool kE4M3>
+HWY_INLINE void DequantF32(const std::uint8_t* HWY_RESTRICT codes, std::size_t n, float scale,
+                           float* HWY_RESTRICT out) {
+  const DF df;
+  const DU du;
+  const D8 d8;
+  const std::size_t N = hn::Lanes(df);
+  const auto vs = hn::Set(df, scale);
+  const auto canonical = hn::BitCast(df, hn::Set(du, 0x7FFFFFFFu));
+  for (std::size_t i = 0; i < n; i += N) {
+    const auto c = hn::PromoteTo(du, hn::LoadU(d8, codes + i));
+    const auto v = kE4M3 ? formats::HWY_NAMESPACE::DecodeE4M3(df, c)
+                         : formats::HWY_NAMESPACE::DecodeE5M2(df, c);
+    const auto p = hn::Mul(v, vs);
+    hn::StoreU(hn::IfThenElse(hn::IsNaN(p), canonical, p), df, out + i);
+  }
+}
+
+template <bool kE4M3>
+HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned char* dst) {
+  const std::size_t N = hn::Lanes(DF());
+  const auto n = static_cast<std::size_t>(job.entry);
+  const auto addr = reinterpret_cast<std::uintptr_t>(dst);
+  const bool f32 = job.dst_dtype == DType::float32;
+  // Aligned rows are converted in place; others go through a stack buffer.
+  const bool direct = addr % (f32 ? alignof(float) : alignof(std::uint16_t)) == 0;
+  HWY_ALIGN float buf[kChunk];
+  HWY_ALIGN std::uint16_t h[kChunk];
+  HWY_ALIGN std::uint8_t tail[HWY_MAX_BYTES];
+  for (std::size_t i = 0; i < n; i += kChunk) {
+    const std::size_t m = n - i < kChunk ? n - i : kChunk;
+    const std::size_t full = m / N * N;
+    float* out = f32 && direct ? reinterpret_cast<float*>(dst) + i : buf;
+    DequantF32<kE4M3>(src + i, full, job.scale, out);
+    if (full < m) {  // the last codes, padded to one vector, through the stack buffer
+      std::memset(tail, 0, N);
+      std::memcpy(tail, src + i + full, m - full);
+      DequantF32<kE4M3>(tail, N, job.scale, buf + full);
+      if (out != buf) std::memcpy(out + full, buf + full, 4 * (m - full));
+    }
+    if (f32) {
+      if (out == buf) std::memcpy(dst + 4 * i, buf, 4 * m);
+      continue;
+    }
+    if (out != buf) continue;
+    std::uint16_t* o = direct ? reinterpret_cast<std::uint16_t*>(dst) + i : h;
+    if (job.dst_dtype == DType::bfloat16)
+      formats::float32_to_bfloat16(buf, o, m);
+    else
+      formats::float32_to_float16(buf, o, m);
+    if (o == h) std::memcpy(dst + 2 * i, h, 2 * m);
+  }
+}
+
+void GatherRows(const Job& job, std::int64_t begin, std::int64_t end) {
+  const auto entry_bytes = static_cast<std::size_t>(job.entry * job.src_es);
+  for (std::int64_t k = begin; k < end; ++k) {
+    const Row& r = job.rows[k];
+    const unsigned char* src = job.src + r.src_offset * job.src_es;
+    unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
+    switch (job.format) {
+      case KvCacheFormat::copy:
+        CopyBytes(dst, src, entry_bytes);
+        break;
+      case KvCacheFormat::fp8_e4m3:
+        DequantRow<true>(job, src, dst);
+        break;
+      case KvCacheFormat::fp8_e5m2:
+        DequantRow<false>(job, src, dst);
+        break;
+    }
+  }
+}
+
+}  // namespace kvscatter::detail::paged_cache_gather::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvscatter::detail::paged_cache_gather {
+
+HWY_EXPORT(GatherRows);
+
+void gather_rows(const Job& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(GatherRows)(job, begin, end);
+}
+
+}  // namespace kvscatter::detail::paged_cache_gather
+#endif  // HWY_ONCE

@@ -1,0 +1,86 @@
+// The optimized PagedKvWrite driver: data checks over every token, duplicate
+// slots resolved to their last writer, then the tokens split over the thread
+// pool (the bytes are moved by kernel.cc).
+#include "core/overlap.h"
+#include "core/slots.h"
+#include "core/streaming.h"
+#include "ops/paged_kv_write/internal.h"
+#include "ops/paged_kv_write/kernel.h"
+#include "runtime/parallel.h"
+
+namespace kvscatter {
+namespace detail::paged_kv_write {
+namespace {
+
+Side make_side(const PagedKvWritePlan& p, const TensorView& x, const TensorView& cache,
+               const std::vector<float>& scales) {
+  const auto es = static_cast<std::int64_t>(x.element_size());
+  const auto ces = static_cast<std::int64_t>(cache.element_size());
+  Side s;
+  s.src = static_cast<const unsigned char*>(x.data);
+  s.src_token = x.stride(0) * es;
+  s.src_head = x.stride(1) * es;
+  s.dst = static_cast<unsigned char*>(cache.data);
+  s.block_stride = cache.stride(0) * ces;
+  s.slot_stride = cache.stride(1) * ces;
+  s.head_stride = cache.stride(2) * ces;
+  s.scales = scales.empty() ? nullptr : scales.data();
+  s.merged = p.num_heads == 1 || (x.stride(1) == p.head_size && cache.stride(2) == p.head_size);
+  return s;
+}
+
+}  // namespace
+}  // namespace detail::paged_kv_write
+
+namespace {
+
+void run(const PagedKvWritePlan& plan) {
+  using namespace detail;
+  using namespace detail::paged_kv_write;
+  CheckedData data;
+  check_data(plan, data);
+  if (plan.num_tokens == 0) return;
+
+  Job job;
+  job.side[0] = make_side(plan, plan.key, plan.key_cache, data.k_scale);
+  job.side[1] = make_side(plan, plan.value, plan.value_cache, data.v_scale);
+  job.num_heads = plan.num_heads;
+  job.head_size = plan.head_size;
+  job.split = SlotSplitter(plan.block_size);
+  job.dtype = plan.key.dtype;
+  job.format = plan.format;
+  job.uniform_scale = !plan.per_head_scale;
+  const auto cache_es = static_cast<std::int64_t>(plan.key_cache.element_size());
+  const std::int64_t token_bytes = 2 * plan.num_heads * plan.head_size * cache_es;
+  job.stream =
+      plan.format == KvCacheFormat::copy && use_streaming_stores(plan.num_tokens * token_bytes);
+  const std::int64_t grain = grain_for_bytes(token_bytes);
+  // A call that runs as one chunk writes in token order already; a split one
+  // must not let two chunks write the same slot, so only the last writer of
+  // each slot is kept.
+  if (plan.num_tokens > grain) keep_last_writers(data.slots, plan.num_slots);
+  job.slots = data.slots.data();
+  parallel_for(plan.num_tokens, grain,
+               [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
+}
+
+}  // namespace
+
+void execute(const PagedKvWritePlan& plan) {
+  detail::paged_kv_write::check_bound_data(plan);
+  // Inputs that overlap an output are read from a copy (see docs/semantics.md, "Inputs that
+  // overlap outputs").
+  detail::execute_staged(
+      plan,
+      [](auto& p) {
+        return detail::Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
+                                {{{&p.key, "key"},
+                                  {&p.value, "value"},
+                                  {&p.slot_mapping, "slot_mapping"},
+                                  {detail::opt(p.k_scale), "k_scale"},
+                                  {detail::opt(p.v_scale), "v_scale"}}}};
+      },
+      run);
+}
+
+}  // namespace kvscatter

@@ -1,0 +1,101 @@
+// The PagedLatentWrite SIMD kernel, compiled once per target: [kv_c | k_pe] rows copied,
+// quantized with one scale, or packed into the fp8_ds_mla entry. No threads here.
+#include <cfloat>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/paged_latent_write/kernel.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include "core/bytes-inl.h"
+#include "formats/fp8-inl.h"
+#include "kvscatter/formats.h"
+#include "ops/paged_latent_write/internal.h"
+#include "ops/paged_latent_write/kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using detail::HWY_NAMESPACE::CopyBytes;
+using formats::HWY_NAMESPACE::QuantizeFp8F32;
+using formats::HWY_NAMESPACE::QuantizeRun;
+
+using DF = hn::ScalableTag<float>;
+
+// Largest magnitude of n float32 values (n a multiple of the lane count), NaNs counted as 0:
+// the tile scale treats an all-NaN tile like an all-zero one.
+HWY_INLINE float AbsMax(const float* HWY_RESTRICT x, std::size_t n) {
+  const DF df;
+  auto m = hn::Zero(df);
+  for (std::size_t i = 0; i < n; i += hn::Lanes(df)) {
+    const auto v = hn::LoadU(df, x + i);
+    m = hn::Max(m, hn::IfThenZeroElse(hn::IsNaN(v), hn::Abs(v)));
+  }
+  return hn::GetLane(hn::MaxOfLanes(df, m));
+}
+
+void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* k_pe,
+                unsigned char* row) {
+  HWY_ALIGN float tile[kDsTile];
+  HWY_ALIGN std::uint16_t codes[kDsTile];
+  for (std::int64_t i = 0; i < kDsLatent / kDsTile; ++i) {
+    std::memcpy(codes, kv_c + i * kDsTile * 2, sizeof codes);
+    if (job.dtype == DType::bfloat16)
+      formats::bfloat16_to_float32(codes, tile, kDsTile);
+    else
+      formats::float16_to_float32(codes, tile, kDsTile);
+    const float q = AbsMax(tile, kDsTile) / 448.0f;
+    const float scale = q > FLT_MIN ? q : FLT_MIN;
+    QuantizeFp8F32<true>(tile, kDsTile, scale, row + i * kDsTile);
+    std::memcpy(row + kDsScaleOffset + 4 * i, &scale, 4);
+  }
+  CopyBytes(row + kDsPeOffset, k_pe, kDsPe * 2);
+}
+
+void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
+  const std::size_t es = job.dtype == DType::float32 ? 4 : 2;
+  const auto r = static_cast<std::size_t>(job.latent_dim),
+             pe = static_cast<std::size_t>(job.pe_dim);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const unsigned char* kv_c = job.kv_c + t * job.kv_c_token;
+    const unsigned char* k_pe = job.k_pe + t * job.k_pe_token;
+    switch (job.format) {
+      case LatentCacheFormat::copy:
+        CopyBytes(row, kv_c, r * es);
+        CopyBytes(row + r * es, k_pe, pe * es);
+        break;
+      case LatentCacheFormat::fp8_e4m3:
+        QuantizeRun<true>(job.dtype, kv_c, r, job.scale, row);
+        QuantizeRun<true>(job.dtype, k_pe, pe, job.scale, row + r);
+        break;
+      case LatentCacheFormat::fp8_e5m2:
+        QuantizeRun<false>(job.dtype, kv_c, r, job.scale, row);
+        QuantizeRun<false>(job.dtype, k_pe, pe, job.scale, row + r);
+        break;
+      case LatentCacheFormat::fp8_ds_mla:
+        WriteDsMla(job, kv_c, k_pe, row);
+        break;
+    }
+  }
+}
+
+}  // namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvscatter::detail::paged_latent_write {
+
+HWY_EXPORT(WriteTokenRange);
+
+void write_token_range(const Job& job, std::int64_t begin, std::int64_t end) {
+  HWY_DYNAMIC_DISPATCH(WriteTokenRange)(job, begin, end);
+}
+
+}  // namespace kvscatter::detail::paged_latent_write
+#endif  // HWY_ONCE

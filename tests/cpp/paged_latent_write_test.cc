@@ -1,0 +1,215 @@
+// paged_latent_write: the worked examples byte for byte and every rejection (message, cache
+// untouched). The random optimized-versus-reference cases are harness/paged_latent_write_cases.cc.
+#include "kvscatter/paged_latent_write.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kvscatter/error.h"
+#include "kvscatter/formats.h"
+
+namespace kvscatter {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+std::uint16_t bf16(float x) { return formats::encode_bfloat16(x); }
+
+TEST(PagedLatentWriteExamples, Fp8Bfloat16OneScale) {
+  std::vector<std::uint16_t> kv_c, k_pe;
+  for (float v : {1.0f, 2.0f, 3.0f, 4.0f, 10.0f, 0.3f, -500.0f, std::ldexp(1.0f, -12)})
+    kv_c.push_back(bf16(v));
+  for (float v : {0.5f, -1.0f, 0.0625f, 7.0f}) k_pe.push_back(bf16(v));
+  Bytes cache(12, 0);
+  std::vector<std::int64_t> slots{-1, 1};
+  float scale = 2.0f;
+  PagedLatentWriteOptions o;
+  o.format = LatentCacheFormat::fp8_e4m3;
+  o.scale = TensorView(&scale, DType::float32, {1});
+  paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {2, 4}),
+                     TensorView(k_pe.data(), DType::bfloat16, {2, 2}),
+                     TensorView(cache.data(), DType::uint8, {1, 2, 6}),
+                     TensorView(slots.data(), DType::int64, {2}), o);
+  EXPECT_EQ(cache, (Bytes{0, 0, 0, 0, 0, 0, 0x4A, 0x22, 0xF8, 0x00, 0x10, 0x46}));
+}
+
+TEST(PagedLatentWriteExamples, DsMlaBfloat16) {
+  std::vector<std::uint16_t> kv_c(512, 0), k_pe(64, 0);
+  const float vals[4] = {7.0f, 1.0f, -0.5f, 7.0f / 128};
+  for (int i = 0; i < 4; ++i) kv_c[static_cast<std::size_t>(i)] = bf16(vals[i]);
+  kv_c[256] = bf16(1.0f);
+  kv_c[384] = bf16(std::numeric_limits<float>::infinity());
+  kv_c[385] = bf16(3.0f);
+  kv_c[386] = bf16(std::numeric_limits<float>::quiet_NaN());
+  k_pe[0] = bf16(1.0f);
+  k_pe[1] = bf16(-2.0f);
+  Bytes cache(656, 0);
+  std::vector<std::int32_t> slots{0};
+  float scale = 1.0f;
+  PagedLatentWriteOptions o;
+  o.format = LatentCacheFormat::fp8_ds_mla;
+  o.scale = TensorView(&scale, DType::float32, {1});
+  paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {1, 512}),
+                     TensorView(k_pe.data(), DType::bfloat16, {1, 64}),
+                     TensorView(cache.data(), DType::uint8, {1, 1, 656}),
+                     TensorView(slots.data(), DType::int32, {1}), o);
+  Bytes want(656, 0);
+  const Bytes head{0x7E, 0x68, 0xE0, 0x46};
+  std::copy(head.begin(), head.end(), want.begin());
+  want[256] = 0x7E;
+  want[384] = 0x7F, want[385] = 0x00, want[386] = 0x7F;
+  const Bytes scales{0x00, 0x00, 0x80, 0x3C, 0x00, 0x00, 0x80, 0x00,
+                     0x25, 0x49, 0x12, 0x3B, 0x00, 0x00, 0x80, 0x7F};
+  std::copy(scales.begin(), scales.end(), want.begin() + 512);
+  want[528] = 0x80, want[529] = 0x3F, want[530] = 0x00, want[531] = 0xC0;
+  EXPECT_EQ(cache, want);
+}
+
+TEST(PagedLatentWriteExamples, CopyIntoPaddedEntries) {
+  std::vector<float> kv_c{1, 2, 3, 4, 5, 6}, k_pe{-1, -2};
+  std::vector<float> cache(2 * 2 * 5, 9.0f);  // entry 4 padded to 5
+  std::vector<std::int64_t> slots{3, 0};
+  const std::vector<std::int64_t> shape{2, 2, 4}, strides{10, 5, 1};
+  paged_latent_write(TensorView(kv_c.data(), DType::float32, {2, 3}),
+                     TensorView(k_pe.data(), DType::float32, {2, 1}),
+                     TensorView(cache.data(), DType::float32, shape, strides),
+                     TensorView(slots.data(), DType::int64, {2}));
+  EXPECT_EQ(cache,
+            (std::vector<float>{4, 5, 6, -2, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 1, 2, 3, -1, 9}));
+}
+
+// ---- rejections ----------------------------------------------------------------------------
+
+struct Call {
+  std::vector<std::uint16_t> kv_c = std::vector<std::uint16_t>(5 * 16, 0x3F80);
+  std::vector<std::uint16_t> k_pe = std::vector<std::uint16_t>(5 * 8, 0x3F80);
+  Bytes cache = Bytes(3 * 4 * 24 * 2, 0xAB);
+  std::vector<std::int64_t> slots{0, 1, 2, 3, 4};
+  std::vector<float> scale{1.0f};
+  DType dtype = DType::bfloat16, cache_dtype = DType::bfloat16;
+  std::vector<std::int64_t> kv_c_shape{5, 16}, k_pe_shape{5, 8}, cache_shape{3, 4, 24};
+  PagedLatentWriteOptions o;
+  Call() { o.scale = TensorView(scale.data(), DType::float32, {1}); }
+  void run() {
+    paged_latent_write(
+        TensorView(kv_c.data(), dtype, kv_c_shape), TensorView(k_pe.data(), dtype, k_pe_shape),
+        TensorView(cache.data(), cache_dtype, cache_shape),
+        TensorView(slots.data(), DType::int64, {static_cast<std::int64_t>(slots.size())}), o);
+  }
+};
+
+void expect_rejected(Call& c, const std::string& message) {
+  const Bytes before = c.cache;
+  try {
+    c.run();
+    ADD_FAILURE() << "no error; expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(c.cache, before);
+}
+
+TEST(PagedLatentWriteRejects, EveryRule) {
+  Call ok;
+  ok.run();
+  {
+    Call c;
+    c.dtype = DType::float16;
+    c.kv_c_shape = {5, 16};
+    expect_rejected(c, "kv_cache dtype bfloat16 must equal the kv_c dtype float16");
+  }
+  {
+    Call c;
+    c.cache_shape = {3, 4, 1, 24};
+    expect_rejected(c,
+                    "kv_cache must be 3-D [num_blocks, block_size, entry], got 4-D [3, 4, 1, 24]");
+  }
+  {
+    Call c;
+    c.cache_shape = {3, 4, 25};
+    expect_rejected(c, "kv_cache.shape[2] = 25 must equal kv_lora_rank + pe_dim = 24");
+  }
+  {
+    Call c;
+    c.k_pe_shape = {5, 1, 8};
+    expect_rejected(c, "k_pe must be 2-D [num_tokens, pe_dim], got 3-D [5, 1, 8]");
+  }
+  {
+    Call c;
+    c.o.format = LatentCacheFormat::fp8_ds_mla;
+    c.cache_dtype = DType::uint8;
+    expect_rejected(c, "fp8_ds_mla needs kv_lora_rank = 512 and pe_dim = 64, got 16 and 8");
+  }
+  {
+    Call c;
+    c.o.format = LatentCacheFormat::fp8_e4m3;
+    expect_rejected(c, "kv_cache dtype bfloat16 cannot hold the codes of format 'fp8_e4m3'");
+  }
+  {
+    Call c;
+    c.slots.push_back(0);
+    expect_rejected(c, "slot_mapping has 6 entries but kv_c has only 5 rows");
+  }
+  {
+    Call c;
+    c.scale = {1.0f, 2.0f};
+    c.o.scale = TensorView(c.scale.data(), DType::float32, {2});
+    expect_rejected(c, "scale has 2 elements; expected 1");
+  }
+  {
+    Call c;
+    c.o.format = LatentCacheFormat::fp8_e5m2;
+    c.cache_dtype = DType::uint8;
+    c.o.scale.reset();
+    expect_rejected(c, "scale is required by format 'fp8_e5m2'");
+  }
+  {
+    Call c;
+    c.slots[2] = std::int64_t{1} << 33;
+    expect_rejected(c,
+                    "slot_mapping[2] = 8589934592 is out of range [0, 12) (kv_cache has 3 "
+                    "blocks of 4 slots; negative slots mark padding)");
+  }
+  {
+    Call c;
+    c.dtype = DType::int16;
+    expect_rejected(c, "kv_c dtype must be one of {float32, float16, bfloat16}, got int16");
+  }
+}
+
+TEST(PagedLatentWriteRejects, DsMlaShapes) {
+  std::vector<std::uint16_t> kv_c(512), k_pe(64);
+  std::vector<float> kv_c32(512), k_pe32(64);
+  Bytes cache(576, 0);
+  std::vector<std::int64_t> slots{0};
+  PagedLatentWriteOptions o;
+  o.format = LatentCacheFormat::fp8_ds_mla;
+  auto call = [&](void* c, void* p, DType dt, std::int64_t entry) {
+    paged_latent_write(TensorView(c, dt, {1, 512}), TensorView(p, dt, {1, 64}),
+                       TensorView(cache.data(), DType::uint8, {1, 1, entry}),
+                       TensorView(slots.data(), DType::int64, {1}), o);
+  };
+  EXPECT_THROW(
+      {
+        try {
+          call(kv_c.data(), k_pe.data(), DType::bfloat16, 576);
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find(
+                        "kv_cache.shape[2] must be 656 bytes for fp8_ds_mla, got 576"),
+                    std::string::npos);
+          throw;
+        }
+      },
+      Error);
+  EXPECT_THROW(call(kv_c32.data(), k_pe32.data(), DType::float32, 656), Error);
+  EXPECT_EQ(cache, Bytes(576, 0));
+}
+
+}  // namespace
+}  // namespace kvscatter
