@@ -564,6 +564,11 @@ def paged_kv_write(
         Any broken rule (shapes, dtypes, strides, overlapping caches, a slot past the cache);
         nothing has been written.
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.paged_kv_write.default(key, value, key_cache, value_cache, slot_mapping, format,
+                                   layout, k_scale, v_scale)
+        return
     _ext.paged_kv_write(
         key, value, key_cache, value_cache, slot_mapping, format, layout, k_scale, v_scale, None
     )
@@ -621,6 +626,13 @@ def paged_cache_gather(
         Any broken rule (shapes, dtypes, strides, a block-table entry or column out of range, an
         out-of-order ``cu_seq_lens``); ``dst`` is untouched.
     """
+    ops = _torch_ops_for(dst)
+    if ops is not None:
+        ops.paged_cache_gather.default(
+            src_cache, dst, block_table, cu_seq_lens, format, scale, _as_int(batch_size, "batch_size"),
+            seq_starts, token_to_seq, _as_int(num_tokens, "num_tokens"),
+        )
+        return
     _ext.paged_cache_gather(
         src_cache, dst, block_table, cu_seq_lens, format, scale, batch_size, seq_starts,
         token_to_seq, num_tokens, None,
@@ -655,6 +667,10 @@ def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", sca
     kvscatter.Error
         Any broken rule; nothing has been written.
     """
+    ops = _torch_ops_for(kv_cache)
+    if ops is not None:
+        ops.paged_latent_write.default(kv_c, k_pe, kv_cache, slot_mapping, format, scale)
+        return
     _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, format, scale, None)
 
 

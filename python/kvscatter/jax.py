@@ -632,3 +632,185 @@ def indexer_quant_cache(
         x_scale=np.float32(x_scale),
         dtype=_dtype_attr(dtype),
     ))
+
+
+def paged_kv_write(
+    key, value, key_cache, value_cache, slot_mapping, *, format="copy", layout="NHD",
+    k_scale=None, v_scale=None
+):
+    """Writes each token's key and value vectors into paged K and V caches at ``slot_mapping``.
+
+    The JAX form of :func:`kvscatter.paged_kv_write`: returns the updated caches (in place when
+    donated). JAX arrays are dense, so the caches are whole arrays here (no interleaved views).
+
+    Parameters
+    ----------
+    key, value : jax.Array
+        ``[T, num_heads, head_size]`` float32, float16 or bfloat16.
+    key_cache, value_cache : jax.Array
+        ``[num_blocks, block_size, num_heads, head_size]`` (``"NHD"``) or
+        ``[num_blocks, num_heads, block_size, head_size]`` (``"HND"``): the input dtype for
+        ``"copy"``, ``uint8`` or float8 for the fp8 formats.
+    slot_mapping : jax.Array
+        ``[num_tokens]`` int32 or int64; negative slots are padding.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        Byte copy or ``x / scale`` as fp8.
+    layout : {"NHD", "HND"}
+        The caches' dimension order.
+    k_scale, v_scale : jax.Array, optional
+        float32, 1 or ``num_heads`` elements; required by the fp8 formats.
+
+    Returns
+    -------
+    tuple of jax.Array
+        ``(key_cache, value_cache)``, updated.
+
+    Raises
+    ------
+    ValueError
+        Only one of ``k_scale`` and ``v_scale``.
+    XlaRuntimeError
+        Shapes, formats or slots the library rejects, with its message; nothing is written.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> kc, vc = kj.paged_kv_write(jnp.ones((1, 1, 4)), jnp.ones((1, 1, 4)),
+    ...                            jnp.zeros((2, 2, 1, 4)), jnp.zeros((2, 2, 1, 4)), jnp.array([3]))
+    >>> float(kc[1, 1].sum())
+    4.0
+    """
+    if (k_scale is None) != (v_scale is None):
+        raise ValueError("k_scale and v_scale must both be given or both be None")
+    caches = [jnp.asarray(key_cache), jnp.asarray(value_cache)]
+    operands = [jnp.asarray(key), jnp.asarray(value), *caches, jnp.asarray(slot_mapping)]
+    if k_scale is not None:
+        operands += [jnp.asarray(k_scale), jnp.asarray(v_scale)]
+    call = jax.ffi.ffi_call(
+        "kvscatter_paged_kv_write",
+        tuple(_shape_dtype(c) for c in caches),
+        input_output_aliases={2: 0, 3: 1},
+        vmap_method="sequential",
+    )
+    k, v = call(*operands, format=_mode(format, "copy"), layout=_mode(layout, "NHD"),
+                present=np.int64(k_scale is not None))
+    return k, v
+
+
+def paged_cache_gather(
+    src_cache, dst, block_table, cu_seq_lens, *, format="copy", scale=None, batch_size=-1,
+    seq_starts=None, token_to_seq=None, num_tokens=0
+):
+    """Copies the cached entries of sequences out of a paged cache into rows of ``dst``.
+
+    The JAX form of :func:`kvscatter.paged_cache_gather`: returns the updated ``dst`` (in place
+    when donated); rows not gathered keep the values passed in.
+
+    Parameters
+    ----------
+    src_cache : jax.Array
+        ``[num_blocks, block_size, *entry]``.
+    dst : jax.Array
+        ``[rows, *entry]``.
+    block_table : jax.Array
+        ``[>= batch_size, W]`` int32 or int64.
+    cu_seq_lens : jax.Array
+        ``[>= batch_size + 1]``, same dtype.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        Raw copy, or dequantize fp8 codes into ``dst``'s float type.
+    scale : jax.Array, optional
+        float32, one element; required by the fp8 formats.
+    batch_size : int, default -1
+        Sequences gathered; -1: ``len(cu_seq_lens) - 1``.
+    seq_starts : jax.Array, optional
+        First gathered position of each sequence.
+    token_to_seq : jax.Array, optional
+        Row-driven form: the sequence of each row ``t < num_tokens``.
+    num_tokens : int, default 0
+        Rows examined with ``token_to_seq``.
+
+    Returns
+    -------
+    jax.Array
+        The updated ``dst``.
+
+    Raises
+    ------
+    XlaRuntimeError
+        Shapes, block ids or lengths the library rejects, with its message; nothing is written.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> src = jnp.arange(8, dtype=jnp.float32).reshape(2, 2, 2)
+    >>> out = kj.paged_cache_gather(src, jnp.zeros((3, 2)), jnp.array([[1, 0]]), jnp.array([0, 3]))
+    >>> out[:, 0].tolist()
+    [4.0, 6.0, 0.0]
+    """
+    operands = [jnp.asarray(src_cache), jnp.asarray(dst), jnp.asarray(block_table),
+                jnp.asarray(cu_seq_lens)]
+    present = 0
+    for bit, extra in ((1, scale), (2, seq_starts), (4, token_to_seq)):
+        if extra is not None:
+            operands.append(jnp.asarray(extra))
+            present |= bit
+    call = jax.ffi.ffi_call(
+        "kvscatter_paged_cache_gather",
+        _shape_dtype(operands[1]),
+        input_output_aliases={1: 0},
+        vmap_method="sequential",
+    )
+    return call(*operands, format=_mode(format, "copy"),
+                batch_size=np.int64(operator.index(batch_size)),
+                num_tokens=np.int64(operator.index(num_tokens)), present=np.int64(present))
+
+
+def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", scale=None):
+    """Writes one cache row ``[kv_c | k_pe]`` per token into a paged latent cache.
+
+    The JAX form of :func:`kvscatter.paged_latent_write`: returns the updated cache (in place
+    when donated).
+
+    Parameters
+    ----------
+    kv_c, k_pe : jax.Array
+        ``[T, kv_lora_rank]`` and ``[T, pe_dim]``, float32, float16 or bfloat16 (one dtype).
+    kv_cache : jax.Array
+        ``[num_blocks, block_size, entry]``: ``kv_lora_rank + pe_dim`` elements of the input
+        dtype or fp8 codes, or 656 ``uint8`` bytes for ``"fp8_ds_mla"``.
+    slot_mapping : jax.Array
+        ``[num_tokens]`` int32 or int64; negative slots are padding.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"}
+        How a row is stored.
+    scale : jax.Array, optional
+        float32, one element; required by ``"fp8_e4m3"``/``"fp8_e5m2"``.
+
+    Returns
+    -------
+    jax.Array
+        The updated ``kv_cache``.
+
+    Raises
+    ------
+    XlaRuntimeError
+        Shapes, formats or slots the library rejects, with its message; nothing is written.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> cache = kj.paged_latent_write(jnp.ones((1, 4)), jnp.full((1, 2), 2.0),
+    ...                               jnp.zeros((1, 2, 6)), jnp.array([1]))
+    >>> cache[0, 1].tolist()
+    [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
+    """
+    cache = jnp.asarray(kv_cache)
+    operands = [jnp.asarray(kv_c), jnp.asarray(k_pe), cache, jnp.asarray(slot_mapping)]
+    if scale is not None:
+        operands.append(jnp.asarray(scale))
+    call = jax.ffi.ffi_call(
+        "kvscatter_paged_latent_write",
+        _shape_dtype(cache),
+        input_output_aliases={2: 0},
+        vmap_method="sequential",
+    )
+    return call(*operands, format=_mode(format, "copy"), present=np.int64(scale is not None))

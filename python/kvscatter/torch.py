@@ -56,6 +56,13 @@ OPERATORS = (
     "gather_pa_kv_cache",
     "scatter_pa_cache",
     "indexer_quant_cache",
+    "paged_kv_write",
+    "paged_cache_gather",
+    "paged_latent_write",
+    "reshape_and_cache_flash",
+    "concat_and_cache_mla",
+    "gather_and_maybe_dequant_cache",
+    "cp_gather_cache",
 )
 
 #: ``torch.ops.kvscatter``.

@@ -20,6 +20,9 @@
 #include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
+#include "kvscatter/paged_cache_gather.h"
+#include "kvscatter/paged_kv_write.h"
+#include "kvscatter/paged_latent_write.h"
 #include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
@@ -345,6 +348,69 @@ ffi::Error indexer_quant_cache_impl(ffi::AnyBuffer cache, ffi::AnyBuffer cache_s
   });
 }
 
+// Operands: key, value, key_cache, value_cache, slot_mapping, [k_scale, v_scale] (`present`
+// bit 1). Results: the caches.
+ffi::Error paged_kv_write_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                               std::string_view format, std::string_view layout,
+                               std::int64_t present) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const TensorView k = io.input("key");
+    const TensorView v = io.input("value");
+    const TensorView kc = io.output("key_cache");
+    const TensorView vc = io.output("value_cache");
+    const TensorView sm = io.input("slot_mapping");
+    PagedKvWriteOptions o;
+    if (present & 1) {
+      o.k_scale = io.input("k_scale");
+      o.v_scale = io.input("v_scale");
+    }
+    o.format = parse_kv_cache_format(format);
+    o.layout = parse_kv_cache_layout(layout);
+    paged_kv_write(k, v, kc, vc, sm, o);
+  });
+}
+
+// Operands: src_cache, dst, block_table, cu_seq_lens, [scale], [seq_starts], [token_to_seq]
+// (`present` bits 1, 2, 4). Result: dst.
+ffi::Error paged_cache_gather_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                   std::string_view format, std::int64_t batch_size,
+                                   std::int64_t num_tokens, std::int64_t present) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const TensorView src = io.input("src_cache");
+    const TensorView dst = io.output("dst");
+    const TensorView bt = io.input("block_table");
+    const TensorView cu = io.input("cu_seq_lens");
+    PagedCacheGatherOptions o;
+    if (present & 1) o.scale = io.input("scale");
+    if (present & 2) o.seq_starts = io.input("seq_starts");
+    if (present & 4) {
+      o.token_to_seq = io.input("token_to_seq");
+      o.num_tokens = num_tokens;
+    }
+    o.format = parse_kv_cache_format(format);
+    o.batch_size = batch_size;
+    paged_cache_gather(src, dst, bt, cu, o);
+  });
+}
+
+// Operands: kv_c, k_pe, kv_cache, slot_mapping, [scale] (`present` bit 1). Result: kv_cache.
+ffi::Error paged_latent_write_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                   std::string_view format, std::int64_t present) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const TensorView c = io.input("kv_c");
+    const TensorView p = io.input("k_pe");
+    const TensorView cache = io.output("kv_cache");
+    const TensorView sm = io.input("slot_mapping");
+    PagedLatentWriteOptions o;
+    if (present & 1) o.scale = io.input("scale");
+    o.format = parse_latent_cache_format(format);
+    paged_latent_write(c, p, cache, sm, o);
+  });
+}
+
 }  // namespace
 }  // namespace kvscatter::python
 
@@ -425,6 +491,30 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterIndexerQuantCache,
                                   .Attr<float>("x_scale")
                                   .Attr<std::string_view>("dtype"));
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterPagedKvWrite, kvscatter::python::paged_kv_write_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("format")
+                                  .Attr<std::string_view>("layout")
+                                  .Attr<std::int64_t>("present"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterPagedCacheGather, kvscatter::python::paged_cache_gather_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("format")
+                                  .Attr<std::int64_t>("batch_size")
+                                  .Attr<std::int64_t>("num_tokens")
+                                  .Attr<std::int64_t>("present"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterPagedLatentWrite, kvscatter::python::paged_latent_write_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("format")
+                                  .Attr<std::int64_t>("present"));
+
 namespace kvscatter::python {
 
 void bind_jax_ffi(nb::module_& m) {
@@ -444,6 +534,12 @@ void bind_jax_ffi(nb::module_& m) {
       nb::capsule(reinterpret_cast<void*>(&KvscatterScatterPaCache));
   handlers["kvscatter_indexer_quant_cache"] =
       nb::capsule(reinterpret_cast<void*>(&KvscatterIndexerQuantCache));
+  handlers["kvscatter_paged_kv_write"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterPagedKvWrite));
+  handlers["kvscatter_paged_cache_gather"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterPagedCacheGather));
+  handlers["kvscatter_paged_latent_write"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterPagedLatentWrite));
   m.attr("jax_ffi_handlers") = handlers;
 }
 

@@ -300,3 +300,69 @@ def test_vmap_new_operators_sequentially(rng):
         kvscatter.indexer_quant_cache(wc, ws, x[i], np.array([[0, 1], [1, -1], [1, 0]], np.int32)[i],
                                       quant_mode="hifloat8")
         same(qc[i], wc)
+
+
+# ---- paged_kv_write, paged_cache_gather, paged_latent_write against the NumPy path ----------
+
+def test_paged_kv_write_matches_numpy(rng):
+    key = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    value = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    slots = np.array([7, 2, -1], np.int32)
+    for kw, dtype, shape in (({}, np.float32, (2, 4, 2, 8)),
+                             ({"format": "fp8_e4m3", "layout": "HND",
+                               "k_scale": np.array([0.5, 0.25], np.float32),
+                               "v_scale": np.array([2.0, 1.0], np.float32)}, np.uint8, (2, 2, 4, 8))):
+        kc = np.zeros(shape, dtype)
+        vc = np.ones(shape, dtype)
+        want_k, want_v = kc.copy(), vc.copy()
+        kvscatter.paged_kv_write(key, value, want_k, want_v, slots, **kw)
+        f = jax.jit(lambda *a, kw=kw: kj.paged_kv_write(*a, **kw), donate_argnums=(2, 3))
+        k, v = f(key, value, kc, vc, slots)
+        same(k, want_k)
+        same(v, want_v)
+    with pytest.raises(Exception, match="slot_mapping"):
+        jax.block_until_ready(kj.paged_kv_write(key, value, np.zeros((2, 4, 2, 8), np.float32),
+                                                np.zeros((2, 4, 2, 8), np.float32),
+                                                np.array([8, 0, 0], np.int32))[0])
+
+
+def test_paged_cache_gather_matches_numpy(rng):
+    table = np.array([[2, 0], [1, 0]], np.int32)
+    cu = np.array([0, 3, 6], np.int32)
+    src = rng.standard_normal((3, 4, 2, 8)).astype(ml_dtypes.bfloat16)
+    dst = rng.standard_normal((7, 2, 8)).astype(ml_dtypes.bfloat16)
+    want = dst.copy()
+    kvscatter.paged_cache_gather(src, want, table, cu)
+    same(jax.jit(kj.paged_cache_gather, donate_argnums=(1,))(src, jnp.asarray(dst), table, cu), want)
+    codes = rng.integers(0, 120, (3, 4, 16), dtype=np.uint8)
+    kw = {"format": "fp8_e5m2", "scale": np.array([0.5], np.float32),
+          "token_to_seq": np.array([0, 0, 0, 1, 1, 1], np.int32), "num_tokens": 5,
+          "seq_starts": np.array([1, 2], np.int32)}
+    want = np.zeros((6, 16), np.float32)
+    kvscatter.paged_cache_gather(codes, want, table, cu, **kw)
+    same(kj.paged_cache_gather(codes, np.zeros((6, 16), np.float32), table, cu, **kw), want)
+    want = np.zeros((6, 2, 8), ml_dtypes.bfloat16)
+    kvscatter.paged_cache_gather(src, want, table, cu, batch_size=1)
+    same(kj.paged_cache_gather(src, np.zeros((6, 2, 8), ml_dtypes.bfloat16), table, cu, batch_size=1),
+         want)
+
+
+def test_paged_latent_write_matches_numpy(rng):
+    kv_c = rng.standard_normal((3, 16)).astype(np.float16)
+    k_pe = rng.standard_normal((3, 8)).astype(np.float16)
+    slots = np.array([5, -1, 0], np.int64)
+    for kw, dtype in (({}, np.float16), ({"format": "fp8_e5m2", "scale": np.array([0.25], np.float32)},
+                                         np.uint8)):
+        cache = np.zeros((2, 4, 24), dtype)
+        want = cache.copy()
+        kvscatter.paged_latent_write(kv_c, k_pe, want, slots, **kw)
+        got = jax.jit(lambda *a, kw=kw: kj.paged_latent_write(*a, **kw), donate_argnums=(2,))(
+            kv_c, k_pe, cache, slots.astype(np.int32))
+        same(got, want)
+    got = jax.vmap(lambda c, p, k, s: kj.paged_latent_write(c, p, k, s))(
+        np.stack([kv_c, kv_c]), np.stack([k_pe, -k_pe]), np.zeros((2, 2, 4, 24), np.float16),
+        np.array([[5, -1, 0], [1, 2, 3]], np.int32))
+    for i, (sign, sl) in enumerate(((1, [5, -1, 0]), (-1, [1, 2, 3]))):
+        want = np.zeros((2, 4, 24), np.float16)
+        kvscatter.paged_latent_write(kv_c, sign * k_pe, want, np.array(sl))
+        same(got[i], want)

@@ -10,6 +10,7 @@ from needs import need
 torch = need("torch")
 need("kvscatter.torch")  # in CI a build without the operators fails here
 import kvscatter.torch  # noqa: E402
+import kvscatter.vllm  # noqa: E402
 
 ops = torch.ops.kvscatter
 
@@ -138,6 +139,73 @@ def indexer_samples():
     return out
 
 
+def paged_kv_write_samples():
+    g = torch.Generator().manual_seed(8)
+    out = []
+    out.append(((randn(3, 2, 8, gen=g), randn(3, 2, 8, gen=g),
+                 torch.zeros(2, 4, 2, 8, dtype=torch.bfloat16),
+                 torch.zeros(2, 4, 2, 8, dtype=torch.bfloat16), torch.tensor([5, -1, 0])), {}))
+    # fp8 codes in uint8 HND caches, per-head key scales.
+    out.append(((torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g),
+                 torch.zeros(2, 2, 4, 8, dtype=torch.uint8), torch.zeros(2, 2, 4, 8, dtype=torch.uint8),
+                 torch.tensor([7, 2, -1], dtype=torch.int32)),
+                {"format": "fp8_e4m3", "layout": "HND", "k_scale": torch.tensor([0.5, 0.25]),
+                 "v_scale": torch.tensor([2.0, 1.0])}))
+    return out
+
+
+def paged_cache_gather_samples():
+    g = torch.Generator().manual_seed(9)
+    table = torch.tensor([[2, 0], [1, 0]], dtype=torch.int32)
+    cu = torch.tensor([0, 3, 6], dtype=torch.int32)
+    return [
+        ((randn(3, 4, 2, 8, gen=g), randn(7, 2, 8, gen=g), table, cu), {}),
+        ((torch.randint(0, 120, (3, 4, 16), dtype=torch.uint8, generator=g), torch.zeros(6, 16),
+          table, cu), {"format": "fp8_e5m2", "scale": torch.tensor([0.5]),
+                       "token_to_seq": torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.int32),
+                       "num_tokens": 5, "seq_starts": torch.tensor([1, 2], dtype=torch.int32)}),
+    ]
+
+
+def paged_latent_write_samples():
+    g = torch.Generator().manual_seed(10)
+    return [
+        ((randn(3, 16, gen=g), randn(3, 8, gen=g), torch.zeros(2, 4, 24, dtype=torch.bfloat16),
+          torch.tensor([5, -1, 0])), {}),
+        ((torch.randn(2, 16, generator=g), torch.randn(2, 8, generator=g),
+          torch.zeros(2, 4, 24, dtype=torch.uint8), torch.tensor([1, 6])),
+         {"format": "fp8_e4m3", "scale": torch.tensor([0.25])}),
+    ]
+
+
+def reshape_and_cache_flash_samples():
+    out = []
+    for (k, v, kc, vc, sm), kw in paged_kv_write_samples():
+        dtype = "fp8_e4m3" if kw else "auto"
+        out.append(((k, v, kc, vc, sm, dtype, kw.get("k_scale", torch.tensor([1.0])),
+                     kw.get("v_scale", torch.tensor([1.0]))), {}))
+    out[1] = ((*out[1][0][:2], out[1][0][2].permute(0, 2, 1, 3), out[1][0][3].permute(0, 2, 1, 3),
+               *out[1][0][4:]), {})  # vLLM passes an HND cache as a permuted NHD view
+    return out
+
+
+def concat_and_cache_mla_samples():
+    (c, p, cache, sm), _ = paged_latent_write_samples()[0]
+    return [((c, p, cache, sm, "bfloat16", torch.tensor([1.0])), {})]
+
+
+def gather_and_maybe_dequant_cache_samples():
+    (src, dst, table, cu), _ = paged_cache_gather_samples()[0]
+    return [((src, dst, table, cu, torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.int32), 6, "auto",
+              torch.tensor([1.0])), {"seq_starts": torch.tensor([0, 1], dtype=torch.int32)})]
+
+
+def cp_gather_cache_samples():
+    (src, dst, table, cu), _ = paged_cache_gather_samples()[0]
+    return [((src, dst, table, cu, 2), {}), ((src, dst.clone(), table, cu, 1),
+                                             {"seq_starts": torch.tensor([2, 0], dtype=torch.int32)})]
+
+
 SAMPLES = {
     "scatter_pa_kv_cache": scatter_samples,
     "scatter_pa_kv_cache_with_k_scale": with_k_scale_samples,
@@ -146,6 +214,13 @@ SAMPLES = {
     "gather_pa_kv_cache": gather_samples,
     "scatter_pa_cache": scatter_pa_cache_samples,
     "indexer_quant_cache": indexer_samples,
+    "paged_kv_write": paged_kv_write_samples,
+    "paged_cache_gather": paged_cache_gather_samples,
+    "paged_latent_write": paged_latent_write_samples,
+    "reshape_and_cache_flash": reshape_and_cache_flash_samples,
+    "concat_and_cache_mla": concat_and_cache_mla_samples,
+    "gather_and_maybe_dequant_cache": gather_and_maybe_dequant_cache_samples,
+    "cp_gather_cache": cp_gather_cache_samples,
 }
 
 # The package function of the same name on NumPy copies: the torch operator must write the same
@@ -154,11 +229,26 @@ NUMPY_PATH = {
     "gather_pa_kv_cache": kvscatter.gather_pa_kv_cache,
     "scatter_pa_cache": kvscatter.scatter_pa_cache,
     "indexer_quant_cache": kvscatter.indexer_quant_cache,
+    "paged_kv_write": kvscatter.paged_kv_write,
+    "paged_cache_gather": kvscatter.paged_cache_gather,
+    "paged_latent_write": kvscatter.paged_latent_write,
+    "reshape_and_cache_flash": kvscatter.vllm.reshape_and_cache_flash,
+    "concat_and_cache_mla": kvscatter.vllm.concat_and_cache_mla,
+    "gather_and_maybe_dequant_cache": kvscatter.vllm.gather_and_maybe_dequant_cache,
+    "cp_gather_cache": kvscatter.vllm.cp_gather_cache,
 }
+# The binding each of them calls for arrays that are not torch tensors.
+EXT_NAME = {"reshape_and_cache_flash": "paged_kv_write", "concat_and_cache_mla": "paged_latent_write",
+            "gather_and_maybe_dequant_cache": "paged_cache_gather",
+            "cp_gather_cache": "paged_cache_gather"}
 
 
 def numpy_bits(t):
     return t.detach().contiguous().view(torch.uint8).numpy().copy()
+
+
+def numpy_view_bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
 
 
 def to_numpy_arg(a):
@@ -174,16 +264,17 @@ def test_new_operators_match_the_numpy_path(name):
         getattr(ops, name)(*args, **kwargs)
         for t, a in zip(args, np_args):
             if isinstance(t, torch.Tensor):
-                np.testing.assert_array_equal(numpy_bits(t), np.ascontiguousarray(a).view(np.uint8))
+                np.testing.assert_array_equal(numpy_bits(t), numpy_view_bits(a))
 
 
 def test_the_new_package_functions_route_torch_tensors(monkeypatch):
     for name in NUMPY_PATH:
-        monkeypatch.setattr(kvscatter._ext, name, lambda *a, name=name: pytest.fail(name))
+        monkeypatch.setattr(kvscatter._ext, EXT_NAME.get(name, name),
+                            lambda *a, name=name: pytest.fail(name))
         for args, kwargs in SAMPLES[name]():
             eager = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
             getattr(ops, name)(*eager, **kwargs)
-            getattr(kvscatter, name)(*args, **kwargs)
+            NUMPY_PATH[name](*args, **kwargs)
             for e, a in zip(eager, args):
                 if isinstance(a, torch.Tensor):
                     assert same_bytes(e, a), name
