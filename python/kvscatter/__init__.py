@@ -563,6 +563,19 @@ def paged_kv_write(
     kvscatter.Error
         Any broken rule (shapes, dtypes, strides, overlapping caches, a slot past the cache);
         nothing has been written.
+
+    Notes
+    -----
+    Torch tensors go through the native operator ``torch.ops.kvscatter.paged_kv_write``.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> kc, vc = np.zeros((2, 4, 1, 8), np.float32), np.zeros((2, 4, 1, 8), np.float32)
+    >>> kvscatter.paged_kv_write(np.ones((2, 1, 8), np.float32), np.full((2, 1, 8), 2, np.float32),
+    ...                          kc, vc, np.array([5, -1]))
+    >>> float(kc[1, 1].sum()), float(vc[1, 1].sum()), float(kc.sum())
+    (8.0, 16.0, 8.0)
     """
     ops = _torch_ops_for(key_cache)
     if ops is not None:
@@ -625,6 +638,19 @@ def paged_cache_gather(
     kvscatter.Error
         Any broken rule (shapes, dtypes, strides, a block-table entry or column out of range, an
         out-of-order ``cu_seq_lens``); ``dst`` is untouched.
+
+    Notes
+    -----
+    Torch tensors go through the native operator ``torch.ops.kvscatter.paged_cache_gather``.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> src = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
+    >>> dst = np.zeros((3, 2), np.float32)
+    >>> kvscatter.paged_cache_gather(src, dst, np.array([[1, 0]]), np.array([0, 3]))
+    >>> dst[:, 0].tolist()
+    [4.0, 6.0, 0.0]
     """
     ops = _torch_ops_for(dst)
     if ops is not None:
@@ -666,6 +692,19 @@ def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", sca
     ------
     kvscatter.Error
         Any broken rule; nothing has been written.
+
+    Notes
+    -----
+    Torch tensors go through the native operator ``torch.ops.kvscatter.paged_latent_write``.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> cache = np.zeros((1, 2, 6), np.float32)
+    >>> kvscatter.paged_latent_write(np.ones((1, 4), np.float32), np.full((1, 2), 2, np.float32),
+    ...                              cache, np.array([1]))
+    >>> cache[0, 1].tolist()
+    [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
     """
     ops = _torch_ops_for(kv_cache)
     if ops is not None:

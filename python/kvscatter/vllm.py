@@ -1,9 +1,11 @@
 """vLLM-compatible cache operators: vLLM's names, argument order and defaults.
 
-Each function is a thin adapter over a kvscatter operator and takes NumPy arrays or CPU tensors
-(PyTorch tensors through DLPack), updating the caches in place like ``vllm._custom_ops``. The
-calls check everything vLLM's CUDA kernels take on trust (cache dtypes, slot ranges, strides) and
-raise ``ValueError`` / ``TypeError`` before writing anything.
+Each function is a thin adapter over a kvscatter operator and takes NumPy arrays or CPU tensors,
+updating the caches in place like ``vllm._custom_ops``. PyTorch tensors go through the native
+operator of the same name, ``torch.ops.kvscatter.<name>`` (one dispatcher call, the
+``kv_cache_dtype`` mapped in C++), when the build has the PyTorch operators, else through
+DLPack. The calls check everything vLLM's CUDA kernels take on trust (cache dtypes, slot ranges,
+strides) and raise ``ValueError`` / ``TypeError`` before writing anything.
 """
 
 from __future__ import annotations
