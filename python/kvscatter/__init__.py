@@ -177,7 +177,8 @@ def gather_pa_kv_cache(
     stored block by block in the physical blocks ``block_tables[b][shift:]`` with
     ``shift = seq_offset[b] // block_size``; its tokens become consecutive rows of ``key`` (and
     ``value``), sequences one after another in batch order. ``key`` and ``value`` are written
-    in place; the caches are only read.
+    in place; the caches are only read. Torch tensors go through the native operator
+    ``torch.ops.kvscatter.gather_pa_kv_cache``.
 
     Parameters
     ----------
@@ -221,6 +222,23 @@ def gather_pa_kv_cache(
     >>> key[:, 0, 0].tolist()
     [8.0, 10.0, 0.0]
     """
+    ops = _torch_ops_for(key)
+    if ops is not None:
+        if not isinstance(is_seq_lens_cumsum, bool):
+            raise TypeError(f"is_seq_lens_cumsum must be a bool, got {is_seq_lens_cumsum!r}")
+        ops.gather_pa_kv_cache.default(
+            key_cache,
+            value_cache,
+            block_tables,
+            seq_lens,
+            key,
+            value,
+            seq_offset=seq_offset,
+            is_seq_lens_cumsum=is_seq_lens_cumsum,
+            cache_mode=cache_mode,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.gather_pa_kv_cache(
         key_cache,
         value_cache,
@@ -253,6 +271,7 @@ def scatter_pa_cache(
 
     Three scenarios, chosen by the rank of ``key`` and the presence of ``compress_seq_offsets``;
     each writes the bytes of the key side of the matching :func:`scatter_pa_kv_cache` call.
+    Torch tensors go through the native operator ``torch.ops.kvscatter.scatter_pa_cache``.
 
     Parameters
     ----------
@@ -294,6 +313,18 @@ def scatter_pa_cache(
     >>> cache.reshape(4, 4)[[0, 3]].tolist()
     [[1, 2, 3, 4], [8, 136, 24, 20]]
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.scatter_pa_cache.default(
+            key,
+            key_cache,
+            slot_mapping,
+            compress_lens=compress_lens,
+            compress_seq_offsets=compress_seq_offsets,
+            seq_lens=seq_lens,
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.scatter_pa_cache(
         key,
         key_cache,
@@ -326,7 +357,8 @@ def indexer_quant_cache(
     indexer_quant_cache``). Row ``t`` of ``x`` (leading axes flattened) goes to slot
     ``slot_mapping.flat[t]``: row ``slot % block_size`` of block ``slot // block_size`` of
     ``cache`` and ``cache_scale``; ``-1`` skips the row. Bytes past the written part of a row,
-    and rows not hit, keep their contents. Repeated slots: the last row wins.
+    and rows not hit, keep their contents. Repeated slots: the last row wins. Torch tensors go
+    through the native operator ``torch.ops.kvscatter.indexer_quant_cache``.
 
     Parameters
     ----------
@@ -379,6 +411,19 @@ def indexer_quant_cache(
         raise TypeError(f"x_scale must be a float, got {x_scale!r}")
     if not isinstance(round_scale, bool):
         raise TypeError(f"round_scale must be a bool, got {round_scale!r}")
+    ops = _torch_ops_for(cache)
+    if ops is not None:
+        ops.indexer_quant_cache.default(
+            cache,
+            cache_scale,
+            x,
+            slot_mapping,
+            quant_mode=str(quant_mode),
+            round_scale=round_scale,
+            x_scale=float(x_scale),
+            dtype=formats.canonical_dtype(dtype),
+        )
+        return
     _ext.indexer_quant_cache(
         cache,
         cache_scale,
@@ -518,7 +563,25 @@ def paged_kv_write(
     kvscatter.Error
         Any broken rule (shapes, dtypes, strides, overlapping caches, a slot past the cache);
         nothing has been written.
+
+    Notes
+    -----
+    Torch tensors go through the native operator ``torch.ops.kvscatter.paged_kv_write``.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> kc, vc = np.zeros((2, 4, 1, 8), np.float32), np.zeros((2, 4, 1, 8), np.float32)
+    >>> kvscatter.paged_kv_write(np.ones((2, 1, 8), np.float32), np.full((2, 1, 8), 2, np.float32),
+    ...                          kc, vc, np.array([5, -1]))
+    >>> float(kc[1, 1].sum()), float(vc[1, 1].sum()), float(kc.sum())
+    (8.0, 16.0, 8.0)
     """
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.paged_kv_write.default(key, value, key_cache, value_cache, slot_mapping, format,
+                                   layout, k_scale, v_scale)
+        return
     _ext.paged_kv_write(
         key, value, key_cache, value_cache, slot_mapping, format, layout, k_scale, v_scale, None
     )
@@ -575,7 +638,27 @@ def paged_cache_gather(
     kvscatter.Error
         Any broken rule (shapes, dtypes, strides, a block-table entry or column out of range, an
         out-of-order ``cu_seq_lens``); ``dst`` is untouched.
+
+    Notes
+    -----
+    Torch tensors go through the native operator ``torch.ops.kvscatter.paged_cache_gather``.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> src = np.arange(8, dtype=np.float32).reshape(2, 2, 2)
+    >>> dst = np.zeros((3, 2), np.float32)
+    >>> kvscatter.paged_cache_gather(src, dst, np.array([[1, 0]]), np.array([0, 3]))
+    >>> dst[:, 0].tolist()
+    [4.0, 6.0, 0.0]
     """
+    ops = _torch_ops_for(dst)
+    if ops is not None:
+        ops.paged_cache_gather.default(
+            src_cache, dst, block_table, cu_seq_lens, format, scale, _as_int(batch_size, "batch_size"),
+            seq_starts, token_to_seq, _as_int(num_tokens, "num_tokens"),
+        )
+        return
     _ext.paged_cache_gather(
         src_cache, dst, block_table, cu_seq_lens, format, scale, batch_size, seq_starts,
         token_to_seq, num_tokens, None,
@@ -609,7 +692,24 @@ def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", sca
     ------
     kvscatter.Error
         Any broken rule; nothing has been written.
+
+    Notes
+    -----
+    Torch tensors go through the native operator ``torch.ops.kvscatter.paged_latent_write``.
+
+    Examples
+    --------
+    >>> import numpy as np, kvscatter
+    >>> cache = np.zeros((1, 2, 6), np.float32)
+    >>> kvscatter.paged_latent_write(np.ones((1, 4), np.float32), np.full((1, 2), 2, np.float32),
+    ...                              cache, np.array([1]))
+    >>> cache[0, 1].tolist()
+    [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
     """
+    ops = _torch_ops_for(kv_cache)
+    if ops is not None:
+        ops.paged_latent_write.default(kv_c, k_pe, kv_cache, slot_mapping, format, scale)
+        return
     _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, format, scale, None)
 
 

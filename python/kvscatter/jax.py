@@ -13,6 +13,9 @@ them in place instead of copying the whole cache first.
   :func:`kv_compress_epilog` are the other operators. Slot values are only known when the
   computation runs, so a slot past the cache fails the computation with the library's message
   (an ``XlaRuntimeError``/``JaxRuntimeError``), and nothing is written.
+- :func:`gather_pa_kv_cache`, :func:`scatter_pa_cache` and :func:`indexer_quant_cache` return
+  their updated outputs the same way (the dense ``key``/``value`` of the gather, the caches of
+  the others).
 - ``jax.vmap`` works over each: natively for :func:`kv_cache_update` (one position per
   sequence is one call), one mapped instance after another for the others.
 """
@@ -29,9 +32,12 @@ import numpy as np
 from . import _kvscatter as _ext
 
 __all__ = [
+    "gather_pa_kv_cache",
+    "indexer_quant_cache",
     "kv_cache_update",
     "kv_compress_epilog",
     "scatter_pa_kv_cache",
+    "scatter_pa_cache",
     "scatter_pa_kv_cache_with_k_scale",
 ]
 
@@ -396,3 +402,415 @@ def kv_compress_epilog(
         round_scale=bool(round_scale),
         x_scale=np.float32(x_scale),
     )
+
+
+def _dtype_attr(dtype) -> str:
+    if dtype is None:
+        return ""
+    from . import formats
+
+    return formats.canonical_dtype(dtype)
+
+
+def gather_pa_kv_cache(
+    key_cache, value_cache, block_tables, seq_lens, key, value, *, seq_offset=None,
+    is_seq_lens_cumsum=False, cache_mode="Norm", dtype=None
+):
+    """Reads each sequence's tokens out of paged caches into dense ``key`` / ``value`` rows.
+
+    The JAX form of :func:`kvscatter.gather_pa_kv_cache`: ``key`` and ``value`` are the
+    outputs, returned updated (in place when donated); rows past the last sequence keep the
+    contents passed in.
+
+    Parameters
+    ----------
+    key_cache, value_cache : jax.Array
+        Norm ``[num_blocks, block_size, num_heads, head_size]`` or PA_NZ caches; ``value_cache``
+        None together with ``value`` for a key-only call.
+    block_tables : jax.Array
+        ``[batch, max_blocks_per_seq]`` int32 or int64.
+    seq_lens : jax.Array
+        ``[batch]`` lengths (``[batch + 1]`` prefix sums with ``is_seq_lens_cumsum``).
+    key, value : jax.Array
+        The outputs' previous contents: Norm ``[rows, num_heads, head_size]``.
+    seq_offset : jax.Array, optional
+        ``[batch]``; whole blocks shift the start in the block table.
+    is_seq_lens_cumsum : bool, default False
+        ``seq_lens`` holds prefix sums.
+    cache_mode : str, default "Norm"
+        ``"Norm"`` or ``"PA_NZ"``.
+    dtype : str, optional
+        Element type of ``uint8`` caches and outputs (e.g. ``"hifloat8"``).
+
+    Returns
+    -------
+    tuple
+        ``(key, value)``; ``value`` is None for a key-only call.
+
+    Raises
+    ------
+    ValueError
+        ``value`` without ``value_cache`` (or the reverse).
+    TypeError
+        ``is_seq_lens_cumsum`` is not a bool.
+    XlaRuntimeError
+        Shapes, block ids or lengths the library rejects, with its message, when the
+        computation runs; nothing is written.
+
+    Notes
+    -----
+    ``jax.vmap`` runs the mapped instances one after another.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> kc = jnp.arange(16, dtype=jnp.float32).reshape(4, 2, 1, 2)
+    >>> k, _ = kj.gather_pa_kv_cache(kc, None, jnp.array([[2, 0]]), jnp.array([3]),
+    ...                              jnp.zeros((3, 1, 2)), None)
+    >>> k[:, 0, 0].tolist()
+    [8.0, 10.0, 0.0]
+    """
+    if (value is None) != (value_cache is None):
+        raise ValueError("value and value_cache must both be given or both be None")
+    if not isinstance(is_seq_lens_cumsum, bool):
+        raise TypeError(f"is_seq_lens_cumsum must be a bool, got {is_seq_lens_cumsum!r}")
+    has_value = value is not None
+    operands = [jnp.asarray(key_cache)]
+    if has_value:
+        operands.append(jnp.asarray(value_cache))
+    operands += [jnp.asarray(block_tables), jnp.asarray(seq_lens), jnp.asarray(key)]
+    outs = [len(operands) - 1]
+    if has_value:
+        operands.append(jnp.asarray(value))
+        outs.append(len(operands) - 1)
+    if seq_offset is not None:
+        operands.append(jnp.asarray(seq_offset))
+    call = jax.ffi.ffi_call(
+        "kvscatter_gather_pa_kv_cache",
+        tuple(_shape_dtype(operands[i]) for i in outs),
+        input_output_aliases={i: n for n, i in enumerate(outs)},
+        vmap_method="sequential",
+    )
+    results = call(
+        *operands,
+        cache_mode=_mode(cache_mode, "Norm"),
+        is_seq_lens_cumsum=is_seq_lens_cumsum,
+        present=np.int64((1 if has_value else 0) | (2 if seq_offset is not None else 0)),
+        dtype=_dtype_attr(dtype),
+    )
+    return (results[0], results[1]) if has_value else (results[0], None)
+
+
+def scatter_pa_cache(
+    key, key_cache, slot_mapping, *, compress_lens=None, compress_seq_offsets=None,
+    seq_lens=None, dtype=None
+):
+    """Writes one tensor into one paged cache: plain, ReduceMean or tail keep.
+
+    The JAX form of :func:`kvscatter.scatter_pa_cache`: returns the updated cache (in place
+    when donated).
+
+    Parameters
+    ----------
+    key : jax.Array
+        ``[tokens, num_heads, head_size]`` (plain) or ``[batch, seq_len, num_heads, head_size]``.
+    key_cache : jax.Array
+        ``[num_blocks, block_size, num_heads, head_size]`` (``num_heads`` 1 with a 4-D key).
+    slot_mapping : jax.Array
+        int32 or int64: ``[tokens]``, or ``[batch, num_heads]`` run starts with a 4-D key.
+    compress_lens, compress_seq_offsets, seq_lens : jax.Array, optional
+        The compress scenarios' index tensors.
+    dtype : str, optional
+        Element type of ``uint8`` data: ``"hifloat8"``, or the packed ``"float4_e2m1"`` /
+        ``"float4_e1m2"`` (last axis in bytes).
+
+    Returns
+    -------
+    jax.Array
+        The updated ``key_cache``.
+
+    Raises
+    ------
+    XlaRuntimeError
+        Shapes or slots the library rejects, with its message; nothing is written.
+
+    Notes
+    -----
+    ``jax.vmap`` runs the mapped instances one after another.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> cache = kj.scatter_pa_cache(jnp.ones((2, 1, 4)), jnp.zeros((2, 2, 1, 4)),
+    ...                             jnp.array([3, -1]))
+    >>> cache.reshape(4, 4).sum(axis=1).tolist()
+    [0.0, 0.0, 0.0, 4.0]
+    """
+    operands = [jnp.asarray(key), jnp.asarray(key_cache), jnp.asarray(slot_mapping)]
+    present = 0
+    for bit, extra in ((1, compress_lens), (2, compress_seq_offsets), (4, seq_lens)):
+        if extra is not None:
+            operands.append(jnp.asarray(extra))
+            present |= bit
+    call = jax.ffi.ffi_call(
+        "kvscatter_scatter_pa_cache",
+        _shape_dtype(operands[1]),
+        input_output_aliases={1: 0},
+        vmap_method="sequential",
+    )
+    return call(*operands, present=np.int64(present), dtype=_dtype_attr(dtype))
+
+
+def indexer_quant_cache(
+    cache, cache_scale, x, slot_mapping, *, quant_mode="fp8", round_scale=True, x_scale=1.0,
+    dtype=None
+):
+    """Quantizes each row of ``x`` and writes its codes and scale(s) into paged caches.
+
+    The JAX form of :func:`kvscatter.indexer_quant_cache`: returns the updated ``cache`` and
+    ``cache_scale`` (in place when donated).
+
+    Parameters
+    ----------
+    cache : jax.Array
+        ``[num_blocks, block_size, 1, W]``: float8 for ``"fp8"``/``"mxfp8"``, ``uint8`` for
+        ``"hifloat8"`` and for ``"mxfp4"`` (with ``dtype="float4_e2m1"`` or ``"float4_e1m2"``).
+    cache_scale : jax.Array
+        ``[num_blocks, block_size, 1, Ws]``: float32 (``"fp8"``, ``"hifloat8"``) or E8M0
+        (``jnp.float8_e8m0fnu`` or ``uint8``) for the MX modes.
+    x : jax.Array
+        ``[..., d]`` float16 or bfloat16, ``d`` a multiple of 32.
+    slot_mapping : jax.Array
+        ``x.shape[:-1]`` int32 or int64; -1 skips the row.
+    quant_mode : str or int, default "fp8"
+        ``"mxfp8"`` (0), ``"fp8"`` (1), ``"hifloat8"`` (2) or ``"mxfp4"`` (3).
+    round_scale : bool, default True
+        ``"fp8"`` only: scales rounded up to powers of two.
+    x_scale : float, default 1.0
+        ``"hifloat8"`` only: multiplies ``x`` before encoding.
+    dtype : str, optional
+        Element type of integer-typed ``x`` or ``cache``.
+
+    Returns
+    -------
+    tuple of jax.Array
+        ``(cache, cache_scale)``, updated.
+
+    Raises
+    ------
+    TypeError
+        A ``quant_mode`` that is neither a str nor an int.
+    XlaRuntimeError
+        Shapes, modes or slots the library rejects, with its message; nothing is written.
+
+    Notes
+    -----
+    ``jax.vmap`` runs the mapped instances one after another.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> x = ((jnp.arange(32) - 16) / 4).astype(jnp.float16)[None]
+    >>> c, s = kj.indexer_quant_cache(jnp.zeros((1, 2, 1, 32), jnp.float8_e4m3fn),
+    ...                               jnp.zeros((1, 2, 1, 1)), x, jnp.array([1]))
+    >>> float(s[0, 1, 0, 0])
+    0.015625
+    """
+    if isinstance(quant_mode, bool) or not isinstance(quant_mode, (str, int, np.integer)):
+        raise TypeError(f"quant_mode must be a str or an int, got {quant_mode!r}")
+    cache, cache_scale = jnp.asarray(cache), jnp.asarray(cache_scale)
+    call = jax.ffi.ffi_call(
+        "kvscatter_indexer_quant_cache",
+        (_shape_dtype(cache), _shape_dtype(cache_scale)),
+        input_output_aliases={0: 0, 1: 1},
+        vmap_method="sequential",
+    )
+    return tuple(call(
+        cache, cache_scale, jnp.asarray(x), jnp.asarray(slot_mapping),
+        quant_mode=str(quant_mode) if not isinstance(quant_mode, str) else quant_mode,
+        round_scale=bool(round_scale),
+        x_scale=np.float32(x_scale),
+        dtype=_dtype_attr(dtype),
+    ))
+
+
+def paged_kv_write(
+    key, value, key_cache, value_cache, slot_mapping, *, format="copy", layout="NHD",
+    k_scale=None, v_scale=None
+):
+    """Writes each token's key and value vectors into paged K and V caches at ``slot_mapping``.
+
+    The JAX form of :func:`kvscatter.paged_kv_write`: returns the updated caches (in place when
+    donated). JAX arrays are dense, so the caches are whole arrays here (no interleaved views).
+
+    Parameters
+    ----------
+    key, value : jax.Array
+        ``[T, num_heads, head_size]`` float32, float16 or bfloat16.
+    key_cache, value_cache : jax.Array
+        ``[num_blocks, block_size, num_heads, head_size]`` (``"NHD"``) or
+        ``[num_blocks, num_heads, block_size, head_size]`` (``"HND"``): the input dtype for
+        ``"copy"``, ``uint8`` or float8 for the fp8 formats.
+    slot_mapping : jax.Array
+        ``[num_tokens]`` int32 or int64; negative slots are padding.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        Byte copy or ``x / scale`` as fp8.
+    layout : {"NHD", "HND"}
+        The caches' dimension order.
+    k_scale, v_scale : jax.Array, optional
+        float32, 1 or ``num_heads`` elements; required by the fp8 formats.
+
+    Returns
+    -------
+    tuple of jax.Array
+        ``(key_cache, value_cache)``, updated.
+
+    Raises
+    ------
+    ValueError
+        Only one of ``k_scale`` and ``v_scale``.
+    XlaRuntimeError
+        Shapes, formats or slots the library rejects, with its message; nothing is written.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> kc, vc = kj.paged_kv_write(jnp.ones((1, 1, 4)), jnp.ones((1, 1, 4)),
+    ...                            jnp.zeros((2, 2, 1, 4)), jnp.zeros((2, 2, 1, 4)), jnp.array([3]))
+    >>> float(kc[1, 1].sum())
+    4.0
+    """
+    if (k_scale is None) != (v_scale is None):
+        raise ValueError("k_scale and v_scale must both be given or both be None")
+    caches = [jnp.asarray(key_cache), jnp.asarray(value_cache)]
+    operands = [jnp.asarray(key), jnp.asarray(value), *caches, jnp.asarray(slot_mapping)]
+    if k_scale is not None:
+        operands += [jnp.asarray(k_scale), jnp.asarray(v_scale)]
+    call = jax.ffi.ffi_call(
+        "kvscatter_paged_kv_write",
+        tuple(_shape_dtype(c) for c in caches),
+        input_output_aliases={2: 0, 3: 1},
+        vmap_method="sequential",
+    )
+    k, v = call(*operands, format=_mode(format, "copy"), layout=_mode(layout, "NHD"),
+                present=np.int64(k_scale is not None))
+    return k, v
+
+
+def paged_cache_gather(
+    src_cache, dst, block_table, cu_seq_lens, *, format="copy", scale=None, batch_size=-1,
+    seq_starts=None, token_to_seq=None, num_tokens=0
+):
+    """Copies the cached entries of sequences out of a paged cache into rows of ``dst``.
+
+    The JAX form of :func:`kvscatter.paged_cache_gather`: returns the updated ``dst`` (in place
+    when donated); rows not gathered keep the values passed in.
+
+    Parameters
+    ----------
+    src_cache : jax.Array
+        ``[num_blocks, block_size, *entry]``.
+    dst : jax.Array
+        ``[rows, *entry]``.
+    block_table : jax.Array
+        ``[>= batch_size, W]`` int32 or int64.
+    cu_seq_lens : jax.Array
+        ``[>= batch_size + 1]``, same dtype.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2"}
+        Raw copy, or dequantize fp8 codes into ``dst``'s float type.
+    scale : jax.Array, optional
+        float32, one element; required by the fp8 formats.
+    batch_size : int, default -1
+        Sequences gathered; -1: ``len(cu_seq_lens) - 1``.
+    seq_starts : jax.Array, optional
+        First gathered position of each sequence.
+    token_to_seq : jax.Array, optional
+        Row-driven form: the sequence of each row ``t < num_tokens``.
+    num_tokens : int, default 0
+        Rows examined with ``token_to_seq``.
+
+    Returns
+    -------
+    jax.Array
+        The updated ``dst``.
+
+    Raises
+    ------
+    XlaRuntimeError
+        Shapes, block ids or lengths the library rejects, with its message; nothing is written.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> src = jnp.arange(8, dtype=jnp.float32).reshape(2, 2, 2)
+    >>> out = kj.paged_cache_gather(src, jnp.zeros((3, 2)), jnp.array([[1, 0]]), jnp.array([0, 3]))
+    >>> out[:, 0].tolist()
+    [4.0, 6.0, 0.0]
+    """
+    operands = [jnp.asarray(src_cache), jnp.asarray(dst), jnp.asarray(block_table),
+                jnp.asarray(cu_seq_lens)]
+    present = 0
+    for bit, extra in ((1, scale), (2, seq_starts), (4, token_to_seq)):
+        if extra is not None:
+            operands.append(jnp.asarray(extra))
+            present |= bit
+    call = jax.ffi.ffi_call(
+        "kvscatter_paged_cache_gather",
+        _shape_dtype(operands[1]),
+        input_output_aliases={1: 0},
+        vmap_method="sequential",
+    )
+    return call(*operands, format=_mode(format, "copy"),
+                batch_size=np.int64(operator.index(batch_size)),
+                num_tokens=np.int64(operator.index(num_tokens)), present=np.int64(present))
+
+
+def paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, *, format="copy", scale=None):
+    """Writes one cache row ``[kv_c | k_pe]`` per token into a paged latent cache.
+
+    The JAX form of :func:`kvscatter.paged_latent_write`: returns the updated cache (in place
+    when donated).
+
+    Parameters
+    ----------
+    kv_c, k_pe : jax.Array
+        ``[T, kv_lora_rank]`` and ``[T, pe_dim]``, float32, float16 or bfloat16 (one dtype).
+    kv_cache : jax.Array
+        ``[num_blocks, block_size, entry]``: ``kv_lora_rank + pe_dim`` elements of the input
+        dtype or fp8 codes, or 656 ``uint8`` bytes for ``"fp8_ds_mla"``.
+    slot_mapping : jax.Array
+        ``[num_tokens]`` int32 or int64; negative slots are padding.
+    format : {"copy", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"}
+        How a row is stored.
+    scale : jax.Array, optional
+        float32, one element; required by ``"fp8_e4m3"``/``"fp8_e5m2"``.
+
+    Returns
+    -------
+    jax.Array
+        The updated ``kv_cache``.
+
+    Raises
+    ------
+    XlaRuntimeError
+        Shapes, formats or slots the library rejects, with its message; nothing is written.
+
+    Examples
+    --------
+    >>> import jax.numpy as jnp, kvscatter.jax as kj
+    >>> cache = kj.paged_latent_write(jnp.ones((1, 4)), jnp.full((1, 2), 2.0),
+    ...                               jnp.zeros((1, 2, 6)), jnp.array([1]))
+    >>> cache[0, 1].tolist()
+    [1.0, 1.0, 1.0, 1.0, 2.0, 2.0]
+    """
+    cache = jnp.asarray(kv_cache)
+    operands = [jnp.asarray(kv_c), jnp.asarray(k_pe), cache, jnp.asarray(slot_mapping)]
+    if scale is not None:
+        operands.append(jnp.asarray(scale))
+    call = jax.ffi.ffi_call(
+        "kvscatter_paged_latent_write",
+        _shape_dtype(cache),
+        input_output_aliases={2: 0},
+        vmap_method="sequential",
+    )
+    return call(*operands, format=_mode(format, "copy"), present=np.int64(scale is not None))

@@ -53,6 +53,16 @@ OPERATORS = (
     "scatter_pa_kv_cache_with_k_scale",
     "kv_compress_epilog",
     "kv_cache_update",
+    "gather_pa_kv_cache",
+    "scatter_pa_cache",
+    "indexer_quant_cache",
+    "paged_kv_write",
+    "paged_cache_gather",
+    "paged_latent_write",
+    "reshape_and_cache_flash",
+    "concat_and_cache_mla",
+    "gather_and_maybe_dequant_cache",
+    "cp_gather_cache",
 )
 
 #: ``torch.ops.kvscatter``.

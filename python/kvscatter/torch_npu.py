@@ -1,7 +1,7 @@
 """The torch_npu entry points of kvscatter's operators, with upstream names, signatures and defaults.
 
 Code written for Ascend NPUs runs on the CPU by importing this module in place of torch_npu
-(and of the ``cann_ops_transformer`` torch extension, which provides the two quantized cache
+(and of the ``cann_ops_transformer`` torch extension, which provides the quantized cache
 writers)::
 
     import kvscatter.torch_npu as torch_npu
@@ -19,13 +19,17 @@ a null mode.
 from __future__ import annotations
 
 from . import gather_pa_kv_cache as _gather_pa_kv_cache
+from . import indexer_quant_cache as _indexer_quant_cache
 from . import kv_compress_epilog as _kv_compress_epilog
+from . import scatter_pa_cache as _scatter_pa_cache
 from . import scatter_pa_kv_cache as _scatter_pa_kv_cache
 from . import scatter_pa_kv_cache_with_k_scale as _scatter_with_k_scale
 
 __all__ = [
+    "indexer_quant_cache",
     "kv_compress_epilog",
     "npu_gather_pa_kv_cache",
+    "npu_scatter_pa_cache",
     "npu_scatter_pa_kv_cache",
     "npu_scatter_pa_kv_cache_functional",
     "scatter_pa_kv_cache_with_k_scale",
@@ -295,12 +299,14 @@ def npu_gather_pa_kv_cache(
     *,
     seq_offset=None,
     is_seq_lens_cumsum=False,
+    cache_mode="Norm",
 ):
     """Reads each sequence's tokens out of paged caches into dense ``key`` / ``value`` rows.
 
     Upstream: ``torch_npu.npu_gather_pa_kv_cache(key_cache, value_cache, block_tables,
-    seq_lens, key, value, *, seq_offset=None, is_seq_lens_cumsum=False) -> None``; Norm
-    caches. :func:`kvscatter.gather_pa_kv_cache` has the same arguments plus ``cache_mode``.
+    seq_lens, key, value, *, seq_offset=None, is_seq_lens_cumsum=False) -> None``. Upstream
+    reads the cache layout from the NPU tensor format (FRACTAL_NZ means PA_NZ); a CPU tensor
+    has no such format, so ``cache_mode`` says it here.
 
     Parameters
     ----------
@@ -316,6 +322,8 @@ def npu_gather_pa_kv_cache(
         ``[batch]`` offsets; whole blocks shift the start in the block table.
     is_seq_lens_cumsum : bool, default False
         ``seq_lens`` holds prefix sums.
+    cache_mode : {"Norm", "PA_NZ"}, default "Norm"
+        The caches' layout (see :func:`kvscatter.gather_pa_kv_cache`).
 
     Returns
     -------
@@ -345,6 +353,149 @@ def npu_gather_pa_kv_cache(
         value,
         seq_offset=seq_offset,
         is_seq_lens_cumsum=is_seq_lens_cumsum,
+        cache_mode=cache_mode,
+    )
+
+
+def npu_scatter_pa_cache(
+    key,
+    slot_mapping,
+    *,
+    compress_lens=None,
+    compress_seq_offset=None,
+    seq_lens=None,
+    key_cache,
+    compress_seq_offsets=None,
+    dtype=None,
+):
+    """Writes one tensor into one paged cache, in place (torch_npu's API).
+
+    Upstream: ``torch_npu.npu_scatter_pa_cache(key, slot_mapping, *, compress_lens=None,
+    compress_seq_offset=None, seq_lens=None, key_cache) -> ()``: ``slot_mapping`` second and
+    ``key_cache`` a required keyword. :func:`kvscatter.scatter_pa_cache` has the arguments in
+    kvscatter's order (``key, key_cache, slot_mapping``).
+
+    Parameters
+    ----------
+    key : Tensor or ndarray
+        ``[tokens, num_heads, head_size]`` (plain) or ``[batch, seq_len, num_heads, head_size]``.
+    slot_mapping : Tensor or ndarray
+        int32 or int64: ``[tokens]`` (negative: padding), or ``[batch, num_heads]`` run starts
+        with a 4-D key.
+    compress_lens, seq_lens : Tensor or ndarray, optional
+        The compress scenarios' lengths (see :func:`kvscatter.scatter_pa_cache`).
+    compress_seq_offset : Tensor or ndarray, optional
+        ``[batch * num_heads]`` window starts: given, the ReduceMean scenario; absent, tail keep.
+    key_cache : Tensor or ndarray
+        ``[num_blocks, block_size, num_heads, head_size]``, updated in place.
+    compress_seq_offsets : Tensor or ndarray, optional
+        The same as ``compress_seq_offset`` (the spelling of upstream's own examples); give one.
+    dtype : str, optional
+        Stands in for ``torch_npu.hifloat8`` / ``float4_e2m1`` / ``float4_e1m2`` tensors:
+        ``"hifloat8"``, ``"float4_e2m1"`` or ``"float4_e1m2"`` for ``uint8`` data (FP4 packed
+        two per byte, the last axis counting bytes).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        A shape, dtype or slot the operator rejects (nothing is written), or both spellings of
+        the offsets.
+
+    Examples
+    --------
+    >>> import torch, kvscatter.torch_npu as torch_npu
+    >>> cache = torch.zeros(2, 2, 1, 4, dtype=torch.uint8)
+    >>> codes = torch.tensor([[[0x21, 0x7F, 0x00, 0x9A]]], dtype=torch.uint8)
+    >>> torch_npu.npu_scatter_pa_cache(codes, torch.tensor([3]), key_cache=cache,
+    ...                                dtype="float4_e2m1")
+    >>> cache[1, 1, 0].tolist()
+    [33, 127, 0, 154]
+    """
+    if compress_seq_offset is not None and compress_seq_offsets is not None:
+        raise ValueError("give compress_seq_offset or compress_seq_offsets, not both")
+    _scatter_pa_cache(
+        key,
+        key_cache,
+        slot_mapping,
+        compress_lens=compress_lens,
+        compress_seq_offsets=compress_seq_offset if compress_seq_offsets is None
+        else compress_seq_offsets,
+        seq_lens=seq_lens,
+        dtype=dtype,
+    )
+
+
+def indexer_quant_cache(
+    cache,
+    cache_scale,
+    x,
+    slot_mapping,
+    *,
+    quant_mode="fp8",
+    round_scale=True,
+    x_scale=1.0,
+    dtype=None,
+):
+    """Quantizes each row of ``x`` into a paged cache and its scale(s) into a scale cache.
+
+    Upstream (``cann_ops_transformer`` torch extension): ``indexer_quant_cache(Tensor(a!)
+    cache, Tensor(b!) cache_scale, Tensor x, Tensor slot_mapping, *, str quant_mode="fp8",
+    bool round_scale=True, float x_scale=1.0) -> ()``.
+
+    Parameters
+    ----------
+    cache : Tensor or ndarray
+        ``[num_blocks, block_size, 1, W]``: float8 (``"fp8"``, ``"mxfp8"``), ``uint8`` for
+        ``"hifloat8"`` and packed ``"mxfp4"``. Updated in place.
+    cache_scale : Tensor or ndarray
+        ``[num_blocks, block_size, 1, Ws]``: float32 (``"fp8"``) or E8M0 (``uint8`` or
+        ``torch.float8_e8m0fnu``) for the MX modes. Updated in place.
+    x : Tensor or ndarray
+        ``[..., d]`` float16 or bfloat16.
+    slot_mapping : Tensor or ndarray
+        ``x.shape[:-1]`` int32 or int64; -1 skips the row.
+    quant_mode : str or int, default "fp8"
+        ``"mxfp8"`` (0), ``"fp8"`` (1), ``"hifloat8"`` (2) or ``"mxfp4"`` (3), any case.
+    round_scale : bool, default True
+        ``"fp8"``: round the scale up to a power of two.
+    x_scale : float, default 1.0
+        ``"hifloat8"``: multiplies ``x`` before encoding.
+    dtype : str, optional
+        Not upstream: stands in for ``torch_npu`` dtypes torch lacks (``"float4_e2m1"`` for a
+        packed ``uint8`` cache, ``"float8_e4m3fn"`` for float8 bits in ``uint8``).
+
+    Returns
+    -------
+    None
+
+    Raises
+    ------
+    ValueError
+        A shape, mode or slot the operator rejects; nothing is written.
+
+    Examples
+    --------
+    >>> import torch, kvscatter.torch_npu as torch_npu
+    >>> cache = torch.zeros(1, 2, 1, 32, dtype=torch.float8_e4m3fn)
+    >>> scale = torch.zeros(1, 2, 1, 1)
+    >>> x = ((torch.arange(32) - 16) / 4).half()[None]
+    >>> torch_npu.indexer_quant_cache(cache, scale, x, torch.tensor([1]))
+    >>> float(scale[0, 1, 0, 0])
+    0.015625
+    """
+    _indexer_quant_cache(
+        cache,
+        cache_scale,
+        x,
+        slot_mapping,
+        quant_mode=quant_mode,
+        round_scale=round_scale,
+        x_scale=x_scale,
+        dtype=dtype,
     )
 
 

@@ -1,9 +1,11 @@
 """vLLM-compatible cache operators: vLLM's names, argument order and defaults.
 
-Each function is a thin adapter over a kvscatter operator and takes NumPy arrays or CPU tensors
-(PyTorch tensors through DLPack), updating the caches in place like ``vllm._custom_ops``. The
-calls check everything vLLM's CUDA kernels take on trust (cache dtypes, slot ranges, strides) and
-raise ``ValueError`` / ``TypeError`` before writing anything.
+Each function is a thin adapter over a kvscatter operator and takes NumPy arrays or CPU tensors,
+updating the caches in place like ``vllm._custom_ops``. PyTorch tensors go through the native
+operator of the same name, ``torch.ops.kvscatter.<name>`` (one dispatcher call, the
+``kv_cache_dtype`` mapped in C++), when the build has the PyTorch operators, else through
+DLPack. The calls check everything vLLM's CUDA kernels take on trust (cache dtypes, slot ranges,
+strides) and raise ``ValueError`` / ``TypeError`` before writing anything.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import operator
 
 from . import _kvscatter as _ext
+from . import _torch_ops_for
 
 __all__ = [
     "concat_and_cache_mla",
@@ -37,6 +40,10 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     fmt, dtype = _cache_format(kv_cache_dtype, "concat_and_cache_mla", _MLA_DTYPES)
     if scale is None:
         raise TypeError("scale is required, got None")
+    ops = _torch_ops_for(kv_cache)
+    if ops is not None:
+        ops.concat_and_cache_mla.default(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+        return
     _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, fmt, scale, dtype)
 
 
@@ -85,6 +92,11 @@ def reshape_and_cache_flash(
     fmt, dtype = _cache_format(kv_cache_dtype, "reshape_and_cache_flash", _FLASH_DTYPES)
     if k_scale is None or v_scale is None:
         raise TypeError(f"{'k_scale' if k_scale is None else 'v_scale'} is required, got None")
+    ops = _torch_ops_for(key_cache)
+    if ops is not None:
+        ops.reshape_and_cache_flash.default(key, value, key_cache, value_cache, slot_mapping,
+                                            kv_cache_dtype, k_scale, v_scale)
+        return
     _ext.paged_kv_write(
         key, value, key_cache, value_cache, slot_mapping, fmt, "NHD", k_scale, v_scale, dtype
     )
@@ -116,6 +128,12 @@ def gather_and_maybe_dequant_cache(
     if scale is None:
         raise TypeError("scale is required, got None")
     num_tokens = _index(num_tokens, "num_tokens")
+    ops = _torch_ops_for(dst)
+    if ops is not None:
+        ops.gather_and_maybe_dequant_cache.default(src_cache, dst, block_table, cu_seq_lens,
+                                                   token_to_seq, num_tokens, kv_cache_dtype, scale,
+                                                   seq_starts)
+        return
     rule = None if fmt != "copy" else (dtype or "float")
     _ext.paged_cache_gather(
         src_cache, dst, block_table, cu_seq_lens, fmt, scale, -1, seq_starts, token_to_seq,
@@ -133,6 +151,10 @@ def cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_st
     batch_size = _index(batch_size, "batch_size")
     if batch_size < 0:
         raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    ops = _torch_ops_for(dst)
+    if ops is not None:
+        ops.cp_gather_cache.default(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts)
+        return
     _ext.paged_cache_gather(
         src_cache, dst, block_table, cu_seq_lens, "copy", None, batch_size, seq_starts, None, 0,
         None,

@@ -14,9 +14,16 @@
 #include <vector>
 
 #include "bindings.h"
+#include "dtype_override.h"
 #include "kvscatter/error.h"
+#include "kvscatter/gather_pa_kv_cache.h"
+#include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
+#include "kvscatter/paged_cache_gather.h"
+#include "kvscatter/paged_kv_write.h"
+#include "kvscatter/paged_latent_write.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "xla/ffi/api/ffi.h"
@@ -91,6 +98,40 @@ ffi::Error guarded(F&& f) {
     return ffi::Error::Internal(e.what());
   }
 }
+
+// The dtype= keyword of the Python functions ("" when absent): integer buffers of the named
+// type's width are read as that type (HiFloat8 and packed FP4 travel as uint8).
+void apply_dtype(std::string_view dtype, std::initializer_list<NamedView> views) {
+  if (dtype.empty()) return;
+  const std::optional<DType> want = dtype_from_name(dtype);
+  if (!want) throw Error(Status::invalid_parameter, unknown_dtype_message(dtype));
+  const std::string error = override_dtypes(*want, views);
+  if (!error.empty()) throw Error(Status::invalid_parameter, error);
+}
+
+// Operands and results taken in order from RemainingArgs / RemainingRets.
+class Operands {
+ public:
+  Operands(ffi::RemainingArgs args, ffi::RemainingRets rets) : args_(args), rets_(rets) {}
+  ffi::AnyBuffer arg(const char* name) {
+    ffi::ErrorOr<ffi::AnyBuffer> b = args_.get<ffi::AnyBuffer>(next_arg_++);
+    if (b.has_error()) throw Error(Status::invalid_parameter, std::string(name) + ": missing");
+    return *b;
+  }
+  TensorView input(const char* name) { return view_of(arg(name), name); }
+  // The next result, aliased to the next operand.
+  TensorView output(const char* name) {
+    const ffi::AnyBuffer in = arg(name);
+    ffi::ErrorOr<ffi::Result<ffi::AnyBuffer>> r = rets_.get<ffi::AnyBuffer>(next_ret_++);
+    if (r.has_error()) throw Error(Status::invalid_parameter, std::string(name) + ": missing");
+    return output_view(in, *r, name);
+  }
+
+ private:
+  ffi::RemainingArgs args_;
+  ffi::RemainingRets rets_;
+  std::size_t next_arg_ = 0, next_ret_ = 0;
+};
 
 // A batch row b of a (B, ...) view: one sequence of the ragged form.
 TensorView batch_row(const TensorView& v, std::int64_t b) {
@@ -242,6 +283,134 @@ ffi::Error kv_compress_epilog_impl(ffi::AnyBuffer cache, ffi::AnyBuffer x,
   });
 }
 
+// Operands: key_cache, [value_cache], block_tables, seq_lens, key, [value], [seq_offset];
+// `present` bit 1: the value pair, bit 2: seq_offset. Results: key, [value].
+ffi::Error gather_pa_kv_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                   std::string_view cache_mode, bool is_seq_lens_cumsum,
+                                   std::int64_t present, std::string_view dtype) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const bool has_value = present & 1;
+    TensorView kc = io.input("key_cache");
+    std::optional<TensorView> vc;
+    if (has_value) vc = io.input("value_cache");
+    const TensorView bt = io.input("block_tables");
+    const TensorView sl = io.input("seq_lens");
+    TensorView k = io.output("key");
+    std::optional<TensorView> v;
+    if (has_value) v = io.output("value");
+    GatherPaKvCacheOptions options;
+    if (present & 2) options.seq_offset = io.input("seq_offset");
+    options.is_seq_lens_cumsum = is_seq_lens_cumsum;
+    options.cache_mode = parse_cache_mode(cache_mode);
+    apply_dtype(dtype, {{&kc, "key_cache"},
+                        {vc ? &*vc : nullptr, "value_cache"},
+                        {&k, "key"},
+                        {v ? &*v : nullptr, "value"}});
+    gather_pa_kv_cache(kc, vc, bt, sl, k, v, options);
+  });
+}
+
+// Operands: key, key_cache, slot_mapping, [compress_lens], [compress_seq_offsets], [seq_lens]
+// (`present` bits 1, 2, 4). Result: key_cache.
+ffi::Error scatter_pa_cache_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                 std::int64_t present, std::string_view dtype) {
+  return guarded([&] {
+    Operands io(args, rets);
+    TensorView k = io.input("key");
+    TensorView kc = io.output("key_cache");
+    const TensorView sm = io.input("slot_mapping");
+    ScatterPaCacheOptions options;
+    if (present & 1) options.compress_lens = io.input("compress_lens");
+    if (present & 2) options.compress_seq_offsets = io.input("compress_seq_offsets");
+    if (present & 4) options.seq_lens = io.input("seq_lens");
+    apply_dtype(dtype, {{&k, "key"}, {&kc, "key_cache"}});
+    scatter_pa_cache(k, kc, sm, options);
+  });
+}
+
+ffi::Error indexer_quant_cache_impl(ffi::AnyBuffer cache, ffi::AnyBuffer cache_scale,
+                                    ffi::AnyBuffer x, ffi::AnyBuffer slot_mapping,
+                                    ffi::Result<ffi::AnyBuffer> cache_out,
+                                    ffi::Result<ffi::AnyBuffer> scale_out,
+                                    std::string_view quant_mode, bool round_scale, float x_scale,
+                                    std::string_view dtype) {
+  return guarded([&] {
+    TensorView c = output_view(cache, cache_out, "cache");
+    const TensorView s = output_view(cache_scale, scale_out, "cache_scale");
+    TensorView xv = view_of(x, "x");
+    apply_dtype(dtype, {{&xv, "x"}, {&c, "cache"}});
+    IndexerQuantCacheOptions options;
+    options.quant_mode = parse_indexer_quant_mode(quant_mode);
+    options.round_scale = round_scale;
+    options.x_scale = x_scale;
+    indexer_quant_cache(c, s, xv, view_of(slot_mapping, "slot_mapping"), options);
+  });
+}
+
+// Operands: key, value, key_cache, value_cache, slot_mapping, [k_scale, v_scale] (`present`
+// bit 1). Results: the caches.
+ffi::Error paged_kv_write_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                               std::string_view format, std::string_view layout,
+                               std::int64_t present) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const TensorView k = io.input("key");
+    const TensorView v = io.input("value");
+    const TensorView kc = io.output("key_cache");
+    const TensorView vc = io.output("value_cache");
+    const TensorView sm = io.input("slot_mapping");
+    PagedKvWriteOptions o;
+    if (present & 1) {
+      o.k_scale = io.input("k_scale");
+      o.v_scale = io.input("v_scale");
+    }
+    o.format = parse_kv_cache_format(format);
+    o.layout = parse_kv_cache_layout(layout);
+    paged_kv_write(k, v, kc, vc, sm, o);
+  });
+}
+
+// Operands: src_cache, dst, block_table, cu_seq_lens, [scale], [seq_starts], [token_to_seq]
+// (`present` bits 1, 2, 4). Result: dst.
+ffi::Error paged_cache_gather_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                   std::string_view format, std::int64_t batch_size,
+                                   std::int64_t num_tokens, std::int64_t present) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const TensorView src = io.input("src_cache");
+    const TensorView dst = io.output("dst");
+    const TensorView bt = io.input("block_table");
+    const TensorView cu = io.input("cu_seq_lens");
+    PagedCacheGatherOptions o;
+    if (present & 1) o.scale = io.input("scale");
+    if (present & 2) o.seq_starts = io.input("seq_starts");
+    if (present & 4) {
+      o.token_to_seq = io.input("token_to_seq");
+      o.num_tokens = num_tokens;
+    }
+    o.format = parse_kv_cache_format(format);
+    o.batch_size = batch_size;
+    paged_cache_gather(src, dst, bt, cu, o);
+  });
+}
+
+// Operands: kv_c, k_pe, kv_cache, slot_mapping, [scale] (`present` bit 1). Result: kv_cache.
+ffi::Error paged_latent_write_impl(ffi::RemainingArgs args, ffi::RemainingRets rets,
+                                   std::string_view format, std::int64_t present) {
+  return guarded([&] {
+    Operands io(args, rets);
+    const TensorView c = io.input("kv_c");
+    const TensorView p = io.input("k_pe");
+    const TensorView cache = io.output("kv_cache");
+    const TensorView sm = io.input("slot_mapping");
+    PagedLatentWriteOptions o;
+    if (present & 1) o.scale = io.input("scale");
+    o.format = parse_latent_cache_format(format);
+    paged_latent_write(c, p, cache, sm, o);
+  });
+}
+
 }  // namespace
 }  // namespace kvscatter::python
 
@@ -292,6 +461,60 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterKvCompressEpilog, kvscatter::python::kv_c
                                   .Attr<bool>("round_scale")
                                   .Attr<float>("x_scale"));
 
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterGatherPaKvCache, kvscatter::python::gather_pa_kv_cache_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("cache_mode")
+                                  .Attr<bool>("is_seq_lens_cumsum")
+                                  .Attr<std::int64_t>("present")
+                                  .Attr<std::string_view>("dtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterScatterPaCache, kvscatter::python::scatter_pa_cache_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::int64_t>("present")
+                                  .Attr<std::string_view>("dtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterIndexerQuantCache,
+                              kvscatter::python::indexer_quant_cache_impl,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<std::string_view>("quant_mode")
+                                  .Attr<bool>("round_scale")
+                                  .Attr<float>("x_scale")
+                                  .Attr<std::string_view>("dtype"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterPagedKvWrite, kvscatter::python::paged_kv_write_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("format")
+                                  .Attr<std::string_view>("layout")
+                                  .Attr<std::int64_t>("present"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterPagedCacheGather, kvscatter::python::paged_cache_gather_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("format")
+                                  .Attr<std::int64_t>("batch_size")
+                                  .Attr<std::int64_t>("num_tokens")
+                                  .Attr<std::int64_t>("present"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(KvscatterPagedLatentWrite, kvscatter::python::paged_latent_write_impl,
+                              ffi::Ffi::Bind()
+                                  .RemainingArgs()
+                                  .RemainingRets()
+                                  .Attr<std::string_view>("format")
+                                  .Attr<std::int64_t>("present"));
+
 namespace kvscatter::python {
 
 void bind_jax_ffi(nb::module_& m) {
@@ -305,6 +528,18 @@ void bind_jax_ffi(nb::module_& m) {
       nb::capsule(reinterpret_cast<void*>(&KvscatterScatterPaKvCacheWithKScale));
   handlers["kvscatter_kv_compress_epilog"] =
       nb::capsule(reinterpret_cast<void*>(&KvscatterKvCompressEpilog));
+  handlers["kvscatter_gather_pa_kv_cache"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterGatherPaKvCache));
+  handlers["kvscatter_scatter_pa_cache"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterScatterPaCache));
+  handlers["kvscatter_indexer_quant_cache"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterIndexerQuantCache));
+  handlers["kvscatter_paged_kv_write"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterPagedKvWrite));
+  handlers["kvscatter_paged_cache_gather"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterPagedCacheGather));
+  handlers["kvscatter_paged_latent_write"] =
+      nb::capsule(reinterpret_cast<void*>(&KvscatterPagedLatentWrite));
   m.attr("jax_ffi_handlers") = handlers;
 }
 

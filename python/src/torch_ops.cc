@@ -17,11 +17,18 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "dtype_override.h"
 #include "kvscatter/error.h"
+#include "kvscatter/gather_pa_kv_cache.h"
+#include "kvscatter/indexer_quant_cache.h"
 #include "kvscatter/kv_cache_update.h"
 #include "kvscatter/kv_compress_epilog.h"
+#include "kvscatter/paged_cache_gather.h"
+#include "kvscatter/paged_kv_write.h"
+#include "kvscatter/paged_latent_write.h"
+#include "kvscatter/scatter_pa_cache.h"
 #include "kvscatter/scatter_pa_kv_cache.h"
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 #include "kvscatter/tensor.h"
@@ -207,6 +214,203 @@ void kv_cache_update_cpu(const at::Tensor& key_cache, const at::Tensor& value_ca
   guarded([&] { execute(plan_kv_cache_update(kc, vc, nk, nv, position)); });
 }
 
+void gather_pa_kv_cache_cpu(const at::Tensor& key_cache, const OptTensor& value_cache,
+                            const at::Tensor& block_tables, const at::Tensor& seq_lens,
+                            const at::Tensor& key, const OptTensor& value,
+                            const OptTensor& seq_offset, bool is_seq_lens_cumsum, OptStr cache_mode,
+                            OptStr dtype) {
+  TensorView kc = view(key_cache, "key_cache");
+  std::optional<TensorView> vc = view(value_cache, "value_cache");
+  const TensorView bt = view(block_tables, "block_tables");
+  const TensorView sl = view(seq_lens, "seq_lens");
+  TensorView k = view(key, "key");
+  std::optional<TensorView> v = view(value, "value");
+  apply_dtype(dtype, {{&kc, "key_cache"},
+                      {vc ? &*vc : nullptr, "value_cache"},
+                      {&k, "key"},
+                      {v ? &*v : nullptr, "value"}});
+  GatherPaKvCacheOptions options;
+  options.seq_offset = view(seq_offset, "seq_offset");
+  options.is_seq_lens_cumsum = is_seq_lens_cumsum;
+  guarded([&] {
+    options.cache_mode = parse_cache_mode(str_or(cache_mode, "Norm"));
+    execute(plan_gather_pa_kv_cache(kc, vc, bt, sl, k, v, options));
+  });
+}
+
+void scatter_pa_cache_cpu(const at::Tensor& key, const at::Tensor& key_cache,
+                          const at::Tensor& slot_mapping, const OptTensor& compress_lens,
+                          const OptTensor& compress_seq_offsets, const OptTensor& seq_lens,
+                          OptStr dtype) {
+  TensorView k = view(key, "key");
+  TensorView kc = view(key_cache, "key_cache");
+  const TensorView sm = view(slot_mapping, "slot_mapping");
+  apply_dtype(dtype, {{&k, "key"}, {&kc, "key_cache"}});
+  ScatterPaCacheOptions options;
+  options.compress_lens = view(compress_lens, "compress_lens");
+  options.compress_seq_offsets = view(compress_seq_offsets, "compress_seq_offsets");
+  options.seq_lens = view(seq_lens, "seq_lens");
+  guarded([&] { execute(plan_scatter_pa_cache(k, kc, sm, options)); });
+}
+
+void indexer_quant_cache_cpu(const at::Tensor& cache, const at::Tensor& cache_scale,
+                             const at::Tensor& x, const at::Tensor& slot_mapping,
+                             c10::string_view quant_mode, bool round_scale, double x_scale,
+                             OptStr dtype) {
+  TensorView c = view(cache, "cache");
+  const TensorView s = view(cache_scale, "cache_scale");
+  TensorView xv = view(x, "x");
+  const TensorView sm = view(slot_mapping, "slot_mapping");
+  apply_dtype(dtype, {{&xv, "x"}, {&c, "cache"}});
+  IndexerQuantCacheOptions options;
+  options.round_scale = round_scale;
+  // The operator's x_scale is float32: round the double to nearest even, as torch does.
+  options.x_scale = static_cast<float>(x_scale);
+  guarded([&] {
+    options.quant_mode =
+        parse_indexer_quant_mode(std::string_view(quant_mode.data(), quant_mode.size()));
+    execute(plan_indexer_quant_cache(c, s, xv, sm, options));
+  });
+}
+
+void paged_kv_write_cpu(const at::Tensor& key, const at::Tensor& value, const at::Tensor& key_cache,
+                        const at::Tensor& value_cache, const at::Tensor& slot_mapping,
+                        c10::string_view format, c10::string_view layout, const OptTensor& k_scale,
+                        const OptTensor& v_scale) {
+  PagedKvWriteOptions o;
+  o.k_scale = view(k_scale, "k_scale");
+  o.v_scale = view(v_scale, "v_scale");
+  const TensorView k = view(key, "key");
+  const TensorView v = view(value, "value");
+  const TensorView kc = view(key_cache, "key_cache");
+  const TensorView vc = view(value_cache, "value_cache");
+  const TensorView sm = view(slot_mapping, "slot_mapping");
+  guarded([&] {
+    o.format = parse_kv_cache_format(std::string_view(format.data(), format.size()));
+    o.layout = parse_kv_cache_layout(std::string_view(layout.data(), layout.size()));
+    execute(plan_paged_kv_write(k, v, kc, vc, sm, o));
+  });
+}
+
+void paged_cache_gather_cpu(const at::Tensor& src_cache, const at::Tensor& dst,
+                            const at::Tensor& block_table, const at::Tensor& cu_seq_lens,
+                            c10::string_view format, const OptTensor& scale,
+                            std::int64_t batch_size, const OptTensor& seq_starts,
+                            const OptTensor& token_to_seq, std::int64_t num_tokens) {
+  PagedCacheGatherOptions o;
+  o.scale = view(scale, "scale");
+  o.batch_size = batch_size;
+  o.seq_starts = view(seq_starts, "seq_starts");
+  o.token_to_seq = view(token_to_seq, "token_to_seq");
+  if (o.token_to_seq) o.num_tokens = num_tokens;
+  const TensorView src = view(src_cache, "src_cache");
+  const TensorView out = view(dst, "dst");
+  const TensorView bt = view(block_table, "block_table");
+  const TensorView cu = view(cu_seq_lens, "cu_seq_lens");
+  guarded([&] {
+    o.format = parse_kv_cache_format(std::string_view(format.data(), format.size()));
+    execute(plan_paged_cache_gather(src, out, bt, cu, o));
+  });
+}
+
+void paged_latent_write_cpu(const at::Tensor& kv_c, const at::Tensor& k_pe,
+                            const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                            c10::string_view format, const OptTensor& scale) {
+  PagedLatentWriteOptions o;
+  o.scale = view(scale, "scale");
+  const TensorView c = view(kv_c, "kv_c");
+  const TensorView p = view(k_pe, "k_pe");
+  const TensorView cache = view(kv_cache, "kv_cache");
+  const TensorView sm = view(slot_mapping, "slot_mapping");
+  guarded([&] {
+    o.format = parse_latent_cache_format(std::string_view(format.data(), format.size()));
+    execute(plan_paged_latent_write(c, p, cache, sm, o));
+  });
+}
+
+// ---- vLLM's names (kvscatter.vllm): kv_cache_dtype strings mapped onto the native ops ------
+
+// A vLLM kv_cache_dtype: the kvscatter format, and the input dtype the named 16-bit cache
+// types promise ("" when any float input goes). The messages are kvscatter.vllm's.
+std::pair<std::string_view, std::string_view> vllm_format(c10::string_view kv_cache_dtype,
+                                                          const char* op, bool ds_mla) {
+  const std::string_view t(kv_cache_dtype.data(), kv_cache_dtype.size());
+  if (t == "auto") return {"copy", ""};
+  if (t == "float16" || t == "bfloat16") return {"copy", t};
+  if (t == "fp8" || t == "fp8_e4m3") return {"fp8_e4m3", ""};
+  if (t == "fp8_e5m2") return {"fp8_e5m2", ""};
+  if (ds_mla && t == "fp8_ds_mla") return {"fp8_ds_mla", ""};
+  TORCH_CHECK_VALUE(false, "kv_cache_dtype '", t, "' is not supported by ", op,
+                    " (expected one of 'auto', 'float16', 'bfloat16', 'fp8', 'fp8_e4m3', "
+                    "'fp8_e5m2'",
+                    ds_mla ? ", 'fp8_ds_mla'" : "", ")");
+  return {};
+}
+
+std::string_view dtype_name_of(const at::Tensor& t) {
+  const std::optional<DType> d = dtype_of(t.scalar_type());
+  return d ? dtype_name(*d) : c10::toString(t.scalar_type());
+}
+
+void check_input_dtype(const at::Tensor& t, const char* name, std::string_view want) {
+  if (want.empty()) return;
+  TORCH_CHECK_VALUE(dtype_name_of(t) == want, name, " dtype ", dtype_name_of(t),
+                    " does not match kv_cache_dtype '", want, "'");
+}
+
+c10::string_view sv(std::string_view s) { return c10::string_view(s.data(), s.size()); }
+
+void reshape_and_cache_flash_cpu(const at::Tensor& key, const at::Tensor& value,
+                                 const at::Tensor& key_cache, const at::Tensor& value_cache,
+                                 const at::Tensor& slot_mapping, c10::string_view kv_cache_dtype,
+                                 const at::Tensor& k_scale, const at::Tensor& v_scale) {
+  const auto [format, input] = vllm_format(kv_cache_dtype, "reshape_and_cache_flash", false);
+  check_input_dtype(key, "key", input);
+  paged_kv_write_cpu(key, value, key_cache, value_cache, slot_mapping, sv(format), "NHD", k_scale,
+                     v_scale);
+}
+
+void concat_and_cache_mla_cpu(const at::Tensor& kv_c, const at::Tensor& k_pe,
+                              const at::Tensor& kv_cache, const at::Tensor& slot_mapping,
+                              c10::string_view kv_cache_dtype, const at::Tensor& scale) {
+  const auto [format, input] = vllm_format(kv_cache_dtype, "concat_and_cache_mla", true);
+  check_input_dtype(kv_c, "kv_c", input);
+  paged_latent_write_cpu(kv_c, k_pe, kv_cache, slot_mapping, sv(format), scale);
+}
+
+void gather_and_maybe_dequant_cache_cpu(const at::Tensor& src_cache, const at::Tensor& dst,
+                                        const at::Tensor& block_table,
+                                        const at::Tensor& cu_seq_lens,
+                                        const at::Tensor& token_to_seq, std::int64_t num_tokens,
+                                        c10::string_view kv_cache_dtype, const at::Tensor& scale,
+                                        const OptTensor& seq_starts) {
+  const auto [format, input] = vllm_format(kv_cache_dtype, "gather_and_maybe_dequant_cache", false);
+  if (format == "copy" && input.empty()) {
+    // "auto" stores the input type: dst is a float type and src_cache's.
+    const c10::ScalarType t = dst.scalar_type();
+    TORCH_CHECK_VALUE(
+        t == c10::ScalarType::Float || t == c10::ScalarType::Half || t == c10::ScalarType::BFloat16,
+        "dst dtype ", dtype_name_of(dst),
+        " is not a float type (kv_cache_dtype 'auto' gathers float32, float16 or "
+        "bfloat16 caches)");
+    TORCH_CHECK_VALUE(t == src_cache.scalar_type(), "dst dtype ", dtype_name_of(dst),
+                      " does not match src_cache dtype ", dtype_name_of(src_cache),
+                      " (kv_cache_dtype 'auto' stores the input type)");
+  } else {
+    check_input_dtype(dst, "dst", input);
+  }
+  paged_cache_gather_cpu(src_cache, dst, block_table, cu_seq_lens, sv(format), scale, -1,
+                         seq_starts, token_to_seq, num_tokens);
+}
+
+void cp_gather_cache_cpu(const at::Tensor& src_cache, const at::Tensor& dst,
+                         const at::Tensor& block_table, const at::Tensor& cu_seq_lens,
+                         std::int64_t batch_size, const OptTensor& seq_starts) {
+  TORCH_CHECK_VALUE(batch_size >= 0, "batch_size must be >= 0, got ", batch_size);
+  paged_cache_gather_cpu(src_cache, dst, block_table, cu_seq_lens, "copy", std::nullopt, batch_size,
+                         seq_starts, std::nullopt, 0);
+}
+
 // ---- Registration ------------------------------------------------------------------------
 
 // Any backend but the CPU (CUDA, XPU, ...): name the first tensor that is not on the CPU.
@@ -259,6 +463,57 @@ TORCH_LIBRARY(kvscatter, m) {
       m,
       "kv_cache_update(Tensor(a!) key_cache, Tensor(b!) value_cache, Tensor new_keys, "
       "Tensor new_values, int position, *, str? dtype=None) -> ()");
+  add_op<&gather_pa_kv_cache_cpu>(
+      m,
+      "gather_pa_kv_cache(Tensor key_cache, Tensor? value_cache, Tensor "
+      "block_tables, "
+      "Tensor seq_lens, Tensor(a!) key, Tensor(b!)? value, *, Tensor? "
+      "seq_offset=None, "
+      "bool is_seq_lens_cumsum=False, str? cache_mode=None, str? "
+      "dtype=None) -> ()");
+  add_op<&scatter_pa_cache_cpu>(m,
+                                "scatter_pa_cache(Tensor key, Tensor(a!) key_cache, Tensor "
+                                "slot_mapping, *, "
+                                "Tensor? compress_lens=None, Tensor? compress_seq_offsets=None, "
+                                "Tensor? seq_lens=None, "
+                                "str? dtype=None) -> ()");
+  add_op<&indexer_quant_cache_cpu>(
+      m,
+      "indexer_quant_cache(Tensor(a!) cache, Tensor(b!) cache_scale, Tensor x, "
+      "Tensor slot_mapping, *, str quant_mode=\"fp8\", bool round_scale=True, "
+      "float x_scale=1.0, str? dtype=None) -> ()");
+  add_op<&paged_kv_write_cpu>(
+      m,
+      "paged_kv_write(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
+      "Tensor slot_mapping, str format=\"copy\", str layout=\"NHD\", Tensor? k_scale=None, "
+      "Tensor? v_scale=None) -> ()");
+  add_op<&paged_cache_gather_cpu>(
+      m,
+      "paged_cache_gather(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
+      "Tensor cu_seq_lens, str format=\"copy\", Tensor? scale=None, int batch_size=-1, "
+      "Tensor? seq_starts=None, Tensor? token_to_seq=None, int num_tokens=0) -> ()");
+  add_op<&paged_latent_write_cpu>(
+      m,
+      "paged_latent_write(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, "
+      "str format=\"copy\", Tensor? scale=None) -> ()");
+  add_op<&reshape_and_cache_flash_cpu>(
+      m,
+      "reshape_and_cache_flash(Tensor key, Tensor value, Tensor(a!) key_cache, "
+      "Tensor(b!) value_cache, Tensor slot_mapping, str kv_cache_dtype, Tensor k_scale, "
+      "Tensor v_scale) -> ()");
+  add_op<&concat_and_cache_mla_cpu>(
+      m,
+      "concat_and_cache_mla(Tensor kv_c, Tensor k_pe, Tensor(a!) kv_cache, Tensor slot_mapping, "
+      "str kv_cache_dtype, Tensor scale) -> ()");
+  add_op<&gather_and_maybe_dequant_cache_cpu>(
+      m,
+      "gather_and_maybe_dequant_cache(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
+      "Tensor cu_seq_lens, Tensor token_to_seq, int num_tokens, str kv_cache_dtype, "
+      "Tensor scale, Tensor? seq_starts=None) -> ()");
+  add_op<&cp_gather_cache_cpu>(
+      m,
+      "cp_gather_cache(Tensor src_cache, Tensor(a!) dst, Tensor block_table, "
+      "Tensor cu_seq_lens, int batch_size, Tensor? seq_starts=None) -> ()");
 }
 
 // Importing kvscatter._torch_ops (after torch) runs the registrations above.

@@ -176,3 +176,193 @@ def test_quant_op_errors_carry_the_library_message():
                                                     jnp.array([0]), quant_mode="fp7"))
     with pytest.raises(TypeError, match="quant_mode"):
         kj.kv_compress_epilog(cache, jnp.ones((1, 128), jnp.bfloat16), jnp.array([0]), quant_mode=1.5)
+
+
+# ---- gather_pa_kv_cache, scatter_pa_cache, indexer_quant_cache against the NumPy path -------
+
+import kvscatter  # noqa: E402
+import ml_dtypes  # noqa: E402
+
+
+def test_gather_pa_kv_cache_matches_numpy_with_donation(rng):
+    kc = rng.standard_normal((4, 2, 2, 8)).astype(ml_dtypes.bfloat16)
+    vc = rng.standard_normal((4, 2, 2, 4)).astype(ml_dtypes.bfloat16)
+    tables = np.array([[2, 0], [-1, 3]], np.int32)
+    lens = np.array([3, 2], np.int32)
+    key = rng.standard_normal((6, 2, 8)).astype(ml_dtypes.bfloat16)
+    value = rng.standard_normal((6, 2, 4)).astype(ml_dtypes.bfloat16)
+    want_k, want_v = key.copy(), value.copy()
+    kvscatter.gather_pa_kv_cache(kc, vc, tables, lens, want_k, want_v)
+    kj_key = jnp.asarray(key)
+    ptr = kj_key.unsafe_buffer_pointer()
+    f = jax.jit(kj.gather_pa_kv_cache, donate_argnums=(4, 5))
+    k, v = f(kc, vc, tables, lens, kj_key, jnp.asarray(value))
+    assert k.unsafe_buffer_pointer() == ptr
+    same(k, want_k)
+    same(v, want_v)
+    # Key only, prefix sums, seq_offset, hifloat8 bytes.
+    kc8 = rng.integers(0, 256, (3, 4, 1, 16), dtype=np.uint8)
+    out = np.zeros((5, 1, 16), np.uint8)
+    kw = {"seq_offset": np.array([4, 1], np.int32), "is_seq_lens_cumsum": True, "dtype": "hifloat8"}
+    args = (kc8, None, np.array([[0, 2], [1, 0]], np.int32), np.array([0, 3, 5], np.int32))
+    k, none = jax.jit(lambda *a: kj.gather_pa_kv_cache(*a, None, **kw))(*args, out)
+    want = out.copy()
+    kvscatter.gather_pa_kv_cache(*args, want, None, **kw)
+    assert none is None
+    same(k, want)
+
+
+def test_gather_pa_kv_cache_errors():
+    kc = jnp.zeros((2, 2, 1, 4))
+    with pytest.raises(Exception, match="block_tables"):
+        jax.block_until_ready(kj.gather_pa_kv_cache(kc, None, jnp.array([[5]], jnp.int32),
+                                                    jnp.array([1], jnp.int32), jnp.zeros((1, 1, 4)),
+                                                    None)[0])
+    with pytest.raises(ValueError, match="both"):
+        kj.gather_pa_kv_cache(kc, kc, jnp.array([[0]]), jnp.array([1]), jnp.zeros((1, 1, 4)), None)
+    with pytest.raises(TypeError, match="is_seq_lens_cumsum"):
+        kj.gather_pa_kv_cache(kc, None, jnp.array([[0]]), jnp.array([1]), jnp.zeros((1, 1, 4)), None,
+                              is_seq_lens_cumsum=1)
+
+
+def test_scatter_pa_cache_matches_numpy(rng):
+    key = rng.standard_normal((3, 2, 16)).astype(np.float16)
+    cache = rng.standard_normal((2, 4, 2, 16)).astype(np.float16)
+    slots = np.array([5, -1, 0], np.int64)
+    want = cache.copy()
+    kvscatter.scatter_pa_cache(key, want, slots)
+    same(jax.jit(kj.scatter_pa_cache, donate_argnums=(1,))(key, jnp.asarray(cache),
+                                                           slots.astype(np.int32)), want)
+    # Packed FP4 bytes.
+    codes = rng.integers(0, 256, (2, 1, 8), dtype=np.uint8)
+    c4 = np.full((2, 2, 1, 8), 0xEE, np.uint8)
+    want = c4.copy()
+    kvscatter.scatter_pa_cache(codes, want, np.array([3, 0]), dtype="float4_e1m2")
+    same(kj.scatter_pa_cache(codes, c4, np.array([3, 0], np.int32), dtype="float4_e1m2"), want)
+    # ReduceMean and tail keep.
+    key4 = rng.standard_normal((2, 5, 1, 4)).astype(np.float32)
+    c = np.zeros((4, 4, 1, 4), np.float32)
+    for kw in ({"compress_lens": np.array([[2], [1]], np.int32),
+                "compress_seq_offsets": np.array([1, 0], np.int32)},
+               {"compress_lens": np.array([2, 3], np.int32)}):
+        kw["seq_lens"] = np.array([5, 4], np.int32)
+        sm = np.array([[0], [8]], np.int32)
+        want = c.copy()
+        kvscatter.scatter_pa_cache(key4, want, sm, **kw)
+        same(kj.scatter_pa_cache(key4, c, sm, **kw), want)
+    with pytest.raises(Exception, match=r"slot_mapping\[0\] = 8"):
+        jax.block_until_ready(kj.scatter_pa_cache(key, cache, np.array([8, 0, 1], np.int32)))
+
+
+@pytest.mark.parametrize("mode", ["fp8", "mxfp8", "hifloat8", "mxfp4"])
+def test_indexer_quant_cache_matches_numpy(rng, mode):
+    x = (rng.standard_normal((2, 3, 64)) * 3).astype(ml_dtypes.bfloat16)
+    slots = np.array([[6, -1, 1], [0, 7, 6]], np.int32)
+    width = 32 if mode == "mxfp4" else 64
+    cache = rng.integers(0, 256, (2, 4, 1, width), dtype=np.uint8)
+    scale_dtype = np.uint8 if mode.startswith("mx") else np.float32
+    scale = np.zeros((2, 4, 1, 2 if mode.startswith("mx") else 1), scale_dtype)
+    kw = {"quant_mode": mode, "round_scale": mode != "fp8"}
+    if mode == "hifloat8":
+        kw["x_scale"] = 0.75
+    kw["dtype"] = {"fp8": "float8_e4m3fn", "mxfp8": "float8_e5m2", "mxfp4": "float4_e2m1"}.get(mode)
+    want_c, want_s = cache.copy(), scale.copy()
+    kvscatter.indexer_quant_cache(want_c, want_s, x, slots, **kw)
+    f = jax.jit(lambda *a: kj.indexer_quant_cache(*a, **kw), donate_argnums=(0, 1))
+    c, s = f(cache, scale, x, slots)
+    same(c, want_c)
+    same(s, want_s)
+
+
+def test_vmap_new_operators_sequentially(rng):
+    n = 3
+    key = rng.standard_normal((n, 2, 1, 8)).astype(np.float32)
+    cache = np.zeros((n, 2, 2, 1, 8), np.float32)
+    slots = np.array([[0, 3], [1, -1], [2, 2]], np.int32)
+    got = jax.vmap(kj.scatter_pa_cache)(key, cache, slots)
+    tables = np.array([[[1, 0]], [[0, 1]], [[1, 1]]], np.int32)
+    lens = np.array([[3], [2], [4]], np.int32)
+    out = np.zeros((n, 4, 1, 8), np.float32)
+    gathered, _ = jax.vmap(lambda c, t, l, o: kj.gather_pa_kv_cache(c, None, t, l, o, None))(
+        got, tables, lens, out)
+    x = rng.standard_normal((n, 2, 32)).astype(np.float16)
+    qc, qs = jax.vmap(lambda c, s, xx, sl: kj.indexer_quant_cache(c, s, xx, sl, quant_mode="hifloat8"))(
+        np.zeros((n, 1, 2, 1, 32), np.uint8), np.zeros((n, 1, 2, 1, 1), np.float32), x,
+        np.array([[0, 1], [1, -1], [1, 0]], np.int32))
+    for i in range(n):
+        want = cache[i].copy()
+        kvscatter.scatter_pa_cache(key[i], want, slots[i])
+        same(got[i], want)
+        want_out = out[i].copy()
+        kvscatter.gather_pa_kv_cache(want, None, tables[i], lens[i], want_out, None)
+        same(gathered[i], want_out)
+        wc, ws = np.zeros((1, 2, 1, 32), np.uint8), np.zeros((1, 2, 1, 1), np.float32)
+        kvscatter.indexer_quant_cache(wc, ws, x[i], np.array([[0, 1], [1, -1], [1, 0]], np.int32)[i],
+                                      quant_mode="hifloat8")
+        same(qc[i], wc)
+
+
+# ---- paged_kv_write, paged_cache_gather, paged_latent_write against the NumPy path ----------
+
+def test_paged_kv_write_matches_numpy(rng):
+    key = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    value = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    slots = np.array([7, 2, -1], np.int32)
+    for kw, dtype, shape in (({}, np.float32, (2, 4, 2, 8)),
+                             ({"format": "fp8_e4m3", "layout": "HND",
+                               "k_scale": np.array([0.5, 0.25], np.float32),
+                               "v_scale": np.array([2.0, 1.0], np.float32)}, np.uint8, (2, 2, 4, 8))):
+        kc = np.zeros(shape, dtype)
+        vc = np.ones(shape, dtype)
+        want_k, want_v = kc.copy(), vc.copy()
+        kvscatter.paged_kv_write(key, value, want_k, want_v, slots, **kw)
+        f = jax.jit(lambda *a, kw=kw: kj.paged_kv_write(*a, **kw), donate_argnums=(2, 3))
+        k, v = f(key, value, kc, vc, slots)
+        same(k, want_k)
+        same(v, want_v)
+    with pytest.raises(Exception, match="slot_mapping"):
+        jax.block_until_ready(kj.paged_kv_write(key, value, np.zeros((2, 4, 2, 8), np.float32),
+                                                np.zeros((2, 4, 2, 8), np.float32),
+                                                np.array([8, 0, 0], np.int32))[0])
+
+
+def test_paged_cache_gather_matches_numpy(rng):
+    table = np.array([[2, 0], [1, 0]], np.int32)
+    cu = np.array([0, 3, 6], np.int32)
+    src = rng.standard_normal((3, 4, 2, 8)).astype(ml_dtypes.bfloat16)
+    dst = rng.standard_normal((7, 2, 8)).astype(ml_dtypes.bfloat16)
+    want = dst.copy()
+    kvscatter.paged_cache_gather(src, want, table, cu)
+    same(jax.jit(kj.paged_cache_gather, donate_argnums=(1,))(src, jnp.asarray(dst), table, cu), want)
+    codes = rng.integers(0, 120, (3, 4, 16), dtype=np.uint8)
+    kw = {"format": "fp8_e5m2", "scale": np.array([0.5], np.float32),
+          "token_to_seq": np.array([0, 0, 0, 1, 1, 1], np.int32), "num_tokens": 5,
+          "seq_starts": np.array([1, 2], np.int32)}
+    want = np.zeros((6, 16), np.float32)
+    kvscatter.paged_cache_gather(codes, want, table, cu, **kw)
+    same(kj.paged_cache_gather(codes, np.zeros((6, 16), np.float32), table, cu, **kw), want)
+    want = np.zeros((6, 2, 8), ml_dtypes.bfloat16)
+    kvscatter.paged_cache_gather(src, want, table, cu, batch_size=1)
+    same(kj.paged_cache_gather(src, np.zeros((6, 2, 8), ml_dtypes.bfloat16), table, cu, batch_size=1),
+         want)
+
+
+def test_paged_latent_write_matches_numpy(rng):
+    kv_c = rng.standard_normal((3, 16)).astype(np.float16)
+    k_pe = rng.standard_normal((3, 8)).astype(np.float16)
+    slots = np.array([5, -1, 0], np.int64)
+    for kw, dtype in (({}, np.float16), ({"format": "fp8_e5m2", "scale": np.array([0.25], np.float32)},
+                                         np.uint8)):
+        cache = np.zeros((2, 4, 24), dtype)
+        want = cache.copy()
+        kvscatter.paged_latent_write(kv_c, k_pe, want, slots, **kw)
+        got = jax.jit(lambda *a, kw=kw: kj.paged_latent_write(*a, **kw), donate_argnums=(2,))(
+            kv_c, k_pe, cache, slots.astype(np.int32))
+        same(got, want)
+    got = jax.vmap(lambda c, p, k, s: kj.paged_latent_write(c, p, k, s))(
+        np.stack([kv_c, kv_c]), np.stack([k_pe, -k_pe]), np.zeros((2, 2, 4, 24), np.float16),
+        np.array([[5, -1, 0], [1, 2, 3]], np.int32))
+    for i, (sign, sl) in enumerate(((1, [5, -1, 0]), (-1, [1, 2, 3]))):
+        want = np.zeros((2, 4, 24), np.float16)
+        kvscatter.paged_latent_write(kv_c, sign * k_pe, want, np.array(sl))
+        same(got[i], want)

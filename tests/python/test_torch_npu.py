@@ -40,8 +40,67 @@ def test_upstream_signatures_and_defaults():
     assert kvscatter.npu_scatter_pa_kv_cache is torch_npu.npu_scatter_pa_kv_cache
     sig = inspect.signature(torch_npu.npu_gather_pa_kv_cache)
     assert list(sig.parameters) == ["key_cache", "value_cache", "block_tables", "seq_lens", "key",
-                                    "value", "seq_offset", "is_seq_lens_cumsum"]
+                                    "value", "seq_offset", "is_seq_lens_cumsum", "cache_mode"]
     assert sig.parameters["is_seq_lens_cumsum"].default is False
+    assert sig.parameters["cache_mode"].default == "Norm"
+    sig = inspect.signature(torch_npu.npu_scatter_pa_cache)
+    assert list(sig.parameters)[:2] == ["key", "slot_mapping"]
+    assert sig.parameters["key_cache"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert sig.parameters["key_cache"].default is inspect.Parameter.empty
+    assert sig.parameters["compress_seq_offset"].default is None
+    sig = inspect.signature(torch_npu.indexer_quant_cache)
+    assert list(sig.parameters)[:4] == ["cache", "cache_scale", "x", "slot_mapping"]
+    assert {k: p.default for k, p in sig.parameters.items() if p.kind is p.KEYWORD_ONLY} == {
+        "quant_mode": "fp8", "round_scale": True, "x_scale": 1.0, "dtype": None}
+
+
+def test_npu_scatter_pa_cache_upstream_call_forms():
+    # vLLM-Ascend's call: slot_mapping second, key_cache by keyword.
+    key = torch.randn(3, 1, 16).to(torch.bfloat16)
+    cache = torch.zeros(2, 4, 1, 16, dtype=torch.bfloat16)
+    torch_npu.npu_scatter_pa_cache(key, torch.tensor([6, -1, 0], dtype=torch.int32), key_cache=cache)
+    assert torch.equal(cache[1, 2, 0], key[0, 0]) and torch.equal(cache[0, 0, 0], key[2, 0])
+    assert cache[1, 3].eq(0).all()
+    # ReduceMean with either spelling of the offsets, the same bytes as kvscatter.scatter_pa_cache.
+    key4 = torch.randn(1, 5, 1, 4).half()
+    kw = {"compress_lens": torch.tensor([[2]]), "seq_lens": torch.tensor([5])}
+    want = torch.zeros(2, 4, 1, 4).half()
+    kvscatter.scatter_pa_cache(key4, want, torch.tensor([[4]]), compress_seq_offsets=torch.tensor([1]), **kw)
+    for name in ("compress_seq_offset", "compress_seq_offsets"):
+        got = torch.zeros(2, 4, 1, 4).half()
+        torch_npu.npu_scatter_pa_cache(key4, torch.tensor([[4]]), key_cache=got,
+                                       **{name: torch.tensor([1])}, **kw)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(ValueError, match="not both"):
+        torch_npu.npu_scatter_pa_cache(key4, torch.tensor([[4]]), key_cache=got, **kw,
+                                       compress_seq_offset=torch.tensor([1]),
+                                       compress_seq_offsets=torch.tensor([1]))
+    before = cache.clone()
+    with pytest.raises(ValueError, match=r"slot_mapping\[0\] = 8"):
+        torch_npu.npu_scatter_pa_cache(key, torch.tensor([8, 0, 1]), key_cache=cache)
+    assert torch.equal(cache.view(torch.int16), before.view(torch.int16))
+
+
+@pytest.mark.parametrize("mode", ["fp8", 0, "HIFLOAT8", "mxfp4"])
+def test_indexer_quant_cache_matches_the_numpy_path(mode):
+    x = (torch.randn(2, 64) * 3).to(torch.bfloat16)
+    fp4 = mode == "mxfp4"
+    mx = mode in (0, "mxfp4")
+    cache = torch.zeros(1, 4, 1, 32 if fp4 else 64,
+                        dtype=torch.uint8 if fp4 or mode == "HIFLOAT8" else torch.float8_e4m3fn)
+    scale = torch.zeros(1, 4, 1, 2, dtype=torch.uint8) if mx else torch.zeros(1, 4, 1, 1)
+    kw = {"quant_mode": mode, "dtype": "float4_e2m1" if fp4 else None}
+    slots = torch.tensor([3, 1])
+    torch_npu.indexer_quant_cache(cache, scale, x, slots, **kw)
+    want_c = np.zeros(tuple(cache.shape), np.uint8)
+    want_s = np.zeros(tuple(scale.shape), np.uint8 if mx else np.float32)
+    if cache.dtype == torch.float8_e4m3fn:
+        want_c = want_c.view(ml_dtypes.float8_e4m3fn)
+    kvscatter.indexer_quant_cache(want_c, want_s, x.view(torch.int16).numpy().view(ml_dtypes.bfloat16),
+                                  slots.numpy(), **kw)
+    np.testing.assert_array_equal(cache.view(torch.uint8).numpy(), want_c.view(np.uint8))
+    np.testing.assert_array_equal(scale.numpy(), want_s)
+    assert cache.view(torch.uint8)[0, 3].any()
 
 
 def test_gather_round_trips_a_scatter():

@@ -10,6 +10,7 @@ from needs import need
 torch = need("torch")
 need("kvscatter.torch")  # in CI a build without the operators fails here
 import kvscatter.torch  # noqa: E402
+import kvscatter.vllm  # noqa: E402
 
 ops = torch.ops.kvscatter
 
@@ -85,12 +86,198 @@ def update_samples():
               torch.randn(2, 3, 2, 8, generator=g), 5), {})]
 
 
+def gather_samples():
+    g = torch.Generator().manual_seed(5)
+    out = []
+    # Norm, key and value of different head sizes, a padding block (-1) read as zero rows, one
+    # spare output row that keeps its contents.
+    out.append(((randn(4, 2, 2, 8, gen=g), randn(4, 2, 2, 4, gen=g),
+                 torch.tensor([[2, 0], [-1, 3]], dtype=torch.int32),
+                 torch.tensor([3, 2], dtype=torch.int32), randn(6, 2, 8, gen=g),
+                 randn(6, 2, 4, gen=g)), {}))
+    # Key only, int64 prefix sums and a seq_offset that skips one block.
+    out.append(((torch.randn(3, 4, 1, 16, generator=g), None, torch.tensor([[0, 2], [1, 0]]),
+                 torch.tensor([0, 3, 5]), torch.zeros(5, 1, 16), None),
+                {"seq_offset": torch.tensor([4, 1]), "is_seq_lens_cumsum": True,
+                 "cache_mode": "Norm"}))
+    return out
+
+
+def scatter_pa_cache_samples():
+    g = torch.Generator().manual_seed(6)
+    out = []
+    # Plain, padding slot.
+    out.append(((randn(3, 2, 16, gen=g), torch.zeros(2, 4, 2, 16, dtype=torch.bfloat16),
+                 torch.tensor([5, -1, 0])), {}))
+    # Packed FP4 as bytes.
+    out.append(((torch.randint(0, 256, (2, 1, 8), dtype=torch.uint8, generator=g),
+                 torch.zeros(2, 2, 1, 8, dtype=torch.uint8), torch.tensor([3, 0])),
+                {"dtype": "float4_e2m1"}))
+    # ReduceMean of a 4-D key.
+    out.append(((torch.randn(1, 5, 1, 4, generator=g).half(), torch.zeros(2, 4, 1, 4).half(),
+                 torch.tensor([[4]]), ),
+                {"compress_lens": torch.tensor([[2]]), "compress_seq_offsets": torch.tensor([1]),
+                 "seq_lens": torch.tensor([5])}))
+    return out
+
+
+def indexer_samples():
+    # float8 and E8M0 caches travel as uint8 (opcheck compares bytes through uint8 kernels).
+    g = torch.Generator().manual_seed(7)
+    out = []
+    x = torch.randn(3, 64, generator=g).half()
+    slots = torch.tensor([6, -1, 1], dtype=torch.int32)
+    u8 = torch.uint8
+    out.append(((torch.zeros(2, 4, 1, 64, dtype=u8), torch.zeros(2, 4, 1, 1), x, slots),
+                {"quant_mode": "fp8", "dtype": "float8_e4m3fn"}))
+    out.append(((torch.zeros(2, 4, 1, 64, dtype=u8), torch.zeros(2, 4, 1, 2, dtype=u8),
+                 x.bfloat16(), slots), {"quant_mode": "mxfp8", "dtype": "float8_e5m2"}))
+    out.append(((torch.zeros(2, 4, 1, 64, dtype=u8), torch.zeros(2, 4, 1, 1), x, slots),
+                {"quant_mode": "hifloat8", "x_scale": 0.5}))
+    out.append(((torch.zeros(2, 4, 1, 32, dtype=u8), torch.zeros(2, 4, 1, 2, dtype=u8), x,
+                 slots), {"quant_mode": "3", "dtype": "float4_e2m1"}))
+    return out
+
+
+def paged_kv_write_samples():
+    g = torch.Generator().manual_seed(8)
+    out = []
+    out.append(((randn(3, 2, 8, gen=g), randn(3, 2, 8, gen=g),
+                 torch.zeros(2, 4, 2, 8, dtype=torch.bfloat16),
+                 torch.zeros(2, 4, 2, 8, dtype=torch.bfloat16), torch.tensor([5, -1, 0])), {}))
+    # fp8 codes in uint8 HND caches, per-head key scales.
+    out.append(((torch.randn(3, 2, 8, generator=g), torch.randn(3, 2, 8, generator=g),
+                 torch.zeros(2, 2, 4, 8, dtype=torch.uint8), torch.zeros(2, 2, 4, 8, dtype=torch.uint8),
+                 torch.tensor([7, 2, -1], dtype=torch.int32)),
+                {"format": "fp8_e4m3", "layout": "HND", "k_scale": torch.tensor([0.5, 0.25]),
+                 "v_scale": torch.tensor([2.0, 1.0])}))
+    return out
+
+
+def paged_cache_gather_samples():
+    g = torch.Generator().manual_seed(9)
+    table = torch.tensor([[2, 0], [1, 0]], dtype=torch.int32)
+    cu = torch.tensor([0, 3, 6], dtype=torch.int32)
+    return [
+        ((randn(3, 4, 2, 8, gen=g), randn(7, 2, 8, gen=g), table, cu), {}),
+        ((torch.randint(0, 120, (3, 4, 16), dtype=torch.uint8, generator=g), torch.zeros(6, 16),
+          table, cu), {"format": "fp8_e5m2", "scale": torch.tensor([0.5]),
+                       "token_to_seq": torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.int32),
+                       "num_tokens": 5, "seq_starts": torch.tensor([1, 2], dtype=torch.int32)}),
+    ]
+
+
+def paged_latent_write_samples():
+    g = torch.Generator().manual_seed(10)
+    return [
+        ((randn(3, 16, gen=g), randn(3, 8, gen=g), torch.zeros(2, 4, 24, dtype=torch.bfloat16),
+          torch.tensor([5, -1, 0])), {}),
+        ((torch.randn(2, 16, generator=g), torch.randn(2, 8, generator=g),
+          torch.zeros(2, 4, 24, dtype=torch.uint8), torch.tensor([1, 6])),
+         {"format": "fp8_e4m3", "scale": torch.tensor([0.25])}),
+    ]
+
+
+def reshape_and_cache_flash_samples():
+    out = []
+    for (k, v, kc, vc, sm), kw in paged_kv_write_samples():
+        dtype = "fp8_e4m3" if kw else "auto"
+        out.append(((k, v, kc, vc, sm, dtype, kw.get("k_scale", torch.tensor([1.0])),
+                     kw.get("v_scale", torch.tensor([1.0]))), {}))
+    out[1] = ((*out[1][0][:2], out[1][0][2].permute(0, 2, 1, 3), out[1][0][3].permute(0, 2, 1, 3),
+               *out[1][0][4:]), {})  # vLLM passes an HND cache as a permuted NHD view
+    return out
+
+
+def concat_and_cache_mla_samples():
+    (c, p, cache, sm), _ = paged_latent_write_samples()[0]
+    return [((c, p, cache, sm, "bfloat16", torch.tensor([1.0])), {})]
+
+
+def gather_and_maybe_dequant_cache_samples():
+    (src, dst, table, cu), _ = paged_cache_gather_samples()[0]
+    return [((src, dst, table, cu, torch.tensor([0, 0, 0, 1, 1, 1], dtype=torch.int32), 6, "auto",
+              torch.tensor([1.0])), {"seq_starts": torch.tensor([0, 1], dtype=torch.int32)})]
+
+
+def cp_gather_cache_samples():
+    (src, dst, table, cu), _ = paged_cache_gather_samples()[0]
+    return [((src, dst, table, cu, 2), {}), ((src, dst.clone(), table, cu, 1),
+                                             {"seq_starts": torch.tensor([2, 0], dtype=torch.int32)})]
+
+
 SAMPLES = {
     "scatter_pa_kv_cache": scatter_samples,
     "scatter_pa_kv_cache_with_k_scale": with_k_scale_samples,
     "kv_compress_epilog": epilog_samples,
     "kv_cache_update": update_samples,
+    "gather_pa_kv_cache": gather_samples,
+    "scatter_pa_cache": scatter_pa_cache_samples,
+    "indexer_quant_cache": indexer_samples,
+    "paged_kv_write": paged_kv_write_samples,
+    "paged_cache_gather": paged_cache_gather_samples,
+    "paged_latent_write": paged_latent_write_samples,
+    "reshape_and_cache_flash": reshape_and_cache_flash_samples,
+    "concat_and_cache_mla": concat_and_cache_mla_samples,
+    "gather_and_maybe_dequant_cache": gather_and_maybe_dequant_cache_samples,
+    "cp_gather_cache": cp_gather_cache_samples,
 }
+
+# The package function of the same name on NumPy copies: the torch operator must write the same
+# bytes.
+NUMPY_PATH = {
+    "gather_pa_kv_cache": kvscatter.gather_pa_kv_cache,
+    "scatter_pa_cache": kvscatter.scatter_pa_cache,
+    "indexer_quant_cache": kvscatter.indexer_quant_cache,
+    "paged_kv_write": kvscatter.paged_kv_write,
+    "paged_cache_gather": kvscatter.paged_cache_gather,
+    "paged_latent_write": kvscatter.paged_latent_write,
+    "reshape_and_cache_flash": kvscatter.vllm.reshape_and_cache_flash,
+    "concat_and_cache_mla": kvscatter.vllm.concat_and_cache_mla,
+    "gather_and_maybe_dequant_cache": kvscatter.vllm.gather_and_maybe_dequant_cache,
+    "cp_gather_cache": kvscatter.vllm.cp_gather_cache,
+}
+# The binding each of them calls for arrays that are not torch tensors.
+EXT_NAME = {"reshape_and_cache_flash": "paged_kv_write", "concat_and_cache_mla": "paged_latent_write",
+            "gather_and_maybe_dequant_cache": "paged_cache_gather",
+            "cp_gather_cache": "paged_cache_gather"}
+
+
+def numpy_bits(t):
+    return t.detach().contiguous().view(torch.uint8).numpy().copy()
+
+
+def numpy_view_bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def to_numpy_arg(a):
+    return as_numpy(a) if isinstance(a, torch.Tensor) else a
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_PATH))
+def test_new_operators_match_the_numpy_path(name):
+    for args, kwargs in SAMPLES[name]():
+        np_args = [to_numpy_arg(a) for a in args]
+        np_kwargs = {k: to_numpy_arg(v) for k, v in kwargs.items()}
+        NUMPY_PATH[name](*np_args, **np_kwargs)
+        getattr(ops, name)(*args, **kwargs)
+        for t, a in zip(args, np_args):
+            if isinstance(t, torch.Tensor):
+                np.testing.assert_array_equal(numpy_bits(t), numpy_view_bits(a))
+
+
+def test_the_new_package_functions_route_torch_tensors(monkeypatch):
+    for name in NUMPY_PATH:
+        monkeypatch.setattr(kvscatter._ext, EXT_NAME.get(name, name),
+                            lambda *a, name=name: pytest.fail(name))
+        for args, kwargs in SAMPLES[name]():
+            eager = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+            getattr(ops, name)(*eager, **kwargs)
+            NUMPY_PATH[name](*args, **kwargs)
+            for e, a in zip(eager, args):
+                if isinstance(a, torch.Tensor):
+                    assert same_bytes(e, a), name
 
 
 def test_every_operator_is_registered_and_sampled():
@@ -200,6 +387,14 @@ ERROR_CASES = [
     ("kv_compress_epilog", lambda a, k: (a, {**k, "quant_mode": "fp7"}), "fp7"),
     ("scatter_pa_kv_cache_with_k_scale", lambda a, k: (a[:6] + (torch.zeros(2, 2, 4, 2),), k),
      "key_scale_cache"),
+    ("gather_pa_kv_cache", lambda a, k: (a[:2] + (torch.tensor([[2, 0], [4, 3]], dtype=torch.int32),)
+                                         + a[3:], k), "block_tables"),
+    ("gather_pa_kv_cache", lambda a, k: (a, {"cache_mode": "NZ"}), "NZ"),
+    ("scatter_pa_cache", lambda a, k: (a[:2] + (torch.tensor([5, -1, 8]),), k),
+     r"slot_mapping\[2\] = 8"),
+    ("indexer_quant_cache", lambda a, k: (a[:3] + (torch.tensor([6, 8, 1], dtype=torch.int32),), k),
+     "slot_mapping"),
+    ("indexer_quant_cache", lambda a, k: (a, {**k, "quant_mode": "fp7"}), "fp7"),
 ]
 
 
@@ -277,6 +472,7 @@ def test_compile_every_operator():
     torch._dynamo.reset()
     for name, samples in SAMPLES.items():
         for args, kwargs in samples():
+            torch._dynamo.reset()  # one fresh compilation per sample, not recompiles of one lambda
             eager = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
             getattr(ops, name)(*eager, **kwargs)
             fn = torch.compile(lambda *a: getattr(ops, name)(*a, **kwargs), fullgraph=True)
