@@ -87,8 +87,8 @@ int run(const std::uint8_t* data, std::size_t size) {
 
   // The layout text is parsed after the null-data checks, in the order the C ABI uses.
   auto layout = [&](bool r) {
-    for (const Tensor* t : {&key, &value, &kc, &vc, &slot, &ks, &ksc}) {
-      const TensorView v = t->view(r);
+    for (const Tensor* operand : {&key, &value, &kc, &vc, &slot, &ks, &ksc}) {
+      const TensorView v = operand->view(r);
       bool empty = false;
       for (int i = 0; i < v.rank; ++i) empty = empty || v.dim(i) == 0;
       if (v.data == nullptr && !empty) return KScaleCacheLayout::BNBD;  // the plan rejects it
