@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 jobs=${FUZZ_JOBS:-$(nproc)}
-targets=${FUZZ_TARGETS:-"scatter_pa_kv_cache scatter_pa_kv_cache_with_k_scale kv_compress_epilog kv_cache_update gather_pa_kv_cache scatter_pa_cache indexer_quant_cache"}
+targets=${FUZZ_TARGETS:-"scatter_pa_kv_cache scatter_pa_kv_cache_with_k_scale kv_compress_epilog kv_cache_update gather_pa_kv_cache scatter_pa_cache indexer_quant_cache paged_kv_write paged_cache_gather paged_latent_write"}
 
 cmake --preset fuzz >/dev/null
 cmake --build build/fuzz -j"$(nproc)"
