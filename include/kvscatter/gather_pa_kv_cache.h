@@ -33,7 +33,7 @@ struct KVSCATTER_API GatherPaKvCachePlan {
   bool is_seq_lens_cumsum = false;
   CacheMode cache_mode = CacheMode::Norm;
   // Resolved geometry. Norm: heads x head sizes; PA_NZ: num_heads = 1 and the
-  // head sizes are the row lengths C1 * L in elements.
+  // head sizes are the row lengths in elements (the cache's two innermost NZ extents multiplied).
   std::int64_t batch = 0, table_width = 0, num_rows = 0;
   std::int64_t num_blocks = 0, block_size = 0, num_heads = 0;
   std::int64_t key_head_size = 0, value_head_size = 0;

@@ -195,7 +195,7 @@ def gather_pa_kv_cache(
         ``[batch]`` lengths, or ``[batch + 1]`` prefix sums starting at 0 when
         ``is_seq_lens_cumsum`` is True. Same dtype as ``block_tables``.
     key, value : array
-        Outputs: Norm ``[rows, num_heads, head_size]``, PA_NZ ``[rows, C1 * L]``, with at least
+        Outputs: Norm ``[rows, num_heads, head_size]``, PA_NZ ``[rows, chunks * L]`` (the NZ cache's chunk count times its chunk width), with at least
         as many rows as the sequences hold; rows past the last sequence keep their contents.
     seq_offset : array, optional
         ``[batch]``, non-negative; only whole blocks (``seq_offset // block_size``) shift the
