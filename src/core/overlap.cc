@@ -64,16 +64,9 @@ ByteSpan byte_span(const TensorView& t, std::int64_t read_elems) {
   }
   hi = std::max(hi + 1, read_elems);
   const auto base = reinterpret_cast<std::uintptr_t>(t.data);
-  const std::int64_t bits = dtype_bits(t.dtype);
-  if (bits % 8 == 0) {
-    const std::int64_t es = bits / 8;
-    return {base + static_cast<std::uintptr_t>(lo * es),
-            base + static_cast<std::uintptr_t>(hi * es)};
-  }
-  // Sub-byte dtypes: round outward to whole bytes.
-  const std::int64_t lo_byte = lo * bits >= 0 ? lo * bits / 8 : (lo * bits - 7) / 8;
-  const std::int64_t hi_byte = (hi * bits + 7) / 8;
-  return {base + static_cast<std::uintptr_t>(lo_byte), base + static_cast<std::uintptr_t>(hi_byte)};
+  // Every dtype addresses whole bytes: the float4 types' elements are packed byte pairs.
+  const auto es = static_cast<std::int64_t>(t.element_size());
+  return {base + static_cast<std::uintptr_t>(lo * es), base + static_cast<std::uintptr_t>(hi * es)};
 }
 
 OperandExtents extents_of(const Operands& ops) {

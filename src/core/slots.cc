@@ -71,6 +71,10 @@ void read_padded_slots(const TensorView& slot_mapping, std::int64_t num_slots,
   read_indices(slot_mapping, slots);
   for (std::size_t t = 0; t < slots.size(); ++t) {
     if (slots[t] < num_slots) continue;
+    if (block_size == 0) {  // blocks of zero slots: no slot exists
+      invalid("slot_mapping[", t, "] = ", slots[t], " is out of range [0, 0) (", cache,
+              " has blocks of 0 slots; negative slots mark padding)");
+    }
     invalid("slot_mapping[", t, "] = ", slots[t], " is out of range [0, ", num_slots, ") (", cache,
             " has ", num_slots / block_size, " blocks of ", block_size,
             " slots; negative slots mark padding)");

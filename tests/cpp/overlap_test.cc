@@ -332,14 +332,19 @@ Op scatter_cache_op() {
   return op;
 }
 
-// IndexerQuantCache, fp8: x [T, 128] float16 into a float8_e4m3fn cache [NB,
-// BS, 1, 128] and a float32 scale cache [NB, BS, 1, 1]; every arena byte pair
-// is a finite float16.
+// IndexerQuantCache: x [T, 128] float16 into a float8_e4m3fn cache [NB, BS, 1, 128] and a
+// float32 scale cache [NB, BS, 1, 1] (fp8), a HiFloat8 cache (hifloat8), or a packed FP4 cache
+// [NB, BS, 1, 64] with uint8 scales [NB, BS, 1, 4] (mxfp4); every arena byte pair is a finite
+// float16.
 Op indexer_op(IndexerQuantMode mode) {
   constexpr std::int64_t T = 300, d = 128, NB = 24, BS = 16;
   const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
   Op op;
-  op.regions = {{"cache", NB * BS * d, d, true},
+  // MX-FP4 packs two codes per cache byte (a float4 view addresses bytes) and keeps d / 32
+  // one-byte scales; the others store a byte per element and one float32 scale.
+  const bool fp4 = mode == IndexerQuantMode::mxfp4;
+  const std::int64_t row = fp4 ? d / 2 : d;
+  op.regions = {{"cache", NB * BS * row, row, true},
                 {"cache_scale", NB * BS * 4, 4, true},
                 {"x", T * d * 2, d * 2, false},
                 {"slot_mapping", T * 8, 8, false, true}};
@@ -352,10 +357,14 @@ Op indexer_op(IndexerQuantMode mode) {
     }
     plant_slots(a, at.off[3], slots);
   };
-  op.run = [mode](unsigned char *o, unsigned char *i, const Placement &at, bool reference) {
-    const DType cdt = mode == IndexerQuantMode::hifloat8 ? DType::hifloat8 : DType::float8_e4m3fn;
-    const TensorView cache(o + at.off[0], cdt, {NB, BS, 1, d});
-    const TensorView scale(o + at.off[1], DType::float32, {NB, BS, 1, 1});
+  op.run = [mode, fp4, row](unsigned char *o, unsigned char *i, const Placement &at,
+                            bool reference) {
+    const DType cdt = fp4                                 ? DType::float4_e2m1
+                      : mode == IndexerQuantMode::hifloat8 ? DType::hifloat8
+                                                          : DType::float8_e4m3fn;
+    const TensorView cache(o + at.off[0], cdt, {NB, BS, 1, row});
+    const TensorView scale = fp4 ? TensorView(o + at.off[1], DType::uint8, {NB, BS, 1, d / 32})
+                                 : TensorView(o + at.off[1], DType::float32, {NB, BS, 1, 1});
     const TensorView x = strided(i + at.off[2], DType::float16, {T, d}, {at.mult[2] * d, 1});
     const TensorView sm(i + at.off[3], DType::int64, {T});
     IndexerQuantCacheOptions opt;
@@ -461,6 +470,7 @@ TEST(Overlap, ScatterPaCacheInputsOverOutputs) { check_all_aliases(scatter_cache
 TEST(Overlap, IndexerQuantCacheInputsOverOutputs) {
   check_all_aliases(indexer_op(IndexerQuantMode::fp8));
   check_all_aliases(indexer_op(IndexerQuantMode::hifloat8));  // writes no scales
+  check_all_aliases(indexer_op(IndexerQuantMode::mxfp4));     // packed FP4: byte addressing
 }
 
 // Outputs that share memory: rejected naming both, every byte untouched.

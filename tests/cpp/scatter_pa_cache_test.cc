@@ -237,6 +237,10 @@ TEST(ScatterPaCacheRejects, SlotPastTheCache) {
                   {"slot_mapping[5] = 12 is out of range [0, 12) (key_cache "
                    "has 3 blocks of 4 "
                    "slots"});
+  // Blocks of zero slots hold nothing: every slot is out of range, and the message still reads.
+  expect_rejected(
+      [](Call& c) { c.kc = TensorView(c.cache.data(), DType::float16, {3, 0, 2, 4}); },
+      {"slot_mapping[0] = ", "is out of range [0, 0) (key_cache has blocks of 0 slots"});
 }
 
 // The ReduceMean worked example as a rejection fixture.
