@@ -56,24 +56,45 @@ OperandExtents extents_of(const Operands& ops);
 // The address-interval test of a call: false only when no two outputs, and no input and output,
 // have byte ranges that meet, which needs nothing more. Without plan-time extents, or with an
 // operand given that was absent at plan time, it answers true and the full test decides.
-inline bool ranges_may_meet(const Operands& ops, const OperandExtents& e) {
+// Inlined with the operator's operand list and constant loop bounds, the slots an operator does
+// not list fold away, leaving a few comparisons per operand it has.
+[[gnu::always_inline]] inline bool ranges_may_meet(const Operands& ops, const OperandExtents& e) {
   if (!e.ready) return true;
-  std::array<std::uintptr_t, kMaxOperands> lo, hi;
-  int n = 0;
-  for (std::size_t i = 0; i < 2 * kMaxOperands; ++i) {
-    const bool output = i < kMaxOperands;
-    const TensorView* v = output ? ops.outputs[i].view : ops.inputs[i - kMaxOperands].view;
-    if ((v != nullptr) != (((e.present >> i) & 1u) != 0)) return true;
-    if (v == nullptr || v->data == nullptr || e.lo[i] == e.hi[i]) continue;
+  // Operands given now, against those given at plan time, in one comparison.
+  unsigned given = 0;
+#pragma GCC unroll 8
+  for (std::size_t i = 0; i < kMaxOperands; ++i) {
+    given |= static_cast<unsigned>(ops.outputs[i].view != nullptr) << i;
+    given |= static_cast<unsigned>(ops.inputs[i].view != nullptr) << (kMaxOperands + i);
+  }
+  if (given != e.present) return true;
+  const auto range = [&](const TensorView* v, std::size_t i, std::uintptr_t& a,
+                         std::uintptr_t& b) {
+    if (v == nullptr || v->data == nullptr || e.lo[i] == e.hi[i]) return false;
     const auto base = reinterpret_cast<std::uintptr_t>(v->data);
-    const std::uintptr_t a = base + static_cast<std::uintptr_t>(e.lo[i]);
-    const std::uintptr_t b = base + static_cast<std::uintptr_t>(e.hi[i]);
-    for (int k = 0; k < n; ++k) {
-      if (a < hi[static_cast<std::size_t>(k)] && lo[static_cast<std::size_t>(k)] < b) return true;
+    a = base + static_cast<std::uintptr_t>(e.lo[i]);
+    b = base + static_cast<std::uintptr_t>(e.hi[i]);
+    return true;
+  };
+  std::array<std::uintptr_t, kMaxOperands> lo{}, hi{};  // outputs' ranges; none: [0, 0)
+#pragma GCC unroll 8
+  for (std::size_t i = 0; i < kMaxOperands; ++i) {
+    std::uintptr_t a = 0, b = 0;
+    if (!range(ops.outputs[i].view, i, a, b)) continue;
+#pragma GCC unroll 8
+    for (std::size_t k = 0; k < i; ++k) {
+      if (a < hi[k] && lo[k] < b) return true;
     }
-    if (output) {
-      lo[static_cast<std::size_t>(n)] = a;
-      hi[static_cast<std::size_t>(n++)] = b;
+    lo[i] = a;
+    hi[i] = b;
+  }
+#pragma GCC unroll 8
+  for (std::size_t i = 0; i < kMaxOperands; ++i) {
+    std::uintptr_t a = 0, b = 0;
+    if (!range(ops.inputs[i].view, kMaxOperands + i, a, b)) continue;
+#pragma GCC unroll 8
+    for (std::size_t k = 0; k < kMaxOperands; ++k) {
+      if (a < hi[k] && lo[k] < b) return true;
     }
   }
   return false;
@@ -104,15 +125,9 @@ class StagedInputs {
   std::vector<std::unique_ptr<unsigned char[]>> buffers_;
 };
 
-// Runs `run(plan)`, or `run(copy)` with overlapping inputs read from copies; see the top.
+// The full test and the staging, out of line so that a call without overlap keeps a small frame.
 template <class Plan, class List, class Run>
-void execute_staged(const Plan& plan, List list, Run run) {
-  bool may_meet = true;  // a plan type without extents gets the full test
-  if constexpr (requires { plan.extents; }) may_meet = ranges_may_meet(list(plan), plan.extents);
-  if (!may_meet) {
-    run(plan);
-    return;
-  }
+[[gnu::noinline]] void execute_staged_full(const Plan& plan, List list, Run run) {
   StagedInputs staged;
   if (!staged.stage(list(plan))) {
     run(plan);
@@ -121,6 +136,18 @@ void execute_staged(const Plan& plan, List list, Run run) {
   Plan copy = plan;
   staged.rebind(list(copy));
   run(copy);
+}
+
+// Runs `run(plan)`, or `run(copy)` with overlapping inputs read from copies; see the top.
+template <class Plan, class List, class Run>
+void execute_staged(const Plan& plan, List list, Run run) {
+  if constexpr (requires { plan.extents; }) {
+    if (!ranges_may_meet(list(plan), plan.extents)) {
+      run(plan);
+      return;
+    }
+  }
+  execute_staged_full(plan, list, run);  // a plan type without extents gets the full test
 }
 
 // An optional view as an operand pointer (null when absent).

@@ -646,5 +646,36 @@ TEST(Overlap, MayOverlapIsExactForOneLayoutAtTwoAddresses) {
   EXPECT_TRUE(detail::may_overlap(a, TensorView(buf.data() + 128, DType::float32, {4, 128})));
 }
 
+// The plan-time quick test: byte ranges fixed at plan time, addresses read at execute time.
+TEST(Overlap, QuickTestFollowsReboundAddressesAndGivenOperands) {
+  std::vector<float> buf(4096);
+  const TensorView out(buf.data(), DType::float32, {4, 128});
+  const TensorView in(buf.data() + 1024, DType::float32, {4, 128});
+  const TensorView packed(reinterpret_cast<unsigned char*>(buf.data()) + 8192, DType::float4_e2m1,
+                          {4, 64});
+  detail::Operands ops{{{{&out, "out"}, {&packed, "packed"}}},
+                       {{{&in, "in"}, {nullptr, "optional"}}}};
+  const OperandExtents e = detail::extents_of(ops);
+  EXPECT_EQ(e.outputs, 2);
+  EXPECT_EQ(e.inputs, 2);
+  EXPECT_FALSE(detail::ranges_may_meet(ops, e));
+  // An input moved onto the last byte of a packed FP4 output (a float4 view addresses bytes).
+  TensorView moved = in;
+  moved.data = reinterpret_cast<unsigned char*>(buf.data()) + 8192 + 255;
+  ops.inputs[0].view = &moved;
+  EXPECT_TRUE(detail::ranges_may_meet(ops, e));
+  moved.data = reinterpret_cast<unsigned char*>(buf.data()) + 8192 + 256;
+  EXPECT_FALSE(detail::ranges_may_meet(ops, e));
+  // An operand absent at plan time and given now: the full test decides.
+  ops.inputs[1].view = &in;
+  EXPECT_TRUE(detail::ranges_may_meet(ops, e));
+  ops.inputs[1].view = nullptr;
+  // Outputs moved onto each other.
+  TensorView out2 = packed;
+  out2.data = buf.data() + 100;
+  ops.outputs[1].view = &out2;
+  EXPECT_TRUE(detail::ranges_may_meet(ops, e));
+}
+
 }  // namespace
 }  // namespace kvscatter

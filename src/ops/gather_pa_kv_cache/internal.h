@@ -37,7 +37,7 @@ void check_data(const GatherPaKvCachePlan& plan, CheckedData& out);
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   return Operands{{{{&p.key, "key"}, {opt(p.value), "value"}}},
                   {{{&p.key_cache, "key_cache"},
                     {opt(p.value_cache), "value_cache"},

@@ -87,7 +87,7 @@ std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& plan);
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   // cache_scale is written only in the modes that store scales.
   return Operands{
       {{{&p.cache, "cache"}, {p.scale_count > 0 ? &p.cache_scale : nullptr, "cache_scale"}}},

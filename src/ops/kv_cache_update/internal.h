@@ -20,7 +20,7 @@ void check_bound_data(const KvCacheUpdatePlan& plan);
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   return Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
                   {{{&p.new_keys, "new_keys"}, {&p.new_values, "new_values"}}}};
 }

@@ -29,7 +29,7 @@ void check_data(const KvCompressEpilogPlan& plan, std::vector<std::int64_t>& slo
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   return Operands{{{{&p.cache, "cache"}}}, {{{&p.x, "x"}, {&p.slot_mapping, "slot_mapping"}}}};
 }
 

@@ -35,7 +35,7 @@ void check_data(const PagedCacheGatherPlan& plan, CheckedData& out);
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   return Operands{{{{&p.dst, "dst"}}},
                   {{{&p.src_cache, "src_cache"},
                     {&p.block_table, "block_table"},

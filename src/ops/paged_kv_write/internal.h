@@ -28,7 +28,7 @@ void check_data(const PagedKvWritePlan& plan, CheckedData& out);
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   return Operands{{{{&p.key_cache, "key_cache"}, {&p.value_cache, "value_cache"}}},
                   {{{&p.key, "key"},
                     {&p.value, "value"},

@@ -26,7 +26,7 @@ void check_data(const PagedLatentWritePlan& plan, CheckedData& out);
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   return Operands{{{{&p.kv_cache, "kv_cache"}}},
                   {{{&p.kv_c, "kv_c"},
                     {&p.k_pe, "k_pe"},

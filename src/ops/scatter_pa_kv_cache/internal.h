@@ -50,7 +50,7 @@ inline std::int64_t run_source(ScatterMode mode, const CompressRun& r, std::int6
 
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
-Operands operands(P& p) {
+[[gnu::always_inline]] inline Operands operands(P& p) {
   const bool nct = p.scatter_mode == ScatterMode::Nct;
   const auto nct_rows = [nct](const auto& v) { return v && nct ? v->dim(0) * v->stride(0) : 0; };
   return Operands{{{{&p.key_cache, "key_cache"}, {opt(p.value_cache), "value_cache"}}},
