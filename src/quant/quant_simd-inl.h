@@ -142,6 +142,47 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 #endif
 }
 
+// GroupMagnitudes for eight groups of n elements each (n a multiple of 32) that lie anywhere:
+// whole rows, or the 32-groups of a few rows. Rows are reduced together because one row's
+// reduction and scale are a dependency chain far longer than its arithmetic.
+template <bool kMin>
+HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+  const GroupTag<32> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const V one = hn::Set(d, std::uint16_t{1});
+#if KVS_SIZELESS_VECTORS
+  for (int k = 0; k < 8; ++k) {
+    V hi = hn::And(hn::LoadU(d, x[k]), mag);
+    V lo = hn::Sub(hi, one);
+    for (std::int64_t i = L; i < n; i += L) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi = hn::Max(hi, b);
+      lo = hn::Min(lo, hn::Sub(b, one));
+    }
+    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
+    if (kMin) min1[k] = hn::GetLane(hn::MinOfLanes(d, lo));
+  }
+#else
+  V hi[8], lo[8];
+  for (int k = 0; k < 8; ++k) {
+    hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+    if (kMin) lo[k] = hn::Sub(hi[k], one);
+  }
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi[k] = hn::Max(hi[k], b);
+      if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
+    }
+  }
+  Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
+  if (kMin) Reduce8(d, lo, [](auto a, auto b) { return hn::Min(a, b); }, min1);
+#endif
+}
+
 // Per-group plan of the fp8 modes with power-of-two scales (round_scale), from
 // GroupMagnitudes with kMin: the scale s = 2^(e - 127) = ceil_pow2(max(amax,
 // 1e-4) * f32(1/448)), and
