@@ -176,52 +176,61 @@ int batch_rows(const IndexerQuantCachePlan& p) {
 // keeps an all-zero row's scale 0. A row the fast form does not cover exactly takes the
 // general path.
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  const std::int64_t d = p.d;
   const std::uint16_t* units[8];
   for (int k = 0; k < 8; ++k) units[k] = b.src[k < b.n ? k : b.n - 1];  // repeats are unused
-  qn::Magnitudes8<true>(units, p.d, s.amax, s.min1);
-  qn::E4M3Pow2Scales(s.amax, s.min1, 8, kC448Bits, 0, s.sub, s.exp, s.fast);
+  HWY_ALIGN std::uint16_t amax[8], min1[8];
+  HWY_ALIGN std::uint32_t subw[8];
+  HWY_ALIGN std::uint8_t exp[8], fast[8];
+  qn::Magnitudes8<true>(units, d, amax, min1);
+  qn::E4M3Pow2Scales8(amax, min1, kC448Bits, 0, subw, exp, fast);
   for (int k = 0; k < b.n; ++k) {
-    if (s.fast[k] != 0) {
-      for (std::int64_t g = 0; g < p.d / 32; ++g) {
-        qn::QuantizeE4M3Pow2Group<32>(b.src[k] + 32 * g, b.codes[k] + 32 * g, s.sub[k]);
-      }
-      const float stored = f32(s.exp[k] << 23);
+    if (fast[k] != 0) {
+      qn::QuantizeE4M3Pow2Row<false>(units[k], b.codes[k], d, subw + k);
+      const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale[k], &stored, 4);
     } else {
-      general_row(p, s, b.src[k], b.codes[k]);
+      general_row(p, s, units[k], b.codes[k]);
       std::memcpy(b.scale[k], s.scale, 4);
     }
   }
 }
 
+// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0),
+// rewritten from the scalar rules over the fast form's output.
+void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint8_t* fast,
+                 std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
+  for (std::int64_t g = 0; g < groups; ++g) {
+    if (fast[g] != 0) continue;
+    formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+    mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
+  }
+}
+
 // Mode mxfp8, rows of at most eight groups: the groups of the batch's rows are the eight
-// units; a group the fast form does not cover exactly is widened and takes the scalar rules.
+// units. Each row is finished (including any group redone by the scalar rules) before the
+// next, so a repeated slot keeps its last writer.
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-  const std::int64_t groups = p.d / 32;
+  const std::int64_t d = p.d, groups = d / 32;
   const std::uint16_t* units[8];
   for (std::int64_t u = 0; u < 8; ++u) {
     const std::int64_t k = u / groups;
     units[u] = k < b.n ? b.src[k] + 32 * (u % groups) : units[u - 1];  // repeats are unused
   }
-  qn::Magnitudes8<true>(units, 32, s.amax, s.min1);
-  qn::E4M3Pow2Scales(s.amax, s.min1, 8, kC448Bits, kEpsBits, s.sub, s.exp, s.fast);
+  HWY_ALIGN std::uint16_t amax[8], min1[8];
+  HWY_ALIGN std::uint32_t subw[8];
+  HWY_ALIGN std::uint8_t exp[8], fast[8];
+  qn::Magnitudes8<true>(units, 32, amax, min1);
+  const bool all = qn::E4M3Pow2Scales8(amax, min1, kC448Bits, kEpsBits, subw, exp, fast);
   for (int k = 0; k < b.n; ++k) {
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const std::int64_t u = k * groups + g;
-      std::uint8_t* codes = b.codes[k] + 32 * g;
-      if (s.fast[u] != 0) {
-        qn::QuantizeE4M3Pow2Group<32>(units[u], codes, s.sub[u]);
-        s.scale[g] = static_cast<std::uint8_t>(s.exp[u]);
-      } else {
-        formats::bfloat16_to_float32(units[u], s.x, 32);
-        mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes, s.scale + g);
-      }
-    }
+    const std::int64_t u = k * groups;
+    qn::QuantizeE4M3Pow2Row<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
-      std::memcpy(b.scale[k], s.scale, 4);  // d = 128: one move
+      std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
-      std::memcpy(b.scale[k], s.scale, static_cast<std::size_t>(groups));
+      std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
+    if (!all) redo_groups(s, units[u], fast + u, groups, b.codes[k], b.scale[k]);
   }
 }
 
