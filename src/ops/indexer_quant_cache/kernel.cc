@@ -213,10 +213,11 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint8_t* fast,
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = p.d, groups = d / 32;
   const std::uint16_t* units[8];
-  for (std::int64_t u = 0; u < 8; ++u) {
-    const std::int64_t k = u / groups;
-    units[u] = k < b.n ? b.src[k] + 32 * (u % groups) : units[u - 1];  // repeats are unused
+  int n = 0;
+  for (int k = 0; k < b.n; ++k) {
+    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
   }
+  for (; n < 8; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
   HWY_ALIGN std::uint16_t amax[8], min1[8];
   HWY_ALIGN std::uint32_t subw[8];
   HWY_ALIGN std::uint8_t exp[8], fast[8];
