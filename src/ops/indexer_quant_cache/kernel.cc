@@ -157,19 +157,22 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
 
 // Rows quantized together, in token order (the order they are written in, so a repeated slot
 // still ends with its last writer).
+constexpr int kMaxBatch = 16;
 struct Batch {
-  const std::uint16_t* src[8];
-  std::uint8_t* codes[8];
-  std::uint8_t* scale[8];
+  const std::uint16_t* src[kMaxBatch];
+  std::uint8_t* codes[kMaxBatch];
+  std::uint8_t* scale[kMaxBatch];
   int n = 0;
 };
 
-// Rows (fp8) or 32-groups (mxfp8) per batch: eight share one reduction of their magnitudes and
-// one vector of scale rules, so the rows' dependency chains overlap instead of queueing.
+// Rows per batch: eight rows (fp8) share one reduction of their magnitudes and one vector of
+// scale rules, so the rows' dependency chains overlap instead of queueing. mxfp8 batches hold
+// sixteen 32-groups, two such reductions: with eight, the chain from the loads to the scales
+// was longer than the batch's work.
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
   if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 8;
-  return groups <= 8 ? static_cast<int>(8 / groups) : 1;
+  return groups <= 8 ? static_cast<int>(16 / groups) : 1;
 }
 
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
@@ -207,22 +210,25 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint8_t* fast,
   }
 }
 
-// Mode mxfp8, rows of at most eight groups: the groups of the batch's rows are the eight
-// units. Each row is finished (including any group redone by the scalar rules) before the
-// next, so a repeated slot keeps its last writer.
+// Mode mxfp8, rows of at most eight groups. Each row is finished (including any group redone
+// by the scalar rules) before the next, so a repeated slot keeps its last writer.
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = p.d, groups = d / 32;
-  const std::uint16_t* units[8];
+  const std::uint16_t* units[kMaxBatch];
   int n = 0;
   for (int k = 0; k < b.n; ++k) {
     for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
   }
-  for (; n < 8; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
-  HWY_ALIGN std::uint16_t amax[8], min1[8];
-  HWY_ALIGN std::uint32_t subw[8];
-  HWY_ALIGN std::uint8_t exp[8], fast[8];
-  qn::Magnitudes8<true>(units, 32, amax, min1);
-  const bool all = qn::E4M3Pow2Scales8(amax, min1, kC448Bits, kEpsBits, subw, exp, fast);
+  const int used = n;
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
+  HWY_ALIGN std::uint32_t subw[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  bool all = true;
+  for (int c = 0; c < used; c += 8) {
+    qn::Magnitudes8<true>(units + c, 32, amax + c, min1 + c);
+    all &= qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+  }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     qn::QuantizeE4M3Pow2Row<true>(units[u], b.codes[k], d, subw + u);
