@@ -165,13 +165,13 @@ struct Batch {
   int n = 0;
 };
 
-// Rows per batch: eight rows (fp8) share one reduction of their magnitudes and one vector of
-// scale rules, so the rows' dependency chains overlap instead of queueing. mxfp8 batches hold
-// sixteen 32-groups, two such reductions: with eight, the chain from the loads to the scales
-// was longer than the batch's work.
+// Rows per batch: sixteen units (fp8 rows, or mxfp8 32-groups), in two sets of eight that each
+// share one reduction of their magnitudes and one vector of scale rules, so the rows'
+// dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
+// from the loads to the scales outlasted the batch's work).
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
-  if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 8;
+  if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 16;
   return groups <= 8 ? static_cast<int>(16 / groups) : 1;
 }
 
@@ -180,13 +180,17 @@ int batch_rows(const IndexerQuantCachePlan& p) {
 // general path.
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = p.d;
-  const std::uint16_t* units[8];
-  for (int k = 0; k < 8; ++k) units[k] = b.src[k < b.n ? k : b.n - 1];  // repeats are unused
-  HWY_ALIGN std::uint16_t amax[8], min1[8];
-  HWY_ALIGN std::uint32_t subw[8];
-  HWY_ALIGN std::uint8_t exp[8], fast[8];
-  qn::Magnitudes8<true>(units, d, amax, min1);
-  qn::E4M3Pow2Scales8(amax, min1, kC448Bits, 0, subw, exp, fast);
+  const std::uint16_t* units[kMaxBatch];
+  int n = 0;
+  for (; n < b.n; ++n) units[n] = b.src[n];
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
+  HWY_ALIGN std::uint32_t subw[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  for (int c = 0; c < n; c += 8) {
+    qn::Magnitudes8<true>(units + c, d, amax + c, min1 + c);
+    qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
+  }
   for (int k = 0; k < b.n; ++k) {
     if (fast[k] != 0) {
       qn::QuantizeE4M3Pow2Row<false>(units[k], b.codes[k], d, subw + k);
