@@ -180,8 +180,10 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int
       if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
     }
   }
-  Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
-  if (kMin) Reduce8(d, lo, [](auto a, auto b) { return hn::Min(a, b); }, min1);
+  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
+  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
+  Reduce8(d, hi, max_op, amax);
+  if (kMin) Reduce8(d, lo, min_op, min1);
 #endif
 }
 

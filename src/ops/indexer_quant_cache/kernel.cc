@@ -1,10 +1,12 @@
-// The IndexerQuantCache kernel: Highway SIMD with runtime dispatch, one row at a time, written
-// straight into the cache; the driver (execute.cc) splits rows over threads.
+// The IndexerQuantCache kernel: Highway SIMD with runtime dispatch, rows written straight into
+// the cache in token order; the driver (execute.cc) splits rows over threads.
 //
 // - bfloat16 rows into a float8_e4m3fn cache in the power-of-two modes (fp8 with round_scale,
-//   mxfp8) take one pass of 16-bit lane work over the bf16 bits (src/quant/quant_simd-inl.h):
-//   group magnitudes, the scales of every group at once, then the codes by integer subtraction
-//   of the scale's exponent. fp8 is one group of d whose magnitudes are those of its 32-groups.
+//   mxfp8) take 16-bit lane work over the bf16 bits (src/quant/quant_simd-inl.h), a batch of
+//   rows at a time: the magnitudes of eight groups (fp8: whole rows) reduced together, their
+//   scales as one vector, then each row's codes by integer subtraction of its scale's exponent.
+//   One row at a time, the reduction and the scale rule are a dependency chain several times
+//   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - Groups (or fp8 rows) outside what that form covers exactly (a non-finite element, a
 //   quotient below e4m3's normal range) and every other combination of mode and dtype take the
 //   general path: the row widened to float32, the scalar scale rules of internal.h and the batch
@@ -231,7 +233,8 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   bool all = true;
   for (int c = 0; c < used; c += 8) {
     qn::Magnitudes8<true>(units + c, 32, amax + c, min1 + c);
-    all &= qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    all &=
+        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
