@@ -310,23 +310,25 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2Codes(D d, V w, V s7) {
   return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
 }
 
-// Stores the low bytes of a's lanes, then b's. x86 narrows both in one signed pack (the lanes
-// are in [-128, 127]) and one lane permute; elsewhere each vector is narrowed on its own.
-template <class V>
-HWY_INLINE void StoreCodePair(V a, V b, std::uint8_t* HWY_RESTRICT out) {
-  const hn::DFromV<V> d;
-  const hn::Rebind<std::int8_t, decltype(d)> d8;
+// Stores the low bytes of a's lanes, then b's (both of tag d: a vector's type does not give its
+// lane count where vectors are sizeless). x86 narrows both in one signed pack (the lanes are in
+// [-128, 127]) and one lane permute; elsewhere each vector is narrowed on its own.
+template <class D, class V>
+HWY_INLINE void StoreCodePair(D d, V a, V b, std::uint8_t* HWY_RESTRICT out) {
+  const hn::Rebind<std::int8_t, D> d8;
   hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out));
   hn::StoreU(hn::DemoteTo(d8, b), d8, reinterpret_cast<std::int8_t*>(out) + hn::Lanes(d));
 }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
-HWY_INLINE void StoreCodePair(hn::Vec128<std::int16_t> a, hn::Vec128<std::int16_t> b,
+template <class D>
+HWY_INLINE void StoreCodePair(D, hn::Vec128<std::int16_t> a, hn::Vec128<std::int16_t> b,
                               std::uint8_t* HWY_RESTRICT out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(a.raw, b.raw));
 }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-HWY_INLINE void StoreCodePair(hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_t> b,
+template <class D>
+HWY_INLINE void StoreCodePair(D, hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_t> b,
                               std::uint8_t* HWY_RESTRICT out) {
   // The pack interleaves a and b by 128-bit block; the permute puts a's blocks first.
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(a.raw, b.raw), 0xD8);
@@ -334,7 +336,8 @@ HWY_INLINE void StoreCodePair(hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_
 }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_INLINE void StoreCodePair(hn::Vec512<std::int16_t> a, hn::Vec512<std::int16_t> b,
+template <class D>
+HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int16_t> b,
                               std::uint8_t* HWY_RESTRICT out) {
   const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
   const __m512i packed = _mm512_permutexvar_epi64(order, _mm512_packs_epi16(a.raw, b.raw));
@@ -349,6 +352,7 @@ HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
                                     std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                     const std::uint32_t* HWY_RESTRICT subw) {
   const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
   const hn::Repartition<std::uint32_t, decltype(d)> d32;
   const hn::Rebind<std::int8_t, decltype(d)> d8;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
@@ -360,7 +364,7 @@ HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   for (; i + 2 * L <= n; i += 2 * L) {
     const auto a = E4M3Pow2Codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
     const auto b = E4M3Pow2Codes(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
-    StoreCodePair(a, b, out + i);
+    StoreCodePair(di, a, b, out + i);
   }
   if (i < n) {  // an odd number of vectors
     const auto a = E4M3Pow2Codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
