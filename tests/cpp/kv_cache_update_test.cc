@@ -105,6 +105,13 @@ TEST(KvCacheUpdate, EmptyAndLastPosition) {
                             TensorView(nullptr, DType::float32, {1, 0, 2, 2}), 3),
             3);
   EXPECT_EQ(kc, std::vector<float>(12, 7.f));
+  // Rows of zero elements (D = 0): nothing to write and no data to address, on both paths.
+  const auto empty_rows = plan_kv_cache_update(TensorView(nullptr, DType::float32, {1, 3, 2, 0}),
+                                               TensorView(nullptr, DType::float32, {1, 3, 2, 0}),
+                                               TensorView(nullptr, DType::float32, {1, 2, 2, 0}),
+                                               TensorView(nullptr, DType::float32, {1, 2, 2, 0}), 1);
+  EXPECT_NO_THROW(execute(empty_rows));
+  EXPECT_NO_THROW(reference::execute(empty_rows));
   // position = S - L writes the last slot.
   EXPECT_EQ(kv_cache_update(view(kc, {1, 3, 2, 2}), view(vc, {1, 3, 2, 2}),
                             view(nk, {1, 1, 2, 2}), view(nv, {1, 1, 2, 2}), 2),

@@ -11,6 +11,8 @@ namespace {
 using detail::update::row_at;
 
 void write_pair(const TensorView& cache, const TensorView& input, std::int64_t position) {
+  // Rows of zero elements write nothing, and their views may have no data to address.
+  if (input.numel() == 0) return;
   for (std::int64_t b = 0; b < input.dim(0); ++b) {
     for (std::int64_t l = 0; l < input.dim(1); ++l) {
       for (std::int64_t h = 0; h < input.dim(2); ++h) {
