@@ -8,11 +8,13 @@
 //   optionally, the smallest nonzero one, eight groups per horizontal reduction
 //   instead of one reduction (and one dependency chain) per group. (Reduce8 is
 //   the reduction.)
+// - Magnitudes8: the same for eight groups anywhere (whole rows, or the groups of a few rows).
 // - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for
-// many groups at once (E4M3Pow2Scale: one group, scalar).
+// many groups at once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads).
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on
 // 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
+//   QuantizeE4M3Pow2Row: the same over a row, two vectors narrowed together.
 //
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
@@ -142,6 +144,74 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 #endif
 }
 
+// GroupMagnitudes for eight groups of n elements each (n a multiple of 32) that lie anywhere:
+// whole rows, or the 32-groups of a few rows. Rows are reduced together because one row's
+// reduction and scale are a dependency chain far longer than its arithmetic.
+template <bool kMin>
+HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+  const GroupTag<32> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const V one = hn::Set(d, std::uint16_t{1});
+#if KVS_SIZELESS_VECTORS
+  for (int k = 0; k < 8; ++k) {
+    V hi = hn::And(hn::LoadU(d, x[k]), mag);
+    V lo = hn::Sub(hi, one);
+    for (std::int64_t i = L; i < n; i += L) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi = hn::Max(hi, b);
+      lo = hn::Min(lo, hn::Sub(b, one));
+    }
+    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
+    if (kMin) min1[k] = hn::GetLane(hn::MinOfLanes(d, lo));
+  }
+#else
+  V hi[8], lo[8];
+  for (int k = 0; k < 8; ++k) {
+    hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+    if (kMin) lo[k] = hn::Sub(hi[k], one);
+  }
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi[k] = hn::Max(hi[k], b);
+      if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
+    }
+  }
+  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
+  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
+  Reduce8(d, hi, max_op, amax);
+  if (kMin) Reduce8(d, lo, min_op, min1);
+#endif
+}
+
+// The lane rule of E4M3Pow2Scales on 32-bit lanes: from amax and min1 (zero-extended), e and
+// sb (sub before its truncation to 16 bits); returns fast.
+template <class DU, class VU = hn::Vec<DU>>
+HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, std::uint32_t eps,
+                                      VU& e, VU& sb) {
+  const hn::Rebind<float, DU> df;
+  const hn::RebindToSigned<DU> di;
+  const auto k448 = hn::BitCast(df, hn::Set(du, c448));
+  const auto keps = hn::BitCast(df, hn::Set(du, eps));
+  const auto s = hn::Mul(hn::Max(hn::BitCast(df, hn::ShiftLeft<16>(a)), keps), k448);
+  const auto u = hn::BitCast(du, s);
+  // Ceiling to a power of two: one more than the exponent field when any mantissa bit is set.
+  const auto frac = hn::Ne(hn::And(u, hn::Set(du, 0x7FFFFFu)), hn::Zero(du));
+  e = hn::Sub(hn::ShiftRight<23>(u), hn::VecFromMask(du, frac));
+  // (e - 127) * 128 + 0x3C00 = e * 128 - 0x380; kept modulo 2^16 by the truncation below.
+  sb = hn::Sub(hn::ShiftLeft<7>(e), hn::Set(du, 0x380u));
+  // Smallest nonzero magnitude >= sub + 0x80 <=> its quotient is e4m3-normal; an all-zero
+  // group has min1 + 1 = 0x10000 and passes.
+  const auto smallest = hn::Add(min1, hn::Set(du, 1u));
+  const auto threshold = hn::Add(hn::And(sb, hn::Set(du, 0xFFFFu)), hn::Set(du, 0x80u));
+  const auto normal = hn::Not(hn::Lt(hn::BitCast(di, smallest), hn::BitCast(di, threshold)));
+  const auto finite = hn::Lt(hn::BitCast(di, a), hn::Set(di, 0x7F80));
+  return hn::And(hn::RebindMask(du, normal), hn::RebindMask(du, finite));
+}
+
 // Per-group plan of the fp8 modes with power-of-two scales (round_scale), from
 // GroupMagnitudes with kMin: the scale s = 2^(e - 127) = ceil_pow2(max(amax,
 // 1e-4) * f32(1/448)), and
@@ -161,51 +231,45 @@ HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
                                std::uint32_t c448, std::uint32_t eps,
                                std::uint16_t* HWY_RESTRICT sub, std::uint32_t* HWY_RESTRICT exp,
                                std::uint32_t* HWY_RESTRICT fast) {
-  const hn::CappedTag<float, 8> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::uint16_t, decltype(df)> d16;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
-  const auto k448 = hn::BitCast(df, hn::Set(du, c448));
-  const auto keps = hn::BitCast(df, hn::Set(du, eps));
+  const hn::CappedTag<std::uint32_t, 8> du;
+  const hn::Rebind<std::uint16_t, decltype(du)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
   for (std::int64_t g = 0; g < groups; g += L) {
     const auto a = hn::PromoteTo(du, hn::LoadU(d16, amax + g));
-    const auto s = hn::Mul(hn::Max(hn::BitCast(df, hn::ShiftLeft<16>(a)), keps), k448);
-    const auto u = hn::BitCast(du, s);
-    // Ceiling to a power of two: one more than the exponent field when any
-    // mantissa bit is set.
-    const auto frac = hn::Ne(hn::And(u, hn::Set(du, 0x7FFFFFu)), hn::Zero(du));
-    const auto e = hn::Sub(hn::ShiftRight<23>(u), hn::VecFromMask(du, frac));
-    // (e - 127) * 128 + 0x3C00 = e * 128 - 0x380; kept modulo 2^16 by the
-    // truncation below.
-    const auto sb = hn::Sub(hn::ShiftLeft<7>(e), hn::Set(du, 0x380u));
-    // Smallest nonzero magnitude >= sub + 0x80 <=> its quotient is e4m3-normal;
-    // an all-zero group has min1 + 1 = 0x10000 and passes.
-    const auto smallest = hn::Add(hn::PromoteTo(du, hn::LoadU(d16, min1 + g)), hn::Set(du, 1u));
-    const auto threshold = hn::Add(hn::And(sb, hn::Set(du, 0xFFFFu)), hn::Set(du, 0x80u));
-    const auto normal = hn::Not(hn::Lt(hn::BitCast(di, smallest), hn::BitCast(di, threshold)));
-    const auto finite = hn::Lt(hn::BitCast(di, a), hn::Set(di, 0x7F80));
-    const auto ok = hn::And(hn::RebindMask(du, normal), hn::RebindMask(du, finite));
+    const auto m = hn::PromoteTo(du, hn::LoadU(d16, min1 + g));
+    auto e = hn::Zero(du), sb = hn::Zero(du);
+    const auto ok = E4M3Pow2Lanes(du, a, m, c448, eps, e, sb);
     hn::StoreU(hn::TruncateTo(d16, sb), d16, sub + g);
     hn::StoreU(e, du, exp + g);
     hn::StoreU(hn::IfThenElseZero(ok, hn::Set(du, 1u)), du, fast + g);
   }
 }
 
-// E4M3Pow2Scales for a single group whose amax and min1 are at hand in registers (a row
-// reduced in place): the same sub and exp; returns fast. Scalar, so no store of the two
-// magnitudes is reloaded as a vector (a store-forwarding stall on x86).
-HWY_INLINE bool E4M3Pow2Scale(std::uint16_t amax, std::uint16_t min1, std::uint32_t c448,
-                              std::uint32_t eps, std::uint16_t& sub, std::uint32_t& exp) {
-  const float a = std::bit_cast<float>(static_cast<std::uint32_t>(amax) << 16);
-  const float floor = std::bit_cast<float>(eps);
-  const float s = (a > floor ? a : floor) * std::bit_cast<float>(c448);
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(s);
-  exp = (u >> 23) + ((u & 0x7FFFFFu) != 0 ? 1u : 0u);
-  const std::uint32_t sb = (exp << 7) - 0x380u;
-  sub = static_cast<std::uint16_t>(sb);
-  const std::uint32_t smallest = static_cast<std::uint32_t>(min1) + 1u;
-  return smallest >= (sb & 0xFFFFu) + 0x80u && amax < 0x7F80u;
+// E4M3Pow2Scales for the eight groups of Magnitudes8, in the forms the quantizer loads:
+// subw[k] = E4M3Pow2Codes' operand (sub - 7) in both 16-bit halves, as a 32-bit broadcast from
+// memory is a plain load; exp8[k] = e as a byte; fast[k] as there. Returns whether all eight
+// groups are fast.
+HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
+                                const std::uint16_t* HWY_RESTRICT min1, std::uint32_t c448,
+                                std::uint32_t eps, std::uint32_t* HWY_RESTRICT subw,
+                                std::uint8_t* HWY_RESTRICT exp8, std::uint8_t* HWY_RESTRICT fast) {
+  const hn::CappedTag<std::uint32_t, 8> du;
+  const hn::Rebind<std::uint16_t, decltype(du)> d16;
+  const hn::Rebind<std::uint8_t, decltype(du)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
+  bool all = true;
+  for (std::int64_t g = 0; g < 8; g += L) {
+    const auto a = hn::PromoteTo(du, hn::LoadU(d16, amax + g));
+    const auto m = hn::PromoteTo(du, hn::LoadU(d16, min1 + g));
+    auto e = hn::Zero(du), sb = hn::Zero(du);
+    const auto ok = E4M3Pow2Lanes(du, a, m, c448, eps, e, sb);
+    const auto s7 = hn::And(hn::Sub(sb, hn::Set(du, 7u)), hn::Set(du, 0xFFFFu));
+    hn::StoreU(hn::Or(s7, hn::ShiftLeft<16>(s7)), du, subw + g);
+    hn::StoreU(hn::TruncateTo(d8, e), d8, exp8 + g);
+    hn::StoreU(hn::TruncateTo(d8, hn::IfThenElseZero(ok, hn::Set(du, 1u))), d8, fast + g);
+    all = all && hn::AllTrue(du, ok);
+  }
+  return all;
 }
 
 // e4m3fn codes of the kGs bf16 values at x divided by the power of two whose E4M3Pow2Scales
@@ -229,6 +293,82 @@ HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
     const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, mag), vsub), max448);
     const auto code = hn::ShiftRight<4>(hn::Add(t7, hn::And(hn::ShiftRight<4>(t7), one)));
     hn::StoreU(hn::TruncateTo(d8, hn::OrAnd(code, hn::ShiftRight<8>(w), sign)), d8, out + i);
+  }
+}
+
+// QuantizeE4M3Pow2Group's code of each lane of w as a signed 16-bit value whose low byte is the
+// code (in [-128, 127], so a signed narrowing keeps it): s7 is that function's sub - 7. The
+// rounded magnitude is built four bits up, where the sign can be or-ed in unshifted and one
+// arithmetic shift both lowers the code and extends the sign.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2Codes(D d, V w, V s7) {
+  const hn::RebindToSigned<D> di;
+  const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7),
+                          hn::Set(d, std::uint16_t{0x07E7}));
+  // 16 * (t7 + bit 4 of t7), below 0x8000.
+  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
+  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+}
+
+// Stores the low bytes of a's lanes, then b's (both of tag d: a vector's type does not give its
+// lane count where vectors are sizeless). x86 narrows both in one signed pack (the lanes are in
+// [-128, 127]) and one lane permute; elsewhere each vector is narrowed on its own.
+template <class D, class V>
+HWY_INLINE void StoreCodePair(D d, V a, V b, std::uint8_t* HWY_RESTRICT out) {
+  const hn::Rebind<std::int8_t, D> d8;
+  hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out));
+  hn::StoreU(hn::DemoteTo(d8, b), d8, reinterpret_cast<std::int8_t*>(out) + hn::Lanes(d));
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+template <class D>
+HWY_INLINE void StoreCodePair(D, hn::Vec128<std::int16_t> a, hn::Vec128<std::int16_t> b,
+                              std::uint8_t* HWY_RESTRICT out) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(a.raw, b.raw));
+}
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+template <class D>
+HWY_INLINE void StoreCodePair(D, hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_t> b,
+                              std::uint8_t* HWY_RESTRICT out) {
+  // The pack interleaves a and b by 128-bit block; the permute puts a's blocks first.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(a.raw, b.raw), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), packed);
+}
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+template <class D>
+HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int16_t> b,
+                              std::uint8_t* HWY_RESTRICT out) {
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m512i packed = _mm512_permutexvar_epi64(order, _mm512_packs_epi16(a.raw, b.raw));
+  _mm512_storeu_si512(out, packed);
+}
+#endif
+
+// QuantizeE4M3Pow2Group over a row of n bf16 values (n a multiple of 32) whose 32-groups use
+// the E4M3Pow2Scales8 operands subw[g] (kPerGroup) or all subw[0].
+template <bool kPerGroup>
+HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
+                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                    const std::uint32_t* HWY_RESTRICT subw) {
+  const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::int8_t, decltype(d)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto s7 = [&](std::int64_t i) {
+    return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
+  };
+  const auto row_s7 = s7(0);
+  std::int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    const auto a = E4M3Pow2Codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto b = E4M3Pow2Codes(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
+    StoreCodePair(di, a, b, out + i);
+  }
+  if (i < n) {  // an odd number of vectors
+    const auto a = E4M3Pow2Codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
   }
 }
 

@@ -1,10 +1,12 @@
-// The IndexerQuantCache kernel: Highway SIMD with runtime dispatch, one row at a time, written
-// straight into the cache; the driver (execute.cc) splits rows over threads.
+// The IndexerQuantCache kernel: Highway SIMD with runtime dispatch, rows written straight into
+// the cache in token order; the driver (execute.cc) splits rows over threads.
 //
 // - bfloat16 rows into a float8_e4m3fn cache in the power-of-two modes (fp8 with round_scale,
-//   mxfp8) take one pass of 16-bit lane work over the bf16 bits (src/quant/quant_simd-inl.h):
-//   group magnitudes, the scales of every group at once, then the codes by integer subtraction
-//   of the scale's exponent. fp8 is one group of d whose magnitudes are those of its 32-groups.
+//   mxfp8) take 16-bit lane work over the bf16 bits (src/quant/quant_simd-inl.h), a batch of
+//   rows at a time: the magnitudes of eight groups (fp8: whole rows) reduced together, their
+//   scales as one vector, then each row's codes by integer subtraction of its scale's exponent.
+//   One row at a time, the reduction and the scale rule are a dependency chain several times
+//   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - Groups (or fp8 rows) outside what that form covers exactly (a non-finite element, a
 //   quotient below e4m3's normal range) and every other combination of mode and dtype take the
 //   general path: the row widened to float32, the scalar scale rules of internal.h and the batch
@@ -147,6 +149,7 @@ void general_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t
 // ---- Fast path: bfloat16 into float8_e4m3fn with power-of-two scales ------------------------
 
 #if HWY_TARGET != HWY_SCALAR
+namespace qn = quant::HWY_NAMESPACE;
 
 bool fast_e4m3(const IndexerQuantCachePlan& p) {
   return p.x.dtype == DType::bfloat16 && p.cache.dtype == DType::float8_e4m3fn &&
@@ -154,57 +157,122 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
           (p.options.quant_mode == IndexerQuantMode::fp8 && p.options.round_scale));
 }
 
-// The largest (bits & 0x7FFF) and the smallest (bits & 0x7FFF) - 1 of the n bf16 values at
-// x (GroupMagnitudes' amax and min1 for one group), reduced over whole vectors.
-HWY_INLINE void Magnitudes(const std::uint16_t* x, std::int64_t n, std::uint16_t& amax,
-                           std::uint16_t& min1) {
-  const hn::CappedTag<std::uint16_t, 32> d16;  // n is a multiple of 32
-  const std::int64_t N = static_cast<std::int64_t>(hn::Lanes(d16));
-  const auto mag = hn::Set(d16, std::uint16_t{0x7FFF});
-  const auto one = hn::Set(d16, std::uint16_t{1});
-  auto hi = hn::Zero(d16);
-  auto lo = hn::Set(d16, std::uint16_t{0xFFFF});
-  for (std::int64_t i = 0; i < n; i += N) {
-    const auto a = hn::And(hn::LoadU(d16, x + i), mag);
-    hi = hn::Max(hi, a);
-    lo = hn::Min(lo, hn::Sub(a, one));
-  }
-  amax = hn::GetLane(hn::MaxOfLanes(d16, hi));
-  min1 = hn::GetLane(hn::MinOfLanes(d16, lo));
+// Rows quantized together, in token order (the order they are written in, so a repeated slot
+// still ends with its last writer).
+constexpr int kMaxBatch = 16;
+struct Batch {
+  const std::uint16_t* src[kMaxBatch];
+  std::uint8_t* codes[kMaxBatch];
+  std::uint8_t* scale[kMaxBatch];
+  int n = 0;
+};
+
+// Rows per batch: sixteen units (fp8 rows, or mxfp8 32-groups), in two sets of eight that each
+// share one reduction of their magnitudes and one vector of scale rules, so the rows'
+// dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
+// from the loads to the scales outlasted the batch's work).
+int batch_rows(const IndexerQuantCachePlan& p) {
+  const std::int64_t groups = p.d / 32;
+  if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 16;
+  return groups <= 8 ? static_cast<int>(16 / groups) : 1;
 }
 
-// Mode fp8 with round_scale: the row is one group; a zero floor (this mode has no 1e-4 one)
-// keeps an all-zero row's scale 0. False (nothing written) when the fast form does not cover
-// the row exactly.
-bool fast_fp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
-  std::uint16_t amax, min1, sub;
-  std::uint32_t e;
-  Magnitudes(src, d, amax, min1);
-  if (!quant::HWY_NAMESPACE::E4M3Pow2Scale(amax, min1, kC448Bits, 0, sub, e)) return false;
-  for (std::int64_t g = 0; g < d / 32; ++g) {
-    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, sub);
+// Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
+// keeps an all-zero row's scale 0. A row the fast form does not cover exactly takes the
+// general path.
+void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  const std::int64_t d = p.d;
+  const std::uint16_t* units[kMaxBatch];
+  int n = 0;
+  for (; n < b.n; ++n) units[n] = b.src[n];
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
+  HWY_ALIGN std::uint32_t subw[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  for (int c = 0; c < n; c += 8) {
+    qn::Magnitudes8<true>(units + c, d, amax + c, min1 + c);
+    qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
-  const float stored = f32(e << 23);
-  std::memcpy(s.scale, &stored, 4);
-  return true;
+  for (int k = 0; k < b.n; ++k) {
+    if (fast[k] != 0) {
+      qn::QuantizeE4M3Pow2Row<false>(units[k], b.codes[k], d, subw + k);
+      const float stored = f32(std::uint32_t{exp[k]} << 23);
+      std::memcpy(b.scale[k], &stored, 4);
+    } else {
+      general_row(p, s, units[k], b.codes[k]);
+      std::memcpy(b.scale[k], s.scale, 4);
+    }
+  }
 }
 
-// Mode mxfp8: every group at once (eight groups per reduction; one reduction per group
-// measured slower); a group the fast form does not cover exactly is widened and takes the
-// scalar rules.
-void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes) {
+// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0),
+// rewritten from the scalar rules over the fast form's output.
+void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint8_t* fast,
+                 std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
+  for (std::int64_t g = 0; g < groups; ++g) {
+    if (fast[g] != 0) continue;
+    formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+    mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
+  }
+}
+
+// Mode mxfp8, rows of at most eight groups. Each row is finished (including any group redone
+// by the scalar rules) before the next, so a repeated slot keeps its last writer.
+void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  const std::int64_t d = p.d, groups = d / 32;
+  const std::uint16_t* units[kMaxBatch];
+  int n = 0;
+  for (int k = 0; k < b.n; ++k) {
+    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
+  }
+  const int used = n;
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
+  HWY_ALIGN std::uint32_t subw[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  bool all = true;
+  for (int c = 0; c < used; c += 8) {
+    qn::Magnitudes8<true>(units + c, 32, amax + c, min1 + c);
+    all &=
+        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+  }
+  for (int k = 0; k < b.n; ++k) {
+    const std::int64_t u = k * groups;
+    qn::QuantizeE4M3Pow2Row<true>(units[u], b.codes[k], d, subw + u);
+    if (groups == 4) {
+      std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
+    } else {
+      std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
+    }
+    if (!all) redo_groups(s, units[u], fast + u, groups, b.codes[k], b.scale[k]);
+  }
+}
+
+// Mode mxfp8, rows of more than eight groups: the row's own groups fill the reductions.
+void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::uint8_t* codes,
+                    std::uint8_t* scale) {
   const std::int64_t groups = d / 32;
-  quant::HWY_NAMESPACE::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
-  quant::HWY_NAMESPACE::E4M3Pow2Scales(s.amax, s.min1, groups, kC448Bits, kEpsBits, s.sub, s.exp,
-                                       s.fast);
+  qn::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
+  qn::E4M3Pow2Scales(s.amax, s.min1, groups, kC448Bits, kEpsBits, s.sub, s.exp, s.fast);
   for (std::int64_t g = 0; g < groups; ++g) {
     if (s.fast[g] != 0) {
-      quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, s.sub[g]);
+      qn::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, s.sub[g]);
       s.scale[g] = static_cast<std::uint8_t>(s.exp[g]);
     } else {
       formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
       mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, s.scale + g);
     }
+  }
+  std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
+}
+
+void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  if (p.options.quant_mode == IndexerQuantMode::fp8) {
+    fast_fp8_rows(p, s, b);
+  } else if (p.d <= 8 * 32) {
+    fast_mxfp8_rows(p, s, b);
+  } else {
+    fast_mxfp8_row(p.d, s, b.src[0], b.codes[0], b.scale[0]);
   }
 }
 
@@ -233,30 +301,37 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   const bool rank2 = p.x.rank == 2;  // no division per row
 #if HWY_TARGET != HWY_SCALAR
   const bool fast = fast_e4m3(p);
-  const bool mx = p.options.quant_mode == IndexerQuantMode::mxfp8;
+  const int per_batch = batch_rows(p);
+  Batch b;
 #endif
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
     const std::uint16_t* src = x + (rank2 ? r * x0 : x_row(p.x, r));
     std::uint8_t* codes = split.address(cache, c0, c1, slot);
-    bool done = false;
+    std::uint8_t* scale = split.address(cache_scale, s0, s1, slot);
 #if HWY_TARGET != HWY_SCALAR
-    if (fast && mx) {
-      fast_mxfp8_row(p.d, s, src, codes);
-      done = true;
-    } else if (fast) {
-      done = fast_fp8_row(p.d, s, src, codes);
+    if (fast) {
+      b.src[b.n] = src;
+      b.codes[b.n] = codes;
+      b.scale[b.n] = scale;
+      if (++b.n == per_batch) {
+        fast_rows(p, s, b);
+        b.n = 0;
+      }
+      continue;
     }
 #endif
-    if (!done) general_row(p, s, src, codes);
-    std::uint8_t* scale = split.address(cache_scale, s0, s1, slot);
+    general_row(p, s, src, codes);
     if (scale_bytes == 4) {
       std::memcpy(scale, s.scale, 4);  // fp8, and mxfp8 / mxfp4 with d = 128: one move
     } else if (scale_bytes != 0) {
       std::memcpy(scale, s.scale, scale_bytes);
     }
   }
+#if HWY_TARGET != HWY_SCALAR
+  if (b.n > 0) fast_rows(p, s, b);
+#endif
 }
 
 }  // namespace HWY_NAMESPACE
