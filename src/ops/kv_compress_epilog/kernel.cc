@@ -364,39 +364,67 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
   }
 }
 
-template <bool kMode0, bool kRoundScale>
-void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-            std::int64_t groups) {
+#if HWY_TARGET != HWY_SCALAR
+// First phase of an fp8 row with power-of-two scales (round_scale): the magnitudes and scales
+// of all its groups (see E4M3Pow2Scales for sub, e and fast). A long dependency chain (loads,
+// reductions, scale rules) with little work, so the row driver runs it for several rows
+// before quantizing any of them: the chains then overlap instead of following each other.
+HWY_INLINE void Fp8Pow2Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
+                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT sub,
+                            std::uint32_t* HWY_RESTRICT e, std::uint32_t* HWY_RESTRICT fast) {
+  namespace qn = quant::HWY_NAMESPACE;
+  alignas(64) std::uint16_t min1[kMaxGroups + 8];
+  qn::GroupMagnitudes<64, true>(x, groups, amax, min1);
+  qn::E4M3Pow2Scales(amax, min1, groups, kC448Bits, kEpsBits, sub, e, fast);
+}
+
+// Second phase: the rope, the codes and the scale bytes of the row. Groups with fast = 1
+// (nearly all) are quantized on 16-bit lanes from the bf16 bits; the others take the general
+// path with the reference's rules.
+template <bool kMode0>
+HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
+                                std::int64_t n, std::int64_t groups,
+                                const std::uint16_t* HWY_RESTRICT amax,
+                                const std::uint16_t* HWY_RESTRICT sub,
+                                const std::uint32_t* HWY_RESTRICT e,
+                                const std::uint32_t* HWY_RESTRICT fast) {
   std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
   std::uint8_t* data = out + 128;
   std::uint8_t* scale = out + 128 + n;
   constexpr std::int64_t kScaleBytes = kMode0 ? 2 : 1;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::uint8_t* sg = scale + kScaleBytes * g;
+    if (HWY_UNLIKELY(!fast[g])) {
+      Fp8GroupAny<kMode0, true>(x + 64 * g, data + 64 * g, sg, amax[g]);
+      continue;
+    }
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<64>(x + 64 * g, data + 64 * g, sub[g]);
+    if (kMode0) {
+      PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
+    } else {
+      sg[0] = static_cast<std::uint8_t>(e[g]);
+    }
+  }
+}
+#endif
+
+template <bool kMode0, bool kRoundScale>
+void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+            std::int64_t groups) {
   alignas(64) std::uint16_t amax[kMaxGroups + 8];
 #if HWY_TARGET != HWY_SCALAR
   if (kRoundScale) {
-    // Power-of-two scales for all groups at once; the groups whose quotients are all finite
-    // and e4m3-normal (nearly all) are quantized on 16-bit lanes from the bf16 bits.
-    namespace qn = quant::HWY_NAMESPACE;
-    alignas(64) std::uint16_t min1[kMaxGroups + 8], sub[kMaxGroups + 8];
+    alignas(64) std::uint16_t sub[kMaxGroups + 8];
     alignas(64) std::uint32_t e[kMaxGroups + 8], fast[kMaxGroups + 8];
-    qn::GroupMagnitudes<64, true>(x, groups, amax, min1);
-    qn::E4M3Pow2Scales(amax, min1, groups, kC448Bits, kEpsBits, sub, e, fast);
-    for (std::int64_t g = 0; g < groups; ++g) {
-      std::uint8_t* sg = scale + kScaleBytes * g;
-      if (HWY_UNLIKELY(!fast[g])) {
-        Fp8GroupAny<kMode0, true>(x + 64 * g, data + 64 * g, sg, amax[g]);
-        continue;
-      }
-      qn::QuantizeE4M3Pow2Group<64>(x + 64 * g, data + 64 * g, sub[g]);
-      if (kMode0) {
-        PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
-      } else {
-        sg[0] = static_cast<std::uint8_t>(e[g]);
-      }
-    }
+    Fp8Pow2Plan(x, groups, amax, sub, e, fast);
+    Fp8Pow2Quantize<kMode0>(x, out, n, groups, amax, sub, e, fast);
     return;
   }
 #endif
+  std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
+  std::uint8_t* data = out + 128;
+  std::uint8_t* scale = out + 128 + n;
+  constexpr std::int64_t kScaleBytes = kMode0 ? 2 : 1;
   GroupAmax<64>(x, groups, amax);
   for (std::int64_t g = 0; g < groups; ++g) {
     Fp8GroupAny<kMode0, kRoundScale>(x + 64 * g, data + 64 * g, scale + kScaleBytes * g, amax[g]);
@@ -538,6 +566,48 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
 // bench/performance_notes.md).
 constexpr std::int64_t kAheadRows = 1;
 
+#if HWY_TARGET != HWY_SCALAR
+// Rows per batch of the fp8 modes with power-of-two scales: the plans of all of them, then
+// the codes of each in token order (so duplicate slots still end with the last writer).
+// The plans read the batch's rows front to back, so unlike the one-row loop below this needs
+// no prefetch by hand (adding one measured slower).
+constexpr int kFp8BatchRows = 4;
+
+// Rows [begin, end) of an fp8 mode with round_scale, in batches of kFp8BatchRows live rows.
+template <bool kMode0>
+void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
+                 std::int64_t end) {
+  constexpr std::int64_t kStride = kMaxGroups + 8;
+  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  auto* cache = static_cast<std::uint8_t*>(p.cache.data);
+  const std::int64_t n = p.d - kRopeDim;
+  const std::int64_t groups = p.num_groups;
+  const bool x_rows_dense = p.x.is_contiguous();
+  const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
+  const SlotSplitter split(p.block_size);
+  alignas(64) std::uint16_t amax[kFp8BatchRows * kStride], sub[kFp8BatchRows * kStride];
+  alignas(64) std::uint32_t e[kFp8BatchRows * kStride], fast[kFp8BatchRows * kStride];
+  const std::uint16_t* xb[kFp8BatchRows];
+  std::uint8_t* ob[kFp8BatchRows];
+  for (std::int64_t r = begin; r < end;) {
+    int rows = 0;
+    for (; r < end && rows < kFp8BatchRows; ++r) {
+      if (slots[r] == -1) continue;
+      xb[rows] = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
+      ob[rows] = split.address(cache, p.cache.stride(0), p.cache.stride(1), slots[r]);
+      const std::int64_t k = rows * kStride;
+      Fp8Pow2Plan(xb[rows], groups, amax + k, sub + k, e + k, fast + k);
+      ++rows;
+    }
+    for (int i = 0; i < rows; ++i) {
+      const std::int64_t k = i * kStride;
+      Fp8Pow2Quantize<kMode0>(xb[i], ob[i], n, groups, amax + k, sub + k, e + k, fast + k);
+      if (pad) std::memset(ob[i] + p.payload_bytes, 0, pad);
+    }
+  }
+}
+#endif
+
 void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
   const auto* x = static_cast<const std::uint16_t*>(p.x.data);
@@ -546,6 +616,16 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
   const bool x_rows_dense = p.x.is_contiguous();
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
   const SlotSplitter split(p.block_size);
+#if HWY_TARGET != HWY_SCALAR
+  if (p.round_scale && p.quant_mode != QuantMode::hifloat8_fp4) {
+    if (p.quant_mode == QuantMode::fp8_bf16) {
+      Fp8Pow2Rows<true>(p, slots, begin, end);
+    } else {
+      Fp8Pow2Rows<false>(p, slots, begin, end);
+    }
+    return;
+  }
+#endif
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot == -1) continue;
