@@ -1,27 +1,21 @@
-// Highway building blocks of the quantizers, for every operator that quantizes
-// bf16 rows in groups (include after <hwy/highway.h> in a translation unit
-// compiled per target with foreach_target.h; the functions live in
-// kvscatter::quant::HWY_NAMESPACE):
+// Highway building blocks of the quantizers, for every operator that quantizes bf16 rows in
+// groups (include after <hwy/highway.h> in a translation unit compiled per target with
+// foreach_target.h; the functions live in kvscatter::quant::HWY_NAMESPACE):
 //
-// - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of
-// a row and,
-//   optionally, the smallest nonzero one, eight groups per horizontal reduction
-//   instead of one reduction (and one dependency chain) per group. (Reduce8 is
-//   the reduction.)
+// - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of a row and,
+//   optionally, the smallest nonzero one, eight groups per horizontal reduction instead of one
+//   reduction (and one dependency chain) per group (Reduce8 is the reduction).
 // - Magnitudes8: the same for eight groups anywhere (whole rows, or the groups of a few rows).
-// - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for
-// many groups at once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads).
-// - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on
-// 16-bit lanes
+// - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for many groups at
+//   once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads).
+// - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
 //   QuantizeE4M3Pow2Row: the same over a row, two vectors narrowed together.
-//
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
-// All of them are exact lane forms of the scalar rules; none of them depends on
-// the target. They need at least 8 lanes of 16 bits, so the scalar target has
-// none of them.
+// All of them are exact lane forms of the scalar rules; none of them depends on the target.
+// They need at least 8 lanes of 16 bits, so the scalar target has none of them.
 #if defined(KVSCATTER_QUANT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_QUANT_SIMD_INL_H_
 #undef KVSCATTER_QUANT_SIMD_INL_H_
