@@ -49,7 +49,6 @@ struct KVSCATTER_API TensorView {
 struct OperandExtents {
   std::array<std::int64_t, 16> lo{}, hi{};
   std::uint16_t present = 0;  // bit i: operand i was given
-  std::uint8_t outputs = 0, inputs = 0;  // slots the operator lists (given or not)
   bool ready = false;
 };
 

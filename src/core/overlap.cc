@@ -73,10 +73,6 @@ OperandExtents extents_of(const Operands& ops) {
   OperandExtents e;
   for (std::size_t i = 0; i < 2 * kMaxOperands; ++i) {
     const Operand& op = i < kMaxOperands ? ops.outputs[i] : ops.inputs[i - kMaxOperands];
-    if (op.name[0] != '\0') {  // a listed slot, given or not
-      auto& listed = i < kMaxOperands ? e.outputs : e.inputs;
-      listed = static_cast<std::uint8_t>(i % kMaxOperands + 1);
-    }
     if (op.view == nullptr) continue;
     e.present = static_cast<std::uint16_t>(e.present | (1u << i));
     // The span of the same view at address 0 (a non-null stand-in: only offsets matter).

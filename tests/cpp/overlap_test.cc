@@ -656,8 +656,7 @@ TEST(Overlap, QuickTestFollowsReboundAddressesAndGivenOperands) {
   detail::Operands ops{{{{&out, "out"}, {&packed, "packed"}}},
                        {{{&in, "in"}, {nullptr, "optional"}}}};
   const OperandExtents e = detail::extents_of(ops);
-  EXPECT_EQ(e.outputs, 2);
-  EXPECT_EQ(e.inputs, 2);
+  EXPECT_EQ(e.present, 0b11u | (0b1u << detail::kMaxOperands));
   EXPECT_FALSE(detail::ranges_may_meet(ops, e));
   // An input moved onto the last byte of a packed FP4 output (a float4 view addresses bytes).
   TensorView moved = in;
