@@ -123,6 +123,201 @@ HWY_INLINE hn::Vec<QD8> EncodeFp8Bytes(QDF df, hn::Vec<QDF> q) {
   return hn::DemoteTo(QD8(), hn::BitCast(di, code));
 }
 
+// ---- the reciprocal shortcut -----------------------------------------------------------------
+// A division costs several times the rest of the encoding, so full groups of 4 vectors are first
+// quantized as fp8(x * r), r = 1/scale rounded to float. That product is within two float32
+// ulps of x / scale (relative error below 2^-23 + 2^-48) and the correctly rounded quotient is
+// within half an ulp of the exact one, so both round to the same fp8 code unless a float8
+// rounding midpoint lies within three ulps of the product. The shortcut therefore decides only
+// lanes whose product is a normal float8 magnitude (at least the smallest normal, not NaN) and
+// lies at least four ulps from every midpoint, where it may round half up; a group with any
+// other lane is encoded again by the exact path (division, then EncodeFp8Satfinite).
+
+// Scales whose reciprocal keeps that error bound: positive, and both scale and 1/scale normal.
+HWY_INLINE bool RecipShortcutScale(float scale) {
+  std::uint32_t b;
+  std::memcpy(&b, &scale, 4);
+  return b >= 0x01000000u && b < 0x7E800000u;  // 2^-125 <= scale < 2^126
+}
+
+// The fp8 code of x * r in bits 24..31 of each lane (lower bits undefined), rounded half up;
+// `ok` is set in the lanes the shortcut may decide (see above). Otherwise the lane holds the
+// exact code of x / scale (vs: the scale), computed when some lane of the vector needs it.
+template <bool kE4M3, class DF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn::Vec<DF> vr,
+                                                       hn::Mask<DF>& ok) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
+  constexpr std::int32_t kMaxBits = kE4M3 ? 0x43E00000 : 0x47600000;  // 448, 57344
+  // Rebiases the exponent and adds half a code step plus 3 ulps: the code is then the bits from
+  // kShift up, and a product within [-3, +4] ulps of a midpoint has bits 3..kShift-1 all clear.
+  constexpr std::uint32_t kRound =
+      (1u << (kShift - 1)) + 3u - (static_cast<std::uint32_t>(127 - kBias) << 23);
+  constexpr std::uint32_t kNearMid = ((1u << kShift) - 1u) & ~7u;
+  const float min_normal = 1.0f / static_cast<float>(1u << (kBias - 1));
+  const auto qb = hn::BitCast(du, hn::Mul(x, vr));
+  const auto a = hn::And(qb, hn::Set(du, 0x7FFFFFFFu));
+  const auto t = hn::Add(hn::BitCast(du, hn::Min(hn::BitCast(di, a), hn::Set(di, kMaxBits))),
+                         hn::Set(du, kRound));
+  ok = hn::AndNot(hn::RebindMask(df, hn::Eq(hn::And(t, hn::Set(du, kNearMid)), hn::Zero(du))),
+                  hn::Ge(hn::BitCast(df, a), hn::Set(df, min_normal)));
+  return hn::OrAnd(hn::ShiftLeft<24 - kShift>(t), qb, hn::Set(du, 0x80000000u));
+}
+
+// c, from RecipCode, with the lanes outside `ok` replaced by the exact codes of x / scale.
+template <bool kE4M3, class DF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> ExactWhereNeeded(DF df,
+                                                              hn::Vec<hn::RebindToUnsigned<DF>> c,
+                                                              hn::Mask<DF> ok, hn::Vec<DF> x,
+                                                              float scale) {
+  if (hn::AllTrue(df, ok)) return c;
+  const hn::RebindToUnsigned<DF> du;
+  const auto q = hn::Div(x, hn::Set(df, scale));
+  const auto exact = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
+  return hn::IfThenElse(hn::RebindMask(du, ok), c, hn::ShiftLeft<24>(exact));
+}
+
+// Four vectors of codes in bits 24..31 -> one vector of bytes: lane i of v[k] becomes byte
+// 4 * i + k, to be put in order by CodeOrder.
+template <class DU>
+HWY_INLINE hn::Vec<DU> InterleaveCodeBytes(DU du, hn::Vec<DU> v0, hn::Vec<DU> v1, hn::Vec<DU> v2,
+                                           hn::Vec<DU> v3) {
+  auto w = hn::OrAnd(hn::ShiftRight<24>(v0), hn::ShiftRight<16>(v1), hn::Set(du, 0xFF00u));
+  w = hn::OrAnd(w, hn::ShiftRight<8>(v2), hn::Set(du, 0xFF0000u));
+  return hn::OrAnd(w, v3, hn::Set(du, 0xFF000000u));
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Puts interleaved code bytes (InterleaveCodeBytes) in element order, for codes of element
+// pairs (kPairs: lane i of v[0], v[1] holds elements 2i, 2i + 1 and of v[2], v[3] elements
+// 2N + 2i, 2N + 2i + 1) or of consecutive vectors (lane i of v[k]: element kN + i). Within each
+// 128-bit block the bytes are grouped by source, then a lane permutation gathers the blocks'
+// groups (64-bit groups for pairs, 32-bit ones otherwise). The tables depend only on the
+// target's vector length: built once per target.
+template <bool kPairs>
+class CodeOrder {
+ public:
+  using DU = hn::RebindToUnsigned<QDF>;
+  using D8 = hn::Repartition<std::uint8_t, DU>;
+  using DP = hn::Repartition<hwy::UnsignedFromSize<kPairs ? 8 : 4>, DU>;
+  using TI = hwy::MakeSigned<hn::TFromD<DP>>;
+  using Idx = decltype(hn::SetTableIndices(DP(), static_cast<const TI*>(nullptr)));
+
+  static const CodeOrder& Get() {
+    static const CodeOrder order;
+    return order;
+  }
+  hn::Vec<D8> Shuffle() const { return hn::Load(D8(), shuffle_); }
+  Idx Lanes() const { return hn::SetTableIndices(DP(), lanes_); }
+
+  static HWY_INLINE hn::Vec<D8> Apply(hn::Vec<DU> w, hn::Vec<D8> shuffle, Idx lanes) {
+    const D8 d8;
+    const DP dp;
+    const auto grouped = hn::TableLookupBytes(hn::BitCast(d8, w), shuffle);
+    return hn::BitCast(d8, hn::TableLookupLanes(hn::BitCast(dp, grouped), lanes));
+  }
+
+ private:
+  CodeOrder() {
+    static constexpr std::uint8_t kPairBytes[16] = {0, 1, 4, 5, 8,  9,  12, 13,
+                                                    2, 3, 6, 7, 10, 11, 14, 15};
+    static constexpr std::uint8_t kQuadBytes[16] = {0, 4, 8,  12, 1, 5, 9,  13,
+                                                    2, 6, 10, 14, 3, 7, 11, 15};
+    const std::size_t bytes = hn::Lanes(D8()), groups = hn::Lanes(DP());
+    const std::size_t per_block = kPairs ? 2 : 4, blocks = groups / per_block;
+    for (std::size_t b = 0; b < bytes; ++b) {
+      shuffle_[b] = (kPairs ? kPairBytes : kQuadBytes)[b % 16];
+    }
+    // Output group o = k * blocks + j is group k of block j.
+    for (std::size_t o = 0; o < groups; ++o) {
+      lanes_[o] = static_cast<TI>(o % blocks * per_block + o / blocks);
+    }
+  }
+
+  HWY_ALIGN std::uint8_t shuffle_[HWY_MAX_BYTES];
+  HWY_ALIGN TI lanes_[HWY_MAX_BYTES / sizeof(TI)];
+};
+
+// Codes of 4 vectors (RecipCode) -> 4N bytes at dst, the lanes the shortcut cannot decide
+// first replaced by their exact codes.
+template <bool kE4M3, bool kPairs, class VF, class VU, class M>
+HWY_INLINE void StoreCodes(const VF (&x)[4], VU (&c)[4], const M (&ok)[4], float scale,
+                           hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                           typename CodeOrder<kPairs>::Idx lanes, unsigned char* HWY_RESTRICT dst) {
+  const QDF df;
+  const hn::RebindToUnsigned<QDF> du;
+  if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok[0], ok[1]), hn::And(ok[2], ok[3]))))) {
+    for (int k = 0; k < 4; ++k) c[k] = ExactWhereNeeded<kE4M3>(df, c[k], ok[k], x[k], scale);
+  }
+  hn::StoreU(
+      CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c[0], c[1], c[2], c[3]), shuffle, lanes),
+      hn::Repartition<std::uint8_t, QDF>(), dst);
+}
+
+// Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
+template <bool kE4M3>
+HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                         float scale, unsigned char* HWY_RESTRICT dst) {
+  const QDF df;
+  const hn::RebindToUnsigned<QDF> du;
+  const hn::Repartition<std::uint16_t, QDF> d16;
+  const std::size_t N = hn::Lanes(df);
+  if (n < 4 * N || !RecipShortcutScale(scale)) return 0;
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  const auto vr = hn::Set(df, 1.0f / scale);
+  const auto hi = hn::Set(du, 0xFFFF0000u);
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
+    const auto a = hn::BitCast(du, hn::LoadU(d16, src + i));
+    const auto b = hn::BitCast(du, hn::LoadU(d16, src + i + 2 * N));
+    const hn::Vec<QDF> x[4] = {
+        hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
+        hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi))};
+    hn::Mask<QDF> ok[4];
+    hn::Vec<hn::RebindToUnsigned<QDF>> c[4];
+    for (int k = 0; k < 4; ++k) c[k] = RecipCode<kE4M3>(df, x[k], vr, ok[k]);
+    StoreCodes<kE4M3, true>(x, c, ok, scale, shuffle, lanes, dst + i);
+  }
+  return i;
+}
+
+// Quantizes the full groups of 4N float32 values; returns how many values it wrote.
+template <bool kE4M3>
+HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size_t n, float scale,
+                                        unsigned char* HWY_RESTRICT dst) {
+  const QDF df;
+  const std::size_t N = hn::Lanes(df);
+  if (n < 4 * N || !RecipShortcutScale(scale)) return 0;
+  const CodeOrder<false>& order = CodeOrder<false>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  const auto vr = hn::Set(df, 1.0f / scale);
+  std::size_t i = 0;
+  for (; i + 4 * N <= n; i += 4 * N) {
+    const hn::Vec<QDF> x[4] = {hn::LoadU(df, src + i), hn::LoadU(df, src + i + N),
+                               hn::LoadU(df, src + i + 2 * N), hn::LoadU(df, src + i + 3 * N)};
+    hn::Mask<QDF> ok[4];
+    hn::Vec<hn::RebindToUnsigned<QDF>> c[4];
+    for (int k = 0; k < 4; ++k) c[k] = RecipCode<kE4M3>(df, x[k], vr, ok[k]);
+    StoreCodes<kE4M3, false>(x, c, ok, scale, shuffle, lanes, dst + i);
+  }
+  return i;
+}
+#else
+template <bool kE4M3>
+HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, float, unsigned char*) {
+  return 0;
+}
+template <bool kE4M3>
+HWY_INLINE std::size_t RecipQuantizeF32(const float*, std::size_t, float, unsigned char*) {
+  return 0;
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
 // dst[i] = fp8(src[i] / scale) for n float32 values.
 template <bool kE4M3>
 HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, float scale,
@@ -131,7 +326,7 @@ HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, flo
   const QD8 d8;
   const std::size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, scale);
-  std::size_t i = 0;
+  std::size_t i = RecipQuantizeF32<kE4M3>(src, n, scale, dst);
   for (; i + 2 * N <= n; i += 2 * N) {
     const auto a = hn::Div(hn::LoadU(df, src + i), vs);
     const auto b = hn::Div(hn::LoadU(df, src + i + N), vs);
@@ -161,7 +356,7 @@ HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size
   const auto widen = [&](auto v) HWY_ATTR {
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, v)));
   };
-  std::size_t i = 0;
+  std::size_t i = RecipQuantizeBF16<kE4M3>(src, n, scale, dst);
   for (; i + N <= n; i += N) {
     hn::StoreU(EncodeFp8Bytes<kE4M3>(df, hn::Div(widen(hn::LoadU(d16, src + i)), vs)), d8, dst + i);
   }

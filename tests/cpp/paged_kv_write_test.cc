@@ -17,6 +17,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
+#include "simd_targets.h"
 
 namespace kvscatter {
 namespace {
@@ -323,6 +324,108 @@ TEST(PagedKvWrite, LargeCallWithDuplicatesIsDeterministic) {
     }
     set_num_threads(0);
   }
+}
+
+// The fp8 quantizers first try x * (1/scale) and keep it only where it cannot differ from the
+// code of x / scale. Checked against the scalar encoders of x / scale on every SIMD target: every
+// bfloat16 value, and float32 values within a few ulps of scale times every float8 value and
+// rounding midpoint, for scales that make exact midpoints common (powers of two, 0.05, whose
+// reciprocal is exactly 20), arbitrary ones, and ones outside the shortcut's range.
+std::vector<float> fp8_test_scales() {
+  std::vector<float> s{1.0f,      0.5f,      0.05f,     1.0f / 3.0f,     0.0537f, 3.7f,
+                       0.1f,      7.0f,      -0.05f,    0x1p-125f,       0x1p-126f,
+                       0x1p126f,  0x1.fffffep125f,      1e-30f,          1e30f,   0x1.8p-140f};
+  std::mt19937 rng(17);
+  for (int i = 0; i < 16; ++i) {
+    const std::uint32_t bits =
+        (static_cast<std::uint32_t>(107 + rng() % 40) << 23) | (rng() & 0x7FFFFFu);
+    s.push_back(std::bit_cast<float>(bits));
+  }
+  return s;
+}
+
+// Float32 values within 5 ulps of scale * v for every float8 value and midpoint v of the format.
+std::vector<float> near_midpoints(float scale, bool e4m3) {
+  std::vector<float> out;
+  for (int code = 0; code < 0x7F; ++code) {
+    const auto lo_code = static_cast<std::uint8_t>(code);
+    const auto hi_code = static_cast<std::uint8_t>(code + 1);
+    const float lo = e4m3 ? formats::decode_float8_e4m3fn(lo_code)
+                          : formats::decode_float8_e5m2(lo_code);
+    const float hi = e4m3 ? formats::decode_float8_e4m3fn(hi_code)
+                          : formats::decode_float8_e5m2(hi_code);
+    if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+    for (float v : {lo, (lo + hi) / 2}) {
+      const float x = v * scale;
+      if (!std::isfinite(x)) continue;
+      float up = x, down = x;
+      for (int k = 0; k <= 5; ++k) {
+        out.push_back(up);
+        out.push_back(-down);
+        up = std::nextafter(up, std::numeric_limits<float>::infinity());
+        down = std::nextafter(down, 0.0f);
+      }
+    }
+  }
+  out.resize((out.size() + 127) / 128 * 128, 1.0f);
+  return out;
+}
+
+void expect_fp8_codes(const std::vector<float>& values, const Bytes& input, DType dtype,
+                      float scale, bool e4m3) {
+  const std::int64_t D = 128, T = static_cast<std::int64_t>(values.size()) / D;
+  Bytes expected(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float q = values[i] / scale;
+    expected[i] = e4m3 ? formats::encode_float8_e4m3fn_satfinite(q)
+                       : formats::encode_float8_e5m2_satfinite(q);
+  }
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;
+  Bytes kc(values.size()), vc(values.size());
+  PagedKvWriteOptions o;
+  o.format = e4m3 ? KvCacheFormat::fp8_e4m3 : KvCacheFormat::fp8_e5m2;
+  o.k_scale = TensorView(&scale, DType::float32, {1});
+  o.v_scale = o.k_scale;
+  const TensorView x(const_cast<std::uint8_t*>(input.data()), dtype, {T, 1, D});
+  paged_kv_write(x, x, TensorView(kc.data(), DType::uint8, {T, 1, 1, D}),
+                 TensorView(vc.data(), DType::uint8, {T, 1, 1, D}),
+                 TensorView(slots.data(), DType::int64, {T}), o);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (kc[i] == expected[i] && vc[i] == expected[i]) continue;
+    if (++bad <= 3) {
+      ADD_FAILURE() << simd_target() << " " << dtype_name(dtype) << (e4m3 ? " e4m3" : " e5m2")
+                    << " scale " << scale << " x " << values[i] << ": got " << int{kc[i]}
+                    << ", expected " << int{expected[i]};
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
+  std::vector<float> every_bf16(65536);
+  Bytes bf16_input(65536 * 2);
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    every_bf16[b] = std::bit_cast<float>(b << 16);
+    const auto h = static_cast<std::uint16_t>(b);
+    std::memcpy(&bf16_input[2 * b], &h, 2);
+  }
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (float scale : fp8_test_scales()) {
+      for (bool e4m3 : {true, false}) {
+        expect_fp8_codes(every_bf16, bf16_input, DType::bfloat16, scale, e4m3);
+        const std::vector<float> near = near_midpoints(std::fabs(scale), e4m3);
+        Bytes f32_input(near.size() * 4);
+        std::memcpy(f32_input.data(), near.data(), f32_input.size());
+        expect_fp8_codes(near, f32_input, DType::float32, scale, e4m3);
+      }
+    }
+  }
+  set_num_threads(threads);
 }
 
 }  // namespace

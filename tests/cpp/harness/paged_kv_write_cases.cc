@@ -59,7 +59,8 @@ Case generate(std::mt19937_64& rng) {
       pick(rng, {KvCacheFormat::copy, KvCacheFormat::fp8_e4m3, KvCacheFormat::fp8_e5m2});
   const bool hnd = uniform(rng, 0, 1) == 1;
   const bool interleaved = uniform(rng, 0, 1) == 1;
-  const std::int64_t H = uniform(rng, 1, 4), D = pick<std::int64_t>(rng, {1, 3, 8, 16, 17, 64});
+  const std::int64_t H = uniform(rng, 1, 4),
+                     D = pick<std::int64_t>(rng, {1, 3, 8, 16, 17, 64, 130});
   const std::int64_t bs = pick<std::int64_t>(rng, {1, 2, 3, 4, 16}), nb = uniform(rng, 1, 4);
   const std::int64_t N = uniform(rng, 0, 3) == 0 ? uniform(rng, 0, 2) : uniform(rng, 1, 48);
   const std::int64_t T = N + uniform(rng, 0, 2);
