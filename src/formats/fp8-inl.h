@@ -140,9 +140,8 @@ HWY_INLINE bool RecipShortcutScale(float scale) {
   return b >= 0x01000000u && b < 0x7E800000u;  // 2^-125 <= scale < 2^126
 }
 
-// The fp8 code of x * r in bits 24..31 of each lane (lower bits undefined), rounded half up;
-// `ok` is set in the lanes the shortcut may decide (see above). Otherwise the lane holds the
-// exact code of x / scale (vs: the scale), computed when some lane of the vector needs it.
+// The fp8 code of x * r (vr: the reciprocal) in bits 24..31 of each lane, lower bits undefined,
+// rounded half up; `ok` is set in the lanes the shortcut may decide (see above).
 template <bool kE4M3, class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn::Vec<DF> vr,
                                                        hn::Mask<DF>& ok) {
@@ -156,6 +155,25 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn:
       (1u << (kShift - 1)) + 3u - (static_cast<std::uint32_t>(127 - kBias) << 23);
   constexpr std::uint32_t kNearMid = ((1u << kShift) - 1u) & ~7u;
   const float min_normal = 1.0f / static_cast<float>(1u << (kBias - 1));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (sizeof(hn::Vec<DF>) == 64) {
+    // One range instruction (0x0A: the smaller magnitude, sign cleared) takes the magnitude and
+    // clamps it; a NaN becomes the bound there, so NaNs are rejected by their own compare. The
+    // checks are chained through masked compares.
+    const __m512 q = _mm512_mul_ps(x.raw, vr.raw);
+    const __m512 a = _mm512_range_ps(q, _mm512_castsi512_ps(_mm512_set1_epi32(kMaxBits)), 0x0A);
+    const __m512i t = _mm512_add_epi32(_mm512_castps_si512(a), _mm512_set1_epi32(kRound));
+    const __mmask16 ordered = _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q);
+    const __mmask16 normal =
+        _mm512_mask_cmp_ps_mask(ordered, a, _mm512_set1_ps(min_normal), _CMP_GE_OQ);
+    ok.raw = _mm512_mask_test_epi32_mask(normal, t, _mm512_set1_epi32(kNearMid));
+    const __m512i sign = _mm512_set1_epi32(static_cast<std::int32_t>(0x80000000u));
+    const __m512i code = _mm512_slli_epi32(t, 24 - kShift);
+    // 0xF8: code | (q & sign).
+    return hn::Vec<decltype(du)>{
+        _mm512_ternarylogic_epi32(code, _mm512_castps_si512(q), sign, 0xF8)};
+  }
+#endif
   const auto qb = hn::BitCast(du, hn::Mul(x, vr));
   const auto a = hn::And(qb, hn::Set(du, 0x7FFFFFFFu));
   const auto t = hn::Add(hn::BitCast(du, hn::Min(hn::BitCast(di, a), hn::Set(di, kMaxBits))),
@@ -239,20 +257,28 @@ class CodeOrder {
   HWY_ALIGN TI lanes_[HWY_MAX_BYTES / sizeof(TI)];
 };
 
-// Codes of 4 vectors (RecipCode) -> 4N bytes at dst, the lanes the shortcut cannot decide
-// first replaced by their exact codes.
-template <bool kE4M3, bool kPairs, class VF, class VU, class M>
-HWY_INLINE void StoreCodes(const VF (&x)[4], VU (&c)[4], const M (&ok)[4], float scale,
-                           hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
-                           typename CodeOrder<kPairs>::Idx lanes, unsigned char* HWY_RESTRICT dst) {
+// x[0..3] -> 4N codes at dst: RecipCode for every lane, then, in the rare vectors with lanes
+// the shortcut cannot decide, those lanes again by the exact path.
+template <bool kE4M3, bool kPairs, class VF>
+HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
+                              hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                              typename CodeOrder<kPairs>::Idx lanes,
+                              unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
-  if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok[0], ok[1]), hn::And(ok[2], ok[3]))))) {
-    for (int k = 0; k < 4; ++k) c[k] = ExactWhereNeeded<kE4M3>(df, c[k], ok[k], x[k], scale);
+  hn::Mask<QDF> ok0, ok1, ok2, ok3;
+  auto c0 = RecipCode<kE4M3>(df, x0, vr, ok0);
+  auto c1 = RecipCode<kE4M3>(df, x1, vr, ok1);
+  auto c2 = RecipCode<kE4M3>(df, x2, vr, ok2);
+  auto c3 = RecipCode<kE4M3>(df, x3, vr, ok3);
+  if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok0, ok1), hn::And(ok2, ok3))))) {
+    c0 = ExactWhereNeeded<kE4M3>(df, c0, ok0, x0, scale);
+    c1 = ExactWhereNeeded<kE4M3>(df, c1, ok1, x1, scale);
+    c2 = ExactWhereNeeded<kE4M3>(df, c2, ok2, x2, scale);
+    c3 = ExactWhereNeeded<kE4M3>(df, c3, ok3, x3, scale);
   }
-  hn::StoreU(
-      CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c[0], c[1], c[2], c[3]), shuffle, lanes),
-      hn::Repartition<std::uint8_t, QDF>(), dst);
+  hn::StoreU(CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c0, c1, c2, c3), shuffle, lanes),
+             hn::Repartition<std::uint8_t, QDF>(), dst);
 }
 
 // Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
@@ -274,13 +300,10 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, 
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
     const auto a = hn::BitCast(du, hn::LoadU(d16, src + i));
     const auto b = hn::BitCast(du, hn::LoadU(d16, src + i + 2 * N));
-    const hn::Vec<QDF> x[4] = {
-        hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
-        hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi))};
-    hn::Mask<QDF> ok[4];
-    hn::Vec<hn::RebindToUnsigned<QDF>> c[4];
-    for (int k = 0; k < 4; ++k) c[k] = RecipCode<kE4M3>(df, x[k], vr, ok[k]);
-    StoreCodes<kE4M3, true>(x, c, ok, scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, true>(hn::BitCast(df, hn::ShiftLeft<16>(a)),
+                               hn::BitCast(df, hn::And(a, hi)),
+                               hn::BitCast(df, hn::ShiftLeft<16>(b)),
+                               hn::BitCast(df, hn::And(b, hi)), vr, scale, shuffle, lanes, dst + i);
   }
   return i;
 }
@@ -298,12 +321,9 @@ HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size
   const auto vr = hn::Set(df, 1.0f / scale);
   std::size_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
-    const hn::Vec<QDF> x[4] = {hn::LoadU(df, src + i), hn::LoadU(df, src + i + N),
-                               hn::LoadU(df, src + i + 2 * N), hn::LoadU(df, src + i + 3 * N)};
-    hn::Mask<QDF> ok[4];
-    hn::Vec<hn::RebindToUnsigned<QDF>> c[4];
-    for (int k = 0; k < 4; ++k) c[k] = RecipCode<kE4M3>(df, x[k], vr, ok[k]);
-    StoreCodes<kE4M3, false>(x, c, ok, scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, false>(hn::LoadU(df, src + i), hn::LoadU(df, src + i + N),
+                                hn::LoadU(df, src + i + 2 * N), hn::LoadU(df, src + i + 3 * N), vr,
+                                scale, shuffle, lanes, dst + i);
   }
   return i;
 }
