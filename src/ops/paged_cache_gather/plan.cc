@@ -1,5 +1,6 @@
 // Validation of PagedCacheGather: every shape, dtype, stride and option rule, then the
 // data-dependent checks that execute() runs over every gathered row before writing.
+#include <algorithm>
 #include <string>
 
 #include "core/check.h"
@@ -177,6 +178,25 @@ std::int64_t locate(const PagedCacheGatherPlan& plan, std::int64_t b, std::int64
   return blk * plan.src_cache.stride(0) + (pos % plan.block_size) * plan.src_cache.stride(1);
 }
 
+// Every row of [cu_seq_lens[0], cu_seq_lens[batch_size]) in order. The rows of one sequence in
+// one block share their block-table entry, so locate runs once per block, on the first such
+// row (the row where a row-by-row check would stop first).
+void rows_in_order(const PagedCacheGatherPlan& p, std::vector<Row>& rows) {
+  const IndexReader cu(p.cu_seq_lens);
+  const std::int64_t bs = p.block_size, row_stride = p.src_cache.stride(1);
+  rows.reserve(static_cast<std::size_t>(cu[p.batch_size] - cu[0]));
+  for (std::int64_t b = 0; b < p.batch_size; ++b) {
+    const std::int64_t c0 = cu[b], c1 = cu[b + 1];
+    const std::int64_t start = p.seq_starts ? index_at(*p.seq_starts, b) : 0;
+    for (std::int64_t t = c0; t < c1;) {
+      const std::int64_t first = locate(p, b, t - c0);  // so t - c0 + start did not overflow
+      const std::int64_t n = std::min(c1 - t, bs - (t - c0 + start) % bs);
+      for (std::int64_t k = 0; k < n; ++k) rows.push_back({t + k, first + k * row_stride});
+      t += n;
+    }
+  }
+}
+
 }  // namespace
 
 void check_bound_data(const PagedCacheGatherPlan& p) {
@@ -194,10 +214,7 @@ void check_data(const PagedCacheGatherPlan& p, CheckedData& out) {
   out.rows.clear();
   if (p.scale) std::memcpy(&out.scale, p.scale->data, 4);
   if (!p.token_to_seq) {
-    for (std::int64_t b = 0; b < p.batch_size; ++b) {
-      const std::int64_t c0 = index_at(p.cu_seq_lens, b), c1 = index_at(p.cu_seq_lens, b + 1);
-      for (std::int64_t t = c0; t < c1; ++t) out.rows.push_back({t, locate(p, b, t - c0)});
-    }
+    rows_in_order(p, out.rows);
     return;
   }
   for (std::int64_t t = 0; t < p.num_tokens; ++t) {
