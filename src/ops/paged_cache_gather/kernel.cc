@@ -82,8 +82,67 @@ HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned cha
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// A 16-bit destination holds one of 256 values per call (a function of the code alone), so the
+// codes of every row are looked up in a table of those values, made once by DequantRow itself.
+struct CodeTable {
+  HWY_ALIGN std::uint16_t values[256];
+};
+
+template <bool kE4M3>
+HWY_INLINE void FillTable(const Job& job, CodeTable& table) {
+  HWY_ALIGN std::uint8_t codes[256];
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<std::uint8_t>(c);
+  Job one = job;
+  one.entry = 256;
+  DequantRow<kE4M3>(one, codes, reinterpret_cast<unsigned char*>(table.values));
+}
+
+// n codes -> n 16-bit values at dst (any address), 32 per step: vpermi2w reads 64 entries of
+// two registers, so four of them cover the table and bits 6 and 7 of the code pick the result.
+HWY_INLINE void LookupRow(const CodeTable& table, const std::uint8_t* src, std::size_t n,
+                          unsigned char* dst) {
+  __m512i t[8];
+  for (int k = 0; k < 8; ++k) t[k] = _mm512_load_si512(table.values + 32 * k);
+  const __m512i bit6 = _mm512_set1_epi16(0x40), bit7 = _mm512_set1_epi16(0x80);
+  for (std::size_t i = 0; i < n; i += 32) {
+    const __mmask32 live = n - i >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - i)) - 1;
+    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, src + i));
+    const __m512i r0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);
+    const __m512i r1 = _mm512_permutex2var_epi16(t[2], idx, t[3]);
+    const __m512i r2 = _mm512_permutex2var_epi16(t[4], idx, t[5]);
+    const __m512i r3 = _mm512_permutex2var_epi16(t[6], idx, t[7]);
+    const __mmask32 m6 = _mm512_test_epi16_mask(idx, bit6);
+    const __m512i lo = _mm512_mask_mov_epi16(r0, m6, r1);
+    const __m512i hi = _mm512_mask_mov_epi16(r2, m6, r3);
+    const __m512i v = _mm512_mask_mov_epi16(lo, _mm512_test_epi16_mask(idx, bit7), hi);
+    _mm512_mask_storeu_epi16(dst + 2 * i, live, v);
+  }
+}
+
+template <bool kE4M3>
+HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t end) {
+  if (job.dst_dtype == DType::float32) return false;
+  CodeTable table;
+  FillTable<kE4M3>(job, table);
+  for (std::int64_t k = begin; k < end; ++k) {
+    const Row& r = job.rows[k];
+    LookupRow(table, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
+              job.dst + r.dst_row * job.dst_row_bytes);
+  }
+  return true;
+}
+#else
+template <bool kE4M3>
+HWY_INLINE bool GatherByTable(const Job&, std::int64_t, std::int64_t) {
+  return false;
+}
+#endif
+
 void GatherRows(const Job& job, std::int64_t begin, std::int64_t end) {
   const auto entry_bytes = static_cast<std::size_t>(job.entry * job.src_es);
+  if (job.format == KvCacheFormat::fp8_e4m3 && GatherByTable<true>(job, begin, end)) return;
+  if (job.format == KvCacheFormat::fp8_e5m2 && GatherByTable<false>(job, begin, end)) return;
   for (std::int64_t k = begin; k < end; ++k) {
     const Row& r = job.rows[k];
     const unsigned char* src = job.src + r.src_offset * job.src_es;
