@@ -37,8 +37,37 @@ HWY_INLINE float AbsMax(const float* HWY_RESTRICT x, std::size_t n) {
   return hn::GetLane(hn::MaxOfLanes(df, m));
 }
 
+// AbsMax of n bfloat16 values (n a multiple of the u16 lane count), in their own bits: the
+// magnitude bits of non-NaN values order like the magnitudes, and NaNs count as 0.
+HWY_INLINE float AbsMaxBF16(const std::uint16_t* HWY_RESTRICT x, std::size_t n) {
+  const hn::ScalableTag<std::uint16_t> d16;
+  const hn::RebindToSigned<decltype(d16)> di16;
+  auto m = hn::Zero(di16);
+  for (std::size_t i = 0; i < n; i += hn::Lanes(d16)) {
+    const auto a = hn::BitCast(di16, hn::And(hn::LoadU(d16, x + i), hn::Set(d16, 0x7FFF)));
+    m = hn::Max(m, hn::IfThenZeroElse(hn::Gt(a, hn::Set(di16, 0x7F80)), a));
+  }
+  const auto top = static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di16, m))) << 16;
+  float f;
+  std::memcpy(&f, &top, 4);
+  return f;
+}
+
 void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* k_pe,
                 unsigned char* row) {
+  if (job.dtype == DType::bfloat16 && reinterpret_cast<std::uintptr_t>(kv_c) % 2 == 0 &&
+      kDsTile % hn::Lanes(hn::ScalableTag<std::uint16_t>()) == 0) {
+    const auto* x = reinterpret_cast<const std::uint16_t*>(kv_c);
+    for (std::int64_t i = 0; i < kDsLatent / kDsTile; ++i) {
+      const float q = AbsMaxBF16(x + i * kDsTile, kDsTile) / 448.0f;
+      const float scale = q > FLT_MIN ? q : FLT_MIN;
+      formats::HWY_NAMESPACE::QuantizeFp8BF16<true>(x + i * kDsTile, kDsTile, scale,
+                                                    row + i * kDsTile);
+      std::memcpy(row + kDsScaleOffset + 4 * i, &scale, 4);
+    }
+    CopyBytes(row + kDsPeOffset, k_pe, kDsPe * 2);
+    return;
+  }
   HWY_ALIGN float tile[kDsTile];
   HWY_ALIGN std::uint16_t codes[kDsTile];
   for (std::int64_t i = 0; i < kDsLatent / kDsTile; ++i) {
