@@ -1,6 +1,7 @@
 // The optimized PagedCacheGather driver: every data rule checked over all gathered rows, then
 // the rows (each dst row written at most once) split over the thread pool.
 #include "core/overlap.h"
+#include "core/streaming.h"
 #include "ops/paged_cache_gather/internal.h"
 #include "ops/paged_cache_gather/kernel.h"
 #include "runtime/parallel.h"
@@ -27,6 +28,8 @@ void run(const PagedCacheGatherPlan& plan) {
   job.scale = data.scale;
   job.rows = data.rows.data();
   const std::int64_t row_bytes = plan.entry * (job.src_es + des);
+  job.stream = plan.format == KvCacheFormat::copy &&
+               use_streaming_stores(static_cast<std::int64_t>(data.rows.size()) * plan.entry * des);
   parallel_for(static_cast<std::int64_t>(data.rows.size()), grain_for_bytes(row_bytes),
                [&](std::int64_t b, std::int64_t e) { gather_rows(job, b, e); });
 }

@@ -7,6 +7,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/paged_cache_gather/kernel.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "core/bytes-inl.h"
@@ -18,6 +19,7 @@ HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::paged_cache_gather::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using detail::HWY_NAMESPACE::CopyBytes;
+using detail::HWY_NAMESPACE::StreamBytes;
 
 using DF = hn::ScalableTag<float>;
 using DU = hn::RebindToUnsigned<DF>;
@@ -149,7 +151,10 @@ void GatherRows(const Job& job, std::int64_t begin, std::int64_t end) {
     unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
     switch (job.format) {
       case KvCacheFormat::copy:
-        CopyBytes(dst, src, entry_bytes);
+        if (job.stream)
+          StreamBytes(dst, src, entry_bytes);
+        else
+          CopyBytes(dst, src, entry_bytes);
         break;
       case KvCacheFormat::fp8_e4m3:
         DequantRow<true>(job, src, dst);
@@ -159,6 +164,8 @@ void GatherRows(const Job& job, std::int64_t begin, std::int64_t end) {
         break;
     }
   }
+  // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
+  if (job.stream) hwy::FlushStream();
 }
 
 }  // namespace kvscatter::detail::paged_cache_gather::HWY_NAMESPACE

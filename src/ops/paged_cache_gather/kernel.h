@@ -17,6 +17,7 @@ struct Job {
   KvCacheFormat format = KvCacheFormat::copy;
   float scale = 1.0f;
   const Row* rows = nullptr;
+  bool stream = false;  // copies may use non-temporal stores (large calls)
 };
 
 // Dispatched entry point: rows [begin, end) of job.rows.

@@ -138,6 +138,7 @@ Case generate(std::mt19937_64& rng) {
   c.buffer_names = {"src_cache", "dst", "block_table", "cu_seq_lens", "seq_starts", "token_to_seq", "scale"};
   c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 3) * ses),
                 static_cast<std::size_t>(uniform(rng, 0, 1) * des)};
+  c.stream = uniform(rng, 0, 3) == 0;  // the non-temporal copy path on small calls
 
   c.run = [=](const std::vector<std::uint8_t*>& data, bool reference) {
     std::vector<std::int64_t> src_shape{nb, bs}, src_strides{block_stride, slot_stride};
