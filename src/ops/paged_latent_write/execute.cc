@@ -2,6 +2,7 @@
 // to their last writer, then the tokens split over the thread pool (kernel.cc moves the bytes).
 #include "core/overlap.h"
 #include "core/slots.h"
+#include "core/streaming.h"
 #include "ops/paged_latent_write/internal.h"
 #include "ops/paged_latent_write/kernel.h"
 #include "runtime/parallel.h"
@@ -33,6 +34,8 @@ void run(const PagedLatentWritePlan& plan) {
   job.format = plan.format;
   job.scale = data.scale;
   const std::int64_t token_bytes = (plan.latent_dim + plan.pe_dim) * (es + ces);
+  job.stream = plan.format == LatentCacheFormat::copy &&
+               use_streaming_stores(plan.num_tokens * (plan.latent_dim + plan.pe_dim) * ces);
   const std::int64_t grain = grain_for_bytes(token_bytes);
   // A call that runs as one chunk writes in token order already; a split one keeps only the
   // last writer of each slot so that no two chunks write the same row.

@@ -8,6 +8,7 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/paged_latent_write/kernel.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "core/bytes-inl.h"
@@ -20,6 +21,7 @@ HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using detail::HWY_NAMESPACE::CopyBytes;
+using detail::HWY_NAMESPACE::StreamBytes;
 using formats::HWY_NAMESPACE::QuantizeFp8F32;
 using formats::HWY_NAMESPACE::QuantizeRun;
 
@@ -96,8 +98,13 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
     const unsigned char* k_pe = job.k_pe + t * job.k_pe_token;
     switch (job.format) {
       case LatentCacheFormat::copy:
-        CopyBytes(row, kv_c, r * es);
-        CopyBytes(row + r * es, k_pe, pe * es);
+        if (job.stream) {
+          StreamBytes(row, kv_c, r * es);
+          StreamBytes(row + r * es, k_pe, pe * es);
+        } else {
+          CopyBytes(row, kv_c, r * es);
+          CopyBytes(row + r * es, k_pe, pe * es);
+        }
         break;
       case LatentCacheFormat::fp8_e4m3:
         QuantizeRun<true>(job.dtype, kv_c, r, job.scale, row);
@@ -112,6 +119,8 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
         break;
     }
   }
+  // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
+  if (job.stream) hwy::FlushStream();
 }
 
 }  // namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE

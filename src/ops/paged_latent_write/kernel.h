@@ -22,6 +22,7 @@ struct Job {
   LatentCacheFormat format = LatentCacheFormat::copy;
   float scale = 1.0f;
   const std::int64_t* slots = nullptr;  // < 0: padding or a dropped earlier writer
+  bool stream = false;                  // copies may use non-temporal stores (large calls)
 };
 
 // Dispatched entry point: tokens [begin, end).

@@ -101,6 +101,7 @@ Case generate(std::mt19937_64& rng) {
   c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 1) * 2), 0,
                 static_cast<std::size_t>(uniform(rng, 0, 3) * ces)};
   c.expect_error = bad_slot;
+  c.stream = uniform(rng, 0, 3) == 0;  // the non-temporal copy path on small calls
   c.run = [=](const std::vector<std::uint8_t*>& data, bool reference) {
     const std::int64_t cs[2] = {c_stride, 1}, ps[2] = {p_stride, 1};
     const std::int64_t ks[3] = {block_stride, slot_stride, 1};
