@@ -1,6 +1,9 @@
 // The optimized PagedKvWrite driver: data checks over every token, duplicate
 // slots resolved to their last writer, then the tokens split over the thread
 // pool (the bytes are moved by kernel.cc).
+#include <algorithm>
+#include <cstring>
+
 #include "core/overlap.h"
 #include "core/slots.h"
 #include "core/streaming.h"
@@ -49,7 +52,12 @@ void run(const PagedKvWritePlan& plan) {
   job.split = SlotSplitter(plan.block_size);
   job.dtype = plan.key.dtype;
   job.format = plan.format;
-  job.uniform_scale = !plan.per_head_scale;
+  // Per-head scales that are all the same value quantize like one per-tensor scale.
+  const auto same = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(),
+                       [&](const float& x) { return std::memcmp(&x, v.data(), 4) == 0; });
+  };
+  job.uniform_scale = !plan.per_head_scale || (same(data.k_scale) && same(data.v_scale));
   const auto cache_es = static_cast<std::int64_t>(plan.key_cache.element_size());
   const std::int64_t token_bytes = 2 * plan.num_heads * plan.head_size * cache_es;
   job.stream =
