@@ -281,19 +281,16 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
              hn::Repartition<std::uint8_t, QDF>(), dst);
 }
 
-// Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
-template <bool kE4M3>
-HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                         float scale, unsigned char* HWY_RESTRICT dst) {
+// The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
+// returns how many values it wrote.
+template <bool kE4M3, class VF, class V8, class Idx>
+HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                  float scale, VF vr, V8 shuffle, Idx lanes,
+                                  unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
   const std::size_t N = hn::Lanes(df);
-  if (n < 4 * N || !RecipShortcutScale(scale)) return 0;
-  const CodeOrder<true>& order = CodeOrder<true>::Get();
-  const auto shuffle = order.Shuffle();
-  const auto lanes = order.Lanes();
-  const auto vr = hn::Set(df, 1.0f / scale);
   const auto hi = hn::Set(du, 0xFFFF0000u);
   std::size_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
@@ -306,6 +303,17 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, 
                                hn::BitCast(df, hn::And(b, hi)), vr, scale, shuffle, lanes, dst + i);
   }
   return i;
+}
+
+// Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
+template <bool kE4M3>
+HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                         float scale, unsigned char* HWY_RESTRICT dst) {
+  const QDF df;
+  if (n < 4 * hn::Lanes(df) || !RecipShortcutScale(scale)) return 0;
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  return BF16Groups<kE4M3>(src, n, scale, hn::Set(df, 1.0f / scale), order.Shuffle(),
+                           order.Lanes(), dst);
 }
 
 // Quantizes the full groups of 4N float32 values; returns how many values it wrote.
@@ -423,6 +431,38 @@ HWY_INLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t n
         float16_to_float32(in, buf, m);
     }
     QuantizeFp8F32<kE4M3>(buf, m, scale, dst + i);
+  }
+}
+
+// count runs of n values of `dtype`: run k is read at src + k * src_step, divided by scales[k]
+// and written at dst + k * dst_step (steps in bytes). The same codes as QuantizeRun per run;
+// runs of aligned bfloat16 whose length is a multiple of the group share the shortcut's setup.
+template <bool kE4M3>
+HWY_INLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t src_step,
+                             std::size_t n, std::int64_t count, const float* scales,
+                             unsigned char* dst, std::int64_t dst_step) {
+#if HWY_TARGET != HWY_SCALAR
+  const QDF df;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 2 == 0 && src_step % 2 == 0;
+  if (dtype == DType::bfloat16 && aligned && n % (4 * hn::Lanes(df)) == 0) {
+    const CodeOrder<true>& order = CodeOrder<true>::Get();
+    const auto shuffle = order.Shuffle();
+    const auto lanes = order.Lanes();
+    for (std::int64_t k = 0; k < count; ++k) {
+      const auto* x = reinterpret_cast<const std::uint16_t*>(src + k * src_step);
+      const float scale = scales[k];
+      if (RecipShortcutScale(scale)) {
+        BF16Groups<kE4M3>(x, n, scale, hn::Set(df, 1.0f / scale), shuffle, lanes,
+                          dst + k * dst_step);
+      } else {
+        QuantizeFp8BF16<kE4M3>(x, n, scale, dst + k * dst_step);
+      }
+    }
+    return;
+  }
+#endif
+  for (std::int64_t k = 0; k < count; ++k) {
+    QuantizeRun<kE4M3>(dtype, src + k * src_step, n, scales[k], dst + k * dst_step);
   }
 }
 

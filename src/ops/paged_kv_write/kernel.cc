@@ -22,6 +22,7 @@ using detail::HWY_NAMESPACE::CopyBytes;
 using detail::HWY_NAMESPACE::StreamBytes;
 
 using formats::HWY_NAMESPACE::QuantizeRun;
+using formats::HWY_NAMESPACE::QuantizeRuns;
 
 template <bool kE4M3>
 HWY_INLINE void QuantizeToken(const Job& job, const Side& s, std::int64_t t, unsigned char* row) {
@@ -32,9 +33,7 @@ HWY_INLINE void QuantizeToken(const Job& job, const Side& s, std::int64_t t, uns
                        row);
     return;
   }
-  for (std::int64_t h = 0; h < job.num_heads; ++h) {
-    QuantizeRun<kE4M3>(job.dtype, src + h * s.src_head, d, s.scales[h], row + h * s.head_stride);
-  }
+  QuantizeRuns<kE4M3>(job.dtype, src, s.src_head, d, job.num_heads, s.scales, row, s.head_stride);
 }
 
 HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigned char* row) {
