@@ -66,3 +66,45 @@ def test_quick_run_writes_the_report(tmp_path):
     if data["native"] is not None:  # the kvscatter program was built: targets judged
         assert "## Targets" in text and "## Where targets are missed" in text
         assert all(t["met"] in (True, False) for t in data["native"]["targets"])
+
+
+@pytest.fixture(scope="module")
+def compare_module():
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    return compare
+
+
+def test_elements_per_token_counts_every_input_element(compare_module):
+    count = compare_module.elements_per_token
+    assert count("kv_compress_epilog", "d576") == 576
+    assert count("indexer_quant_cache", "d128") == 128
+    assert count("paged_latent_write", "512+64") == 576
+    assert count("paged_cache_gather", "e576") == 576
+    assert count("paged_kv_write", "8x128") == 2 * 1024  # keys and values
+    assert count("scatter_pa_kv_cache_with_k_scale", "8x128") == 2 * 1024
+
+
+def test_quantizers_are_reported_per_simd_target(compare_module):
+    cli = compare_module.find_cli(None)
+    if cli is None:
+        pytest.fail("the kvscatter program is not built (cmake --build build/release)")
+    per_target = compare_module.run_cli_per_target(cli, True, lambda msg: None)
+    info = subprocess.run([cli, "info"], capture_output=True, text=True, check=True).stdout
+    available = next(x for x in info.splitlines() if x.startswith("simd targets available:"))
+    assert list(per_target) == available.split(":", 1)[1].split()
+    lines = []
+    compare_module.quantizers_per_target(lines.append, per_target)
+    text = "\n".join(lines)
+    assert text.startswith("## Quantizers per SIMD target")
+    for target, bench in per_target.items():
+        assert bench["simd_target"] == target and bench["cpu_ghz"] > 0.1
+        for workload in ("kv_compress_epilog hifloat8_fp4 d576", "indexer_quant_cache fp8 d128",
+                         "paged_kv_write fp8_e4m3 NHD bf16 8x128"):
+            row = next(x for x in lines if x.startswith(f"| `{workload}` | {target} |"))
+            ratio, cycles = row.split("|")[3].split(",")
+            assert float(ratio.strip().rstrip("x")) > 0
+            assert float(cycles.strip().split()[0]) > 0
