@@ -905,7 +905,7 @@ def report(native, cli_info, comp, meta, made, out: pathlib.Path, per_target=Non
         w("|---|---|---|---|---|---|---|")
         missed = []
         for t in native["targets"]:
-            if t["measured"] is None:
+            if t["measured"] is None or t["met"] is None:  # not measured, or a floor check only
                 continue
             status = "met" if t["met"] else \
                 f"**missed** by {100 * (1 - t['measured'] / t['target']):.0f} %"
