@@ -284,9 +284,8 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
 // The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
 // returns how many values it wrote.
 template <bool kE4M3, class VF, class V8, class Idx>
-HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                  float scale, VF vr, V8 shuffle, Idx lanes,
-                                  unsigned char* HWY_RESTRICT dst) {
+HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
+                                  VF vr, V8 shuffle, Idx lanes, unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
@@ -312,8 +311,8 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, 
   const QDF df;
   if (n < 4 * hn::Lanes(df) || !RecipShortcutScale(scale)) return 0;
   const CodeOrder<true>& order = CodeOrder<true>::Get();
-  return BF16Groups<kE4M3>(src, n, scale, hn::Set(df, 1.0f / scale), order.Shuffle(),
-                           order.Lanes(), dst);
+  return BF16Groups<kE4M3>(src, n, scale, hn::Set(df, 1.0f / scale), order.Shuffle(), order.Lanes(),
+                           dst);
 }
 
 // Quantizes the full groups of 4N float32 values; returns how many values it wrote.

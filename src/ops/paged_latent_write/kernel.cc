@@ -8,7 +8,6 @@
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/paged_latent_write/kernel.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include "core/bytes-inl.h"
@@ -60,13 +59,14 @@ void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* 
   if (job.dtype == DType::bfloat16 && reinterpret_cast<std::uintptr_t>(kv_c) % 2 == 0 &&
       kDsTile % hn::Lanes(hn::ScalableTag<std::uint16_t>()) == 0) {
     const auto* x = reinterpret_cast<const std::uint16_t*>(kv_c);
+    float scales[kDsLatent / kDsTile];
     for (std::int64_t i = 0; i < kDsLatent / kDsTile; ++i) {
       const float q = AbsMaxBF16(x + i * kDsTile, kDsTile) / 448.0f;
-      const float scale = q > FLT_MIN ? q : FLT_MIN;
-      formats::HWY_NAMESPACE::QuantizeFp8BF16<true>(x + i * kDsTile, kDsTile, scale,
-                                                    row + i * kDsTile);
-      std::memcpy(row + kDsScaleOffset + 4 * i, &scale, 4);
+      scales[i] = q > FLT_MIN ? q : FLT_MIN;
     }
+    formats::HWY_NAMESPACE::QuantizeRuns<true>(DType::bfloat16, kv_c, kDsTile * 2, kDsTile,
+                                               kDsLatent / kDsTile, scales, row, kDsTile);
+    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, k_pe, kDsPe * 2);
     return;
   }
