@@ -15,6 +15,7 @@
 
 #include <hwy/highway.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -132,6 +133,9 @@ HWY_INLINE hn::Vec<QD8> EncodeFp8Bytes(QDF df, hn::Vec<QDF> q) {
 // lanes whose product is a normal float8 magnitude (at least the smallest normal, not NaN) and
 // lies at least four ulps from every midpoint, where it may round half up; a group with any
 // other lane is encoded again by the exact path (division, then EncodeFp8Satfinite).
+// For some scales the product is the correctly rounded quotient itself (kExact): then only the
+// range is checked and the product rounds to nearest even, as the quotient would (see
+// ShortcutMode). Bfloat16 products land on midpoints often, so this matters for common scales.
 
 // Scales whose reciprocal keeps that error bound: positive, and both scale and 1/scale normal.
 HWY_INLINE bool RecipShortcutScale(float scale) {
@@ -140,9 +144,26 @@ HWY_INLINE bool RecipShortcutScale(float scale) {
   return b >= 0x01000000u && b < 0x7E800000u;  // 2^-125 <= scale < 2^126
 }
 
+enum class Shortcut { none, checked, exact };
+
+// How the shortcut may take a scale. kExact: either 1/scale is exact (a power of two), or the
+// input is bfloat16 and r = 1/scale rounded has at most 16 significant bits with r * scale within
+// 2^-26 of 1. A bfloat16 value has 8 significant bits, so x * r is then exact, and it is within
+// a factor 1 +- 2^-26 (under half an ulp) of x / scale, so it is the rounded quotient.
+HWY_INLINE Shortcut ShortcutMode(float scale, bool bf16) {
+  if (!RecipShortcutScale(scale)) return Shortcut::none;
+  const float r = 1.0f / scale;
+  const double d = static_cast<double>(r) * static_cast<double>(scale) - 1.0;  // exact
+  std::uint32_t rb;
+  std::memcpy(&rb, &r, 4);
+  if (d == 0.0 || (bf16 && (rb & 0xFFu) == 0 && std::fabs(d) <= 0x1p-26)) return Shortcut::exact;
+  return Shortcut::checked;
+}
+
 // The fp8 code of x * r (vr: the reciprocal) in bits 24..31 of each lane, lower bits undefined,
-// rounded half up; `ok` is set in the lanes the shortcut may decide (see above).
-template <bool kE4M3, class DF>
+// rounded half up (kExact: to nearest even); `ok` is set in the lanes the shortcut may decide
+// (see above).
+template <bool kE4M3, bool kExact, class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn::Vec<DF> vr,
                                                        hn::Mask<DF>& ok) {
   const hn::RebindToUnsigned<DF> du;
@@ -154,6 +175,9 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn:
   constexpr std::uint32_t kRound =
       (1u << (kShift - 1)) + 3u - (static_cast<std::uint32_t>(127 - kBias) << 23);
   constexpr std::uint32_t kNearMid = ((1u << kShift) - 1u) & ~7u;
+  // kExact: half a code step less one ulp, plus the lowest code bit (ties to even).
+  constexpr std::uint32_t kRoundEven =
+      (1u << (kShift - 1)) - 1u - (static_cast<std::uint32_t>(127 - kBias) << 23);
   const float min_normal = 1.0f / static_cast<float>(1u << (kBias - 1));
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if constexpr (sizeof(hn::Vec<DF>) == 64) {
@@ -162,11 +186,19 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn:
     // checks are chained through masked compares.
     const __m512 q = _mm512_mul_ps(x.raw, vr.raw);
     const __m512 a = _mm512_range_ps(q, _mm512_castsi512_ps(_mm512_set1_epi32(kMaxBits)), 0x0A);
-    const __m512i t = _mm512_add_epi32(_mm512_castps_si512(a), _mm512_set1_epi32(kRound));
+    const __m512i ai = _mm512_castps_si512(a);
     const __mmask16 ordered = _mm512_cmp_ps_mask(q, q, _CMP_ORD_Q);
     const __mmask16 normal =
         _mm512_mask_cmp_ps_mask(ordered, a, _mm512_set1_ps(min_normal), _CMP_GE_OQ);
-    ok.raw = _mm512_mask_test_epi32_mask(normal, t, _mm512_set1_epi32(kNearMid));
+    __m512i t;
+    if constexpr (kExact) {
+      const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(ai, kShift), _mm512_set1_epi32(1));
+      t = _mm512_add_epi32(_mm512_add_epi32(ai, _mm512_set1_epi32(kRoundEven)), lsb);
+      ok.raw = normal;
+    } else {
+      t = _mm512_add_epi32(ai, _mm512_set1_epi32(kRound));
+      ok.raw = _mm512_mask_test_epi32_mask(normal, t, _mm512_set1_epi32(kNearMid));
+    }
     const __m512i sign = _mm512_set1_epi32(static_cast<std::int32_t>(0x80000000u));
     const __m512i code = _mm512_slli_epi32(t, 24 - kShift);
     // 0xF8: code | (q & sign).
@@ -176,22 +208,31 @@ HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> RecipCode(DF df, hn::Vec<DF> x, hn:
 #endif
   const auto qb = hn::BitCast(du, hn::Mul(x, vr));
   const auto a = hn::And(qb, hn::Set(du, 0x7FFFFFFFu));
-  const auto t = hn::Add(hn::BitCast(du, hn::Min(hn::BitCast(di, a), hn::Set(di, kMaxBits))),
-                         hn::Set(du, kRound));
+  const auto ac = hn::BitCast(du, hn::Min(hn::BitCast(di, a), hn::Set(di, kMaxBits)));
+  const auto normal = hn::Ge(hn::BitCast(df, a), hn::Set(df, min_normal));
+  if constexpr (kExact) {
+    const auto lsb = hn::And(hn::ShiftRight<kShift>(ac), hn::Set(du, 1u));
+    ok = normal;
+    return hn::OrAnd(hn::ShiftLeft<24 - kShift>(hn::Add(hn::Add(ac, hn::Set(du, kRoundEven)), lsb)),
+                     qb, hn::Set(du, 0x80000000u));
+  }
+  const auto t = hn::Add(ac, hn::Set(du, kRound));
   ok = hn::AndNot(hn::RebindMask(df, hn::Eq(hn::And(t, hn::Set(du, kNearMid)), hn::Zero(du))),
-                  hn::Ge(hn::BitCast(df, a), hn::Set(df, min_normal)));
+                  normal);
   return hn::OrAnd(hn::ShiftLeft<24 - kShift>(t), qb, hn::Set(du, 0x80000000u));
 }
 
 // c, from RecipCode, with the lanes outside `ok` replaced by the exact codes of x / scale.
-template <bool kE4M3, class DF>
+// kExact: the product is the rounded quotient wherever it is a normal float32; below that both
+// have the code of the same signed zero, and a NaN gives a NaN either way: no division.
+template <bool kE4M3, bool kExact, class DF>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> ExactWhereNeeded(DF df,
                                                               hn::Vec<hn::RebindToUnsigned<DF>> c,
                                                               hn::Mask<DF> ok, hn::Vec<DF> x,
-                                                              float scale) {
+                                                              hn::Vec<DF> vr, float scale) {
   if (hn::AllTrue(df, ok)) return c;
   const hn::RebindToUnsigned<DF> du;
-  const auto q = hn::Div(x, hn::Set(df, scale));
+  const auto q = kExact ? hn::Mul(x, vr) : hn::Div(x, hn::Set(df, scale));
   const auto exact = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
   return hn::IfThenElse(hn::RebindMask(du, ok), c, hn::ShiftLeft<24>(exact));
 }
@@ -259,7 +300,7 @@ class CodeOrder {
 
 // x[0..3] -> 4N codes at dst: RecipCode for every lane, then, in the rare vectors with lanes
 // the shortcut cannot decide, those lanes again by the exact path.
-template <bool kE4M3, bool kPairs, class VF>
+template <bool kE4M3, bool kExact, bool kPairs, class VF>
 HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
                               hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
                               typename CodeOrder<kPairs>::Idx lanes,
@@ -267,15 +308,15 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   hn::Mask<QDF> ok0, ok1, ok2, ok3;
-  auto c0 = RecipCode<kE4M3>(df, x0, vr, ok0);
-  auto c1 = RecipCode<kE4M3>(df, x1, vr, ok1);
-  auto c2 = RecipCode<kE4M3>(df, x2, vr, ok2);
-  auto c3 = RecipCode<kE4M3>(df, x3, vr, ok3);
+  auto c0 = RecipCode<kE4M3, kExact>(df, x0, vr, ok0);
+  auto c1 = RecipCode<kE4M3, kExact>(df, x1, vr, ok1);
+  auto c2 = RecipCode<kE4M3, kExact>(df, x2, vr, ok2);
+  auto c3 = RecipCode<kE4M3, kExact>(df, x3, vr, ok3);
   if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok0, ok1), hn::And(ok2, ok3))))) {
-    c0 = ExactWhereNeeded<kE4M3>(df, c0, ok0, x0, scale);
-    c1 = ExactWhereNeeded<kE4M3>(df, c1, ok1, x1, scale);
-    c2 = ExactWhereNeeded<kE4M3>(df, c2, ok2, x2, scale);
-    c3 = ExactWhereNeeded<kE4M3>(df, c3, ok3, x3, scale);
+    c0 = ExactWhereNeeded<kE4M3, kExact>(df, c0, ok0, x0, vr, scale);
+    c1 = ExactWhereNeeded<kE4M3, kExact>(df, c1, ok1, x1, vr, scale);
+    c2 = ExactWhereNeeded<kE4M3, kExact>(df, c2, ok2, x2, vr, scale);
+    c3 = ExactWhereNeeded<kE4M3, kExact>(df, c3, ok3, x3, vr, scale);
   }
   hn::StoreU(CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c0, c1, c2, c3), shuffle, lanes),
              hn::Repartition<std::uint8_t, QDF>(), dst);
@@ -283,7 +324,7 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
 
 // The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
 // returns how many values it wrote.
-template <bool kE4M3, class VF, class V8, class Idx>
+template <bool kE4M3, bool kExact, class VF, class V8, class Idx>
 HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
                                   VF vr, V8 shuffle, Idx lanes, unsigned char* HWY_RESTRICT dst) {
   const QDF df;
@@ -296,10 +337,10 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
     const auto a = hn::BitCast(du, hn::LoadU(d16, src + i));
     const auto b = hn::BitCast(du, hn::LoadU(d16, src + i + 2 * N));
-    QuantizeGroup<kE4M3, true>(hn::BitCast(df, hn::ShiftLeft<16>(a)),
-                               hn::BitCast(df, hn::And(a, hi)),
-                               hn::BitCast(df, hn::ShiftLeft<16>(b)),
-                               hn::BitCast(df, hn::And(b, hi)), vr, scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, kExact, true>(
+        hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
+        hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, scale, shuffle,
+        lanes, dst + i);
   }
   return i;
 }
@@ -309,30 +350,44 @@ template <bool kE4M3>
 HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                                          float scale, unsigned char* HWY_RESTRICT dst) {
   const QDF df;
-  if (n < 4 * hn::Lanes(df) || !RecipShortcutScale(scale)) return 0;
+  const Shortcut mode = ShortcutMode(scale, true);
+  if (n < 4 * hn::Lanes(df) || mode == Shortcut::none) return 0;
   const CodeOrder<true>& order = CodeOrder<true>::Get();
-  return BF16Groups<kE4M3>(src, n, scale, hn::Set(df, 1.0f / scale), order.Shuffle(), order.Lanes(),
-                           dst);
+  const auto vr = hn::Set(df, 1.0f / scale);
+  if (mode == Shortcut::exact) {
+    return BF16Groups<kE4M3, true>(src, n, scale, vr, order.Shuffle(), order.Lanes(), dst);
+  }
+  return BF16Groups<kE4M3, false>(src, n, scale, vr, order.Shuffle(), order.Lanes(), dst);
 }
 
-// Quantizes the full groups of 4N float32 values; returns how many values it wrote.
-template <bool kE4M3>
-HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size_t n, float scale,
-                                        unsigned char* HWY_RESTRICT dst) {
+// The full groups of 4N float32 values of a row, quantized with the shortcut; returns how many
+// values it wrote.
+template <bool kE4M3, bool kExact>
+HWY_INLINE std::size_t F32Groups(const float* HWY_RESTRICT src, std::size_t n, float scale,
+                                 unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const std::size_t N = hn::Lanes(df);
-  if (n < 4 * N || !RecipShortcutScale(scale)) return 0;
   const CodeOrder<false>& order = CodeOrder<false>::Get();
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   const auto vr = hn::Set(df, 1.0f / scale);
   std::size_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
-    QuantizeGroup<kE4M3, false>(hn::LoadU(df, src + i), hn::LoadU(df, src + i + N),
-                                hn::LoadU(df, src + i + 2 * N), hn::LoadU(df, src + i + 3 * N), vr,
-                                scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, kExact, false>(
+        hn::LoadU(df, src + i), hn::LoadU(df, src + i + N), hn::LoadU(df, src + i + 2 * N),
+        hn::LoadU(df, src + i + 3 * N), vr, scale, shuffle, lanes, dst + i);
   }
   return i;
+}
+
+// Quantizes the full groups of 4N float32 values; returns how many values it wrote.
+template <bool kE4M3>
+HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size_t n, float scale,
+                                        unsigned char* HWY_RESTRICT dst) {
+  const Shortcut mode = ShortcutMode(scale, false);
+  if (n < 4 * hn::Lanes(QDF()) || mode == Shortcut::none) return 0;
+  return mode == Shortcut::exact ? F32Groups<kE4M3, true>(src, n, scale, dst)
+                                 : F32Groups<kE4M3, false>(src, n, scale, dst);
 }
 #else
 template <bool kE4M3>
@@ -450,9 +505,12 @@ HWY_INLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t
     for (std::int64_t k = 0; k < count; ++k) {
       const auto* x = reinterpret_cast<const std::uint16_t*>(src + k * src_step);
       const float scale = scales[k];
-      if (RecipShortcutScale(scale)) {
-        BF16Groups<kE4M3>(x, n, scale, hn::Set(df, 1.0f / scale), shuffle, lanes,
-                          dst + k * dst_step);
+      const Shortcut mode = ShortcutMode(scale, true);
+      const auto vr = hn::Set(df, 1.0f / scale);
+      if (mode == Shortcut::exact) {
+        BF16Groups<kE4M3, true>(x, n, scale, vr, shuffle, lanes, dst + k * dst_step);
+      } else if (mode == Shortcut::checked) {
+        BF16Groups<kE4M3, false>(x, n, scale, vr, shuffle, lanes, dst + k * dst_step);
       } else {
         QuantizeFp8BF16<kE4M3>(x, n, scale, dst + k * dst_step);
       }

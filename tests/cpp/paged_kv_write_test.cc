@@ -335,6 +335,10 @@ std::vector<float> fp8_test_scales() {
   std::vector<float> s{1.0f,      0.5f,      0.05f,     1.0f / 3.0f,     0.0537f, 3.7f,
                        0.1f,      7.0f,      -0.05f,    0x1p-125f,       0x1p-126f,
                        0x1p126f,  0x1.fffffep125f,      1e-30f,          1e30f,   0x1.8p-140f};
+  // Reciprocals of few significant bits (33, 21) with r * scale about 2^-25 from 1: the product
+  // is exact but not always the rounded quotient.
+  s.push_back(std::bit_cast<float>(0x3CF83E0Fu));
+  s.push_back(std::bit_cast<float>(0x3D430C31u));
   std::mt19937 rng(17);
   for (int i = 0; i < 16; ++i) {
     const std::uint32_t bits =
