@@ -332,9 +332,9 @@ TEST(PagedKvWrite, LargeCallWithDuplicatesIsDeterministic) {
 // rounding midpoint, for scales that make exact midpoints common (powers of two, 0.05, whose
 // reciprocal is exactly 20), arbitrary ones, and ones outside the shortcut's range.
 std::vector<float> fp8_test_scales() {
-  std::vector<float> s{1.0f,      0.5f,      0.05f,     1.0f / 3.0f,     0.0537f, 3.7f,
-                       0.1f,      7.0f,      -0.05f,    0x1p-125f,       0x1p-126f,
-                       0x1p126f,  0x1.fffffep125f,      1e-30f,          1e30f,   0x1.8p-140f};
+  std::vector<float> s{
+      1.0f,   0.5f,      0.05f,     1.0f / 3.0f, 0.0537f,         3.7f,   0.1f,  7.0f,
+      -0.05f, 0x1p-125f, 0x1p-126f, 0x1p126f,    0x1.fffffep125f, 1e-30f, 1e30f, 0x1.8p-140f};
   // Reciprocals of few significant bits (33, 21) with r * scale about 2^-25 from 1: the product
   // is exact but not always the rounded quotient.
   s.push_back(std::bit_cast<float>(0x3CF83E0Fu));
@@ -354,10 +354,10 @@ std::vector<float> near_midpoints(float scale, bool e4m3) {
   for (int code = 0; code < 0x7F; ++code) {
     const auto lo_code = static_cast<std::uint8_t>(code);
     const auto hi_code = static_cast<std::uint8_t>(code + 1);
-    const float lo = e4m3 ? formats::decode_float8_e4m3fn(lo_code)
-                          : formats::decode_float8_e5m2(lo_code);
-    const float hi = e4m3 ? formats::decode_float8_e4m3fn(hi_code)
-                          : formats::decode_float8_e5m2(hi_code);
+    const float lo =
+        e4m3 ? formats::decode_float8_e4m3fn(lo_code) : formats::decode_float8_e5m2(lo_code);
+    const float hi =
+        e4m3 ? formats::decode_float8_e4m3fn(hi_code) : formats::decode_float8_e5m2(hi_code);
     if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
     for (float v : {lo, (lo + hi) / 2}) {
       const float x = v * scale;
