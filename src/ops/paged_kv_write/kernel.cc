@@ -49,11 +49,14 @@ HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigne
     return;
   }
   // Heads apart in the cache (HND) are whole lines when the rows are line-aligned: streamed too.
-  for (std::int64_t h = 0; h < job.num_heads; ++h) {
-    if (job.stream)
+  if (job.stream) {
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
       StreamBytes(row + h * s.head_stride, src + h * s.src_head, head_bytes);
-    else
-      CopyBytes(row + h * s.head_stride, src + h * s.src_head, head_bytes);
+    }
+    return;
+  }
+  for (std::int64_t h = 0; h < job.num_heads; ++h) {
+    CopyBytes(row + h * s.head_stride, src + h * s.src_head, head_bytes);
   }
 }
 
