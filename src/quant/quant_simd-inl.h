@@ -433,6 +433,79 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
   }
 }
 
+// ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
+
+// E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
+// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))): no quotient exceeds 448
+// there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) lies
+// above 1/448 the product would exceed 2^k by more than its rounding, so 2^k would not be its
+// ceiling.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7) {
+  const hn::RebindToSigned<D> di;
+  const auto t7 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7);
+  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
+  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+}
+
+// QuantizeE4M3Pow2Row with E4M3Pow2CodesInRange (for groups whose amax is finite).
+template <bool kPerGroup>
+HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
+                                           std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                           const std::uint32_t* HWY_RESTRICT subw) {
+  const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::int8_t, decltype(d)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto s7 = [&](std::int64_t i) {
+    return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
+  };
+  const auto row_s7 = s7(0);
+  std::int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    const auto a = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto b = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
+    StoreCodePair(di, a, b, out + i);
+  }
+  if (i < n) {  // an odd number of vectors
+    const auto a = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
+  }
+}
+
+// The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2Scales8: a nonzero
+// magnitude (bf16 bits & 0x7FFF) below it has a quotient below e4m3's normal range, where the
+// lane forms above are not exact. Up to 0x1007F.
+HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
+  return ((subw + 7u) & 0xFFFFu) + 0x80u;
+}
+
+// Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
+// x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
+// E4M3Pow2Lanes' normal test must redo by the scalar rules.
+template <class F>
+HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
+                                        std::uint32_t threshold, F&& f) {
+  const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  // Finite magnitudes are below 0x7F80, so a threshold past 0x7FFF may stop there.
+  const auto limit = hn::Set(di, static_cast<std::int16_t>(threshold < 0x7FFFu ? threshold
+                                                                                : 0x7FFFu));
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  for (std::int64_t i = 0; i < n; i += L) {
+    const auto m = hn::BitCast(di, hn::And(hn::LoadU(d, x + i), mag));
+    const auto below = hn::And(hn::Gt(m, hn::Zero(di)), hn::Lt(m, limit));
+    if (hn::AllFalse(di, below)) continue;
+    std::uint8_t bits[HWY_MAX_BYTES / 16 + 8] = {};
+    hn::StoreMaskBits(di, below, bits);
+    for (std::int64_t k = 0; k < L; ++k) {
+      if ((bits[k / 8] >> (k % 8)) & 1) f(i + k);
+    }
+  }
+}
+
 #endif  // HWY_TARGET != HWY_SCALAR
 
 }  // namespace kvscatter::quant::HWY_NAMESPACE

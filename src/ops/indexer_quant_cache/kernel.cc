@@ -7,10 +7,11 @@
 //   scales as one vector, then each row's codes by integer subtraction of its scale's exponent.
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
-// - Groups (or fp8 rows) outside what that form covers exactly (a non-finite element, a
-//   quotient below e4m3's normal range) and every other combination of mode and dtype take the
-//   general path: the row widened to float32, the scalar scale rules of internal.h and the batch
-//   encoders shared with kv_compress_epilog, bit-identical to the reference.
+// - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
+//   not exact) are redone by the scalar rules. Groups (or fp8 rows) with a non-finite element
+//   and every other combination of mode and dtype take the general path: the row widened to
+//   float32, the scalar scale rules of internal.h and the batch encoders shared with
+//   kv_compress_epilog, bit-identical to the reference.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -177,9 +178,21 @@ int batch_rows(const IndexerQuantCachePlan& p) {
   return groups <= 8 ? static_cast<int>(16 / groups) : 1;
 }
 
+// The lanes of a group with a finite amax whose quotients fall below e4m3's normal range
+// (where the lane form is not exact), rewritten by the scalar rules over the lane form's codes.
+// threshold: E4M3NormalThreshold of the group; e: its scale's biased exponent.
+void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::int64_t n,
+                            std::uint32_t threshold, std::uint32_t e) {
+  const float mul = pow2_from(e);
+  qn::ForE4M3LanesBelowNormal(src, n, threshold, [&](std::int64_t i) {
+    codes[i] = formats::encode_float8_e4m3fn(f32(std::uint32_t{src[i]} << 16) * mul);
+  });
+}
+
+constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
+
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
-// keeps an all-zero row's scale 0. A row the fast form does not cover exactly takes the
-// general path.
+// keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = p.d;
   const std::uint16_t* units[kMaxBatch];
@@ -194,8 +207,11 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
-    if (fast[k] != 0) {
-      qn::QuantizeE4M3Pow2Row<false>(units[k], b.codes[k], d, subw + k);
+    if (amax[k] < kInfBits) {
+      qn::QuantizeE4M3Pow2RowInRange<false>(units[k], b.codes[k], d, subw + k);
+      if (fast[k] == 0) {
+        fix_lanes_below_normal(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
+      }
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale[k], &stored, 4);
     } else {
@@ -205,12 +221,19 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
 }
 
-// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0),
-// rewritten from the scalar rules over the fast form's output.
-void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint8_t* fast,
+// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0): their
+// lanes below e4m3's normal range, or (a non-finite element) the whole group, rewritten from
+// the scalar rules over the fast form's output.
+void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax,
+                 const std::uint32_t* subw, const std::uint8_t* exp, const std::uint8_t* fast,
                  std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
     if (fast[g] != 0) continue;
+    if (amax[g] < kInfBits) {
+      fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
+                             exp[g]);
+      continue;
+    }
     formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
     mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
   }
@@ -238,13 +261,16 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    qn::QuantizeE4M3Pow2Row<true>(units[u], b.codes[k], d, subw + u);
+    qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
-    if (!all) redo_groups(s, units[u], fast + u, groups, b.codes[k], b.scale[k]);
+    if (!all) {
+      redo_groups(s, units[u], amax + u, subw + u, exp + u, fast + u, groups, b.codes[k],
+                  b.scale[k]);
+    }
   }
 }
 
@@ -255,9 +281,12 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
   qn::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
   qn::E4M3Pow2Scales(s.amax, s.min1, groups, kC448Bits, kEpsBits, s.sub, s.exp, s.fast);
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (s.fast[g] != 0) {
+    if (s.amax[g] < kInfBits) {
       qn::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, s.sub[g]);
       s.scale[g] = static_cast<std::uint8_t>(s.exp[g]);
+      if (s.fast[g] == 0) {
+        fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, s.sub[g] + 0x80u, s.exp[g]);
+      }
     } else {
       formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
       mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, s.scale + g);
