@@ -307,60 +307,86 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 
 #endif  // HWY_TARGET != HWY_SCALAR
 
+// The row addresses of a call, read once from the plan: the byte stores of the kernels may
+// alias anything, so plan fields read inside the loops would be reloaded on every row.
+struct RowAddresses {
+  explicit RowAddresses(const IndexerQuantCachePlan& p)
+      : split(p.block_size),  // row_at's addresses, the slot split by a shift where it can be
+        c0(p.cache.stride(0) * static_cast<std::int64_t>(p.cache.element_size())),
+        c1(p.cache.stride(1) * static_cast<std::int64_t>(p.cache.element_size())),
+        s0(p.cache_scale.stride(0) * static_cast<std::int64_t>(p.cache_scale.element_size())),
+        s1(p.cache_scale.stride(1) * static_cast<std::int64_t>(p.cache_scale.element_size())),
+        x0(p.x.stride(0)),
+        cache(static_cast<std::uint8_t*>(p.cache.data)),
+        cache_scale(static_cast<std::uint8_t*>(p.cache_scale.data)),
+        x(static_cast<const std::uint16_t*>(p.x.data)),
+        xv(&p.x),
+        rank2(p.x.rank == 2) {}
+  const std::uint16_t* src(std::int64_t r) const {
+    return x + (rank2 ? r * x0 : x_row(*xv, r));  // rank 2: no division per row
+  }
+  std::uint8_t* codes(std::int64_t slot) const { return split.address(cache, c0, c1, slot); }
+  std::uint8_t* scale(std::int64_t slot) const { return split.address(cache_scale, s0, s1, slot); }
+
+  SlotSplitter split;
+  std::int64_t c0, c1, s0, s1, x0;
+  std::uint8_t *cache, *cache_scale;
+  const std::uint16_t* x;
+  const TensorView* xv;
+  bool rank2;
+};
+
+#if HWY_TARGET != HWY_SCALAR
+// The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
+// order.
+void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const int per_batch = batch_rows(p);
+  Batch b;
+  int n = 0;  // b.n lives in a register between the calls
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t slot = slots[r];
+    if (slot < 0) continue;
+    b.src[n] = a.src(r);
+    b.codes[n] = a.codes(slot);
+    b.scale[n] = a.scale(slot);
+    if (++n == per_batch) {
+      b.n = n;
+      fast_rows(p, s, b);
+      n = 0;
+    }
+  }
+  b.n = n;
+  if (n > 0) fast_rows(p, s, b);
+}
+#endif
+
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
   std::vector<float> rows(static_cast<std::size_t>(2 * p.d));
   Scratch s;
   s.x = rows.data();
   s.y = rows.data() + p.d;
-  // Everything the loop needs from the plan is read once here: the byte stores below may alias
-  // anything, so fields read inside the loop would be reloaded on every row.
+  const RowAddresses a(p);
+#if HWY_TARGET != HWY_SCALAR
+  if (fast_e4m3(p)) {
+    fast_batches(p, s, a, slots, begin, end);
+    return;
+  }
+#endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
-  // row_at's addresses, with the slot split by a shift where the block size allows.
-  const SlotSplitter split(p.block_size);
-  const auto ce = static_cast<std::int64_t>(p.cache.element_size());
-  const auto se = static_cast<std::int64_t>(p.cache_scale.element_size());
-  const std::int64_t c0 = p.cache.stride(0) * ce, c1 = p.cache.stride(1) * ce;
-  const std::int64_t s0 = p.cache_scale.stride(0) * se, s1 = p.cache_scale.stride(1) * se;
-  auto* cache = static_cast<std::uint8_t*>(p.cache.data);
-  auto* cache_scale = static_cast<std::uint8_t*>(p.cache_scale.data);
-  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
-  const std::int64_t x0 = p.x.stride(0);
-  const bool rank2 = p.x.rank == 2;  // no division per row
-#if HWY_TARGET != HWY_SCALAR
-  const bool fast = fast_e4m3(p);
-  const int per_batch = batch_rows(p);
-  Batch b;
-#endif
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
-    const std::uint16_t* src = x + (rank2 ? r * x0 : x_row(p.x, r));
-    std::uint8_t* codes = split.address(cache, c0, c1, slot);
-    std::uint8_t* scale = split.address(cache_scale, s0, s1, slot);
-#if HWY_TARGET != HWY_SCALAR
-    if (fast) {
-      b.src[b.n] = src;
-      b.codes[b.n] = codes;
-      b.scale[b.n] = scale;
-      if (++b.n == per_batch) {
-        fast_rows(p, s, b);
-        b.n = 0;
-      }
-      continue;
-    }
-#endif
-    general_row(p, s, src, codes);
+    std::uint8_t* scale = a.scale(slot);
+    general_row(p, s, a.src(r), a.codes(slot));
     if (scale_bytes == 4) {
       std::memcpy(scale, s.scale, 4);  // fp8, and mxfp8 / mxfp4 with d = 128: one move
     } else if (scale_bytes != 0) {
       std::memcpy(scale, s.scale, scale_bytes);
     }
   }
-#if HWY_TARGET != HWY_SCALAR
-  if (b.n > 0) fast_rows(p, s, b);
-#endif
 }
 
 }  // namespace HWY_NAMESPACE

@@ -140,13 +140,17 @@ void check_bound_data(const IndexerQuantCachePlan& p) {
 
 namespace {
 
-// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). The scan is
-// branch-free (it vectorizes); the rare failing call pays a second one for the message.
+// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). As unsigned
+// numbers the valid slots plus one are exactly [0, num_slots], so the scan is one maximum (it
+// vectorizes); the rare failing call pays a second scan for the message.
 void check_slot_values(const IndexerQuantCachePlan& p, const std::int64_t* s, std::int64_t n) {
   const auto ns = static_cast<std::uint64_t>(p.num_slots);
-  bool bad = false;
-  for (std::int64_t t = 0; t < n; ++t) bad |= s[t] != -1 && static_cast<std::uint64_t>(s[t]) >= ns;
-  if (!bad) return;
+  std::uint64_t most = 0;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::uint64_t v = static_cast<std::uint64_t>(s[t]) + 1;
+    most = most > v ? most : v;
+  }
+  if (most <= ns) return;
   for (std::int64_t t = 0; t < n; ++t) {
     if (s[t] != -1 && static_cast<std::uint64_t>(s[t]) >= ns) {
       invalid("slot_mapping", index_str(p.slot_mapping, t), " = ", s[t],
