@@ -27,6 +27,7 @@
 #include "kvscatter/formats.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "ops/kv_compress_epilog/kernel.h"  // the shared float8 / HiFloat8 batch encoders
+#include "quant/hifloat8_table.h"
 #include "quant/quant_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -41,6 +42,7 @@ constexpr std::int64_t kMaxD = 8192, kMaxGroups = kMaxD / 32;
 struct Scratch {
   float* x = nullptr;
   float* y = nullptr;
+  HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys of a row
   HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8], sub[kMaxGroups + 8];
   HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], fast[kMaxGroups + 8];
   std::uint8_t scale[kMaxGroups * 4];
@@ -190,6 +192,30 @@ void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::
 }
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
+
+// Mode hifloat8, bfloat16 rows: each product's code looked up by the top 13 bits of its float32
+// (hifloat8_table.h), the products formed a vector at a time. False (nothing written) when a
+// product is NaN, which the table does not cover.
+bool hif8_row_by_table(const std::uint16_t* src, std::uint8_t* codes, std::int64_t d,
+                       float x_scale, std::uint16_t* keys) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto xs = hn::Set(df, x_scale);
+  auto nan = hn::FirstN(df, 0);
+  for (std::int64_t j = 0; j < d; j += L) {
+    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + j))));
+    const auto prod = hn::Mul(v, xs);
+    nan = hn::Or(nan, hn::IsNaN(prod));
+    const auto key = hn::ShiftRight<kHiFloat8TableShift>(hn::BitCast(du, prod));
+    hn::StoreU(hn::TruncateTo(d16, key), d16, keys + j);
+  }
+  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
+  const std::uint8_t* table = hifloat8_sat_table();
+  for (std::int64_t j = 0; j < d; ++j) codes[j] = table[keys[j]];
+  return true;
+}
 
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
 // keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
@@ -374,11 +400,20 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
     return;
   }
 #endif
+#if HWY_TARGET != HWY_SCALAR
+  const bool hif8_table =
+      p.options.quant_mode == IndexerQuantMode::hifloat8 && p.x.dtype == DType::bfloat16;
+#endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
+#if HWY_TARGET != HWY_SCALAR
+    if (hif8_table && hif8_row_by_table(a.src(r), a.codes(slot), p.d, p.options.x_scale, s.keys)) {
+      continue;  // no scale in this mode
+    }
+#endif
     std::uint8_t* scale = a.scale(slot);
     general_row(p, s, a.src(r), a.codes(slot));
     if (scale_bytes == 4) {
