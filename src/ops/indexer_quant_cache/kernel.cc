@@ -103,28 +103,31 @@ void mxfp8_group(DType cache, const float* x, float* y, std::uint8_t* codes, std
   encode_fp8(cache, y, codes, 32);
 }
 
+// One mxfp4 group of 32 widened elements at x: 16 code bytes, one scale byte.
+void mxfp4_group(bool e2m1, const float* x, std::uint8_t* codes, std::uint8_t* scale) {
+  const std::uint32_t emax = e2m1 ? 2 : 0;
+  std::uint8_t nib[32];
+  std::uint32_t m = 0;
+  for (int k = 0; k < 32; ++k) m = std::max(m, (bits(x[k]) >> 23) & 0xFFu);
+  const std::uint32_t sg = m == 0 ? 0 : std::max(m, emax) - emax;
+  *scale = static_cast<std::uint8_t>(sg);
+  const float mul = pow2_from(sg);
+  for (int k = 0; k < 32; ++k) {
+    const float y = x[k] * mul;
+    nib[k] = m == 0 ? (std::signbit(x[k]) ? 0x8 : 0x0)
+             : e2m1 ? formats::encode_float4_e2m1(y)
+                    : formats::encode_float4_e1m2(y);
+  }
+  for (int j = 0; j < 16; ++j) {
+    codes[j] = static_cast<std::uint8_t>(nib[2 * j] | nib[2 * j + 1] << 4);
+  }
+}
+
 void mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes,
                std::uint8_t* scale) {
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
-  const std::uint32_t emax = e2m1 ? 2 : 0;
-  std::uint8_t nib[32];
-  for (std::int64_t g = 0; g < p.d / 32; ++g) {
-    const float* xg = &s.x[32 * g];
-    std::uint32_t m = 0;
-    for (int k = 0; k < 32; ++k) m = std::max(m, (bits(xg[k]) >> 23) & 0xFFu);
-    const std::uint32_t sg = m == 0 ? 0 : std::max(m, emax) - emax;
-    scale[g] = static_cast<std::uint8_t>(sg);
-    const float mul = pow2_from(sg);
-    for (int k = 0; k < 32; ++k) {
-      const float y = xg[k] * mul;
-      nib[k] = m == 0 ? (std::signbit(xg[k]) ? 0x8 : 0x0)
-               : e2m1 ? formats::encode_float4_e2m1(y)
-                      : formats::encode_float4_e1m2(y);
-    }
-    for (int j = 0; j < 16; ++j) {
-      codes[16 * g + j] = static_cast<std::uint8_t>(nib[2 * j] | nib[2 * j + 1] << 4);
-    }
-  }
+  for (std::int64_t g = 0; g < p.d / 32; ++g)
+    mxfp4_group(e2m1, &s.x[32 * g], codes + 16 * g, scale + g);
 }
 
 void general_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
@@ -196,8 +199,8 @@ constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it ar
 // Mode hifloat8, bfloat16 rows: each product's code looked up by the top 13 bits of its float32
 // (hifloat8_table.h), the products formed a vector at a time. False (nothing written) when a
 // product is NaN, which the table does not cover.
-bool hif8_row_by_table(const std::uint16_t* src, std::uint8_t* codes, std::int64_t d,
-                       float x_scale, std::uint16_t* keys) {
+bool hif8_row_by_table(const std::uint16_t* src, std::uint8_t* codes, std::int64_t d, float x_scale,
+                       std::uint16_t* keys) {
   const hn::ScalableTag<float> df;
   const hn::RebindToUnsigned<decltype(df)> du;
   const hn::Rebind<std::uint16_t, decltype(df)> d16;
@@ -321,6 +324,37 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
 }
 
+// Mode mxfp4, bfloat16 rows. A group's scale 2^(s - 127) is a power of two, so the y = x *
+// 2^(127 - s) where a code steps up are x values whose bf16 bits are those of the steps (below)
+// shifted by (s - 127) << 7: QuantizeE2M1Group's compares, exactly. Groups whose steps would
+// leave bf16's normal range (s below 4 or above 250: magnitudes near 2^-125 or 2^125), zero and
+// non-finite groups take the scalar rules.
+void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
+                    std::uint8_t* codes, std::uint8_t* scale) {
+  // bf16 bits of y one below the smallest with code >= k + 1 (ties to the even code).
+  constexpr std::int32_t kE2M1[7] = {0x3E80, 0x3F3F, 0x3FA0, 0x3FDF, 0x4020, 0x405F, 0x40A0};
+  constexpr std::int32_t kE1M2[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90, 0x3FAF, 0x3FD0};
+  const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
+  const std::int32_t* steps = e2m1 ? kE2M1 : kE1M2;
+  const std::uint32_t emax = e2m1 ? 2 : 0;
+  const std::int64_t groups = p.d / 32;
+  qn::GroupMagnitudes<32, false>(src, groups, s.amax, s.min1);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint32_t m = s.amax[g] >> 7;  // the largest exponent field
+    const std::uint32_t sg = std::max(m, emax) - emax;
+    if (m == 0 || m >= 255 || sg < 4 || sg > 250) {
+      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+      mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
+      continue;
+    }
+    std::uint16_t thr[7];
+    const std::int32_t shift = (static_cast<std::int32_t>(sg) - 127) * 128;
+    for (int k = 0; k < 7; ++k) thr[k] = static_cast<std::uint16_t>(steps[k] + shift);
+    qn::QuantizeE2M1Group<32>(src + 32 * g, codes + 16 * g, thr, 1);
+    scale[g] = static_cast<std::uint8_t>(sg);
+  }
+}
+
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
     fast_fp8_rows(p, s, b);
@@ -401,20 +435,25 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   }
 #endif
 #if HWY_TARGET != HWY_SCALAR
-  const bool hif8_table =
-      p.options.quant_mode == IndexerQuantMode::hifloat8 && p.x.dtype == DType::bfloat16;
+  const bool bf16 = p.x.dtype == DType::bfloat16;
+  const bool hif8_table = p.options.quant_mode == IndexerQuantMode::hifloat8 && bf16;
+  const bool fp4_bf16 = p.options.quant_mode == IndexerQuantMode::mxfp4 && bf16;
 #endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
+    std::uint8_t* scale = a.scale(slot);
 #if HWY_TARGET != HWY_SCALAR
     if (hif8_table && hif8_row_by_table(a.src(r), a.codes(slot), p.d, p.options.x_scale, s.keys)) {
       continue;  // no scale in this mode
     }
+    if (fp4_bf16) {
+      fast_mxfp4_row(p, s, a.src(r), a.codes(slot), scale);
+      continue;
+    }
 #endif
-    std::uint8_t* scale = a.scale(slot);
     general_row(p, s, a.src(r), a.codes(slot));
     if (scale_bytes == 4) {
       std::memcpy(scale, s.scale, 4);  // fp8, and mxfp8 / mxfp4 with d = 128: one move
