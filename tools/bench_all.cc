@@ -556,9 +556,9 @@ std::string unmatched_filter(std::string& ops) {
 // the present speed where the kernel does not reach its target yet (raise it when it does).
 // The quantizers' targets are those of 1,024-4,096 tokens (--quick measures 4,096); their
 // floors sit below the worst of repeated --quick runs on a loaded 2-core machine (fp8 modes
-// 0.13-0.57, hifloat8_fp4 0.15-0.18, indexer fp8 / mxfp8 0.06-0.31 there): they catch a kernel
-// that falls back to its old speed in a quiet run (0.15 and 0.06 in cache; the indexer's old
-// general path about 0.02-0.05), not every loss a noisy run could hide.
+// 0.13-0.57, hifloat8_fp4 0.15-0.18, indexer fp8 0.13-0.43, mxfp8 0.12-0.27 there): they catch
+// a kernel that falls back to its old speed in a quiet run (0.15 and 0.06 in cache; the
+// indexer's general path about 0.02-0.05), not every loss a noisy run could hide.
 struct Target {
   const char* name;
   const char* id;  // Workload::id()
@@ -570,8 +570,8 @@ constexpr Target kTargets[] = {
     {"PA_NZ scatter", "scatter_pa_kv_cache PA_NZ bf16 8x128", 0.7, 0.35, "performance issue"},
     {"single-cache scatter", "scatter_pa_cache plain bf16 8x128", 0.85, 0.425, "performance issue"},
     {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 0.8, 0.4, "performance issue"},
-    {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.03, "performance issue"},
-    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.03, "performance issue"},
+    {"indexer fp8", "indexer_quant_cache fp8 d128", 0.3, 0.1, "performance issue"},
+    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 0.3, 0.07, "performance issue"},
     {"epilog fp8_e8m0", "kv_compress_epilog fp8_e8m0 d576", 0.35, 0.12, "quantizer issue"},
     {"epilog fp8_bf16", "kv_compress_epilog fp8_bf16 d576", 0.35, 0.12, "quantizer issue"},
     {"epilog hifloat8_fp4", "kv_compress_epilog hifloat8_fp4 d576", 0.2, 0.08, "quantizer issue"},
