@@ -491,8 +491,8 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
   const hn::RebindToSigned<decltype(d)> di;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   // Finite magnitudes are below 0x7F80, so a threshold past 0x7FFF may stop there.
-  const auto limit = hn::Set(di, static_cast<std::int16_t>(threshold < 0x7FFFu ? threshold
-                                                                                : 0x7FFFu));
+  const auto limit =
+      hn::Set(di, static_cast<std::int16_t>(threshold < 0x7FFFu ? threshold : 0x7FFFu));
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
   for (std::int64_t i = 0; i < n; i += L) {
     const auto m = hn::BitCast(di, hn::And(hn::LoadU(d, x + i), mag));
