@@ -284,7 +284,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all = true;
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8<true>(units + c, 32, amax + c, min1 + c);
+    qn::Magnitudes8Capped<16, true>(units + c, 32, amax + c, min1 + c);
     all &=
         qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }
