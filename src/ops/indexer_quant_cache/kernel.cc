@@ -232,7 +232,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   for (int c = 0; c < n; c += 8) {
-    qn::Magnitudes8<true>(units + c, d, amax + c, min1 + c);
+    qn::Magnitudes8Capped<16, true>(units + c, d, amax + c, min1 + c);
     qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
