@@ -6,6 +6,7 @@
 
 #include "core/overlap.h"
 #include "core/slots.h"
+#include "core/streaming.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/internal.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
 #include "runtime/parallel.h"
@@ -32,6 +33,8 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
         job.plan = &p;
         job.slots = slots.data();
         job.split = SlotSplitter(p.block_size);
+        job.stream = use_streaming_stores(p.num_tokens * p.num_heads *
+                                          (p.key_head_size + p.value_head_size));
         parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
           k_scale::token_range(job, begin, end);
         });

@@ -13,9 +13,10 @@ struct TokenJob {
   const ScatterPaKvCacheWithKScalePlan* plan = nullptr;
   const std::int64_t* slots = nullptr;  // per token; -1: skipped
   SlotSplitter split;
+  bool stream = false;  // non-temporal stores: the call writes more than the caches hold
 };
 
-// Tokens [begin, end): one memcpy per contiguous (token, head) row, then the scales.
+// Tokens [begin, end): the key and value rows of each (token, head), then the scales.
 void token_range(const TokenJob& job, std::int64_t begin, std::int64_t end);
 
 }  // namespace kvscatter::detail::k_scale
