@@ -401,7 +401,10 @@ HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_
       Fp8GroupAny<kMode0, true>(x + 64 * g, data + 64 * g, sg, amax[g]);
       continue;
     }
-    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<64>(x + 64 * g, data + 64 * g, sub[g]);
+    // 64 codes per store: both vectors of the group narrowed together (see StoreCodePair).
+    const std::uint32_t s7 = static_cast<std::uint16_t>(sub[g] - 7u);
+    const std::uint32_t subw = s7 | s7 << 16;
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Row<false>(x + 64 * g, data + 64 * g, 64, &subw);
     if (kMode0) {
       PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
     } else {
