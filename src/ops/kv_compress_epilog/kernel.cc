@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/kernel.cc"
@@ -466,29 +467,24 @@ HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t*
                               const float* HWY_RESTRICT inv_b) {
   namespace qn = quant::HWY_NAMESPACE;
   constexpr std::int64_t kStride = kMaxGroups + 8;
-  alignas(64) std::uint16_t thr[7 * kStride];
-  bool have_thresholds = false;  // computed for every group when the first group needs them
+  std::int64_t rest[kMaxGroups];  // the groups left to the thresholds
+  std::int64_t left = groups;
+  for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
 #if KVS_E2M1_BUCKETS
-  const E2M1Buckets& buckets = e2m1_buckets();
+  if (gs != 16) {  // a bucket vector holds 32 values
+    std::uint32_t mult[kMaxGroups];
+    for (std::int64_t g = 0; g < groups; ++g) mult[g] = bits_of(inv_b[g]) >> 16;
+    left = gs == 32 ? qn::QuantizeE2M1ByBuckets<32>(x, data, groups, mult, rest)
+                    : qn::QuantizeE2M1ByBuckets<64>(x, data, groups, mult, rest);
+  }
 #endif
-  for (std::int64_t g = 0; g < groups; ++g) {
+  if (left == 0) return;
+  alignas(64) std::uint16_t thr[7 * kStride];
+  qn::E2M1Thresholds(inv_b, groups, thr, kStride);
+  for (std::int64_t k = 0; k < left; ++k) {
+    const std::int64_t g = rest[k];
     const std::uint16_t* xg = x + gs * g;
     std::uint8_t* out = data + gs / 2 * g;
-#if KVS_E2M1_BUCKETS
-    std::uint32_t j = 0, base = 0;
-    if (gs != 16 && e2m1_bucket_params(buckets, bits_of(inv_b[g]) >> 16, j, base)) {
-      if (gs == 32) {
-        qn::QuantizeE2M1GroupByBuckets<32>(xg, out, buckets.thr[j], buckets.code[j], base);
-      } else {
-        qn::QuantizeE2M1GroupByBuckets<64>(xg, out, buckets.thr[j], buckets.code[j], base);
-      }
-      continue;
-    }
-#endif
-    if (HWY_UNLIKELY(!have_thresholds)) {
-      qn::E2M1Thresholds(inv_b, groups, thr, kStride);
-      have_thresholds = true;
-    }
     if (gs == 16) {
       qn::QuantizeE2M1Group<16>(xg, out, thr + g, kStride);
     } else if (gs == 32) {
@@ -791,14 +787,11 @@ bool HiF8Bf16Batch(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
 
 bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
 #if KVS_E2M1_BUCKETS
-  std::uint32_t j = 0, base = 0;
-  const E2M1Buckets& b = e2m1_buckets();
-  if (!e2m1_bucket_params(b, bits_of(mult) >> 16, j, base)) return false;
-  for (std::size_t i = 0; i < n; i += 64) {
-    quant::HWY_NAMESPACE::QuantizeE2M1GroupByBuckets<64>(x + i, out + i / 2, b.thr[j], b.code[j],
-                                                         base);
-  }
-  return true;
+  const std::int64_t groups = static_cast<std::int64_t>(n / 64);
+  std::vector<std::uint32_t> mults(static_cast<std::size_t>(groups), bits_of(mult) >> 16);
+  std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
+  return quant::HWY_NAMESPACE::QuantizeE2M1ByBuckets<64>(x, out, groups, mults.data(),
+                                                         rest.data()) == 0;
 #else
   (void)mult;
   (void)x;
