@@ -1,16 +1,21 @@
-"""What a user would otherwise write to update a KV cache, for bench/compare.py.
+"""What a user would otherwise write to update or read a KV cache, for bench/compare.py.
 
 - NumPy fancy-index assignment, the style of the upstream golden scripts
-  (``cache.reshape(-1, H, D)[slots] = key``), and vectorized NumPy versions of the quantizing
-  operators (docs/operators/kv_compress_epilog.md; the number-format helpers and constants come
-  from the plain references in tests/python/refs.py);
+  (``cache.reshape(-1, H, D)[slots] = key``), ``np.take`` for the gathers, and vectorized NumPy
+  versions of the quantizing operators (docs/operators/kv_compress_epilog.md,
+  docs/operators/indexer_quant_cache.md; the number-format helpers and constants come from the
+  plain references in tests/python/refs.py);
 - JAX on the CPU: ``.at[slots].set`` for paged caches, ``lax.dynamic_update_slice`` for
-  contiguous ones, jit-compiled with the caches donated so XLA may update them in place;
-- PyTorch ``index_copy_`` when torch is importable.
+  contiguous ones, ``jnp.take`` for the gather, jit-compiled with the caches (or the gather's
+  outputs) donated so XLA may update them in place;
+- PyTorch: ``index_copy_``, ``index_put_``, ``index_select``, advanced indexing, and the eager
+  PyTorch formulation of each quantizer, among them the one vLLM's
+  tests/kernels/attention/test_cache.py uses as its reference for the vLLM operators (index
+  assignment into the cache view, torch's float8 conversion of ``x / scale``).
 
 Every builder takes a workload's arrays (NumPy, owned by the caller) and returns
-``(call, result)``: ``call()`` performs one update, ``result()`` returns the caches it wrote as
-NumPy arrays (compare.py checks them byte for byte against kvscatter).
+``(call, result)``: ``call()`` performs one update, ``result()`` returns the caches (or
+outputs) it wrote as NumPy arrays (compare.py checks them byte for byte against kvscatter).
 """
 
 from __future__ import annotations
@@ -140,6 +145,121 @@ def numpy_update(key_cache, value_cache, new_keys, new_values, position):
     return call, lambda: [key_cache, value_cache]
 
 
+def gather_slots(block_tables, seq_lens, block_size):
+    """The cache slot each output row of a paged gather reads, and where the block id is
+    padding (negative: the row is zero-filled), for plain (not cumulative) ``seq_lens``."""
+    lens = seq_lens.astype(np.int64)
+    seq = np.repeat(np.arange(len(lens)), lens)
+    pos = np.arange(len(seq)) - (np.cumsum(lens) - lens)[seq]
+    blk = block_tables[seq, pos // block_size].astype(np.int64)
+    return np.maximum(blk, 0) * block_size + pos % block_size, blk < 0
+
+
+def numpy_gather(key_cache, value_cache, block_tables, seq_lens, key, value):
+    """Norm caches read back by ``np.take`` of the slots into the dense outputs' first rows."""
+    sides = [(key_cache, key)] + ([] if value is None else [(value_cache, value)])
+
+    def call():
+        idx, pad = gather_slots(block_tables, seq_lens, key_cache.shape[1])
+        for c, out in sides:
+            rows = out[:len(idx)]
+            np.take(c.reshape(-1, *c.shape[2:]), idx, axis=0, out=rows)
+            if pad.any():
+                rows[pad] = 0
+
+    return call, lambda: [out for _, out in sides]
+
+
+def indexer_rows(x, mode: str):
+    """Vectorized IndexerQuantCache rows, ``"fp8"`` (round_scale=True) or ``"mxfp8"``, into a
+    float8_e4m3fn cache: bfloat16 x [T, d] -> (codes uint8 [T, d], scale bytes [T, 4 or d/32]).
+
+    Both modes scale by a power of two ``2^(127 - E)``, ``E`` the biased exponent of ``s`` rounded
+    up (``s`` = the row's or the 32-group's absolute maximum times f32(1/448), the group's floored
+    at 1e-4), so the products are exact and one float8 rounding of them gives the codes.
+    """
+    v = x.astype(np.float32)
+    t, d = v.shape
+    g = v.reshape(t, 1, d) if mode == "fp8" else v.reshape(t, d // 32, 32)
+    amax = np.abs(g).max(axis=-1)
+    if mode == "mxfp8":
+        amax = np.maximum(amax, refs.EPS)
+    u = (amax * refs.C448).astype(np.float32).view(np.uint32)
+    e = (u >> 23) + ((u & 0x7FFFFF) != 0).astype(np.uint32)
+    inv = ((np.uint32(254) - e) << 23).view(np.float32)
+    codes = (g * inv[..., None]).astype(E4M3).view(np.uint8).reshape(t, d)
+    if mode == "fp8":  # the stored scale 2^(E - 127), 0.0 for an all-zero row
+        return codes, (e << 23).view(np.float32).view(np.uint8).reshape(t, 4)
+    return codes, e.astype(np.uint8)
+
+
+def numpy_indexer(cache, cache_scale, x, slots, mode: str):
+    """Quantize every row in NumPy, then scatter codes and scales into the paged caches."""
+    flat = cache.view(np.uint8).reshape(-1, cache.shape[-1])
+    flat_scale = cache_scale.view(np.uint8).reshape(-1, cache_scale.shape[-1]
+                                                    * cache_scale.dtype.itemsize)
+
+    def call():
+        rows = valid_rows(slots)
+        s = slots if rows is None else slots[rows]
+        codes, scales = indexer_rows(x if rows is None else x[rows], mode)
+        flat[s] = codes
+        flat_scale[s] = scales
+
+    return call, lambda: [cache, cache_scale]
+
+
+def _fp8(x, scale):
+    """vLLM's fp8 conversion: float32 ``x / scale``, saturated to +-448, float8_e4m3fn codes."""
+    q = np.clip(x.astype(np.float32) / scale, np.float32(-448), np.float32(448))
+    return q.astype(E4M3).view(np.uint8)
+
+
+def numpy_flash(key, value, key_cache, value_cache, slots, fp8, k_scale, v_scale):
+    """reshape_and_cache_flash: ``cache[block, offset] = row`` on the (possibly strided)
+    [NB, BS, H, D] cache views; fp8 rows divided by the per-head (or per-tensor) scale."""
+    bs = key_cache.shape[1]
+
+    def call():
+        rows = valid_rows(slots)
+        s = slots if rows is None else slots[rows]
+        b, o = s // bs, s % bs
+        for x, c, sc in ((key, key_cache, k_scale), (value, value_cache, v_scale)):
+            x = x if rows is None else x[rows]
+            c[b, o] = _fp8(x, sc.reshape(-1, 1)) if fp8 else x
+
+    return call, lambda: [key_cache, value_cache]
+
+
+def numpy_gather_cache(src, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, fp8, scale):
+    """gather_and_maybe_dequant_cache: row t reads token t - cu_seq_lens[seq] of its sequence;
+    fp8 entries dequantized as float32 ``code * scale`` rounded to bfloat16."""
+    bs = src.shape[1]
+
+    def call():
+        seq = token_to_seq[:num_tokens]
+        pos = np.arange(num_tokens) - cu_seq_lens[seq]
+        rows = src[block_table[seq, pos // bs], pos % bs]
+        if fp8:
+            rows = (rows.view(E4M3).astype(np.float32) * scale).astype(dst.dtype)
+        dst[:num_tokens] = rows
+
+    return call, lambda: [dst]
+
+
+def numpy_latent(kv_c, k_pe, cache, slots, fp8, scale):
+    """concat_and_cache_mla: ``cache[block, offset] = concat(kv_c, k_pe)``, fp8 as vLLM's."""
+    bs = cache.shape[1]
+
+    def call():
+        rows = valid_rows(slots)
+        s = slots if rows is None else slots[rows]
+        x = np.concatenate([kv_c, k_pe] if rows is None else [kv_c[rows], k_pe[rows]], axis=-1)
+        cache[s // bs, s % bs] = _fp8(x, scale) if fp8 else x
+
+    return call, lambda: [cache]
+
+
 # ---- JAX --------------------------------------------------------------------------------------
 
 
@@ -224,6 +344,36 @@ def jax_update(key_cache, value_cache, new_keys, new_values, position):
     return d.call, d.result
 
 
+def jax_gather(key_cache, value_cache, block_tables, seq_lens, key, value):
+    """``jnp.take`` of the slots each output row reads (row -> sequence by ``searchsorted``
+    over the length prefix sums), padding blocks zero-filled, rows past the last sequence kept."""
+    import jax.numpy as jnp
+
+    jax = _jax()
+    bs = key_cache.shape[1]
+
+    def one(out, c, bt, lens):
+        ends = jnp.cumsum(lens)
+        r = jnp.arange(out.shape[0])
+        seq = jnp.minimum(jnp.searchsorted(ends, r, side="right"), lens.shape[0] - 1)
+        pos = r - (ends - lens)[seq]
+        blk = bt[seq, jnp.clip(pos // bs, 0, bt.shape[1] - 1)]
+        rows = jnp.take(c.reshape(-1, *c.shape[2:]), jnp.maximum(blk, 0) * bs + pos % bs, axis=0,
+                        mode="clip")
+        rows = jnp.where((blk < 0)[:, None, None], jnp.zeros((), rows.dtype), rows)
+        return jnp.where((r < ends[-1])[:, None, None], rows, out)
+
+    if value is None:
+        update = jax.jit(lambda k, kc, bt, sl: (one(k, kc, bt, sl),), donate_argnums=(0,))
+        d = _Donated(update, [key.copy()], [key_cache, block_tables, seq_lens])
+    else:
+        update = jax.jit(lambda k, v, kc, vc, bt, sl: (one(k, kc, bt, sl), one(v, vc, bt, sl)),
+                         donate_argnums=(0, 1))
+        d = _Donated(update, [key.copy(), value.copy()],
+                     [key_cache, value_cache, block_tables, seq_lens])
+    return d.call, d.result
+
+
 # ---- PyTorch ----------------------------------------------------------------------------------
 
 
@@ -236,6 +386,14 @@ def _torch_view(a):
     if a.dtype.itemsize == 1 and a.dtype.kind not in "iu":
         return torch.from_numpy(a.view(np.uint8))
     return torch.from_numpy(a)
+
+
+def _torch_tensor(a):
+    """As _torch_view, with bfloat16 arrays as torch.bfloat16 tensors (for arithmetic)."""
+    import torch
+
+    t = _torch_view(a)
+    return t.view(torch.bfloat16) if a.dtype == ml_dtypes.bfloat16 else t
 
 
 def torch_scatter(key, value, key_cache, value_cache, slots, cache_mode="Norm"):
@@ -365,6 +523,152 @@ def torch_epilog(cache, x, slots, mode: int):
     return call, lambda: [cache]
 
 
+def _torch_gather(key_cache, value_cache, block_tables, seq_lens, key, value, select: bool):
+    import torch
+
+    bs = key_cache.shape[1]
+    sides = [(key_cache, key)] + ([] if value is None else [(value_cache, value)])
+    views = [(_torch_view(c).view(-1, *c.shape[2:]), _torch_view(out)) for c, out in sides]
+    bt, lens = torch.from_numpy(block_tables), torch.from_numpy(seq_lens)
+
+    def call():
+        seq = torch.repeat_interleave(torch.arange(lens.shape[0]), lens)
+        pos = torch.arange(seq.shape[0]) - (torch.cumsum(lens, 0) - lens)[seq]
+        blk = bt[seq, pos // bs]
+        pad = blk < 0
+        idx = blk.clamp_min(0) * bs + pos % bs
+        for c, out in views:
+            rows = out[:idx.shape[0]]
+            if select:
+                torch.index_select(c, 0, idx, out=rows)
+            else:
+                rows[:] = c[idx]
+            if bool(pad.any()):
+                rows[pad] = 0
+
+    return call, lambda: [out for _, out in sides]
+
+
+def torch_gather_index_select(key_cache, value_cache, block_tables, seq_lens, key, value):
+    """``torch.index_select(cache_rows, 0, slots, out=...)`` into the dense outputs."""
+    return _torch_gather(key_cache, value_cache, block_tables, seq_lens, key, value, True)
+
+
+def torch_gather_advanced_index(key_cache, value_cache, block_tables, seq_lens, key, value):
+    """Advanced indexing, ``key[:n] = cache_rows[slots]`` (a gather into a temporary, then a
+    copy)."""
+    return _torch_gather(key_cache, value_cache, block_tables, seq_lens, key, value, False)
+
+
+def torch_indexer(cache, cache_scale, x, slots, mode: str):
+    """IndexerQuantCache ``"fp8"`` (round_scale=True) or ``"mxfp8"`` in eager PyTorch (the
+    computation of ``indexer_rows``), then index_copy_ of codes and scales into the caches."""
+    import torch
+
+    d = x.shape[-1]
+    flat = torch.from_numpy(cache.view(np.uint8)).view(-1, cache.shape[-1])
+    flat_scale = torch.from_numpy(cache_scale.view(np.uint8)).view(
+        -1, cache_scale.shape[-1] * cache_scale.dtype.itemsize)
+    xt = _torch_tensor(x)
+    s = torch.from_numpy(slots)
+    eps, c448 = float(refs.EPS), float(refs.C448)
+
+    def rows_of(xr):
+        t = xr.shape[0]
+        g = xr.float().reshape(t, 1, d) if mode == "fp8" else xr.float().reshape(t, d // 32, 32)
+        amax = g.abs().amax(-1)
+        if mode == "mxfp8":
+            amax = amax.clamp_min(eps)
+        u = (amax * c448).view(torch.int32)
+        e = (u >> 23) + ((u & 0x7FFFFF) != 0).int()
+        inv = ((254 - e) << 23).view(torch.float32)
+        codes = (g * inv[..., None]).to(torch.float8_e4m3fn).view(torch.uint8).reshape(t, d)
+        if mode == "fp8":
+            return codes, (e << 23).view(torch.float32).view(torch.uint8).reshape(t, 4)
+        return codes, e.to(torch.uint8)
+
+    def call():
+        ok = s >= 0
+        idx = None if bool(ok.all()) else torch.nonzero(ok).flatten()
+        codes, scales = rows_of(xt if idx is None else xt[idx])
+        sv = s if idx is None else s[idx]
+        flat.index_copy_(0, sv, codes)
+        flat_scale.index_copy_(0, sv, scales)
+
+    return call, lambda: [cache, cache_scale]
+
+
+def _torch_fp8(x, scale):
+    """vLLM test_cache.py's fp8 reference: ``(x.float() / scale)`` saturated, to float8_e4m3fn."""
+    import torch
+
+    return (x.float() / scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(torch.uint8)
+
+
+def torch_flash(key, value, key_cache, value_cache, slots, fp8, k_scale, v_scale):
+    """reshape_and_cache_flash as vLLM's test writes its reference: ``cache[block, offset] =
+    row`` on the [NB, BS, H, D] cache views (an HND cache through its permuted view), fp8 rows
+    divided by the per-head (or per-tensor) scale; padded tokens dropped first."""
+    import torch
+
+    bs = key_cache.shape[1]
+    sides = [(_torch_tensor(x), _torch_tensor(c), torch.from_numpy(sc).reshape(-1, 1))
+             for x, c, sc in ((key, key_cache, k_scale), (value, value_cache, v_scale))]
+    s = torch.from_numpy(slots)
+
+    def call():
+        ok = s >= 0
+        idx = None if bool(ok.all()) else torch.nonzero(ok).flatten()
+        sv = s if idx is None else s[idx]
+        b, o = sv // bs, sv % bs
+        for x, c, sc in sides:
+            x = x if idx is None else x[idx]
+            c[b, o] = _torch_fp8(x, sc) if fp8 else x
+
+    return call, lambda: [key_cache, value_cache]
+
+
+def torch_gather_cache(src, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, fp8, scale):
+    """gather_and_maybe_dequant_cache as vLLM's test references it: ``src[block, offset]`` of
+    each row's token, fp8 codes as ``code.float() * scale`` rounded to bfloat16."""
+    import torch
+
+    bs = src.shape[1]
+    s, out = _torch_tensor(src), _torch_tensor(dst)
+    table, cu = torch.from_numpy(block_table), torch.from_numpy(cu_seq_lens)
+    seqs, sc = torch.from_numpy(token_to_seq), torch.from_numpy(scale)
+
+    def call():
+        seq = seqs[:num_tokens]
+        pos = torch.arange(num_tokens) - cu[seq]
+        rows = s[table[seq, pos // bs], pos % bs]
+        if fp8:
+            out[:num_tokens] = (rows.view(torch.float8_e4m3fn).float() * sc).to(torch.bfloat16)
+        else:
+            out[:num_tokens] = rows
+
+    return call, lambda: [dst]
+
+
+def torch_latent(kv_c, k_pe, cache, slots, fp8, scale):
+    """concat_and_cache_mla as vLLM's test references it: ``cache[block, offset] =
+    torch.cat([kv_c, k_pe], -1)``, fp8 as in torch_flash."""
+    import torch
+
+    bs = cache.shape[1]
+    kc, kp, c = _torch_tensor(kv_c), _torch_tensor(k_pe), _torch_tensor(cache)
+    s, sc = torch.from_numpy(slots), torch.from_numpy(scale)
+
+    def call():
+        ok = s >= 0
+        idx = None if bool(ok.all()) else torch.nonzero(ok).flatten()
+        sv = s if idx is None else s[idx]
+        x = torch.cat([kc, kp] if idx is None else [kc[idx], kp[idx]], dim=-1)
+        c[sv // bs, sv % bs] = _torch_fp8(x, sc) if fp8 else x
+
+    return call, lambda: [cache]
+
+
 # ---- kvscatter's framework front doors ----------------------------------------------------------
 
 
@@ -413,3 +717,118 @@ def kvs_jax_scatter(key, value, key_cache, value_cache, slots, cache_mode="Norm"
                          donate_argnums=(0, 1))
         d = _Donated(update, [key_cache.copy(), value_cache.copy()], [key, value, slots])
     return d.call, d.result
+
+
+def kvs_torch_gather(key_cache, value_cache, block_tables, seq_lens, key, value):
+    """torch.ops.kvscatter.gather_pa_kv_cache on torch tensors."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.gather_pa_kv_cache.default
+    kc, vc, k, v = (None if a is None else _torch_tensor(a)
+                    for a in (key_cache, value_cache, key, value))
+    bt, lens = torch.from_numpy(block_tables), torch.from_numpy(seq_lens)
+
+    def call():
+        op(kc, vc, bt, lens, k, v)
+
+    return call, lambda: [a for a in (key, value) if a is not None]
+
+
+def kvs_jax_gather(key_cache, value_cache, block_tables, seq_lens, key, value):
+    """kvscatter.jax.gather_pa_kv_cache under jax.jit with the outputs donated."""
+    import kvscatter.jax as kj
+
+    jax = _jax()
+    update = jax.jit(lambda k, v, kc, vc, bt, sl: kj.gather_pa_kv_cache(kc, vc, bt, sl, k, v),
+                     donate_argnums=(0, 1))
+    d = _Donated(update, [key.copy(), value.copy()],
+                 [key_cache, value_cache, block_tables, seq_lens])
+    return d.call, d.result
+
+
+def kvs_torch_scatter_pa_cache(key, key_cache, slots):
+    """torch.ops.kvscatter.scatter_pa_cache on torch tensors."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.scatter_pa_cache.default
+    k, c, s = _torch_tensor(key), _torch_tensor(key_cache), torch.from_numpy(slots)
+    return lambda: op(k, c, s), lambda: [key_cache]
+
+
+def kvs_jax_scatter_pa_cache(key, key_cache, slots):
+    """kvscatter.jax.scatter_pa_cache under jax.jit with the cache donated."""
+    import kvscatter.jax as kj
+
+    jax = _jax()
+    update = jax.jit(lambda c, k, s: (kj.scatter_pa_cache(k, c, s),), donate_argnums=(0,))
+    d = _Donated(update, [key_cache.copy()], [key, slots])
+    return d.call, d.result
+
+
+def kvs_torch_indexer(cache, cache_scale, x, slots, mode: str):
+    """torch.ops.kvscatter.indexer_quant_cache on torch tensors (E8M0 scales as uint8)."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.indexer_quant_cache.default
+    c = torch.from_numpy(cache.view(np.uint8)).view(torch.float8_e4m3fn)
+    sc = torch.from_numpy(cache_scale if mode == "fp8" else cache_scale.view(np.uint8))
+    xt, s = _torch_tensor(x), torch.from_numpy(slots)
+    return lambda: op(c, sc, xt, s, quant_mode=mode), lambda: [cache, cache_scale]
+
+
+def kvs_jax_indexer(cache, cache_scale, x, slots, mode: str):
+    """kvscatter.jax.indexer_quant_cache under jax.jit with both caches donated."""
+    import kvscatter.jax as kj
+
+    jax = _jax()
+    update = jax.jit(lambda c, sc, xx, s: kj.indexer_quant_cache(c, sc, xx, s, quant_mode=mode),
+                     donate_argnums=(0, 1))
+    d = _Donated(update, [cache.copy(), cache_scale.copy()], [x, slots])
+    return d.call, d.result
+
+
+def kvs_torch_flash(key, value, key_cache, value_cache, slots, fp8, k_scale, v_scale):
+    """torch.ops.kvscatter.reshape_and_cache_flash (vLLM's signature) on torch tensors."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.reshape_and_cache_flash.default
+    k, v, kc, vc = (_torch_tensor(a) for a in (key, value, key_cache, value_cache))
+    s, ks, vs = (torch.from_numpy(a) for a in (slots, k_scale, v_scale))
+    kind = "fp8" if fp8 else "auto"
+    return lambda: op(k, v, kc, vc, s, kind, ks, vs), lambda: [key_cache, value_cache]
+
+
+def kvs_torch_gather_cache(src, dst, block_table, cu_seq_lens, token_to_seq, num_tokens, fp8,
+                           scale):
+    """torch.ops.kvscatter.gather_and_maybe_dequant_cache (vLLM's signature) on torch tensors."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.gather_and_maybe_dequant_cache.default
+    s, d = _torch_tensor(src), _torch_tensor(dst)
+    bt, cu, seqs, sc = (torch.from_numpy(a) for a in (block_table, cu_seq_lens, token_to_seq,
+                                                      scale))
+    kind = "fp8" if fp8 else "auto"
+    return lambda: op(s, d, bt, cu, seqs, num_tokens, kind, sc, None), lambda: [dst]
+
+
+def kvs_torch_latent(kv_c, k_pe, cache, slots, fp8, scale):
+    """torch.ops.kvscatter.concat_and_cache_mla (vLLM's signature) on torch tensors."""
+    import torch
+
+    import kvscatter.torch  # noqa: F401
+
+    op = torch.ops.kvscatter.concat_and_cache_mla.default
+    kc, kp, c = _torch_tensor(kv_c), _torch_tensor(k_pe), _torch_tensor(cache)
+    s, sc = torch.from_numpy(slots), torch.from_numpy(scale)
+    kind = "fp8" if fp8 else "auto"
+    return lambda: op(kc, kp, c, s, kind, sc), lambda: [cache]

@@ -8,7 +8,8 @@ them in place instead of copying the whole cache first.
 - :func:`kv_cache_update` is a drop-in for the reference built on
   ``jax.lax.dynamic_update_slice``: the same result bit for bit, out-of-range positions
   included (the start is clamped to ``[0, S - L]``, for positions of any integer dtype), and
-  ``length = position + L``.
+  ``length = position + L``. Decode-size updates go to XLA's own in-place update, which writes
+  the same bytes without a custom call's fixed cost (``method=``).
 - :func:`scatter_pa_kv_cache` (every mode), :func:`scatter_pa_kv_cache_with_k_scale` and
   :func:`kv_compress_epilog` are the other operators. Slot values are only known when the
   computation runs, so a slot past the cache fails the computation with the library's message
@@ -53,6 +54,11 @@ for _name, _capsule in _ext.jax_ffi_handlers.items():
 
 _CACHE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
+#: ``kv_cache_update(method="auto")`` leaves updates of fewer new bytes (both caches, in the
+#: cache dtype) to XLA's own ``dynamic_update_slice``: below it the library would copy on one
+#: thread, so the custom call's fixed cost would buy nothing.
+XLA_UPDATE_MAX_BYTES = 256 * 1024
+
 def _shape_dtype(x):
     return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
 
@@ -69,6 +75,22 @@ def _update(key_cache, value_cache, new_keys, new_values, starts):
     return call(key_cache, value_cache, new_keys, new_values, starts)
 
 
+def _xla_update(key_cache, value_cache, new_keys, new_values, position):
+    # The same bytes as the library writes: the float32 rows rounded to the cache dtype to
+    # nearest even, the start normalized and clamped by dynamic_update_slice itself.
+    zero = jnp.zeros((), position.dtype)
+    start = (zero, position, zero, zero)
+    return (jax.lax.dynamic_update_slice(key_cache, new_keys.astype(key_cache.dtype), start),
+            jax.lax.dynamic_update_slice(value_cache, new_values.astype(value_cache.dtype), start))
+
+
+# method="auto" below the size limit: XLA's update, except that jax.vmap takes the library's
+# batched form (one call for every sequence) rather than batching dynamic_update_slice into a
+# scatter.
+_small_update = jax.custom_batching.custom_vmap(_xla_update)
+
+
+@_small_update.def_vmap
 @_update.def_vmap
 def _update_vmap(axis_size, in_batched, key_cache, value_cache, new_keys, new_values, starts):
     # The native batched form: fold the mapped axis into the batch axis, so each sequence of
@@ -84,7 +106,7 @@ def _update_vmap(axis_size, in_batched, key_cache, value_cache, new_keys, new_va
     return (k.reshape(args[0].shape), v.reshape(args[1].shape)), (True, True)
 
 
-def kv_cache_update(key_cache, value_cache, new_keys, new_values, position):
+def kv_cache_update(key_cache, value_cache, new_keys, new_values, position, *, method="auto"):
     """Writes ``L`` new tokens at slot ``position`` of ``(B, S, H, D)`` key and value caches.
 
     A drop-in for the reference built on ``jax.lax.dynamic_update_slice``, bit for bit.
@@ -101,6 +123,15 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position):
         The start, traced or not, of any integer dtype. Exactly as ``dynamic_update_slice``
         treats it: a negative signed start counts from the end, then the start is clamped into
         ``[0, S - L]``.
+    method : {"auto", "kvscatter", "xla"}, default "auto"
+        Who moves the bytes; the result is the same bit for bit. ``"kvscatter"``: the library's
+        kernel, through an XLA custom call. ``"xla"``: XLA's own in-place
+        ``dynamic_update_slice``. ``"auto"``: XLA's own update when the new rows of both caches
+        add up to less than :data:`XLA_UPDATE_MAX_BYTES` (a decode step: a custom call has a
+        fixed cost of a fraction of a microsecond that XLA's fused update does not pay, and the
+        library would copy so few bytes on one thread anyway), the library's kernel above (it
+        spreads the copy over its threads) and under ``jax.vmap`` with one position per
+        sequence (one call for every sequence, where XLA would scatter).
 
     Returns
     -------
@@ -114,6 +145,8 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position):
         Shapes that do not match (at trace time).
     TypeError
         A cache dtype other than float32/bfloat16/float16, or a non-integer position.
+    ValueError
+        An unknown ``method``.
 
     Notes
     -----
@@ -163,7 +196,13 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position):
         raise TypeError(
             f"position must be an integer scalar, got {position.dtype}{list(position.shape)}"
         )
-    k, v = _update(key_cache, value_cache, new_keys, new_values, position)
+    if method not in ("auto", "kvscatter", "xla"):
+        raise ValueError(f"method must be 'auto', 'kvscatter' or 'xla', got {method!r}")
+    new_bytes = 2 * new_keys.size * key_cache.dtype.itemsize
+    if method == "auto" and new_bytes >= XLA_UPDATE_MAX_BYTES:
+        method = "kvscatter"
+    update = {"auto": _small_update, "xla": _xla_update, "kvscatter": _update}[method]
+    k, v = update(key_cache, value_cache, new_keys, new_values, position)
     length = position + jnp.asarray(new_len, position.dtype)
     return {"key_cache": k, "value_cache": v, "length": length}
 

@@ -1,5 +1,7 @@
 """kvscatter.jax: XLA FFI custom calls under jax.jit, donation and shard_map."""
 
+import functools
+
 import numpy as np
 import pytest
 import refs
@@ -11,6 +13,12 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 import kvscatter.jax as kj  # noqa: E402
+
+
+@pytest.fixture(params=["auto", "kvscatter", "xla"])
+def update(request):
+    """kv_cache_update by each method: the library's kernel, XLA's own update, and the pick."""
+    return functools.partial(kj.kv_cache_update, method=request.param)
 
 
 def reference_update(key_cache, value_cache, new_keys, new_values, position):
@@ -55,11 +63,11 @@ WORKED_EXAMPLES = [
 
 @pytest.mark.parametrize("example", range(len(WORKED_EXAMPLES)))
 @pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16], ids=["float32", "bfloat16"])
-def test_worked_examples_under_jit(example, cache_dtype):
+def test_worked_examples_under_jit(update, example, cache_dtype):
     kc, vc, nk, nv, pos, expected = WORKED_EXAMPLES[example]
     kc, vc = jnp.asarray(kc, cache_dtype), jnp.asarray(vc, cache_dtype)
     nk, nv = jnp.asarray(nk, jnp.float32), jnp.asarray(nv, jnp.float32)
-    out = jax.jit(kj.kv_cache_update)(kc, vc, nk, nv, jnp.int32(pos))
+    out = jax.jit(update)(kc, vc, nk, nv, jnp.int32(pos))
     assert out["key_cache"].dtype == cache_dtype and out["key_cache"].shape == kc.shape
     for name in ("key_cache", "value_cache"):
         want = jnp.asarray(expected[name], jnp.float32).astype(cache_dtype)
@@ -70,8 +78,8 @@ def test_worked_examples_under_jit(example, cache_dtype):
 
 @pytest.mark.parametrize("cache_dtype", [jnp.float32, jnp.bfloat16, jnp.float16],
                          ids=["float32", "bfloat16", "float16"])
-def test_random_positions_match_dynamic_update_slice(rng, cache_dtype):
-    ours, theirs = jax.jit(kj.kv_cache_update), jax.jit(reference_update)
+def test_random_positions_match_dynamic_update_slice(update, rng, cache_dtype):
+    ours, theirs = jax.jit(update), jax.jit(reference_update)
     for b, s, h, d, L in ((2, 16, 3, 8, 3), (1, 7, 2, 5, 7), (3, 33, 1, 64, 1)):
         kc = jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.float32).astype(cache_dtype)
         vc = jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.float32).astype(cache_dtype)
@@ -83,15 +91,15 @@ def test_random_positions_match_dynamic_update_slice(rng, cache_dtype):
             assert_same_result(ours(kc, vc, nk, nv, jnp.int32(pos)), theirs(kc, vc, nk, nv, jnp.int32(pos)))
 
 
-def test_new_vectors_in_cache_dtype_and_python_position(rng):
+def test_new_vectors_in_cache_dtype_and_python_position(update, rng):
     kc = jnp.asarray(rng.standard_normal((2, 9, 2, 4)), jnp.bfloat16)
     nk = jnp.asarray(rng.standard_normal((2, 2, 2, 4)), jnp.bfloat16)
-    out = kj.kv_cache_update(kc, kc, nk, nk, 4)  # eager, Python int position
+    out = update(kc, kc, nk, nk, 4)  # eager, Python int position
     assert_same_result(out, reference_update(kc, kc, nk, nk, jnp.int32(4)))
 
 
-def test_donated_caches_are_updated_in_place(rng):
-    update = jax.jit(kj.kv_cache_update, donate_argnums=(0, 1))
+def test_donated_caches_are_updated_in_place(update, rng):
+    update = jax.jit(update, donate_argnums=(0, 1))
     kc = jnp.asarray(rng.standard_normal((2, 1024, 4, 64)), jnp.bfloat16)
     vc = jnp.asarray(rng.standard_normal((2, 1024, 4, 64)), jnp.bfloat16)
     expected = reference_update(kc, vc, jnp.ones((2, 1, 4, 64)), jnp.ones((2, 1, 4, 64)), jnp.int32(0))
@@ -108,10 +116,10 @@ def test_donated_caches_are_updated_in_place(rng):
     np.testing.assert_array_equal(np.asarray(kc[0, :3, 0, 0], np.float32), [1, 2, 3])
 
 
-def test_without_donation_the_input_is_untouched(rng):
+def test_without_donation_the_input_is_untouched(update, rng):
     kc = jnp.asarray(rng.standard_normal((1, 8, 2, 4)), jnp.float32)
     before = np.asarray(kc).copy()
-    out = jax.jit(kj.kv_cache_update)(kc, kc, jnp.ones((1, 2, 2, 4)), jnp.ones((1, 2, 2, 4)), jnp.int32(3))
+    out = jax.jit(update)(kc, kc, jnp.ones((1, 2, 2, 4)), jnp.ones((1, 2, 2, 4)), jnp.int32(3))
     np.testing.assert_array_equal(np.asarray(kc), before)
     assert out["key_cache"].unsafe_buffer_pointer() != kc.unsafe_buffer_pointer()
 
@@ -126,6 +134,27 @@ def test_trace_time_errors():
         kj.kv_cache_update(kc.astype(jnp.int32), kc, jnp.zeros((1, 1, 1, 2)), jnp.zeros((1, 1, 1, 2)), 0)
     with pytest.raises(TypeError, match="position"):
         kj.kv_cache_update(kc, kc, jnp.zeros((1, 1, 1, 2)), jnp.zeros((1, 1, 1, 2)), 1.5)
+
+
+def test_auto_method_leaves_decode_steps_to_xla_and_prefills_to_the_library():
+    # The rows of both caches: 2 x L x 8 x 128 x 4 bytes; the limit falls between 31 and 32 rows.
+    assert 2 * 31 * 8 * 128 * 4 < kj.XLA_UPDATE_MAX_BYTES <= 2 * 32 * 8 * 128 * 4
+    kc = jnp.zeros((1, 64, 8, 128))
+
+    def lowered(L, **kw):
+        new = jnp.ones((1, L, 8, 128))
+        fn = jax.jit(functools.partial(kj.kv_cache_update, **kw), donate_argnums=(0, 1))
+        return fn.lower(kc, kc, new, new, jnp.int32(0)).as_text()
+
+    for L, kw, custom_call in ((1, {}, False), (31, {}, False), (32, {}, True), (64, {}, True),
+                               (1, {"method": "kvscatter"}, True),
+                               (64, {"method": "xla"}, False)):
+        hlo = lowered(L, **kw)
+        assert ("kvscatter_kv_cache_update" in hlo) == custom_call, (L, kw)
+        assert ("dynamic_update_slice" in hlo) != custom_call, (L, kw)
+    with pytest.raises(ValueError, match="method must be 'auto', 'kvscatter' or 'xla', got 'fast'"):
+        kj.kv_cache_update(kc, kc, jnp.ones((1, 1, 8, 128)), jnp.ones((1, 1, 8, 128)), 0,
+                           method="fast")
 
 
 def four_device_mesh():

@@ -1,5 +1,7 @@
 """kvscatter.jax for every operator: all modes, positions of any integer dtype, vmap."""
 
+import functools
+
 import numpy as np
 import pytest
 import refs
@@ -17,6 +19,11 @@ def same(a, b):
     np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
+@pytest.fixture(params=["auto", "kvscatter", "xla"])
+def update(request):
+    return functools.partial(kj.kv_cache_update, method=request.param)
+
+
 def reference_update(key_cache, value_cache, new_keys, new_values, position):
     position = jnp.asarray(position)
     zero = jnp.zeros((), position.dtype)  # dynamic_update_slice wants one index dtype
@@ -32,7 +39,7 @@ INT_DTYPES = [np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32]
 
 
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_positions_of_any_integer_dtype_match_dynamic_update_slice(rng, dtype):
+def test_positions_of_any_integer_dtype_match_dynamic_update_slice(update, rng, dtype):
     b, s, h, d, L = 2, 12, 2, 4, 3
     kc = jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.float32)
     vc = jnp.asarray(rng.standard_normal((b, s, h, d)), jnp.float32)
@@ -41,7 +48,7 @@ def test_positions_of_any_integer_dtype_match_dynamic_update_slice(rng, dtype):
     values = {0, 1, s - L, s - L + 1, s, s + 5, info.max, info.max - 1, 2**31 if info.max >= 2**31 else 0}
     if info.min < 0:
         values |= {-1, -L, -s, -s - 1, info.min, info.min + 1}
-    ours, theirs = jax.jit(kj.kv_cache_update), jax.jit(reference_update)
+    ours, theirs = jax.jit(update), jax.jit(reference_update)
     for value in sorted(values):
         pos = jnp.asarray(value, dtype)
         got, want = ours(kc, vc, nk, -nk, pos), theirs(kc, vc, nk, -nk, pos)
@@ -50,9 +57,9 @@ def test_positions_of_any_integer_dtype_match_dynamic_update_slice(rng, dtype):
         same(got["length"], want["length"])
 
 
-def test_uint32_two_to_the_31_clamps_to_the_end():
+def test_uint32_two_to_the_31_clamps_to_the_end(update):
     kc = jnp.zeros((1, 8, 1, 2))
-    out = kj.kv_cache_update(kc, kc, jnp.ones((1, 2, 1, 2)), jnp.ones((1, 2, 1, 2)), jnp.uint32(2**31))
+    out = update(kc, kc, jnp.ones((1, 2, 1, 2)), jnp.ones((1, 2, 1, 2)), jnp.uint32(2**31))
     np.testing.assert_array_equal(np.asarray(out["key_cache"][0, :, 0, 0]), [0, 0, 0, 0, 0, 0, 1, 1])
 
 
@@ -74,19 +81,19 @@ def test_vmap_kv_cache_update_one_position_per_sequence(rng):
         same(got[name], want[name])
 
 
-def test_vmap_kv_cache_update_mixed_and_nested(rng):
+def test_vmap_kv_cache_update_mixed_and_nested(update, rng):
     s, h, d = 10, 1, 4
     kc = jnp.asarray(rng.standard_normal((2, s, h, d)), jnp.float32)  # not mapped
     nk = jnp.asarray(rng.standard_normal((2, 1, h, d)), jnp.float32)
     pos = jnp.arange(3, dtype=jnp.int32) * 4  # mapped: 3 instances of the whole batch
-    got = jax.vmap(kj.kv_cache_update, in_axes=(None, None, None, None, 0))(kc, kc, nk, nk, pos)
+    got = jax.vmap(update, in_axes=(None, None, None, None, 0))(kc, kc, nk, nk, pos)
     want = jax.vmap(reference_update, in_axes=(None, None, None, None, 0))(kc, kc, nk, nk, pos)
     same(got["key_cache"], want["key_cache"])
     # Nested: 2 x 3 instances, positions mapped on both axes.
     kc2 = jnp.asarray(rng.standard_normal((2, 3, 1, s, h, d)), jnp.float32)
     nk2 = jnp.asarray(rng.standard_normal((2, 3, 1, 2, h, d)), jnp.float32)
     pos2 = jnp.asarray([[0, 5, 9], [-1, 2, 100]], jnp.int32)
-    got = jax.vmap(jax.vmap(kj.kv_cache_update))(kc2, kc2, nk2, nk2, pos2)
+    got = jax.vmap(jax.vmap(update))(kc2, kc2, nk2, nk2, pos2)
     want = jax.vmap(jax.vmap(reference_update))(kc2, kc2, nk2, nk2, pos2)
     same(got["key_cache"], want["key_cache"])
     same(got["length"], want["length"])
