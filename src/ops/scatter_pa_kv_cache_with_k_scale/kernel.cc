@@ -2,12 +2,12 @@
 // dynamic dispatch). The operator is a pure byte copy, so the fast path is one memcpy per
 // (token, head) row; the driver (execute.cc) splits tokens over threads.
 //
-// Tokens whose slots follow each other in one block (a prefill) go in tiles of kTile, head by
-// head: each head's rows of a tile then fill one contiguous stretch of the cache instead of the
-// cache being written in H places per token, while the tile's input rows stay in L1. Calls that
-// write more than the caches hold go token by token with streaming stores instead: their reads
-// come from memory, where sequential rows matter more, and the stores skip the read for
-// ownership of every line they fill.
+// Tokens whose slots follow each other in one block (a prefill) go in tiles of job.tile, head
+// by head: each head's rows of a tile then fill one contiguous stretch of the cache instead of
+// the cache being written in H places per token, while the tile's input rows stay in L1. Larger
+// calls go token by token (their reads come from further out, where sequential rows matter
+// more), those that write more than the caches hold with streaming stores, which skip the read
+// for ownership of every line they fill.
 #include <hwy/cache_control.h>
 
 #include <cstdint>
@@ -111,10 +111,17 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
     while (n < tile && t + n < end && slots[t + n] == slot + n && split.offset(slot + n) != 0) {
       ++n;
     }
-    CopyTile<kStream>(split.address(key_cache, kc[0], kc[2], slot), kc.data(), key + t * k[0],
-                      k.data(), H, Dk, n);
-    CopyTile<kStream>(split.address(value_cache, vc[0], vc[2], slot), vc.data(), value + t * v[0],
-                      v.data(), H, Dv, n);
+    std::uint8_t* kdst = split.address(key_cache, kc[0], kc[2], slot);
+    std::uint8_t* vdst = split.address(value_cache, vc[0], vc[2], slot);
+    if (n == 1) {  // one token: its key and value rows head by head, both inputs read in order
+      for (std::int64_t h = 0; h < H; ++h) {
+        MoveRow<kStream>(kdst + h * kc[1], kc[3], key + t * k[0] + h * k[1], k[2], Dk);
+        MoveRow<kStream>(vdst + h * vc[1], vc[3], value + t * v[0] + h * v[1], v[2], Dv);
+      }
+    } else {
+      CopyTile<kStream>(kdst, kc.data(), key + t * k[0], k.data(), H, Dk, n);
+      CopyTile<kStream>(vdst, vc.data(), value + t * v[0], v.data(), H, Dv, n);
+    }
     for (std::int64_t i = 0; i < n; ++i) {
       // float32 scales move as raw bytes; element strides are scaled to bytes here.
       const std::uint8_t* srow = key_scale + 4 * (t + i) * ks[0];
@@ -127,15 +134,13 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
   }
 }
 
-constexpr std::int64_t kTile = 8;
-
 void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   if (job.stream) {
     Tokens<true>(job, begin, end, 1);
     // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
     hwy::FlushStream();
   } else {
-    Tokens<false>(job, begin, end, kTile);
+    Tokens<false>(job, begin, end, job.tile);
   }
 }
 
