@@ -14,6 +14,9 @@
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
+// - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
+//   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
+//
 // All of them are exact lane forms of the scalar rules; none of them depends on the target.
 // They need at least 8 lanes of 16 bits, so the scalar target has none of them.
 #if defined(KVSCATTER_QUANT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -29,9 +32,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/e2m1_buckets.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::quant::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// QuantizeE2M1GroupByBuckets exists where this is 1 (AVX-512 targets).
+#undef KVS_E2M1_BUCKETS
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define KVS_E2M1_BUCKETS 1
+#else
+#define KVS_E2M1_BUCKETS 0
+#endif
 
 #if HWY_TARGET != HWY_SCALAR
 
@@ -539,6 +552,56 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
     }
   }
 }
+
+#if KVS_E2M1_BUCKETS
+// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (bf16 bits in
+// mult[g], finite) the bucket tables of quant/e2m1_buckets.h serve: the code of a = |v| is
+// code[i] + (a > thr[i] + base * 32) with i = a / 32 - base clamped to [0, 31] (below bucket 0
+// every threshold lies above a; past bucket 31, below it). Packed two per byte, element 2i in
+// the low nibble, the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how
+// many groups the tables do not serve, listed in rest for the caller. vpermw has no portable
+// Highway form in this version, so this is written for AVX-512 directly.
+template <std::size_t kGs>
+HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT x,
+                                              std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
+                                              const std::uint32_t* HWY_RESTRICT mult,
+                                              std::int64_t* HWY_RESTRICT rest) {
+  static_assert(kGs % 32 == 0, "whole vectors of 32 values");
+  const detail::E2M1Buckets& tables = detail::e2m1_buckets();
+  const __m512i mag = _mm512_set1_epi16(0x7FFF);
+  const __m512i last = _mm512_set1_epi16(31);
+  const __m512i eight = _mm512_set1_epi16(8);
+  const __m512i ones = _mm512_set1_epi16(-1);
+  const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
+  std::int64_t left = 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::uint32_t j = 0, base = 0;
+    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mult[g], j, base))) {
+      rest[left++] = g;
+      continue;
+    }
+    const __m512i b = _mm512_set1_epi16(static_cast<short>(base));
+    const __m512i t = _mm512_adds_epu16(_mm512_load_si512(tables.thr[j]),
+                                        _mm512_set1_epi16(static_cast<short>(base * 32)));
+    const __m512i c = _mm512_load_si512(tables.code[j]);
+    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
+    for (std::size_t i = 0; i < kGs; i += 32) {
+      const __m512i w = _mm512_loadu_si512(xg + i);
+      const __m512i a = _mm512_and_si512(w, mag);
+      const __m512i idx = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(a, 5), b), last);
+      const __mmask32 up = _mm512_cmpgt_epu16_mask(a, _mm512_permutexvar_epi16(idx, t));
+      const __m512i below = _mm512_permutexvar_epi16(idx, c);
+      // (below + up) | (w >> 12 & 8): the sign to bit 3.
+      const __m512i v = _mm512_ternarylogic_epi32(_mm512_mask_sub_epi16(below, up, below, ones),
+                                                  _mm512_srli_epi16(w, 12), eight, 0xF8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(og + i / 2),
+                       _mm512_cvtepi32_epi8(_mm512_madd_epi16(v, weights)));
+    }
+  }
+  return left;
+}
+#endif  // KVS_E2M1_BUCKETS
 
 #endif  // HWY_TARGET != HWY_SCALAR
 
