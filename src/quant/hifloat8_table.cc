@@ -1,8 +1,9 @@
-// The HiFloat8 lookup table, filled from the scalar encoder so both share one definition.
+// The HiFloat8 lookup tables, filled from the scalar encoder and the format's layout.
 #include "quant/hifloat8_table.h"
 
 #include <array>
 #include <bit>
+#include <cmath>
 
 #include "kvscatter/formats.h"
 
@@ -17,6 +18,25 @@ const std::uint8_t* hifloat8_sat_table() noexcept {
     return t;
   }();
   return table.data();
+}
+
+const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
+  static const HiFloat8Bf16Tables tables = [] {
+    HiFloat8Bf16Tables t{};
+    for (int i = 0; i < 64; ++i) {
+      const int e = i + 103 - 127;  // unbiased exponent
+      const int ae = e < 0 ? -e : e;
+      // Mantissa bits HiFloat8 keeps: 3, 2, 1 in the binades up to 2^+-3, 2^+-7, 2^+-15; none
+      // for the denormals below.
+      const int kept = ae <= 3 ? 3 : ae <= 7 ? 2 : ae <= 15 ? 1 : 0;
+      t.half[i] = static_cast<std::uint16_t>(1u << (6 - kept));
+      t.keep[i] = static_cast<std::uint16_t>(~((2u << (6 - kept)) - 1u));
+      t.code[i] = e >= -23 && e <= 15 ? formats::encode_hifloat8(std::ldexp(1.0f, e), true) : 0;
+      t.shift[i] = static_cast<std::uint16_t>(7 - kept);
+    }
+    return t;
+  }();
+  return tables;
 }
 
 }  // namespace kvscatter::detail

@@ -14,6 +14,9 @@
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
+// - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
+//   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
+//
 // All of them are exact lane forms of the scalar rules; none of them depends on the target.
 // They need at least 8 lanes of 16 bits, so the scalar target has none of them.
 #if defined(KVSCATTER_QUANT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -29,9 +32,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "quant/e2m1_buckets.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::quant::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// QuantizeE2M1GroupByBuckets exists where this is 1 (AVX-512 targets).
+#undef KVS_E2M1_BUCKETS
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define KVS_E2M1_BUCKETS 1
+#else
+#define KVS_E2M1_BUCKETS 0
+#endif
 
 #if HWY_TARGET != HWY_SCALAR
 
@@ -432,6 +445,163 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
     hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
   }
 }
+
+// ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
+
+// E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
+// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))): no quotient exceeds 448
+// there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) lies
+// above 1/448 the product would exceed 2^k by more than its rounding, so 2^k would not be its
+// ceiling.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7) {
+  const hn::RebindToSigned<D> di;
+  const auto t7 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7);
+  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
+  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+}
+
+// QuantizeE4M3Pow2Row with E4M3Pow2CodesInRange (for groups whose amax is finite).
+template <bool kPerGroup>
+HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
+                                           std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                           const std::uint32_t* HWY_RESTRICT subw) {
+  const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::int8_t, decltype(d)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto s7 = [&](std::int64_t i) {
+    return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
+  };
+  const auto row_s7 = s7(0);
+  std::int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    const auto a = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto b = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
+    StoreCodePair(di, a, b, out + i);
+  }
+  if (i < n) {  // an odd number of vectors
+    const auto a = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
+  }
+}
+
+// Magnitudes8 on vectors of at most kLanes lanes: for 32-element groups, 16 lanes make two
+// vectors per group and reduce through transposes half as wide, which is cheaper than one
+// 32-lane vector per group where 512-bit operations take two issue slots (AMD Zen 4).
+template <std::size_t kLanes, bool kMin>
+HWY_INLINE void Magnitudes8Capped(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                                  std::uint16_t* HWY_RESTRICT amax,
+                                  std::uint16_t* HWY_RESTRICT min1) {
+#if KVS_SIZELESS_VECTORS
+  Magnitudes8<kMin>(x, n, amax, min1);
+#else
+  const GroupTag<kLanes> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const V one = hn::Set(d, std::uint16_t{1});
+  V hi[8], lo[8];
+  for (int k = 0; k < 8; ++k) {
+    hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+    if (kMin) lo[k] = hn::Sub(hi[k], one);
+  }
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi[k] = hn::Max(hi[k], b);
+      if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
+    }
+  }
+  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
+  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
+  Reduce8(d, hi, max_op, amax);
+  if (kMin) Reduce8(d, lo, min_op, min1);
+#endif
+}
+
+// The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2Scales8: a nonzero
+// magnitude (bf16 bits & 0x7FFF) below it has a quotient below e4m3's normal range, where the
+// lane forms above are not exact. Up to 0x1007F.
+HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
+  return ((subw + 7u) & 0xFFFFu) + 0x80u;
+}
+
+// Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
+// x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
+// E4M3Pow2Lanes' normal test must redo by the scalar rules.
+template <class F>
+HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
+                                        std::uint32_t threshold, F&& f) {
+  const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  // Finite magnitudes are below 0x7F80, so a threshold past 0x7FFF may stop there.
+  const auto limit =
+      hn::Set(di, static_cast<std::int16_t>(threshold < 0x7FFFu ? threshold : 0x7FFFu));
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  for (std::int64_t i = 0; i < n; i += L) {
+    const auto m = hn::BitCast(di, hn::And(hn::LoadU(d, x + i), mag));
+    const auto below = hn::And(hn::Gt(m, hn::Zero(di)), hn::Lt(m, limit));
+    if (hn::AllFalse(di, below)) continue;
+    std::uint8_t bits[HWY_MAX_BYTES / 16 + 8] = {};
+    hn::StoreMaskBits(di, below, bits);
+    for (std::int64_t k = 0; k < L; ++k) {
+      if ((bits[k / 8] >> (k % 8)) & 1) f(i + k);
+    }
+  }
+}
+
+#if KVS_E2M1_BUCKETS
+// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (bf16 bits in
+// mult[g], finite) the bucket tables of quant/e2m1_buckets.h serve: the code of a = |v| is
+// code[i] + (a > thr[i] + base * 32) with i = a / 32 - base clamped to [0, 31] (below bucket 0
+// every threshold lies above a; past bucket 31, below it). Packed two per byte, element 2i in
+// the low nibble, the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how
+// many groups the tables do not serve, listed in rest for the caller. vpermw has no portable
+// Highway form in this version, so this is written for AVX-512 directly.
+template <std::size_t kGs>
+HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT x,
+                                              std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
+                                              const std::uint32_t* HWY_RESTRICT mult,
+                                              std::int64_t* HWY_RESTRICT rest) {
+  static_assert(kGs % 32 == 0, "whole vectors of 32 values");
+  const detail::E2M1Buckets& tables = detail::e2m1_buckets();
+  const __m512i mag = _mm512_set1_epi16(0x7FFF);
+  const __m512i last = _mm512_set1_epi16(31);
+  const __m512i eight = _mm512_set1_epi16(8);
+  const __m512i ones = _mm512_set1_epi16(-1);
+  const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
+  std::int64_t left = 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::uint32_t j = 0, base = 0;
+    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mult[g], j, base))) {
+      rest[left++] = g;
+      continue;
+    }
+    const __m512i b = _mm512_set1_epi16(static_cast<short>(base));
+    const __m512i t = _mm512_adds_epu16(_mm512_load_si512(tables.thr[j]),
+                                        _mm512_set1_epi16(static_cast<short>(base * 32)));
+    const __m512i c = _mm512_load_si512(tables.code[j]);
+    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
+    for (std::size_t i = 0; i < kGs; i += 32) {
+      const __m512i w = _mm512_loadu_si512(xg + i);
+      const __m512i a = _mm512_and_si512(w, mag);
+      const __m512i idx = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(a, 5), b), last);
+      const __mmask32 up = _mm512_cmpgt_epu16_mask(a, _mm512_permutexvar_epi16(idx, t));
+      const __m512i below = _mm512_permutexvar_epi16(idx, c);
+      // (below + up) | (w >> 12 & 8): the sign to bit 3.
+      const __m512i v = _mm512_ternarylogic_epi32(_mm512_mask_sub_epi16(below, up, below, ones),
+                                                  _mm512_srli_epi16(w, 12), eight, 0xF8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(og + i / 2),
+                       _mm512_cvtepi32_epi8(_mm512_madd_epi16(v, weights)));
+    }
+  }
+  return left;
+}
+#endif  // KVS_E2M1_BUCKETS
 
 #endif  // HWY_TARGET != HWY_SCALAR
 

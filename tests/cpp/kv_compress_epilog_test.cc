@@ -762,6 +762,80 @@ TEST(KvCompressEpilogSimd, EncodersMatchScalarExhaustive) {
   }
 }
 
+// The AVX-512 HiFloat8 path of the rope (x_scale 1) on every bfloat16 but the NaNs, which send
+// the rope to the general encoder.
+TEST(KvCompressEpilogSimd, HiFloat8FromBf16Exhaustive) {
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    if ((b & 0x7FFF) <= 0x7F80) x.push_back(static_cast<std::uint16_t>(b));
+  }
+  while (x.size() % 64 != 0) x.push_back(0);
+  Bytes out(x.size());
+  int ran = 0;
+  for (std::int64_t target : targets()) {
+    const simd_test::PinTarget pin(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    if (!detail::simd_encode_hifloat8_bf16(x.data(), out.data(), x.size())) continue;
+    ++ran;
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::uint8_t want = formats::encode_hifloat8(formats::decode_bfloat16(x[i]), true);
+      if (out[i] != want && bad++ < 5) {
+        ADD_FAILURE() << "bf16 0x" << std::hex << x[i] << " simd 0x" << int(out[i]) << " scalar 0x"
+                      << int(want);
+      }
+    }
+    EXPECT_EQ(bad, 0u);
+    // A NaN anywhere in a chunk of 64 hands the chunk back.
+    std::vector<std::uint16_t> nan_row(64, 0x3F80);
+    nan_row[37] = 0xFFC1;
+    EXPECT_FALSE(detail::simd_encode_hifloat8_bf16(nan_row.data(), out.data(), 64));
+  }
+  std::printf("targets with the bfloat16 HiFloat8 path: %d\n", ran);
+}
+
+// The AVX-512 FP4 path by bucket tables: every finite bfloat16 times multipliers with every
+// mantissa and exponents across the range, including those the tables refuse (near the top,
+// where the thresholds would leave the normal range).
+TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    if ((b & 0x7FFF) < 0x7F80) x.push_back(static_cast<std::uint16_t>(b));
+  }
+  while (x.size() % 64 != 0) x.push_back(0);
+  Bytes out(x.size() / 2);
+  for (std::int64_t target : targets()) {
+    const simd_test::PinTarget pin(target);
+    SCOPED_TRACE(hwy::TargetName(target));
+    if (!detail::simd_encode_e2m1_by_buckets(1.0f, x.data(), out.data(), 64)) continue;  // none
+    int ran = 0;
+    for (std::uint32_t e : {1u,   2u,   3u,   30u,  60u,  90u,  120u, 125u, 126u, 127u, 128u,
+                            129u, 135u, 160u, 200u, 230u, 245u, 249u, 250u, 251u, 252u, 254u}) {
+      for (std::uint32_t j = 0; j < 128; ++j) {
+        const std::uint16_t mb = static_cast<std::uint16_t>(e << 7 | j);
+        const float mult = formats::decode_bfloat16(mb);
+        if (!detail::simd_encode_e2m1_by_buckets(mult, x.data(), out.data(), x.size())) {
+          EXPECT_GE(e, 251u) << "multiplier 0x" << std::hex << mb << " refused";
+          continue;
+        }
+        ++ran;
+        std::size_t bad = 0;
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const std::uint8_t want = scalar_e2m1(formats::decode_bfloat16(x[i]) * mult);
+          const std::uint8_t got = (out[i / 2] >> (4 * (i % 2))) & 0xF;
+          if (got != want && bad++ < 5) {
+            ADD_FAILURE() << "multiplier 0x" << std::hex << mb << " bf16 0x" << x[i] << " simd 0x"
+                          << int(got) << " scalar 0x" << int(want);
+          }
+        }
+        ASSERT_EQ(bad, 0u);
+      }
+    }
+    EXPECT_GE(ran, 19 * 128);  // every exponent up to 250 takes the tables
+    std::printf("%s: %d multipliers by bucket tables\n", hwy::TargetName(target), ran);
+  }
+}
+
 // ---- duplicate resolution --------------------------------------------------------------------
 
 // Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over

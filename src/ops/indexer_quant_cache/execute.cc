@@ -1,11 +1,12 @@
-// IndexerQuantCache driver: every slot checked before the first write, earlier writers of a
-// repeated slot dropped (the last token wins, for the codes and the scales alike), then rows
-// split across threads; no two chunks write the same row, so results never depend on the
-// thread count.
+// IndexerQuantCache driver: every slot checked before the first write, then the rows quantized
+// in token order on one thread, or split across threads after the earlier writers of a
+// repeated slot are dropped (the last token wins, for the codes and the scales alike); no two
+// chunks write the same row, so results never depend on the thread count.
 #include <vector>
 
 #include "core/index.h"
 #include "core/slots.h"
+#include "kvscatter/runtime.h"
 #include "ops/indexer_quant_cache/internal.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "runtime/parallel.h"
@@ -15,12 +16,20 @@ namespace kvscatter {
 namespace {
 
 void run(const IndexerQuantCachePlan& p) {
-  std::vector<std::int64_t> slots = detail::indexer::checked_slots(p);
-  if (p.num_rows == 0) return;
   const std::int64_t grain = detail::grain_for_bytes(8 * p.d, 64 * 1024);
-  if (p.num_rows > grain) detail::keep_last_writers(slots, p.num_slots);
+  // One pass in token order leaves every repeated slot with its last writer by itself: no
+  // dedup pass, and the slots are read where they lie when they are contiguous int64.
+  const bool one_pass = p.num_rows <= grain || get_num_threads() == 1;
+  std::vector<std::int64_t> storage;
+  const std::int64_t* slots = detail::indexer::checked_slots(p, storage, !one_pass);
+  if (p.num_rows == 0) return;
+  if (one_pass) {
+    detail::indexer::quantize_rows(p, slots, 0, p.num_rows);
+    return;
+  }
+  detail::keep_last_writers(storage, p.num_slots);
   detail::parallel_for(p.num_rows, grain, [&](std::int64_t begin, std::int64_t end) {
-    detail::indexer::quantize_rows(p, slots.data(), begin, end);
+    detail::indexer::quantize_rows(p, slots, begin, end);
   });
 }
 

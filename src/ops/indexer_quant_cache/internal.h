@@ -85,6 +85,11 @@ void check_bound_data(const IndexerQuantCachePlan& plan);
 // Every slot is -1 (skip) or in [0, num_slots); returns them widened, row-major.
 std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& plan);
 
+// The same check without a copy where slot_mapping is contiguous int64 and `copy` is false:
+// returns the mapping's own entries, else `storage` filled as above.
+const std::int64_t* checked_slots(const IndexerQuantCachePlan& plan,
+                                  std::vector<std::int64_t>& storage, bool copy);
+
 // The operands of a call, outputs first (see core/overlap.h); P is the plan, const or not.
 template <class P>
 [[gnu::always_inline]] inline Operands operands(P& p) {

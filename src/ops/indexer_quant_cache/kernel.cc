@@ -7,10 +7,11 @@
 //   scales as one vector, then each row's codes by integer subtraction of its scale's exponent.
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
-// - Groups (or fp8 rows) outside what that form covers exactly (a non-finite element, a
-//   quotient below e4m3's normal range) and every other combination of mode and dtype take the
-//   general path: the row widened to float32, the scalar scale rules of internal.h and the batch
-//   encoders shared with kv_compress_epilog, bit-identical to the reference.
+// - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
+//   not exact) are redone by the scalar rules. Groups (or fp8 rows) with a non-finite element
+//   and every other combination of mode and dtype take the general path: the row widened to
+//   float32, the scalar scale rules of internal.h and the batch encoders shared with
+//   kv_compress_epilog, bit-identical to the reference.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,6 +27,7 @@
 #include "kvscatter/formats.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "ops/kv_compress_epilog/kernel.h"  // the shared float8 / HiFloat8 batch encoders
+#include "quant/hifloat8_table.h"
 #include "quant/quant_simd-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -40,6 +42,7 @@ constexpr std::int64_t kMaxD = 8192, kMaxGroups = kMaxD / 32;
 struct Scratch {
   float* x = nullptr;
   float* y = nullptr;
+  HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys of a row
   HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8], sub[kMaxGroups + 8];
   HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], fast[kMaxGroups + 8];
   std::uint8_t scale[kMaxGroups * 4];
@@ -100,28 +103,31 @@ void mxfp8_group(DType cache, const float* x, float* y, std::uint8_t* codes, std
   encode_fp8(cache, y, codes, 32);
 }
 
+// One mxfp4 group of 32 widened elements at x: 16 code bytes, one scale byte.
+void mxfp4_group(bool e2m1, const float* x, std::uint8_t* codes, std::uint8_t* scale) {
+  const std::uint32_t emax = e2m1 ? 2 : 0;
+  std::uint8_t nib[32];
+  std::uint32_t m = 0;
+  for (int k = 0; k < 32; ++k) m = std::max(m, (bits(x[k]) >> 23) & 0xFFu);
+  const std::uint32_t sg = m == 0 ? 0 : std::max(m, emax) - emax;
+  *scale = static_cast<std::uint8_t>(sg);
+  const float mul = pow2_from(sg);
+  for (int k = 0; k < 32; ++k) {
+    const float y = x[k] * mul;
+    nib[k] = m == 0 ? (std::signbit(x[k]) ? 0x8 : 0x0)
+             : e2m1 ? formats::encode_float4_e2m1(y)
+                    : formats::encode_float4_e1m2(y);
+  }
+  for (int j = 0; j < 16; ++j) {
+    codes[j] = static_cast<std::uint8_t>(nib[2 * j] | nib[2 * j + 1] << 4);
+  }
+}
+
 void mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, std::uint8_t* codes,
                std::uint8_t* scale) {
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
-  const std::uint32_t emax = e2m1 ? 2 : 0;
-  std::uint8_t nib[32];
-  for (std::int64_t g = 0; g < p.d / 32; ++g) {
-    const float* xg = &s.x[32 * g];
-    std::uint32_t m = 0;
-    for (int k = 0; k < 32; ++k) m = std::max(m, (bits(xg[k]) >> 23) & 0xFFu);
-    const std::uint32_t sg = m == 0 ? 0 : std::max(m, emax) - emax;
-    scale[g] = static_cast<std::uint8_t>(sg);
-    const float mul = pow2_from(sg);
-    for (int k = 0; k < 32; ++k) {
-      const float y = xg[k] * mul;
-      nib[k] = m == 0 ? (std::signbit(xg[k]) ? 0x8 : 0x0)
-               : e2m1 ? formats::encode_float4_e2m1(y)
-                      : formats::encode_float4_e1m2(y);
-    }
-    for (int j = 0; j < 16; ++j) {
-      codes[16 * g + j] = static_cast<std::uint8_t>(nib[2 * j] | nib[2 * j + 1] << 4);
-    }
-  }
+  for (std::int64_t g = 0; g < p.d / 32; ++g)
+    mxfp4_group(e2m1, &s.x[32 * g], codes + 16 * g, scale + g);
 }
 
 void general_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
@@ -159,7 +165,7 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
 
 // Rows quantized together, in token order (the order they are written in, so a repeated slot
 // still ends with its last writer).
-constexpr int kMaxBatch = 16;
+constexpr int kMaxBatch = 32;
 struct Batch {
   const std::uint16_t* src[kMaxBatch];
   std::uint8_t* codes[kMaxBatch];
@@ -167,19 +173,65 @@ struct Batch {
   int n = 0;
 };
 
-// Rows per batch: sixteen units (fp8 rows, or mxfp8 32-groups), in two sets of eight that each
+// Rows per batch: sixteen fp8 rows or thirty-two mxfp8 32-groups, in sets of eight that each
 // share one reduction of their magnitudes and one vector of scale rules, so the rows'
 // dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
-// from the loads to the scales outlasted the batch's work).
+// from the loads to the scales outlasted the batch's work; four sets beat two by a few percent).
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
   if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 16;
-  return groups <= 8 ? static_cast<int>(16 / groups) : 1;
+  return groups <= 8 ? static_cast<int>(kMaxBatch / groups) : 1;
+}
+
+// The lanes of a group with a finite amax whose quotients fall below e4m3's normal range
+// (where the lane form is not exact), rewritten by the scalar rules over the lane form's codes.
+// threshold: E4M3NormalThreshold of the group; e: its scale's biased exponent.
+void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::int64_t n,
+                            std::uint32_t threshold, std::uint32_t e) {
+  const float mul = pow2_from(e);
+  qn::ForE4M3LanesBelowNormal(src, n, threshold, [&](std::int64_t i) {
+    codes[i] = formats::encode_float8_e4m3fn(f32(std::uint32_t{src[i]} << 16) * mul);
+  });
+}
+
+constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
+
+// Mode hifloat8, bfloat16 rows: each product's code looked up by the top 13 bits of its float32
+// (hifloat8_table.h), the products formed a vector at a time. False (nothing written) when a
+// product is NaN, which the table does not cover.
+bool hif8_row_by_table(const std::uint16_t* src, std::uint8_t* codes, std::int64_t d, float x_scale,
+                       std::uint16_t* keys) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto xs = hn::Set(df, x_scale);
+  auto nan = hn::FirstN(df, 0);
+  for (std::int64_t j = 0; j < d; j += L) {
+    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + j))));
+    const auto prod = hn::Mul(v, xs);
+    nan = hn::Or(nan, hn::IsNaN(prod));
+    const auto key = hn::ShiftRight<kHiFloat8TableShift>(hn::BitCast(du, prod));
+    hn::StoreU(hn::TruncateTo(d16, key), d16, keys + j);
+  }
+  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
+  // Eight codes per store, four keys per load: byte stores into the cache row between the key
+  // loads stalled on every store whose address matched a key's in the low 12 bits.
+  const std::uint8_t* table = hifloat8_sat_table();
+  for (std::int64_t j = 0; j < d; j += 8) {
+    std::uint64_t k[2], out = 0;
+    std::memcpy(k, keys + j, 16);
+    for (int i = 0; i < 8; ++i) {
+      const auto key = static_cast<std::uint16_t>(k[i / 4] >> (16 * (i % 4)));
+      out |= std::uint64_t{table[key]} << (8 * i);
+    }
+    std::memcpy(codes + j, &out, 8);
+  }
+  return true;
 }
 
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
-// keeps an all-zero row's scale 0. A row the fast form does not cover exactly takes the
-// general path.
+// keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = p.d;
   const std::uint16_t* units[kMaxBatch];
@@ -190,12 +242,15 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   for (int c = 0; c < n; c += 8) {
-    qn::Magnitudes8<true>(units + c, d, amax + c, min1 + c);
+    qn::Magnitudes8Capped<16, true>(units + c, d, amax + c, min1 + c);
     qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
-    if (fast[k] != 0) {
-      qn::QuantizeE4M3Pow2Row<false>(units[k], b.codes[k], d, subw + k);
+    if (amax[k] < kInfBits) {
+      qn::QuantizeE4M3Pow2RowInRange<false>(units[k], b.codes[k], d, subw + k);
+      if (fast[k] == 0) {
+        fix_lanes_below_normal(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
+      }
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale[k], &stored, 4);
     } else {
@@ -205,12 +260,19 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
 }
 
-// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0),
-// rewritten from the scalar rules over the fast form's output.
-void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint8_t* fast,
+// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0): their
+// lanes below e4m3's normal range, or (a non-finite element) the whole group, rewritten from
+// the scalar rules over the fast form's output.
+void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax,
+                 const std::uint32_t* subw, const std::uint8_t* exp, const std::uint8_t* fast,
                  std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
     if (fast[g] != 0) continue;
+    if (amax[g] < kInfBits) {
+      fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
+                             exp[g]);
+      continue;
+    }
     formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
     mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
   }
@@ -232,19 +294,22 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all = true;
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8<true>(units + c, 32, amax + c, min1 + c);
+    qn::Magnitudes8Capped<16, true>(units + c, 32, amax + c, min1 + c);
     all &=
         qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    qn::QuantizeE4M3Pow2Row<true>(units[u], b.codes[k], d, subw + u);
+    qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
-    if (!all) redo_groups(s, units[u], fast + u, groups, b.codes[k], b.scale[k]);
+    if (!all) {
+      redo_groups(s, units[u], amax + u, subw + u, exp + u, fast + u, groups, b.codes[k],
+                  b.scale[k]);
+    }
   }
 }
 
@@ -255,15 +320,49 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
   qn::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
   qn::E4M3Pow2Scales(s.amax, s.min1, groups, kC448Bits, kEpsBits, s.sub, s.exp, s.fast);
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (s.fast[g] != 0) {
+    if (s.amax[g] < kInfBits) {
       qn::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, s.sub[g]);
       s.scale[g] = static_cast<std::uint8_t>(s.exp[g]);
+      if (s.fast[g] == 0) {
+        fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, s.sub[g] + 0x80u, s.exp[g]);
+      }
     } else {
       formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
       mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, s.scale + g);
     }
   }
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
+}
+
+// Mode mxfp4, bfloat16 rows. A group's scale 2^(s - 127) is a power of two, so the y = x *
+// 2^(127 - s) where a code steps up are x values whose bf16 bits are those of the steps (below)
+// shifted by (s - 127) << 7: QuantizeE2M1Group's compares, exactly. Groups whose steps would
+// leave bf16's normal range (s below 4 or above 250: magnitudes near 2^-125 or 2^125), zero and
+// non-finite groups take the scalar rules.
+void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
+                    std::uint8_t* codes, std::uint8_t* scale) {
+  // bf16 bits of y one below the smallest with code >= k + 1 (ties to the even code).
+  constexpr std::int32_t kE2M1[7] = {0x3E80, 0x3F3F, 0x3FA0, 0x3FDF, 0x4020, 0x405F, 0x40A0};
+  constexpr std::int32_t kE1M2[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90, 0x3FAF, 0x3FD0};
+  const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
+  const std::int32_t* steps = e2m1 ? kE2M1 : kE1M2;
+  const std::uint32_t emax = e2m1 ? 2 : 0;
+  const std::int64_t groups = p.d / 32;
+  qn::GroupMagnitudes<32, false>(src, groups, s.amax, s.min1);
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint32_t m = s.amax[g] >> 7;  // the largest exponent field
+    const std::uint32_t sg = std::max(m, emax) - emax;
+    if (m == 0 || m >= 255 || sg < 4 || sg > 250) {
+      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+      mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
+      continue;
+    }
+    std::uint16_t thr[7];
+    const std::int32_t shift = (static_cast<std::int32_t>(sg) - 127) * 128;
+    for (int k = 0; k < 7; ++k) thr[k] = static_cast<std::uint16_t>(steps[k] + shift);
+    qn::QuantizeE2M1Group<32>(src + 32 * g, codes + 16 * g, thr, 1);
+    scale[g] = static_cast<std::uint8_t>(sg);
+  }
 }
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -278,60 +377,100 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 
 #endif  // HWY_TARGET != HWY_SCALAR
 
+// The row addresses of a call, read once from the plan: the byte stores of the kernels may
+// alias anything, so plan fields read inside the loops would be reloaded on every row.
+struct RowAddresses {
+  explicit RowAddresses(const IndexerQuantCachePlan& p)
+      : split(p.block_size),  // row_at's addresses, the slot split by a shift where it can be
+        c0(p.cache.stride(0) * static_cast<std::int64_t>(p.cache.element_size())),
+        c1(p.cache.stride(1) * static_cast<std::int64_t>(p.cache.element_size())),
+        s0(p.cache_scale.stride(0) * static_cast<std::int64_t>(p.cache_scale.element_size())),
+        s1(p.cache_scale.stride(1) * static_cast<std::int64_t>(p.cache_scale.element_size())),
+        x0(p.x.stride(0)),
+        cache(static_cast<std::uint8_t*>(p.cache.data)),
+        cache_scale(static_cast<std::uint8_t*>(p.cache_scale.data)),
+        x(static_cast<const std::uint16_t*>(p.x.data)),
+        xv(&p.x),
+        rank2(p.x.rank == 2) {}
+  const std::uint16_t* src(std::int64_t r) const {
+    return x + (rank2 ? r * x0 : x_row(*xv, r));  // rank 2: no division per row
+  }
+  std::uint8_t* codes(std::int64_t slot) const { return split.address(cache, c0, c1, slot); }
+  std::uint8_t* scale(std::int64_t slot) const { return split.address(cache_scale, s0, s1, slot); }
+
+  SlotSplitter split;
+  std::int64_t c0, c1, s0, s1, x0;
+  std::uint8_t *cache, *cache_scale;
+  const std::uint16_t* x;
+  const TensorView* xv;
+  bool rank2;
+};
+
+#if HWY_TARGET != HWY_SCALAR
+// The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
+// order.
+void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const int per_batch = batch_rows(p);
+  Batch b;
+  int n = 0;  // b.n lives in a register between the calls
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t slot = slots[r];
+    if (slot < 0) continue;
+    b.src[n] = a.src(r);
+    b.codes[n] = a.codes(slot);
+    b.scale[n] = a.scale(slot);
+    if (++n == per_batch) {
+      b.n = n;
+      fast_rows(p, s, b);
+      n = 0;
+    }
+  }
+  b.n = n;
+  if (n > 0) fast_rows(p, s, b);
+}
+#endif
+
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
   std::vector<float> rows(static_cast<std::size_t>(2 * p.d));
   Scratch s;
   s.x = rows.data();
   s.y = rows.data() + p.d;
-  // Everything the loop needs from the plan is read once here: the byte stores below may alias
-  // anything, so fields read inside the loop would be reloaded on every row.
+  const RowAddresses a(p);
+#if HWY_TARGET != HWY_SCALAR
+  if (fast_e4m3(p)) {
+    fast_batches(p, s, a, slots, begin, end);
+    return;
+  }
+#endif
+#if HWY_TARGET != HWY_SCALAR
+  const bool bf16 = p.x.dtype == DType::bfloat16;
+  const bool hif8_table = p.options.quant_mode == IndexerQuantMode::hifloat8 && bf16;
+  const bool fp4_bf16 = p.options.quant_mode == IndexerQuantMode::mxfp4 && bf16;
+#endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
-  // row_at's addresses, with the slot split by a shift where the block size allows.
-  const SlotSplitter split(p.block_size);
-  const auto ce = static_cast<std::int64_t>(p.cache.element_size());
-  const auto se = static_cast<std::int64_t>(p.cache_scale.element_size());
-  const std::int64_t c0 = p.cache.stride(0) * ce, c1 = p.cache.stride(1) * ce;
-  const std::int64_t s0 = p.cache_scale.stride(0) * se, s1 = p.cache_scale.stride(1) * se;
-  auto* cache = static_cast<std::uint8_t*>(p.cache.data);
-  auto* cache_scale = static_cast<std::uint8_t*>(p.cache_scale.data);
-  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
-  const std::int64_t x0 = p.x.stride(0);
-  const bool rank2 = p.x.rank == 2;  // no division per row
-#if HWY_TARGET != HWY_SCALAR
-  const bool fast = fast_e4m3(p);
-  const int per_batch = batch_rows(p);
-  Batch b;
-#endif
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
-    const std::uint16_t* src = x + (rank2 ? r * x0 : x_row(p.x, r));
-    std::uint8_t* codes = split.address(cache, c0, c1, slot);
-    std::uint8_t* scale = split.address(cache_scale, s0, s1, slot);
+    std::uint8_t* scale = a.scale(slot);
 #if HWY_TARGET != HWY_SCALAR
-    if (fast) {
-      b.src[b.n] = src;
-      b.codes[b.n] = codes;
-      b.scale[b.n] = scale;
-      if (++b.n == per_batch) {
-        fast_rows(p, s, b);
-        b.n = 0;
-      }
+    if (hif8_table && hif8_row_by_table(a.src(r), a.codes(slot), p.d, p.options.x_scale, s.keys)) {
+      continue;  // no scale in this mode
+    }
+    if (fp4_bf16) {
+      fast_mxfp4_row(p, s, a.src(r), a.codes(slot), scale);
       continue;
     }
 #endif
-    general_row(p, s, src, codes);
+    general_row(p, s, a.src(r), a.codes(slot));
     if (scale_bytes == 4) {
       std::memcpy(scale, s.scale, 4);  // fp8, and mxfp8 / mxfp4 with d = 128: one move
     } else if (scale_bytes != 0) {
       std::memcpy(scale, s.scale, scale_bytes);
     }
   }
-#if HWY_TARGET != HWY_SCALAR
-  if (b.n > 0) fast_rows(p, s, b);
-#endif
 }
 
 }  // namespace HWY_NAMESPACE

@@ -1,5 +1,6 @@
 // The optimized IndexerQuantCache kernel: rows [begin, end) of x quantized into the cache rows
-// named by slots (negative: skip; pairwise distinct, so chunks may run on any thread).
+// named by slots (negative: skip), written in token order, so a slot repeated inside the range
+// ends with its last writer (chunks on different threads need pairwise distinct slots).
 #pragma once
 
 #include <cstdint>

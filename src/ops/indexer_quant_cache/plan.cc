@@ -138,17 +138,50 @@ void check_bound_data(const IndexerQuantCachePlan& p) {
   require_data(p.slot_mapping, "slot_mapping");
 }
 
-std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& p) {
-  std::vector<std::int64_t> slots;
-  read_indices(p.slot_mapping, slots);
-  for (std::size_t t = 0; t < slots.size(); ++t) {
-    const std::int64_t s = slots[t];
-    if (s != -1 && (s < 0 || s >= p.num_slots)) {
-      invalid("slot_mapping", index_str(p.slot_mapping, static_cast<std::int64_t>(t)), " = ", s,
+namespace {
+
+// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). As unsigned
+// numbers the valid slots plus one are exactly [0, num_slots], so the scan is one maximum; the
+// rare failing call pays a second scan for the message.
+void check_slot_values(const IndexerQuantCachePlan& p, const std::int64_t* s, std::int64_t n) {
+  const auto ns = static_cast<std::uint64_t>(p.num_slots);
+  std::uint64_t most[4] = {0, 0, 0, 0};  // four chains: a compare and a move per slot each
+  std::int64_t t = 0;
+  for (; t + 4 <= n; t += 4) {
+    for (int k = 0; k < 4; ++k) {
+      const std::uint64_t v = static_cast<std::uint64_t>(s[t + k]) + 1;
+      most[k] = most[k] > v ? most[k] : v;
+    }
+  }
+  for (; t < n; ++t) most[0] = std::max(most[0], static_cast<std::uint64_t>(s[t]) + 1);
+  if (std::max(std::max(most[0], most[1]), std::max(most[2], most[3])) <= ns) return;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (s[i] != -1 && static_cast<std::uint64_t>(s[i]) >= ns) {
+      invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", s[i],
               " is out of range: -1 (skip) or [0, ", p.num_slots, ")");
     }
   }
+}
+
+}  // namespace
+
+std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& p) {
+  std::vector<std::int64_t> slots;
+  read_indices(p.slot_mapping, slots);
+  check_slot_values(p, slots.data(), static_cast<std::int64_t>(slots.size()));
   return slots;
+}
+
+const std::int64_t* checked_slots(const IndexerQuantCachePlan& p,
+                                  std::vector<std::int64_t>& storage, bool copy) {
+  const TensorView& m = p.slot_mapping;
+  if (copy || m.dtype != DType::int64 || !m.is_contiguous()) {
+    storage = checked_slots(p);
+    return storage.data();
+  }
+  const auto* s = static_cast<const std::int64_t*>(m.data);
+  check_slot_values(p, s, p.num_rows);
+  return s;
 }
 
 }  // namespace detail::indexer

@@ -10,9 +10,12 @@
 // - Groups whose quotients or products are all finite (the normal case) take fast encoders
 //   that skip NaN handling; the rare others take careful encoders with the reference's NaN
 //   rules. All encoders are lane forms of the scalar rules (tests sweep them).
+// - On AVX-512, hifloat8_fp4 rows look codes up in registers (vpermw): the FP4 nope by the
+//   bucket tables of quant/e2m1_buckets.h, the HiFloat8 rope (x_scale 1) by exponent tables.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/kv_compress_epilog/kernel.cc"
@@ -21,6 +24,7 @@
 
 #include "ops/kv_compress_epilog/internal.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 #include "quant/quant_simd-inl.h"
 
@@ -398,7 +402,10 @@ HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_
       Fp8GroupAny<kMode0, true>(x + 64 * g, data + 64 * g, sg, amax[g]);
       continue;
     }
-    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Group<64>(x + 64 * g, data + 64 * g, sub[g]);
+    // 64 codes per store: both vectors of the group narrowed together (see StoreCodePair).
+    const std::uint32_t s7 = static_cast<std::uint16_t>(sub[g] - 7u);
+    const std::uint32_t subw = s7 | s7 << 16;
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2Row<false>(x + 64 * g, data + 64 * g, 64, &subw);
     if (kMode0) {
       PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
     } else {
@@ -452,15 +459,30 @@ HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_R
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// The nope of a row whose multipliers are all finite: FP4 codes by per-group thresholds.
-HWY_INLINE void Fp4NopeByThresholds(const std::uint16_t* HWY_RESTRICT x,
-                                    std::uint8_t* HWY_RESTRICT data, std::int64_t gs,
-                                    std::int64_t groups, const float* HWY_RESTRICT inv_b) {
+// The nope of a row whose multipliers are all finite: FP4 codes by bucket tables where the
+// target has them and the group's multiplier allows (nearly always), else by per-group
+// thresholds.
+HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT data,
+                              std::int64_t gs, std::int64_t groups,
+                              const float* HWY_RESTRICT inv_b) {
   namespace qn = quant::HWY_NAMESPACE;
   constexpr std::int64_t kStride = kMaxGroups + 8;
+  std::int64_t rest[kMaxGroups];  // the groups left to the thresholds
+  std::int64_t left = groups;
+  for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
+#if KVS_E2M1_BUCKETS
+  if (gs != 16) {  // a bucket vector holds 32 values
+    std::uint32_t mult[kMaxGroups];
+    for (std::int64_t g = 0; g < groups; ++g) mult[g] = bits_of(inv_b[g]) >> 16;
+    left = gs == 32 ? qn::QuantizeE2M1ByBuckets<32>(x, data, groups, mult, rest)
+                    : qn::QuantizeE2M1ByBuckets<64>(x, data, groups, mult, rest);
+  }
+#endif
+  if (left == 0) return;
   alignas(64) std::uint16_t thr[7 * kStride];
   qn::E2M1Thresholds(inv_b, groups, thr, kStride);
-  for (std::int64_t g = 0; g < groups; ++g) {
+  for (std::int64_t k = 0; k < left; ++k) {
+    const std::int64_t g = rest[k];
     const std::uint16_t* xg = x + gs * g;
     std::uint8_t* out = data + gs / 2 * g;
     if (gs == 16) {
@@ -474,7 +496,48 @@ HWY_INLINE void Fp4NopeByThresholds(const std::uint16_t* HWY_RESTRICT x,
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The rope's HiFloat8 codes when x_scale is 1 (the products are the bfloat16 inputs), 32 per
+// vector from the 16-bit values (hifloat8_bf16_tables); false (nothing written) on a NaN.
+// vpermi2w has no portable Highway form in this version, so this is written for AVX-512.
+HWY_INLINE bool HiF8RopeBf16(const std::uint16_t* HWY_RESTRICT rope,
+                             std::uint8_t* HWY_RESTRICT out) {
+  const HiFloat8Bf16Tables& t = hifloat8_bf16_tables();
+  const auto table = [](const std::uint16_t* p, int k) { return _mm512_load_si512(p + 32 * k); };
+  const __m512i half0 = table(t.half, 0), half1 = table(t.half, 1);
+  const __m512i keep0 = table(t.keep, 0), keep1 = table(t.keep, 1);
+  const __m512i code0 = table(t.code, 0), code1 = table(t.code, 1);
+  const __m512i shift0 = table(t.shift, 0), shift1 = table(t.shift, 1);
+  const __m512i bias = _mm512_set1_epi16(103), last = _mm512_set1_epi16(63);
+  __m512i w[2];
+  __mmask32 nan = 0;
+  for (int k = 0; k < 2; ++k) {
+    w[k] = _mm512_loadu_si512(rope + 32 * k);
+    nan |= _mm512_cmpgt_epu16_mask(_mm512_and_si512(w[k], _mm512_set1_epi16(0x7FFF)),
+                                   _mm512_set1_epi16(0x7F80));
+  }
+  if (HWY_UNLIKELY(nan != 0)) return false;
+  for (int k = 0; k < 2; ++k) {
+    const __m512i a = _mm512_and_si512(w[k], _mm512_set1_epi16(0x7FFF));
+    const __m512i i = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(a, 7), bias), last);
+    __m512i r = _mm512_and_si512(_mm512_add_epi16(a, _mm512_permutex2var_epi16(half0, i, half1)),
+                                 _mm512_permutex2var_epi16(keep0, i, keep1));
+    r = _mm512_min_epu16(r, _mm512_set1_epi16(0x4700));  // 2^15: saturation
+    const __m512i j = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(r, 7), bias), last);
+    const __m512i m = _mm512_srlv_epi16(_mm512_and_si512(r, _mm512_set1_epi16(0x7F)),
+                                        _mm512_permutex2var_epi16(shift0, j, shift1));
+    __m512i c = _mm512_or_si512(_mm512_permutex2var_epi16(code0, j, code1), m);
+    c = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(w[k], 8), _mm512_set1_epi16(0x80), 0xF8);
+    // |x| < 2^-23 is the only zero (no -0).
+    c = _mm512_maskz_mov_epi16(_mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x3400)), c);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), _mm512_cvtepi16_epi8(c));
+  }
+  return true;
+}
+#endif
+
 // The rope's HiFloat8 codes by table lookup; false (nothing written) when a product is NaN.
+// The keys are read back four at a time and the codes stored eight at a time.
 HWY_INLINE bool HiF8RopeByTable(const std::uint16_t* HWY_RESTRICT rope,
                                 std::uint8_t* HWY_RESTRICT out, float x_scale) {
 #if HWY_TARGET != HWY_SCALAR
@@ -494,7 +557,17 @@ HWY_INLINE bool HiF8RopeByTable(const std::uint16_t* HWY_RESTRICT rope,
   }
   if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
   const std::uint8_t* table = hifloat8_sat_table();
-  for (int j = 0; j < 64; ++j) out[j] = table[keys[j]];
+  for (int j = 0; j < 64; j += 8) {
+    std::uint64_t k0, k1;
+    std::memcpy(&k0, keys + j, 8);
+    std::memcpy(&k1, keys + j + 4, 8);
+    std::uint64_t codes = 0;
+    for (int i = 0; i < 4; ++i) {
+      codes |= std::uint64_t{table[(k0 >> (16 * i)) & 0xFFFF]} << (8 * i);
+      codes |= std::uint64_t{table[(k1 >> (16 * i)) & 0xFFFF]} << (8 * i + 32);
+    }
+    std::memcpy(out + j, &codes, 8);
+  }
   return true;
 #else
   (void)rope;
@@ -511,7 +584,13 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float c6 = f32_from_bits(kC6Bits);
-  if (!HiF8RopeByTable(x + n, out, x_scale)) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const bool rope_done =
+      x_scale == 1.0f ? HiF8RopeBf16(x + n, out) : HiF8RopeByTable(x + n, out, x_scale);
+#else
+  const bool rope_done = HiF8RopeByTable(x + n, out, x_scale);
+#endif
+  if (!rope_done) {
     const VF xs = hn::Set(df, x_scale);
     for (std::int64_t j = 0; j < 64; j += step) {
       const VU w = LoadPairs(x + n + j);
@@ -548,7 +627,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
   if (hn::AllFalse(df, non_finite)) {
 #if HWY_TARGET != HWY_SCALAR
-    Fp4NopeByThresholds(x, out + 64, gs, groups, inv_b);
+    Fp4NopeFinite(x, out + 64, gs, groups, inv_b);
 #else
     Fp4Nope<true>(x, out + 64, n, gs, inv_b);
 #endif
@@ -692,6 +771,36 @@ void EncodeHiF8Batch(const float* x, std::uint8_t* out, std::size_t n) {
   EncodeBatch(x, out, n, [](VF v) { return EncodeHiF8(v); });
 }
 
+bool HiF8Bf16Batch(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  for (std::size_t i = 0; i < n; i += 64) {
+    if (!HiF8RopeBf16(x + i, out + i)) return false;
+  }
+  return true;
+#else
+  (void)x;
+  (void)out;
+  (void)n;
+  return false;
+#endif
+}
+
+bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
+#if KVS_E2M1_BUCKETS
+  const std::int64_t groups = static_cast<std::int64_t>(n / 64);
+  std::vector<std::uint32_t> mults(static_cast<std::size_t>(groups), bits_of(mult) >> 16);
+  std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
+  return quant::HWY_NAMESPACE::QuantizeE2M1ByBuckets<64>(x, out, groups, mults.data(),
+                                                         rest.data()) == 0;
+#else
+  (void)mult;
+  (void)x;
+  (void)out;
+  (void)n;
+  return false;
+#endif
+}
+
 void E2M1ThresholdsBatch(const float* mult, std::int64_t n, std::uint16_t* thr) {
 #if HWY_TARGET != HWY_SCALAR
   quant::HWY_NAMESPACE::E2M1Thresholds(mult, n, thr, n);
@@ -716,6 +825,8 @@ HWY_EXPORT(EncodeE2M1Batch);
 HWY_EXPORT(EncodeE2M1FiniteBatch);
 HWY_EXPORT(EncodeHiF8Batch);
 HWY_EXPORT(E2M1ThresholdsBatch);
+HWY_EXPORT(HiF8Bf16Batch);
+HWY_EXPORT(E2M1BucketsBatch);
 
 void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                    std::int64_t end) {
@@ -742,6 +853,13 @@ void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n) 
 }
 void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr) {
   HWY_DYNAMIC_DISPATCH(E2M1ThresholdsBatch)(mult, n, thr);
+}
+bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
+  return HWY_DYNAMIC_DISPATCH(HiF8Bf16Batch)(x, out, n);
+}
+bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
+                                 std::size_t n) {
+  return HWY_DYNAMIC_DISPATCH(E2M1BucketsBatch)(mult, x, out, n);
 }
 
 }  // namespace kvscatter::detail

@@ -6,6 +6,7 @@
 
 #include "core/overlap.h"
 #include "core/slots.h"
+#include "core/streaming.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/internal.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
 #include "runtime/parallel.h"
@@ -32,6 +33,12 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
         job.plan = &p;
         job.slots = slots.data();
         job.split = SlotSplitter(p.block_size);
+        const std::int64_t written =
+            p.num_tokens * p.num_heads * (p.key_head_size + p.value_head_size);
+        job.stream = use_streaming_stores(written);
+        // Tiles pay off while the rows stay in cache: past half the streaming threshold their
+        // strided reads of the input cost more than the contiguous writes save.
+        job.tile = use_streaming_stores(2 * written) ? 1 : k_scale::kTile;
         parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
           k_scale::token_range(job, begin, end);
         });

@@ -1,6 +1,15 @@
 // The kernel of scatter_pa_kv_cache_with_k_scale, compiled once per SIMD target (Highway
 // dynamic dispatch). The operator is a pure byte copy, so the fast path is one memcpy per
 // (token, head) row; the driver (execute.cc) splits tokens over threads.
+//
+// Tokens whose slots follow each other in one block (a prefill) go in tiles of job.tile, head
+// by head: each head's rows of a tile then fill one contiguous stretch of the cache instead of
+// the cache being written in H places per token, while the tile's input rows stay in L1. Larger
+// calls go token by token (their reads come from further out, where sequential rows matter
+// more), those that write more than the caches hold with streaming stores, which skip the read
+// for ownership of every line they fill.
+#include <hwy/cache_control.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -9,6 +18,8 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "core/bytes-inl.h"
+#include "core/streaming.h"
 #include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -43,7 +54,36 @@ HWY_INLINE void CopyRow(std::uint8_t* dst, std::int64_t dst_stride, const std::u
   for (std::int64_t i = 0; i < n; ++i) dst[i * dst_stride] = src[i * src_stride];
 }
 
-void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
+// CopyRow, or with streaming stores where both rows are contiguous.
+template <bool kStream>
+HWY_INLINE void MoveRow(std::uint8_t* dst, std::int64_t dst_stride, const std::uint8_t* src,
+                        std::int64_t src_stride, std::int64_t n) {
+  if (kStream && dst_stride == 1 && src_stride == 1) {
+    detail::HWY_NAMESPACE::StreamBytes(dst, src, static_cast<std::size_t>(n));
+    return;
+  }
+  CopyRow(dst, dst_stride, src, src_stride, n);
+}
+
+// One side (key or value) of n tokens: input rows t0.. (strides src[0..2]) into the n
+// consecutive slots from dst (cache strides dst[0..3]), head by head.
+template <bool kStream>
+HWY_INLINE void CopyTile(std::uint8_t* dst, const std::int64_t* dst_strides,
+                         const std::uint8_t* src, const std::int64_t* src_strides, std::int64_t H,
+                         std::int64_t D, std::int64_t n) {
+  for (std::int64_t h = 0; h < H; ++h) {
+    std::uint8_t* d = dst + h * dst_strides[1];
+    const std::uint8_t* s = src + h * src_strides[1];
+    for (std::int64_t i = 0; i < n; ++i) {
+      MoveRow<kStream>(d + i * dst_strides[2], dst_strides[3], s + i * src_strides[0],
+                       src_strides[2], D);
+    }
+  }
+}
+
+// Tokens [begin, end) in tiles of at most `tile` tokens on consecutive slots of one block.
+template <bool kStream>
+void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int64_t tile) {
   const ScatterPaKvCacheWithKScalePlan& p = *job.plan;
   const auto* key = static_cast<const std::uint8_t*>(p.key.data);
   const auto* value = static_cast<const std::uint8_t*>(p.value.data);
@@ -61,23 +101,46 @@ void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   const SlotSplitter& split = job.split;
   const std::int64_t* slots = job.slots;
 
-  for (std::int64_t t = begin; t < end; ++t) {
+  for (std::int64_t t = begin; t < end;) {
     const std::int64_t slot = slots[t];
-    if (slot < 0) continue;
-    const std::uint8_t* krow = key + t * k[0];
-    const std::uint8_t* vrow = value + t * v[0];
+    if (slot < 0) {
+      ++t;
+      continue;
+    }
+    std::int64_t n = 1;
+    while (n < tile && t + n < end && slots[t + n] == slot + n && split.offset(slot + n) != 0) {
+      ++n;
+    }
     std::uint8_t* kdst = split.address(key_cache, kc[0], kc[2], slot);
     std::uint8_t* vdst = split.address(value_cache, vc[0], vc[2], slot);
-    for (std::int64_t h = 0; h < H; ++h) {
-      CopyRow(kdst + h * kc[1], kc[3], krow + h * k[1], k[2], Dk);
-      CopyRow(vdst + h * vc[1], vc[3], vrow + h * v[1], v[2], Dv);
+    if (n == 1) {  // one token: its key and value rows head by head, both inputs read in order
+      for (std::int64_t h = 0; h < H; ++h) {
+        MoveRow<kStream>(kdst + h * kc[1], kc[3], key + t * k[0] + h * k[1], k[2], Dk);
+        MoveRow<kStream>(vdst + h * vc[1], vc[3], value + t * v[0] + h * v[1], v[2], Dv);
+      }
+    } else {
+      CopyTile<kStream>(kdst, kc.data(), key + t * k[0], k.data(), H, Dk, n);
+      CopyTile<kStream>(vdst, vc.data(), value + t * v[0], v.data(), H, Dv, n);
     }
-    // float32 scales move as raw bytes; element strides are scaled to bytes here.
-    const std::uint8_t* srow = key_scale + 4 * t * ks[0];
-    std::uint8_t* sdst = split.address(scale_cache, 4 * sc[0], 4 * sc[2], slot);
-    for (std::int64_t h = 0; h < H; ++h) {
-      std::memcpy(sdst + 4 * h * sc[1], srow + 4 * h * ks[1], 4);
+    for (std::int64_t i = 0; i < n; ++i) {
+      // float32 scales move as raw bytes; element strides are scaled to bytes here.
+      const std::uint8_t* srow = key_scale + 4 * (t + i) * ks[0];
+      std::uint8_t* sdst = split.address(scale_cache, 4 * sc[0], 4 * sc[2], slot + i);
+      for (std::int64_t h = 0; h < H; ++h) {
+        std::memcpy(sdst + 4 * h * sc[1], srow + 4 * h * ks[1], 4);
+      }
     }
+    t += n;
+  }
+}
+
+void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
+  if (job.stream) {
+    Tokens<true>(job, begin, end, 1);
+    // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
+    hwy::FlushStream();
+  } else {
+    Tokens<false>(job, begin, end, job.tile);
   }
 }
 

@@ -13,9 +13,14 @@ struct TokenJob {
   const ScatterPaKvCacheWithKScalePlan* plan = nullptr;
   const std::int64_t* slots = nullptr;  // per token; -1: skipped
   SlotSplitter split;
+  bool stream = false;    // non-temporal stores: the call writes more than the caches hold
+  std::int64_t tile = 1;  // tokens on consecutive slots copied head by head, at most
 };
 
-// Tokens [begin, end): one memcpy per contiguous (token, head) row, then the scales.
+// The tile of calls whose rows stay in cache.
+inline constexpr std::int64_t kTile = 8;
+
+// Tokens [begin, end): the key and value rows of each (token, head), then the scales.
 void token_range(const TokenJob& job, std::int64_t begin, std::int64_t end);
 
 }  // namespace kvscatter::detail::k_scale

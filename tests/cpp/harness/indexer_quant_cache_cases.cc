@@ -1,8 +1,9 @@
 // Harness cases of IndexerQuantCache: the four modes with every cache and x dtype, both
 // round_scale settings, x of rank 2 to 4 with padded rows, rows wider than d, skipped rows, the
 // last slot, duplicate slots, empty inputs, caches strided along the block axis, unaligned
-// buffers, values across the whole range (zeros, subnormals, huge, non-finite) and calls that must fail
-// (a slot that is neither -1 nor in the cache).
+// buffers, values across the whole range (zeros, subnormals, huge, non-finite, the scale rules'
+// edges), int32 and int64 slot mappings (contiguous or not), batches long enough to be split
+// across threads, and calls that must fail (a slot that is neither -1 nor in the cache).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,6 +33,8 @@ struct Geometry {
   IndexerQuantCacheOptions opt;
   DType xdt = DType::float16, cdt = DType::float8_e4m3fn, sdt = DType::float32;
   std::int64_t d = 32, rows = 0, lead = 1, nb = 1, bs = 1, w = 32, ws = 1, pad = 0, xpad = 0;
+  bool slots32 = false;          // int32 slot_mapping
+  std::int64_t slot_stride = 1;  // elements between slot_mapping entries (2: not contiguous)
 };
 
 Geometry random_geometry(std::mt19937_64& rng) {
@@ -42,9 +45,16 @@ Geometry random_geometry(std::mt19937_64& rng) {
   g.xdt = rng() % 2 ? DType::float16 : DType::bfloat16;
   g.d = 32 * pick(rng, 1, 8);
   g.rows = rng() % 10 == 0 ? 0 : pick(rng, 1, 30);
+  if (rng() % 8 == 0) {  // past one thread's grain (256 rows of d = 32): several chunks, deduped
+    g.d = 32;
+    g.rows = pick(rng, 200, 600);
+  }
+  g.slots32 = rng() % 4 == 0;
+  g.slot_stride = rng() % 6 == 0 ? 2 : 1;
   g.lead = g.rows > 0 && rng() % 3 == 0 ? (g.rows % 2 == 0 ? 2 : 1) : 1;
   g.nb = pick(rng, 1, 5);
   g.bs = pick(rng, 1, 8);
+  if (g.rows > 100) g.nb = pick(rng, 30, 90);  // room for mostly distinct slots
   const auto m = g.opt.quant_mode;
   const bool mx = m == IndexerQuantMode::mxfp8 || m == IndexerQuantMode::mxfp4;
   if (m == IndexerQuantMode::hifloat8) {
@@ -65,7 +75,10 @@ Geometry random_geometry(std::mt19937_64& rng) {
 // x values: normal-distributed at a random scale. Per case, specials (zeros, signed zeros,
 // subnormal-sized and huge values; with `nonfinite`, infinities and NaNs) are absent, rare or
 // frequent, so the kernel's exact fast path, its per-group fallbacks and its general path are
-// all reached.
+// all reached. Some elements sit at a scale rule's edges: 448 * 2^j (a group whose largest
+// magnitude it is quantizes exactly to the largest e4m3 code) or the next value of x's type
+// above it (the scale doubles), and 2^-6 to 2^-10 of such a value (quotients around e4m3's
+// subnormal range).
 std::vector<std::uint8_t> random_x(std::mt19937_64& rng, const Geometry& g, std::size_t count) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const float spread = std::ldexp(1.0f, static_cast<int>(pick(rng, -30, 12)));
@@ -83,7 +96,16 @@ std::vector<std::uint8_t> random_x(std::mt19937_64& rng, const Geometry& g, std:
     if (r == 4) f = std::ldexp(nd(rng), -140);  // a bfloat16 subnormal (float16: zero)
     if (r == 5 && nonfinite) f = rng() % 2 ? INFINITY : -INFINITY;
     if (r == 6 && nonfinite) f = std::nanf("");
+    if (r == 7 || r == 8) {
+      const int j = static_cast<int>(pick(rng, -12, 12));
+      f = std::ldexp(448.0f, j) * (rng() % 2 ? 1.0f : -1.0f);
+      if (r == 8) f = std::nextafter(f, 2 * f);  // rounds up to the next value of x's type
+      if (rng() % 3 == 0) f = std::ldexp(f, -static_cast<int>(pick(rng, 6, 10)));
+    }
     auto code = static_cast<std::uint16_t>(formats::encode(g.xdt, f));
+    if (r == 8) {  // the next value of x's type above |f| (round-to-nearest may have gone down)
+      if (std::fabs(formats::decode(g.xdt, code)) < std::fabs(f)) ++code;
+    }
     if (!nonfinite && !std::isfinite(formats::decode(g.xdt, code))) code = 0;
     std::memcpy(out.data() + 2 * i, &code, 2);
   }
@@ -112,8 +134,14 @@ Case generate(std::mt19937_64& rng) {
   c.buffers[kCache] = random_bytes(rng, static_cast<std::size_t>(g.nb * (g.bs * g.w + g.pad)));
   c.buffers[kScale] = random_bytes(rng, static_cast<std::size_t>(g.nb * g.bs * g.ws) * ssz);
   c.buffers[kX] = random_x(rng, g, static_cast<std::size_t>(g.rows * (g.d + g.xpad)));
-  c.buffers[kSlots].resize(slots.size() * 8);
-  if (!slots.empty()) std::memcpy(c.buffers[kSlots].data(), slots.data(), slots.size() * 8);
+  const std::size_t isz = g.slots32 ? 4 : 8, istep = isz * static_cast<std::size_t>(g.slot_stride);
+  c.buffers[kSlots].assign(slots.size() * istep, 0xAB);
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    const auto v32 = static_cast<std::int32_t>(slots[t]);
+    std::memcpy(c.buffers[kSlots].data() + t * istep,
+                g.slots32 ? static_cast<const void*>(&v32) : static_cast<const void*>(&slots[t]),
+                isz);
+  }
   for (int i = 0; i < kNumBufs; ++i)
     c.misalign.push_back(i == kScale ? 0 : (rng() % 4 == 0 ? 2 * (rng() % 4) : 0));
   c.expect_error = bad;
@@ -122,12 +150,12 @@ Case generate(std::mt19937_64& rng) {
     const std::int64_t outer = g.rows / g.lead;
     const std::int64_t xshape[] = {g.lead, outer, g.d},
                        xstr[] = {outer * (g.d + g.xpad), g.d + g.xpad, 1};
-    const std::int64_t sshape[] = {g.lead, outer};
-    const IndexerQuantCachePlan plan =
-        plan_indexer_quant_cache(TensorView(data[kCache], g.cdt, cshape, cstr),
-                                 TensorView(data[kScale], g.sdt, {g.nb, g.bs, 1, g.ws}),
-                                 TensorView(data[kX], g.xdt, xshape, xstr),
-                                 TensorView(data[kSlots], DType::int64, sshape), g.opt);
+    const std::int64_t sshape[] = {g.lead, outer}, sstr[] = {outer * g.slot_stride, g.slot_stride};
+    const IndexerQuantCachePlan plan = plan_indexer_quant_cache(
+        TensorView(data[kCache], g.cdt, cshape, cstr),
+        TensorView(data[kScale], g.sdt, {g.nb, g.bs, 1, g.ws}),
+        TensorView(data[kX], g.xdt, xshape, xstr),
+        TensorView(data[kSlots], g.slots32 ? DType::int32 : DType::int64, sshape, sstr), g.opt);
     if (reference)
       reference::execute(plan);
     else

@@ -2,7 +2,7 @@
 // int32 and int64 slots, slots that are padding (-1 and other negatives), past the last slot
 // (skipped), repeated or consecutive, empty input, permuted and padded views of every tensor
 // (key_scale with a non-contiguous last axis), unaligned buffers, calls split over threads with
-// many tokens on few slots, and unknown cache layouts, which must fail.
+// many tokens on few slots, the streaming-store path, and unknown cache layouts, which must fail.
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,10 +40,11 @@ Case generate(std::mt19937_64& rng) {
   const DType dt = g.chance(0.5) ? DType::float8_e4m3fn : DType::float8_e5m2;
   const DType idt = g.chance(0.5) ? DType::int32 : DType::int64;
   const bool strided = !threads && g.chance(0.33);
+  c.stream = g.chance(0.3);  // the streaming-store path of large calls
   const std::int64_t pad = strided ? 1 : 0;
   d << (threads ? "threads " : "") << dtype_name(dt) << " index " << dtype_name(idt) << " T=" << t
     << " NH=" << nh << " Dk=" << dk << " Dv=" << dv << " bs=" << bs << " nb=" << nb
-    << (strided ? " strided" : "");
+    << (strided ? " strided" : "") << (c.stream ? " stream" : "");
   auto order = [&](std::vector<int> permuted, int rank) {
     return strided ? permuted : identity(rank);
   };

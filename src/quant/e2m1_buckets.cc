@@ -1,0 +1,69 @@
+// The FP4 bucket tables, built from the scalar formats so that they share one definition with
+// the reference.
+#include "quant/e2m1_buckets.h"
+
+#include <algorithm>
+
+#include "kvscatter/formats.h"
+#include "quant/constants.h"
+
+namespace kvscatter::detail {
+namespace {
+
+// e2m1 magnitude code of bits a (a finite non-negative bf16) times mult, as the reference
+// computes it.
+int code_of(std::uint32_t a, float mult) {
+  const float p = formats::decode_bfloat16(static_cast<std::uint16_t>(a)) * mult;
+  const float xq = formats::decode_bfloat16(formats::encode_bfloat16(p));
+  return formats::encode_float4_e2m1(std::min(xq, 6.0f)) & 0x7;
+}
+
+// Largest a in [0, 0x7F7F] whose code is at most k (codes grow with a).
+std::uint32_t threshold(int k, float mult) {
+  std::uint32_t lo = 0, hi = 0x7F7F;  // code_of(lo) <= k < code_of(hi + 1), searched
+  if (code_of(hi, mult) <= k) return hi;
+  while (lo + 1 < hi) {
+    const std::uint32_t mid = (lo + hi) / 2;
+    (code_of(mid, mult) <= k ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
+  const float mult = f32_from_bits((127u << 23) | (j << 16));
+  std::uint32_t t[7];
+  for (int k = 0; k < 7; ++k) t[k] = threshold(k, mult);
+  b.t0[j] = static_cast<std::uint16_t>(t[0]);
+  b.base[j] = static_cast<std::uint16_t>(t[0] >> 5);
+  bool usable = t[6] <= (b.base[j] + 31u) * 32u + 31u;  // every threshold in buckets 0..31
+  for (std::uint32_t i = 0; i < 32; ++i) {
+    const std::uint32_t lo = (b.base[j] + i) * 32;
+    int below = 0, inside = 0;
+    std::uint32_t thr = 0xFFFF;
+    for (int k = 0; k < 7; ++k) {
+      if (t[k] < lo) {
+        ++below;
+      } else if (t[k] <= lo + 31) {
+        ++inside;
+        thr = t[k] - b.base[j] * 32u;
+      }
+    }
+    usable = usable && inside <= 1;
+    b.thr[j][i] = static_cast<std::uint16_t>(thr);
+    b.code[j][i] = static_cast<std::uint16_t>(below);
+  }
+  b.usable[j] = usable;
+}
+
+}  // namespace
+
+const E2M1Buckets& e2m1_buckets() noexcept {
+  static const E2M1Buckets* tables = [] {
+    static E2M1Buckets b{};
+    for (std::uint32_t j = 0; j < 128; ++j) build_mantissa(b, j);
+    return &b;
+  }();
+  return *tables;
+}
+
+}  // namespace kvscatter::detail

@@ -1,0 +1,42 @@
+// FP4 (e2m1) codes of bf16 values times a bf16 multiplier, by bucket tables. The code of |v| in a
+// group with multiplier m, e2m1_RNE(min(bf16_RNE(|v| * m), 6)), is the number of thresholds t_k
+// (k = 0..6, the largest magnitude bits of each code) that |v|'s bits exceed. For m in [1, 2) the
+// thresholds span fewer than 32 buckets of 32 consecutive bit patterns and no bucket holds two of
+// them, so the code of a in bucket i is code[i] + (a > thr[i]): one table lookup and one compare
+// instead of seven compares. A multiplier m = 2^(E - 127) * M (M in [1, 2)) scales every value
+// exactly by a power of two, which moves the thresholds of M by 128 * (127 - E) bit patterns,
+// a whole number of buckets, as long as they stay in the normal range; the tables of the 128
+// mantissas of M then serve every multiplier.
+#pragma once
+
+#include <cstdint>
+
+namespace kvscatter::detail {
+
+struct E2M1Buckets {
+  // For the mantissa j of M (M = 1 + j / 128) and bucket i (bit patterns (base[j] + i) * 32 ...
+  // + 31): thr[j][i] = the threshold inside the bucket minus base[j] * 32, or 0xFFFF when the
+  // bucket holds none; code[j][i] = the number of thresholds below the bucket.
+  alignas(64) std::uint16_t thr[128][32];
+  alignas(64) std::uint16_t code[128][32];
+  std::uint16_t t0[128];    // the smallest threshold of M
+  std::uint16_t base[128];  // t0 >> 5: bucket 0 holds t0
+  bool usable[128];         // the layout above holds (always, checked when the tables are built)
+};
+
+// Built on first use from the scalar formats, thread-safe.
+const E2M1Buckets& e2m1_buckets() noexcept;
+
+// Bucket parameters of a group with multiplier bits mb (a finite positive bf16): the mantissa
+// index j and the first bucket `base` of the group's thresholds; false when the tables do not
+// apply (a zero or subnormal multiplier, thresholds below the normal range).
+inline bool e2m1_bucket_params(const E2M1Buckets& b, std::uint32_t mb, std::uint32_t& j,
+                               std::uint32_t& base) noexcept {
+  const std::int32_t e = static_cast<std::int32_t>(mb >> 7);
+  j = mb & 0x7Fu;
+  const std::int32_t t0 = static_cast<std::int32_t>(b.t0[j]) + 128 * (127 - e);
+  base = static_cast<std::uint32_t>(t0 >> 5);
+  return e >= 1 && e <= 254 && t0 >= 0x80 && b.usable[j];
+}
+
+}  // namespace kvscatter::detail
