@@ -603,6 +603,46 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 }
 #endif  // KVS_E2M1_BUCKETS
 
+
+// ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
+
+// Magnitudes8Capped<kLanes, true> with one operation less per vector: the smallest magnitude
+// itself (zeros included) instead of the smallest nonzero one, stored as its saturated
+// decrement. Without zeros that is Magnitudes8Capped's min1; a group holding a zero gets
+// min1 = 0, which E4M3Pow2Lanes reads as a nonzero magnitude below every threshold (not fast),
+// so its lanes below the normal range are looked for one by one (zeros need no fix).
+template <std::size_t kLanes>
+HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                                  std::uint16_t* HWY_RESTRICT amax,
+                                  std::uint16_t* HWY_RESTRICT min1) {
+#if KVS_SIZELESS_VECTORS
+  Magnitudes8<true>(x, n, amax, min1);
+#else
+  const GroupTag<kLanes> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  V hi[8], lo[8];
+  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi[k] = hn::Max(hi[k], b);
+      lo[k] = hn::Min(lo[k], b);
+    }
+  }
+  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
+  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
+  Reduce8(d, hi, max_op, amax);
+  Reduce8(d, lo, min_op, min1);
+  const hn::CappedTag<std::uint16_t, 8> d8;
+  for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) {
+    hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
+               min1 + k);
+  }
+#endif
+}
+
 #endif  // HWY_TARGET != HWY_SCALAR
 
 }  // namespace kvscatter::quant::HWY_NAMESPACE

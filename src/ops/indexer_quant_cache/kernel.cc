@@ -242,7 +242,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   for (int c = 0; c < n; c += 8) {
-    qn::Magnitudes8Capped<16, true>(units + c, d, amax + c, min1 + c);
+    qn::Magnitudes8MinSat<16>(units + c, d, amax + c, min1 + c);
     qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
@@ -294,7 +294,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all = true;
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8Capped<16, true>(units + c, 32, amax + c, min1 + c);
+    qn::Magnitudes8MinSat<16>(units + c, 32, amax + c, min1 + c);
     all &=
         qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }

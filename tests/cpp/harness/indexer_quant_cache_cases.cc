@@ -72,6 +72,21 @@ Geometry random_geometry(std::mt19937_64& rng) {
   return g;
 }
 
+// Some cases get whole rows or single 32-groups of +0 or -0 (a group holding a zero leaves the
+// fast path's plain test; an all-zero one has a zero scale input).
+void zero_spans(std::mt19937_64& rng, const Geometry& g, std::vector<std::uint8_t>& x) {
+  if (rng() % 3 != 0) return;
+  const std::int64_t pitch = g.d + g.xpad;
+  for (std::int64_t r = 0; r < g.rows; ++r) {
+    if (rng() % 4 != 0) continue;
+    const bool row = rng() % 2 == 0;
+    const std::int64_t begin = row ? 0 : 32 * pick(rng, 0, g.d / 32 - 1);
+    const std::int64_t end = row ? g.d : begin + 32;
+    const std::uint16_t zero = rng() % 2 ? 0x8000 : 0;
+    for (std::int64_t k = begin; k < end; ++k) std::memcpy(&x[2 * (r * pitch + k)], &zero, 2);
+  }
+}
+
 // x values: normal-distributed at a random scale. Per case, specials (zeros, signed zeros,
 // subnormal-sized and huge values; with `nonfinite`, infinities and NaNs) are absent, rare or
 // frequent, so the kernel's exact fast path, its per-group fallbacks and its general path are
@@ -109,6 +124,7 @@ std::vector<std::uint8_t> random_x(std::mt19937_64& rng, const Geometry& g, std:
     if (!nonfinite && !std::isfinite(formats::decode(g.xdt, code))) code = 0;
     std::memcpy(out.data() + 2 * i, &code, 2);
   }
+  zero_spans(rng, g, out);
   return out;
 }
 
