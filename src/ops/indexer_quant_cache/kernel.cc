@@ -414,12 +414,27 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
   const int per_batch = batch_rows(p);
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
+  // A slot that follows the previous row's in the same block (a prefill's run) has its rows
+  // one pitch further on: no block split, no multiplies.
+  std::int64_t next = -1, left = 0;
+  std::uint8_t *codes = nullptr, *scale = nullptr;
+  const std::int64_t block_size = a.split.block_size();
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
+    if (slot == next && left > 0) {
+      codes += a.c1;
+      scale += a.s1;
+      --left;
+    } else {
+      codes = a.codes(slot);
+      scale = a.scale(slot);
+      left = block_size - 1 - a.split.offset(slot);
+    }
+    next = slot + 1;
     b.src[n] = a.src(r);
-    b.codes[n] = a.codes(slot);
-    b.scale[n] = a.scale(slot);
+    b.codes[n] = codes;
+    b.scale[n] = scale;
     if (++n == per_batch) {
       b.n = n;
       fast_rows(p, s, b);

@@ -132,9 +132,14 @@ Case generate(std::mt19937_64& rng) {
   const Geometry g = random_geometry(rng);
   const std::int64_t ns = g.nb * g.bs;
   std::vector<std::int64_t> slots(static_cast<std::size_t>(g.rows));
-  for (auto& s : slots) {
+  // Some cases write runs of consecutive slots, as a prefill does, across block boundaries.
+  const bool runs = rng() % 4 == 0;
+  const std::int64_t start = pick(rng, 0, ns - 1);
+  for (std::size_t t = 0; t < slots.size(); ++t) {
     const auto r = rng() % 8;
+    std::int64_t& s = slots[t];
     s = r == 0 ? -1 : r == 1 ? ns - 1 : r == 2 && !slots.empty() ? slots[0] : pick(rng, 0, ns - 1);
+    if (runs && r > 1) s = (start + static_cast<std::int64_t>(t)) % ns;
   }
   const bool bad = g.rows > 0 && rng() % 12 == 0;
   if (bad) slots.back() = rng() % 2 ? ns : -2;
