@@ -647,8 +647,7 @@ HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, st
 // themselves, where a negative lane's sign stays in place above its magnitude's difference.
 // Exact for every lane whose magnitude is at least E4M3NormalThreshold (the same as the masked
 // form); lanes below it, zeros included, come out wrong and must be rewritten: a group holding
-// any (Magnitudes8MinSat's min1 below the threshold) is not fast, and
-// ForE4M3LanesBelowNormalOrZero names its lanes.
+// any (Magnitudes8MinSat's min1 below the threshold) is not fast and takes the masked form.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesUnmasked(D d, V w, V s7) {
   const hn::RebindToSigned<D> di;
@@ -681,28 +680,6 @@ HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
   if (i < n) {  // an odd number of vectors
     const auto a = E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
     hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
-  }
-}
-
-// ForE4M3LanesBelowNormal with zeros included: the lanes QuantizeE4M3Pow2RowUnmasked gets
-// wrong in a group that is not fast.
-template <class F>
-HWY_INLINE void ForE4M3LanesBelowNormalOrZero(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
-                                              std::uint32_t threshold, F&& f) {
-  const GroupTag<32> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto limit =
-      hn::Set(di, static_cast<std::int16_t>(threshold < 0x7FFFu ? threshold : 0x7FFFu));
-  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
-  for (std::int64_t i = 0; i < n; i += L) {
-    const auto below = hn::Lt(hn::BitCast(di, hn::And(hn::LoadU(d, x + i), mag)), limit);
-    if (hn::AllFalse(di, below)) continue;
-    std::uint8_t bits[HWY_MAX_BYTES / 16 + 8] = {};
-    hn::StoreMaskBits(di, below, bits);
-    for (std::int64_t k = 0; k < L; ++k) {
-      if ((bits[k / 8] >> (k % 8)) & 1) f(i + k);
-    }
   }
 }
 

@@ -8,11 +8,12 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
-//   not exact), and its zeros (the lane form skips the sign mask, which only they need), are
-//   redone by the scalar rules. Groups (or fp8 rows) with a non-finite element
-//   and every other combination of mode and dtype take the general path: the row widened to
-//   float32, the scalar scale rules of internal.h and the batch encoders shared with
-//   kv_compress_epilog, bit-identical to the reference.
+//   not exact) are redone by the scalar rules over a lane form exact for zeros (where every
+//   group is fast, a cheaper one without the sign mask, which only zeros and those lanes need).
+//   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
+//   dtype take the general path: the row widened to float32, the scalar scale rules of
+//   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
+//   reference.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -186,20 +187,13 @@ int batch_rows(const IndexerQuantCachePlan& p) {
 
 // The lanes of a group with a finite amax whose quotients fall below e4m3's normal range
 // (where the lane form is not exact), rewritten by the scalar rules over the lane form's codes.
-// threshold: E4M3NormalThreshold of the group; e: its scale's biased exponent. kZeros: zero
-// lanes too (after QuantizeE4M3Pow2RowUnmasked, which gets them wrong).
-template <bool kZeros = false>
+// threshold: E4M3NormalThreshold of the group; e: its scale's biased exponent.
 void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::int64_t n,
                             std::uint32_t threshold, std::uint32_t e) {
   const float mul = pow2_from(e);
-  const auto fix = [&](std::int64_t i) {
+  qn::ForE4M3LanesBelowNormal(src, n, threshold, [&](std::int64_t i) {
     codes[i] = formats::encode_float8_e4m3fn(f32(std::uint32_t{src[i]} << 16) * mul);
-  };
-  if (kZeros) {
-    qn::ForE4M3LanesBelowNormalOrZero(src, n, threshold, fix);
-  } else {
-    qn::ForE4M3LanesBelowNormal(src, n, threshold, fix);
-  }
+  });
 }
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
@@ -255,10 +249,14 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
   for (int k = 0; k < b.n; ++k) {
     if (amax[k] < kInfBits) {
-      qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
-      if (fast[k] == 0) {
-        fix_lanes_below_normal<true>(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]),
-                                     exp[k]);
+      if (fast[k] != 0) {
+        qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
+      } else {  // the masked form: exact for zeros too, and all an all-zero row needs
+        qn::QuantizeE4M3Pow2RowInRange<false>(units[k], b.codes[k], d, subw + k);
+        if (amax[k] != 0) {
+          fix_lanes_below_normal(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]),
+                                 exp[k]);
+        }
       }
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale[k], &stored, 4);
@@ -276,10 +274,10 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
                  const std::uint32_t* subw, const std::uint8_t* exp, const std::uint8_t* fast,
                  std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (fast[g] != 0) continue;
+    if (fast[g] != 0 || amax[g] == 0) continue;  // an all-zero group is right as it is
     if (amax[g] < kInfBits) {
-      fix_lanes_below_normal<true>(src + 32 * g, codes + 32 * g, 32,
-                                   qn::E4M3NormalThreshold(subw[g]), exp[g]);
+      fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
+                             exp[g]);
       continue;
     }
     formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
@@ -309,7 +307,11 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+    if (all) {
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+    } else {  // the masked form (exact for zeros too), then the groups that are not fast
+      qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
+    }
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
