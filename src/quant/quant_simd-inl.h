@@ -352,12 +352,13 @@ HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int
 }
 #endif
 
-// QuantizeE4M3Pow2Group over a row of n bf16 values (n a multiple of 32) whose 32-groups use
-// the E4M3Pow2Scales8 operands subw[g] (kPerGroup) or all subw[0].
-template <bool kPerGroup>
-HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
-                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                                    const std::uint32_t* HWY_RESTRICT subw) {
+// A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2Scales8 operands
+// subw[g] (kPerGroup) or all subw[0], each vector's codes made by codes(d, bits, s7): one of
+// E4M3Pow2Codes and its narrower-domain forms below.
+template <bool kPerGroup, class Codes>
+HWY_INLINE void QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
+                                      std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                      const std::uint32_t* HWY_RESTRICT subw) {
   const GroupTag<32> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Repartition<std::uint32_t, decltype(d)> d32;
@@ -369,14 +370,23 @@ HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   const auto row_s7 = s7(0);
   std::int64_t i = 0;
   for (; i + 2 * L <= n; i += 2 * L) {
-    const auto a = E4M3Pow2Codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
-    const auto b = E4M3Pow2Codes(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
+    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto b = codes(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
     StoreCodePair(di, a, b, out + i);
   }
   if (i < n) {  // an odd number of vectors
-    const auto a = E4M3Pow2Codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
     hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
   }
+}
+
+// QuantizeE4M3Pow2Group over a row: every lane exact.
+template <bool kPerGroup>
+HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
+                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                    const std::uint32_t* HWY_RESTRICT subw) {
+  QuantizeE4M3Pow2RowBy<kPerGroup>(
+      [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2Codes(d, w, s7); }, x, out, n, subw);
 }
 
 // FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
@@ -466,25 +476,9 @@ template <bool kPerGroup>
 HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                            const std::uint32_t* HWY_RESTRICT subw) {
-  const GroupTag<32> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Repartition<std::uint32_t, decltype(d)> d32;
-  const hn::Rebind<std::int8_t, decltype(d)> d8;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto s7 = [&](std::int64_t i) {
-    return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
-  };
-  const auto row_s7 = s7(0);
-  std::int64_t i = 0;
-  for (; i + 2 * L <= n; i += 2 * L) {
-    const auto a = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
-    const auto b = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
-    StoreCodePair(di, a, b, out + i);
-  }
-  if (i < n) {  // an odd number of vectors
-    const auto a = E4M3Pow2CodesInRange(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
-    hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
-  }
+  QuantizeE4M3Pow2RowBy<kPerGroup>(
+      [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2CodesInRange(d, w, s7); }, x, out,
+      n, subw);
 }
 
 // Magnitudes8 on vectors of at most kLanes lanes: for 32-element groups, 16 lanes make two
@@ -661,26 +655,9 @@ template <bool kPerGroup>
 HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
                                             std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                             const std::uint32_t* HWY_RESTRICT subw) {
-  const GroupTag<32> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::Repartition<std::uint32_t, decltype(d)> d32;
-  const hn::Rebind<std::int8_t, decltype(d)> d8;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto s7 = [&](std::int64_t i) {
-    return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
-  };
-  const auto row_s7 = s7(0);
-  std::int64_t i = 0;
-  for (; i + 2 * L <= n; i += 2 * L) {
-    const auto a = E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
-    const auto b =
-        E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
-    StoreCodePair(di, a, b, out + i);
-  }
-  if (i < n) {  // an odd number of vectors
-    const auto a = E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
-    hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
-  }
+  QuantizeE4M3Pow2RowBy<kPerGroup>(
+      [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2CodesUnmasked(d, w, s7); }, x, out,
+      n, subw);
 }
 
 #endif  // HWY_TARGET != HWY_SCALAR
