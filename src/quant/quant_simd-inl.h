@@ -31,8 +31,10 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "quant/e2m1_buckets.h"
+#include "quant/hifloat8_table.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::quant::HWY_NAMESPACE {
@@ -658,6 +660,42 @@ HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
   QuantizeE4M3Pow2RowBy<kPerGroup>(
       [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2CodesUnmasked(d, w, s7); }, x, out,
       n, subw);
+}
+
+// n bf16 values times x_scale, each product's HiFloat8 code looked up by the top bits of its
+// float32 (hifloat8_table.h), the products formed a vector at a time; n is a multiple of 8 and
+// of the float lane count, `keys` n entries of scratch. False (nothing written) when a product
+// is NaN, which the table does not cover. Eight codes per store, four keys per load: byte
+// stores between the key loads stalled whenever a destination matched a key's address in its
+// low 12 bits.
+HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
+                                 std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale,
+                                 std::uint16_t* HWY_RESTRICT keys) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const auto xs = hn::Set(df, x_scale);
+  auto nan = hn::FirstN(df, 0);
+  for (std::int64_t j = 0; j < n; j += L) {
+    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + j))));
+    const auto prod = hn::Mul(v, xs);
+    nan = hn::Or(nan, hn::IsNaN(prod));
+    const auto key = hn::ShiftRight<detail::kHiFloat8TableShift>(hn::BitCast(du, prod));
+    hn::StoreU(hn::TruncateTo(d16, key), d16, keys + j);
+  }
+  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
+  const std::uint8_t* table = detail::hifloat8_sat_table();
+  for (std::int64_t j = 0; j < n; j += 8) {
+    std::uint64_t k[2], codes = 0;
+    std::memcpy(k, keys + j, 16);
+    for (int i = 0; i < 8; ++i) {
+      const auto key = static_cast<std::uint16_t>(k[i / 4] >> (16 * (i % 4)));
+      codes |= std::uint64_t{table[key]} << (8 * i);
+    }
+    std::memcpy(out + j, &codes, 8);
+  }
+  return true;
 }
 
 #endif  // HWY_TARGET != HWY_SCALAR

@@ -198,40 +198,6 @@ void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
 
-// Mode hifloat8, bfloat16 rows: each product's code looked up by the top 13 bits of its float32
-// (hifloat8_table.h), the products formed a vector at a time. False (nothing written) when a
-// product is NaN, which the table does not cover.
-bool hif8_row_by_table(const std::uint16_t* src, std::uint8_t* codes, std::int64_t d, float x_scale,
-                       std::uint16_t* keys) {
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::Rebind<std::uint16_t, decltype(df)> d16;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
-  const auto xs = hn::Set(df, x_scale);
-  auto nan = hn::FirstN(df, 0);
-  for (std::int64_t j = 0; j < d; j += L) {
-    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + j))));
-    const auto prod = hn::Mul(v, xs);
-    nan = hn::Or(nan, hn::IsNaN(prod));
-    const auto key = hn::ShiftRight<kHiFloat8TableShift>(hn::BitCast(du, prod));
-    hn::StoreU(hn::TruncateTo(d16, key), d16, keys + j);
-  }
-  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
-  // Eight codes per store, four keys per load: byte stores into the cache row between the key
-  // loads stalled on every store whose address matched a key's in the low 12 bits.
-  const std::uint8_t* table = hifloat8_sat_table();
-  for (std::int64_t j = 0; j < d; j += 8) {
-    std::uint64_t k[2], out = 0;
-    std::memcpy(k, keys + j, 16);
-    for (int i = 0; i < 8; ++i) {
-      const auto key = static_cast<std::uint16_t>(k[i / 4] >> (16 * (i % 4)));
-      out |= std::uint64_t{table[key]} << (8 * i);
-    }
-    std::memcpy(codes + j, &out, 8);
-  }
-  return true;
-}
-
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
 // keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -482,7 +448,8 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
     if (slot < 0) continue;
     std::uint8_t* scale = a.scale(slot);
 #if HWY_TARGET != HWY_SCALAR
-    if (hif8_table && hif8_row_by_table(a.src(r), a.codes(slot), p.d, p.options.x_scale, s.keys)) {
+    if (hif8_table &&
+        qn::HiF8CodesByTable(a.src(r), a.codes(slot), p.d, p.options.x_scale, s.keys)) {
       continue;  // no scale in this mode
     }
     if (fp4_bf16) {

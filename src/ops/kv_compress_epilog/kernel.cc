@@ -536,39 +536,12 @@ HWY_INLINE bool HiF8RopeBf16(const std::uint16_t* HWY_RESTRICT rope,
 }
 #endif
 
-// The rope's HiFloat8 codes by table lookup; false (nothing written) when a product is NaN.
-// The keys are read back four at a time and the codes stored eight at a time.
+// The rope's 64 HiFloat8 codes by table lookup; false (nothing written) when a product is NaN.
 HWY_INLINE bool HiF8RopeByTable(const std::uint16_t* HWY_RESTRICT rope,
                                 std::uint8_t* HWY_RESTRICT out, float x_scale) {
 #if HWY_TARGET != HWY_SCALAR
-  const hn::ScalableTag<float> df;
-  const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::Rebind<std::uint16_t, decltype(df)> d16;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
-  const auto xs = hn::Set(df, x_scale);
-  auto nan = hn::FirstN(df, 0);
   alignas(64) std::uint16_t keys[64];
-  for (std::int64_t j = 0; j < 64; j += L) {
-    const auto v = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, rope + j))));
-    const auto p = hn::Mul(v, xs);
-    nan = hn::Or(nan, hn::IsNaN(p));
-    const auto key = hn::ShiftRight<kHiFloat8TableShift>(hn::BitCast(du, p));
-    hn::Store(hn::TruncateTo(d16, key), d16, keys + j);
-  }
-  if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
-  const std::uint8_t* table = hifloat8_sat_table();
-  for (int j = 0; j < 64; j += 8) {
-    std::uint64_t k0, k1;
-    std::memcpy(&k0, keys + j, 8);
-    std::memcpy(&k1, keys + j + 4, 8);
-    std::uint64_t codes = 0;
-    for (int i = 0; i < 4; ++i) {
-      codes |= std::uint64_t{table[(k0 >> (16 * i)) & 0xFFFF]} << (8 * i);
-      codes |= std::uint64_t{table[(k1 >> (16 * i)) & 0xFFFF]} << (8 * i + 32);
-    }
-    std::memcpy(out + j, &codes, 8);
-  }
-  return true;
+  return quant::HWY_NAMESPACE::HiF8CodesByTable(rope, out, 64, x_scale, keys);
 #else
   (void)rope;
   (void)out;
