@@ -155,11 +155,19 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 
 // GroupMagnitudes for eight groups of n elements each (n a multiple of 32) that lie anywhere:
 // whole rows, or the 32-groups of a few rows. Rows are reduced together because one row's
-// reduction and scale are a dependency chain far longer than its arithmetic.
-template <bool kMin>
-HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+// reduction and scale are a dependency chain far longer than its arithmetic. Vectors hold at
+// most kLanes lanes: for 32-element groups, 16 lanes make two vectors per group and reduce
+// through transposes half as wide, which is cheaper than one 32-lane vector per group where
+// 512-bit operations take two issue slots (AMD Zen 4). Magnitudes8: kLanes = 32.
+template <std::size_t kLanes, bool kMin>
+HWY_INLINE void Magnitudes8Capped(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                                  std::uint16_t* HWY_RESTRICT amax,
+                                  std::uint16_t* HWY_RESTRICT min1) {
+#if KVS_SIZELESS_VECTORS
   const GroupTag<32> d;
+#else
+  const GroupTag<kLanes> d;
+#endif
   using V = hn::Vec<decltype(d)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const V mag = hn::Set(d, std::uint16_t{0x7FFF});
@@ -194,6 +202,12 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int
   Reduce8(d, hi, max_op, amax);
   if (kMin) Reduce8(d, lo, min_op, min1);
 #endif
+}
+
+template <bool kMin>
+HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+  Magnitudes8Capped<32, kMin>(x, n, amax, min1);
 }
 
 // The lane rule of E4M3Pow2Scales on 32-bit lanes: from amax and min1 (zero-extended), e and
@@ -483,39 +497,6 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
       n, subw);
 }
 
-// Magnitudes8 on vectors of at most kLanes lanes: for 32-element groups, 16 lanes make two
-// vectors per group and reduce through transposes half as wide, which is cheaper than one
-// 32-lane vector per group where 512-bit operations take two issue slots (AMD Zen 4).
-template <std::size_t kLanes, bool kMin>
-HWY_INLINE void Magnitudes8Capped(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                                  std::uint16_t* HWY_RESTRICT amax,
-                                  std::uint16_t* HWY_RESTRICT min1) {
-#if KVS_SIZELESS_VECTORS
-  Magnitudes8<kMin>(x, n, amax, min1);
-#else
-  const GroupTag<kLanes> d;
-  using V = hn::Vec<decltype(d)>;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const V one = hn::Set(d, std::uint16_t{1});
-  V hi[8], lo[8];
-  for (int k = 0; k < 8; ++k) {
-    hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
-    if (kMin) lo[k] = hn::Sub(hi[k], one);
-  }
-  for (std::int64_t i = L; i < n; i += L) {
-    for (int k = 0; k < 8; ++k) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
-      hi[k] = hn::Max(hi[k], b);
-      if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
-    }
-  }
-  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
-  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
-  Reduce8(d, hi, max_op, amax);
-  if (kMin) Reduce8(d, lo, min_op, min1);
-#endif
-}
 
 // The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2Scales8: a nonzero
 // magnitude (bf16 bits & 0x7FFF) below it has a quotient below e4m3's normal range, where the
@@ -598,7 +579,6 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
   return left;
 }
 #endif  // KVS_E2M1_BUCKETS
-
 
 // ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
 
