@@ -160,6 +160,53 @@ HWY_INLINE Shortcut ShortcutMode(float scale, bool bf16) {
   return Shortcut::checked;
 }
 
+// kExact with bfloat16 inputs: the smallest bfloat16 magnitude (bits, sign cleared) whose product
+// with r is at least the smallest normal float8. The product is monotonic in x, so a group whose
+// magnitudes all lie in [that, infinity] has only lanes the shortcut decides, and the check
+// takes a few 16-bit operations on the loaded bits instead of two compares per vector. Infinity
+// always qualifies: the result is at most 0x7F80.
+template <bool kE4M3>
+HWY_INLINE std::uint16_t ExactLowBF16(float r) {
+  const float min_normal = 1.0f / static_cast<float>(1u << (kE4M3 ? 6 : 14));
+  const auto passes = [&](std::uint32_t m) {
+    const std::uint32_t b = m << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x * r >= min_normal;
+  };
+  const float guess = min_normal / r;
+  std::uint32_t c;
+  std::memcpy(&c, &guess, 4);
+  c = (c >> 16) < 0x7F80u ? c >> 16 : 0x7F80u;
+  while (c > 0 && passes(c - 1)) --c;
+  while (!passes(c)) ++c;
+  return static_cast<std::uint16_t>(c);
+}
+
+// What the bfloat16 shortcut derives from one scale, computed once per scale.
+struct BF16Shortcut {
+  float scale = 1.0f, r = 1.0f;  // r: 1/scale rounded
+  Shortcut mode = Shortcut::none;
+  std::uint16_t exact_low = 0;  // kExact: ExactLowBF16
+  // kExact on AVX-512: r * 2^(kBias - 127) (see DecidedGroupAVX3), 0 when that is not normal.
+  float r_rebased = 0.0f;
+};
+
+template <bool kE4M3>
+HWY_INLINE BF16Shortcut MakeBF16Shortcut(float scale) {
+  BF16Shortcut s;
+  s.scale = scale;
+  s.mode = ShortcutMode(scale, true);
+  if (s.mode == Shortcut::none) return s;
+  s.r = 1.0f / scale;
+  if (s.mode == Shortcut::exact) {
+    s.exact_low = ExactLowBF16<kE4M3>(s.r);
+    const float rebased = std::ldexp(s.r, kE4M3 ? -120 : -112);
+    s.r_rebased = rebased >= 0x1p-126f ? rebased : 0.0f;
+  }
+  return s;
+}
+
 // The fp8 code of x * r (vr: the reciprocal) in bits 24..31 of each lane, lower bits undefined,
 // rounded half up (kExact: to nearest even); `ok` is set in the lanes the shortcut may decide
 // (see above).
@@ -300,6 +347,16 @@ class CodeOrder {
 
 // x[0..3] -> 4N codes at dst: RecipCode for every lane, then, in the rare vectors with lanes
 // the shortcut cannot decide, those lanes again by the exact path.
+template <bool kPairs, class VU>
+HWY_INLINE void StoreCodeGroup(VU c0, VU c1, VU c2, VU c3,
+                               hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                               typename CodeOrder<kPairs>::Idx lanes,
+                               unsigned char* HWY_RESTRICT dst) {
+  const hn::RebindToUnsigned<QDF> du;
+  hn::StoreU(CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c0, c1, c2, c3), shuffle, lanes),
+             hn::Repartition<std::uint8_t, QDF>(), dst);
+}
+
 template <bool kE4M3, bool kExact, bool kPairs, class VF>
 HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
                               hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
@@ -318,29 +375,98 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
     c2 = ExactWhereNeeded<kE4M3, kExact>(df, c2, ok2, x2, vr, scale);
     c3 = ExactWhereNeeded<kE4M3, kExact>(df, c3, ok3, x3, vr, scale);
   }
-  hn::StoreU(CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c0, c1, c2, c3), shuffle, lanes),
-             hn::Repartition<std::uint8_t, QDF>(), dst);
+  StoreCodeGroup<kPairs>(c0, c1, c2, c3, shuffle, lanes, dst);
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// A group of 64 bfloat16 values (bits a, b; widened to x0..x3 in pair order) whose products
+// with the reciprocal are all exact normal float8 magnitudes or beyond the largest (kExact, with
+// the range checked by the caller). vr is the reciprocal times 2^(kBias - 127): the products then
+// have the float8 exponent bias, are still normal and exact float32 values, and the float
+// addition of 2^(e + 23 - kMant) (e: the exponent) and its subtraction round each magnitude to
+// kMant mantissa bits, to nearest even, leaving the code in bits 23 - kMant up and zeros below.
+// The signs are the bfloat16 sign bits, already in element order.
+template <bool kE4M3>
+HWY_INLINE void DecidedGroupAVX3(__m512i a, __m512i b, __m512 x0, __m512 x1, __m512 x2, __m512 x3,
+                                 __m512 vr, hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                                 typename CodeOrder<true>::Idx lanes,
+                                 unsigned char* HWY_RESTRICT dst) {
+  constexpr int kShift = kE4M3 ? 20 : 21;
+  // The largest finite magnitude, rebiased: 448 or 57344 times 2^(kBias - 127).
+  const __m512 bound = _mm512_castsi512_ps(
+      _mm512_set1_epi32(kE4M3 ? 0x43E00000 - (120 << 23) : 0x47600000 - (112 << 23)));
+  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
+  const __m512i step = _mm512_set1_epi32(kShift << 23);
+  const auto code = [&](__m512 x) HWY_ATTR {
+    const __m512 q = _mm512_range_ps(_mm512_mul_ps(x, vr), bound, 0x0A);
+    const __m512 m = _mm512_castsi512_ps(
+        _mm512_add_epi32(_mm512_and_si512(_mm512_castps_si512(q), exp_mask), step));
+    return _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(q, m), m));
+  };
+  const __m512i c0 = code(x0), c1 = code(x1), c2 = code(x2), c3 = code(x3);
+  // Byte k of each lane from c_k (0xFE: a | b | c).
+  const __m512i w = _mm512_or_si512(
+      _mm512_ternarylogic_epi32(_mm512_srli_epi32(c0, kShift), _mm512_srli_epi32(c1, kShift - 8),
+                                _mm512_srli_epi32(c2, kShift - 16), 0xFE),
+      _mm512_slli_epi32(c3, 24 - kShift));
+  const auto ordered =
+      CodeOrder<true>::Apply(hn::Vec<hn::RebindToUnsigned<QDF>>{w}, shuffle, lanes);
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
+  _mm512_storeu_si512(dst,
+                      _mm512_mask_add_epi8(ordered.raw, neg, ordered.raw, _mm512_set1_epi8(-128)));
+}
+#endif
 
 // The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
 // returns how many values it wrote.
-template <bool kE4M3, bool kExact, class VF, class V8, class Idx>
-HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
-                                  VF vr, V8 shuffle, Idx lanes, unsigned char* HWY_RESTRICT dst) {
+template <bool kE4M3, bool kExact, class V8, class Idx>
+HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                  const BF16Shortcut& sc, V8 shuffle, Idx lanes,
+                                  unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
   const std::size_t N = hn::Lanes(df);
   const auto hi = hn::Set(du, 0xFFFF0000u);
   std::size_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const bool rebased_ok = sc.r_rebased != 0.0f;
+  const __m512 vr_rebased = _mm512_set1_ps(sc.r_rebased);
+#endif
+  const float scale = sc.scale;
+  const auto vr = hn::Set(df, sc.r);
+  const auto low = hn::Set(d16, sc.exact_low);
+  const auto span = hn::Set(d16, static_cast<std::uint16_t>(0x7F80 - sc.exact_low));
+  const auto abs_mask = hn::Set(d16, 0x7FFF);
   for (; i + 4 * N <= n; i += 4 * N) {
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
-    const auto a = hn::BitCast(du, hn::LoadU(d16, src + i));
-    const auto b = hn::BitCast(du, hn::LoadU(d16, src + i + 2 * N));
-    QuantizeGroup<kE4M3, kExact, true>(
-        hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
-        hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, scale, shuffle,
-        lanes, dst + i);
+    const auto a16 = hn::LoadU(d16, src + i), b16 = hn::LoadU(d16, src + i + 2 * N);
+    const auto a = hn::BitCast(du, a16), b = hn::BitCast(du, b16);
+    const auto x0 = hn::BitCast(df, hn::ShiftLeft<16>(a)), x1 = hn::BitCast(df, hn::And(a, hi));
+    const auto x2 = hn::BitCast(df, hn::ShiftLeft<16>(b)), x3 = hn::BitCast(df, hn::And(b, hi));
+    if constexpr (kExact) {
+      // Magnitudes below `low` wrap above span, NaNs land above it too.
+      const auto m =
+          hn::Max(hn::Sub(hn::And(a16, abs_mask), low), hn::Sub(hn::And(b16, abs_mask), low));
+      if (HWY_LIKELY(hn::AllFalse(d16, hn::Gt(m, span)))) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+        if constexpr (sizeof(hn::Vec<QDF>) == 64) {
+          if (rebased_ok) {
+            DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, x0.raw, x1.raw, x2.raw, x3.raw, vr_rebased,
+                                    shuffle, lanes, dst + i);
+            continue;
+          }
+        }
+#endif
+        hn::Mask<QDF> ok;  // decided everywhere here: unused
+        StoreCodeGroup<true>(RecipCode<kE4M3, true>(df, x0, vr, ok),
+                             RecipCode<kE4M3, true>(df, x1, vr, ok),
+                             RecipCode<kE4M3, true>(df, x2, vr, ok),
+                             RecipCode<kE4M3, true>(df, x3, vr, ok), shuffle, lanes, dst + i);
+        continue;
+      }
+    }
+    QuantizeGroup<kE4M3, kExact, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes, dst + i);
   }
   return i;
 }
@@ -348,16 +474,13 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
 // Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
 template <bool kE4M3>
 HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                         float scale, unsigned char* HWY_RESTRICT dst) {
-  const QDF df;
-  const Shortcut mode = ShortcutMode(scale, true);
-  if (n < 4 * hn::Lanes(df) || mode == Shortcut::none) return 0;
+                                         const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
+  if (n < 4 * hn::Lanes(QDF()) || sc.mode == Shortcut::none) return 0;
   const CodeOrder<true>& order = CodeOrder<true>::Get();
-  const auto vr = hn::Set(df, 1.0f / scale);
-  if (mode == Shortcut::exact) {
-    return BF16Groups<kE4M3, true>(src, n, scale, vr, order.Shuffle(), order.Lanes(), dst);
+  if (sc.mode == Shortcut::exact) {
+    return BF16Groups<kE4M3, true>(src, n, sc, order.Shuffle(), order.Lanes(), dst);
   }
-  return BF16Groups<kE4M3, false>(src, n, scale, vr, order.Shuffle(), order.Lanes(), dst);
+  return BF16Groups<kE4M3, false>(src, n, sc, order.Shuffle(), order.Lanes(), dst);
 }
 
 // The full groups of 4N float32 values of a row, quantized with the shortcut; returns how many
@@ -391,7 +514,8 @@ HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size
 }
 #else
 template <bool kE4M3>
-HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, float, unsigned char*) {
+HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, const BF16Shortcut&,
+                                         unsigned char*) {
   return 0;
 }
 template <bool kE4M3>
@@ -425,10 +549,12 @@ HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, flo
   }
 }
 
-// dst[i] = fp8(bfloat16 src[i] / scale): the widening is a shift, done in registers.
+// dst[i] = fp8(bfloat16 src[i] / sc.scale), sc from MakeBF16Shortcut: the widening is a shift,
+// done in registers.
 template <bool kE4M3>
-HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
-                                unsigned char* HWY_RESTRICT dst) {
+HWY_INLINE void QuantizeBF16Row(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
+  const float scale = sc.scale;
   const QDF df;
   const QD8 d8;
   const hn::Rebind<std::uint16_t, QDF> d16;
@@ -438,7 +564,7 @@ HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size
   const auto widen = [&](auto v) HWY_ATTR {
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, v)));
   };
-  std::size_t i = RecipQuantizeBF16<kE4M3>(src, n, scale, dst);
+  std::size_t i = RecipQuantizeBF16<kE4M3>(src, n, sc, dst);
   for (; i + N <= n; i += N) {
     hn::StoreU(EncodeFp8Bytes<kE4M3>(df, hn::Div(widen(hn::LoadU(d16, src + i)), vs)), d8, dst + i);
   }
@@ -449,6 +575,13 @@ HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size
     hn::Store(EncodeFp8Bytes<kE4M3>(df, hn::Div(widen(hn::Load(d16, in)), vs)), d8, out);
     std::memcpy(dst + i, out, n - i);
   }
+}
+
+// dst[i] = fp8(bfloat16 src[i] / scale).
+template <bool kE4M3>
+HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
+                                unsigned char* HWY_RESTRICT dst) {
+  QuantizeBF16Row<kE4M3>(src, n, MakeBF16Shortcut<kE4M3>(scale), dst);
 }
 
 // dst[i] = fp8(x[i] / scale) for n elements x of `dtype` (float32, float16 or bfloat16) at src
@@ -504,15 +637,13 @@ HWY_INLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t
     const auto lanes = order.Lanes();
     for (std::int64_t k = 0; k < count; ++k) {
       const auto* x = reinterpret_cast<const std::uint16_t*>(src + k * src_step);
-      const float scale = scales[k];
-      const Shortcut mode = ShortcutMode(scale, true);
-      const auto vr = hn::Set(df, 1.0f / scale);
-      if (mode == Shortcut::exact) {
-        BF16Groups<kE4M3, true>(x, n, scale, vr, shuffle, lanes, dst + k * dst_step);
-      } else if (mode == Shortcut::checked) {
-        BF16Groups<kE4M3, false>(x, n, scale, vr, shuffle, lanes, dst + k * dst_step);
+      const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(scales[k]);
+      if (sc.mode == Shortcut::exact) {
+        BF16Groups<kE4M3, true>(x, n, sc, shuffle, lanes, dst + k * dst_step);
+      } else if (sc.mode == Shortcut::checked) {
+        BF16Groups<kE4M3, false>(x, n, sc, shuffle, lanes, dst + k * dst_step);
       } else {
-        QuantizeFp8BF16<kE4M3>(x, n, scale, dst + k * dst_step);
+        QuantizeBF16Row<kE4M3>(x, n, sc, dst + k * dst_step);
       }
     }
     return;
