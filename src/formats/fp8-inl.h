@@ -183,13 +183,36 @@ HWY_INLINE std::uint16_t ExactLowBF16(float r) {
   return static_cast<std::uint16_t>(c);
 }
 
+// The largest finite bfloat16 magnitude (bits) whose product with r is at most the largest
+// finite float8 (448 or 57344), or 0 when there is none.
+template <bool kE4M3>
+HWY_INLINE std::uint16_t ExactHighBF16(float r) {
+  const float max_finite = kE4M3 ? 448.0f : 57344.0f;
+  const auto passes = [&](std::uint32_t m) {
+    const std::uint32_t b = m << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x * r <= max_finite;
+  };
+  const float guess = max_finite / r;
+  std::uint32_t c;
+  std::memcpy(&c, &guess, 4);
+  c = (c >> 16) < 0x7F7Fu ? c >> 16 : 0x7F7Fu;
+  while (c < 0x7F7Fu && passes(c + 1)) ++c;
+  while (c > 0 && !passes(c)) --c;
+  return static_cast<std::uint16_t>(c);
+}
+
 // What the bfloat16 shortcut derives from one scale, computed once per scale.
 struct BF16Shortcut {
   float scale = 1.0f, r = 1.0f;  // r: 1/scale rounded
   Shortcut mode = Shortcut::none;
   std::uint16_t exact_low = 0;  // kExact: ExactLowBF16
-  // kExact on AVX-512: r * 2^(kBias - 127) (see DecidedGroupAVX3), 0 when that is not normal.
+  // kExact on AVX-512 (see DecidedGroupAVX3): r * 2^(kBias - 127), 0 when that is not normal
+  // or no finite magnitude qualifies; and the largest magnitude whose product is at most the
+  // largest finite float8.
   float r_rebased = 0.0f;
+  std::uint16_t exact_high = 0;
 };
 
 template <bool kE4M3>
@@ -202,7 +225,8 @@ HWY_INLINE BF16Shortcut MakeBF16Shortcut(float scale) {
   if (s.mode == Shortcut::exact) {
     s.exact_low = ExactLowBF16<kE4M3>(s.r);
     const float rebased = std::ldexp(s.r, kE4M3 ? -120 : -112);
-    s.r_rebased = rebased >= 0x1p-126f ? rebased : 0.0f;
+    s.exact_high = ExactHighBF16<kE4M3>(s.r);
+    s.r_rebased = rebased >= 0x1p-126f && s.exact_high >= s.exact_low ? rebased : 0.0f;
   }
   return s;
 }
@@ -379,31 +403,36 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// A group of 64 bfloat16 values (bits a, b; widened to x0..x3 in pair order) whose products
-// with the reciprocal are all exact normal float8 magnitudes or beyond the largest (kExact, with
-// the range checked by the caller). vr is the reciprocal times 2^(kBias - 127): the products then
-// have the float8 exponent bias, are still normal and exact float32 values, and the float
-// addition of 2^(e + 23 - kMant) (e: the exponent) and its subtraction round each magnitude to
-// kMant mantissa bits, to nearest even, leaving the code in bits 23 - kMant up and zeros below.
-// The signs are the bfloat16 sign bits, already in element order.
+// kExact, AVX-512: the 64 bfloat16 values a, b (bits) when their magnitudes all lie in
+// [low, low + span] (BF16Shortcut's exact_low and exact_high): their products with the
+// reciprocal are then exact normal float8 magnitudes no larger than the largest finite one.
+// vr is the reciprocal times 2^(kBias - 127), so the products carry the float8 exponent bias
+// and stay exact normal float32 values; Veltkamp's split (c = q * (2^(23 - kMant) + 1),
+// c - (c - q), each rounded) rounds each to kMant mantissa bits, to nearest even, leaving the
+// code in bits 23 - kMant up and zeros below. The signs are the bfloat16 sign bits, in element
+// order. Returns false, writing nothing, when some magnitude lies outside.
 template <bool kE4M3>
-HWY_INLINE void DecidedGroupAVX3(__m512i a, __m512i b, __m512 x0, __m512 x1, __m512 x2, __m512 x3,
-                                 __m512 vr, hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+HWY_INLINE bool DecidedGroupAVX3(__m512i a, __m512i b, __m512i low, __m512i span, __m512 vr,
+                                 hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
                                  typename CodeOrder<true>::Idx lanes,
                                  unsigned char* HWY_RESTRICT dst) {
   constexpr int kShift = kE4M3 ? 20 : 21;
-  // The largest finite magnitude, rebiased: 448 or 57344 times 2^(kBias - 127).
-  const __m512 bound = _mm512_castsi512_ps(
-      _mm512_set1_epi32(kE4M3 ? 0x43E00000 - (120 << 23) : 0x47600000 - (112 << 23)));
-  const __m512i exp_mask = _mm512_set1_epi32(0x7F800000);
-  const __m512i step = _mm512_set1_epi32(kShift << 23);
-  const auto code = [&](__m512 x) HWY_ATTR {
-    const __m512 q = _mm512_range_ps(_mm512_mul_ps(x, vr), bound, 0x0A);
-    const __m512 m = _mm512_castsi512_ps(
-        _mm512_add_epi32(_mm512_and_si512(_mm512_castps_si512(q), exp_mask), step));
-    return _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(q, m), m));
+  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
+  const __m512i ma = _mm512_and_si512(a, abs_mask), mb = _mm512_and_si512(b, abs_mask);
+  // Magnitudes below low wrap above span.
+  const __m512i far = _mm512_max_epu16(_mm512_sub_epi16(ma, low), _mm512_sub_epi16(mb, low));
+  if (HWY_UNLIKELY(_mm512_cmpgt_epu16_mask(far, span) != 0)) return false;
+  const __m512 split = _mm512_set1_ps(static_cast<float>(1u << kShift));
+  const auto code = [&](__m512i m) HWY_ATTR {
+    const __m512 q = _mm512_mul_ps(_mm512_castsi512_ps(m), vr);  // exact
+    // q * 2^kShift + q, rounded once: written as a fused operation so that the compiler cannot
+    // fuse the product into the subtraction below instead.
+    const __m512 c = _mm512_fmadd_ps(q, split, q);
+    return _mm512_castps_si512(_mm512_sub_ps(c, _mm512_sub_ps(c, q)));
   };
-  const __m512i c0 = code(x0), c1 = code(x1), c2 = code(x2), c3 = code(x3);
+  const __m512i hi = _mm512_set1_epi32(static_cast<std::int32_t>(0xFFFF0000u));
+  const __m512i c0 = code(_mm512_slli_epi32(ma, 16)), c1 = code(_mm512_and_si512(ma, hi));
+  const __m512i c2 = code(_mm512_slli_epi32(mb, 16)), c3 = code(_mm512_and_si512(mb, hi));
   // Byte k of each lane from c_k (0xFE: a | b | c).
   const __m512i w = _mm512_or_si512(
       _mm512_ternarylogic_epi32(_mm512_srli_epi32(c0, kShift), _mm512_srli_epi32(c1, kShift - 8),
@@ -414,6 +443,7 @@ HWY_INLINE void DecidedGroupAVX3(__m512i a, __m512i b, __m512 x0, __m512 x1, __m
   const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
   _mm512_storeu_si512(dst,
                       _mm512_mask_add_epi8(ordered.raw, neg, ordered.raw, _mm512_set1_epi8(-128)));
+  return true;
 }
 #endif
 
@@ -432,6 +462,8 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   const bool rebased_ok = sc.r_rebased != 0.0f;
   const __m512 vr_rebased = _mm512_set1_ps(sc.r_rebased);
+  const __m512i vlow = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_low));
+  const __m512i vspan = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_high - sc.exact_low));
 #endif
   const float scale = sc.scale;
   const auto vr = hn::Set(df, sc.r);
@@ -441,6 +473,14 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
   for (; i + 4 * N <= n; i += 4 * N) {
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
     const auto a16 = hn::LoadU(d16, src + i), b16 = hn::LoadU(d16, src + i + 2 * N);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kExact && sizeof(hn::Vec<QDF>) == 64) {
+      if (rebased_ok && DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, vlow, vspan, vr_rebased, shuffle,
+                                                lanes, dst + i)) {
+        continue;
+      }
+    }
+#endif
     const auto a = hn::BitCast(du, a16), b = hn::BitCast(du, b16);
     const auto x0 = hn::BitCast(df, hn::ShiftLeft<16>(a)), x1 = hn::BitCast(df, hn::And(a, hi));
     const auto x2 = hn::BitCast(df, hn::ShiftLeft<16>(b)), x3 = hn::BitCast(df, hn::And(b, hi));
@@ -449,15 +489,6 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
       const auto m =
           hn::Max(hn::Sub(hn::And(a16, abs_mask), low), hn::Sub(hn::And(b16, abs_mask), low));
       if (HWY_LIKELY(hn::AllFalse(d16, hn::Gt(m, span)))) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-        if constexpr (sizeof(hn::Vec<QDF>) == 64) {
-          if (rebased_ok) {
-            DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, x0.raw, x1.raw, x2.raw, x3.raw, vr_rebased,
-                                    shuffle, lanes, dst + i);
-            continue;
-          }
-        }
-#endif
         hn::Mask<QDF> ok;  // decided everywhere here: unused
         StoreCodeGroup<true>(RecipCode<kE4M3, true>(df, x0, vr, ok),
                              RecipCode<kE4M3, true>(df, x1, vr, ok),
