@@ -652,6 +652,35 @@ HWY_INLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t n
   }
 }
 
+// QuantizeRuns for bfloat16 runs whose length n is a multiple of the group (4N), with the
+// shortcut of each run's scale computed beforehand (shortcuts[k], from MakeBF16Shortcut); run k
+// starts src_step elements after run k - 1, and its codes dst_step bytes after.
+template <bool kE4M3>
+HWY_INLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_step, std::size_t n,
+                                 std::int64_t count, const BF16Shortcut* shortcuts,
+                                 unsigned char* dst, std::int64_t dst_step) {
+#if HWY_TARGET == HWY_SCALAR
+  for (std::int64_t k = 0; k < count; ++k) {
+    QuantizeBF16Row<kE4M3>(src + k * src_step, n, shortcuts[k], dst + k * dst_step);
+  }
+#else
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::uint16_t* x = src + k * src_step;
+    const BF16Shortcut& sc = shortcuts[k];
+    if (sc.mode == Shortcut::exact) {
+      BF16Groups<kE4M3, true>(x, n, sc, shuffle, lanes, dst + k * dst_step);
+    } else if (sc.mode == Shortcut::checked) {
+      BF16Groups<kE4M3, false>(x, n, sc, shuffle, lanes, dst + k * dst_step);
+    } else {
+      QuantizeBF16Row<kE4M3>(x, n, sc, dst + k * dst_step);
+    }
+  }
+#endif
+}
+
 // count runs of n values of `dtype`: run k is read at src + k * src_step, divided by scales[k]
 // and written at dst + k * dst_step (steps in bytes). The same codes as QuantizeRun per run;
 // runs of aligned bfloat16 whose length is a multiple of the group share the shortcut's setup.
@@ -660,22 +689,12 @@ HWY_INLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t
                              std::size_t n, std::int64_t count, const float* scales,
                              unsigned char* dst, std::int64_t dst_step) {
 #if HWY_TARGET != HWY_SCALAR
-  const QDF df;
   const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 2 == 0 && src_step % 2 == 0;
-  if (dtype == DType::bfloat16 && aligned && n % (4 * hn::Lanes(df)) == 0) {
-    const CodeOrder<true>& order = CodeOrder<true>::Get();
-    const auto shuffle = order.Shuffle();
-    const auto lanes = order.Lanes();
+  if (dtype == DType::bfloat16 && aligned && n % (4 * hn::Lanes(QDF())) == 0) {
     for (std::int64_t k = 0; k < count; ++k) {
-      const auto* x = reinterpret_cast<const std::uint16_t*>(src + k * src_step);
       const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(scales[k]);
-      if (sc.mode == Shortcut::exact) {
-        BF16Groups<kE4M3, true>(x, n, sc, shuffle, lanes, dst + k * dst_step);
-      } else if (sc.mode == Shortcut::checked) {
-        BF16Groups<kE4M3, false>(x, n, sc, shuffle, lanes, dst + k * dst_step);
-      } else {
-        QuantizeBF16Row<kE4M3>(x, n, sc, dst + k * dst_step);
-      }
+      QuantizeBF16Runs<kE4M3>(reinterpret_cast<const std::uint16_t*>(src + k * src_step), 0, n, 1,
+                              &sc, dst + k * dst_step, 0);
     }
     return;
   }
