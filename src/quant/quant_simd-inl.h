@@ -603,6 +603,86 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 }
 #endif  // KVS_E2M1_BUCKETS
 
+
+// ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
+
+// Magnitudes8Capped<kLanes, true> with one operation less per vector: the smallest magnitude
+// itself (zeros included) instead of the smallest nonzero one, stored as its saturated
+// decrement. Without zeros that is Magnitudes8Capped's min1; a group holding a zero gets
+// min1 = 0, which E4M3Pow2Lanes reads as a nonzero magnitude below every threshold (not fast),
+// so its lanes below the normal range are looked for one by one (zeros need no fix).
+template <std::size_t kLanes>
+HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                                  std::uint16_t* HWY_RESTRICT amax,
+                                  std::uint16_t* HWY_RESTRICT min1) {
+#if KVS_SIZELESS_VECTORS
+  Magnitudes8<true>(x, n, amax, min1);
+#else
+  const GroupTag<kLanes> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  V hi[8], lo[8];
+  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi[k] = hn::Max(hi[k], b);
+      lo[k] = hn::Min(lo[k], b);
+    }
+  }
+  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
+  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
+  Reduce8(d, hi, max_op, amax);
+  Reduce8(d, lo, min_op, min1);
+  const hn::CappedTag<std::uint16_t, 8> d8;
+  for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) {
+    hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
+               min1 + k);
+  }
+#endif
+}
+
+// E4M3Pow2CodesInRange without the magnitude mask: the subtraction runs on the bf16 bits
+// themselves, where a negative lane's sign stays in place above its magnitude's difference.
+// Exact for every lane whose magnitude is at least E4M3NormalThreshold (the same as the masked
+// form); lanes below it, zeros included, come out wrong and must be rewritten: a group holding
+// any (Magnitudes8MinSat's min1 below the threshold) is not fast and takes the masked form.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesUnmasked(D d, V w, V s7) {
+  const hn::RebindToSigned<D> di;
+  const auto t7 = hn::SaturatedSub(w, s7);
+  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
+  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+}
+
+// QuantizeE4M3Pow2RowInRange with E4M3Pow2CodesUnmasked.
+template <bool kPerGroup>
+HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
+                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                            const std::uint32_t* HWY_RESTRICT subw) {
+  const GroupTag<32> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::int8_t, decltype(d)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto s7 = [&](std::int64_t i) {
+    return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
+  };
+  const auto row_s7 = s7(0);
+  std::int64_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    const auto a = E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto b =
+        E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
+    StoreCodePair(di, a, b, out + i);
+  }
+  if (i < n) {  // an odd number of vectors
+    const auto a = E4M3Pow2CodesUnmasked(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
+  }
+}
+
 #endif  // HWY_TARGET != HWY_SCALAR
 
 }  // namespace kvscatter::quant::HWY_NAMESPACE

@@ -1,6 +1,7 @@
 """bench/compare.py: its NumPy alternatives compute what kvscatter computes, and a quick run
 writes the report and its plots (no timing is asserted)."""
 
+import importlib
 import json
 import os
 import pathlib
@@ -17,14 +18,18 @@ COMPARE = ROOT / "bench" / "compare.py"
 pytestmark = pytest.mark.skipif(not COMPARE.exists(), reason="bench/ is not in this tree")
 
 
-@pytest.fixture(scope="module")
-def alternatives():
+def bench_module(name: str):
+    """A module of bench/, which is not a package."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
-        import alternatives as alt
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return alt
+
+
+@pytest.fixture(scope="module")
+def alternatives():
+    return bench_module("alternatives")
 
 
 @pytest.mark.parametrize("mode", [0, 1, 2])
@@ -136,12 +141,7 @@ def test_quick_run_writes_the_report(tmp_path):
 
 @pytest.fixture(scope="module")
 def compare_module():
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import compare
-    finally:
-        sys.path.pop(0)
-    return compare
+    return bench_module("compare")
 
 
 def test_elements_per_token_counts_every_input_element(compare_module):

@@ -8,10 +8,12 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
-//   not exact) are redone by the scalar rules. Groups (or fp8 rows) with a non-finite element
-//   and every other combination of mode and dtype take the general path: the row widened to
-//   float32, the scalar scale rules of internal.h and the batch encoders shared with
-//   kv_compress_epilog, bit-identical to the reference.
+//   not exact) are redone by the scalar rules over a lane form exact for zeros (where every
+//   group is fast, a cheaper one without the sign mask, which only zeros and those lanes need).
+//   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
+//   dtype take the general path: the row widened to float32, the scalar scale rules of
+//   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
+//   reference.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -242,14 +244,19 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   for (int c = 0; c < n; c += 8) {
-    qn::Magnitudes8Capped<16, true>(units + c, d, amax + c, min1 + c);
+    qn::Magnitudes8MinSat<16>(units + c, d, amax + c, min1 + c);
     qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     if (amax[k] < kInfBits) {
-      qn::QuantizeE4M3Pow2RowInRange<false>(units[k], b.codes[k], d, subw + k);
-      if (fast[k] == 0) {
-        fix_lanes_below_normal(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
+      if (fast[k] != 0) {
+        qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
+      } else {  // the masked form: exact for zeros too, and all an all-zero row needs
+        qn::QuantizeE4M3Pow2RowInRange<false>(units[k], b.codes[k], d, subw + k);
+        if (amax[k] != 0) {
+          fix_lanes_below_normal(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]),
+                                 exp[k]);
+        }
       }
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale[k], &stored, 4);
@@ -267,7 +274,7 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
                  const std::uint32_t* subw, const std::uint8_t* exp, const std::uint8_t* fast,
                  std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (fast[g] != 0) continue;
+    if (fast[g] != 0 || amax[g] == 0) continue;  // an all-zero group is right as it is
     if (amax[g] < kInfBits) {
       fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
                              exp[g]);
@@ -294,13 +301,17 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all = true;
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8Capped<16, true>(units + c, 32, amax + c, min1 + c);
+    qn::Magnitudes8MinSat<16>(units + c, 32, amax + c, min1 + c);
     all &=
         qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
+    if (all) {
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+    } else {  // the masked form (exact for zeros too), then the groups that are not fast
+      qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
+    }
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
@@ -414,12 +425,27 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
   const int per_batch = batch_rows(p);
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
+  // A slot that follows the previous row's in the same block (a prefill's run) has its rows
+  // one pitch further on: no block split, no multiplies.
+  std::int64_t next = -1, left = 0;
+  std::uint8_t *codes = nullptr, *scale = nullptr;
+  const std::int64_t block_size = a.split.block_size();
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
+    if (slot == next && left > 0) {
+      codes += a.c1;
+      scale += a.s1;
+      --left;
+    } else {
+      codes = a.codes(slot);
+      scale = a.scale(slot);
+      left = block_size - 1 - a.split.offset(slot);
+    }
+    next = slot + 1;
     b.src[n] = a.src(r);
-    b.codes[n] = a.codes(slot);
-    b.scale[n] = a.scale(slot);
+    b.codes[n] = codes;
+    b.scale[n] = scale;
     if (++n == per_batch) {
       b.n = n;
       fast_rows(p, s, b);

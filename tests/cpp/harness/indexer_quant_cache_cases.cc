@@ -72,6 +72,21 @@ Geometry random_geometry(std::mt19937_64& rng) {
   return g;
 }
 
+// Some cases get whole rows or single 32-groups of +0 or -0 (a group holding a zero leaves the
+// fast path's plain test; an all-zero one has a zero scale input).
+void zero_spans(std::mt19937_64& rng, const Geometry& g, std::vector<std::uint8_t>& x) {
+  if (rng() % 3 != 0) return;
+  const std::int64_t pitch = g.d + g.xpad;
+  for (std::int64_t r = 0; r < g.rows; ++r) {
+    if (rng() % 4 != 0) continue;
+    const bool row = rng() % 2 == 0;
+    const std::int64_t begin = row ? 0 : 32 * pick(rng, 0, g.d / 32 - 1);
+    const std::int64_t end = row ? g.d : begin + 32;
+    const std::uint16_t zero = rng() % 2 ? 0x8000 : 0;
+    for (std::int64_t k = begin; k < end; ++k) std::memcpy(&x[2 * (r * pitch + k)], &zero, 2);
+  }
+}
+
 // x values: normal-distributed at a random scale. Per case, specials (zeros, signed zeros,
 // subnormal-sized and huge values; with `nonfinite`, infinities and NaNs) are absent, rare or
 // frequent, so the kernel's exact fast path, its per-group fallbacks and its general path are
@@ -109,6 +124,7 @@ std::vector<std::uint8_t> random_x(std::mt19937_64& rng, const Geometry& g, std:
     if (!nonfinite && !std::isfinite(formats::decode(g.xdt, code))) code = 0;
     std::memcpy(out.data() + 2 * i, &code, 2);
   }
+  zero_spans(rng, g, out);
   return out;
 }
 
@@ -116,9 +132,14 @@ Case generate(std::mt19937_64& rng) {
   const Geometry g = random_geometry(rng);
   const std::int64_t ns = g.nb * g.bs;
   std::vector<std::int64_t> slots(static_cast<std::size_t>(g.rows));
-  for (auto& s : slots) {
+  // Some cases write runs of consecutive slots, as a prefill does, across block boundaries.
+  const bool runs = rng() % 4 == 0;
+  const std::int64_t start = pick(rng, 0, ns - 1);
+  for (std::size_t t = 0; t < slots.size(); ++t) {
     const auto r = rng() % 8;
+    std::int64_t& s = slots[t];
     s = r == 0 ? -1 : r == 1 ? ns - 1 : r == 2 && !slots.empty() ? slots[0] : pick(rng, 0, ns - 1);
+    if (runs && r > 1) s = (start + static_cast<std::int64_t>(t)) % ns;
   }
   const bool bad = g.rows > 0 && rng() % 12 == 0;
   if (bad) slots.back() = rng() % 2 ? ns : -2;
