@@ -224,7 +224,7 @@ HWY_INLINE BF16Shortcut MakeBF16Shortcut(float scale) {
   s.r = 1.0f / scale;
   if (s.mode == Shortcut::exact) {
     s.exact_low = ExactLowBF16<kE4M3>(s.r);
-    const float rebased = std::ldexp(s.r, kE4M3 ? -120 : -112);
+    const float rebased = s.r * (kE4M3 ? 0x1p-120f : 0x1p-112f);  // exact when normal
     s.exact_high = ExactHighBF16<kE4M3>(s.r);
     s.r_rebased = rebased >= 0x1p-126f && s.exact_high >= s.exact_low ? rebased : 0.0f;
   }
