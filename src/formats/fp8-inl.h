@@ -160,6 +160,77 @@ HWY_INLINE Shortcut ShortcutMode(float scale, bool bf16) {
   return Shortcut::checked;
 }
 
+// kExact with bfloat16 inputs: the smallest bfloat16 magnitude (bits, sign cleared) whose product
+// with r is at least the smallest normal float8. The product is monotonic in x, so a group whose
+// magnitudes all lie in [that, infinity] has only lanes the shortcut decides, and the check
+// takes a few 16-bit operations on the loaded bits instead of two compares per vector. Infinity
+// always qualifies: the result is at most 0x7F80.
+template <bool kE4M3>
+HWY_INLINE std::uint16_t ExactLowBF16(float r) {
+  const float min_normal = 1.0f / static_cast<float>(1u << (kE4M3 ? 6 : 14));
+  const auto passes = [&](std::uint32_t m) {
+    const std::uint32_t b = m << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x * r >= min_normal;
+  };
+  const float guess = min_normal / r;
+  std::uint32_t c;
+  std::memcpy(&c, &guess, 4);
+  c = (c >> 16) < 0x7F80u ? c >> 16 : 0x7F80u;
+  while (c > 0 && passes(c - 1)) --c;
+  while (!passes(c)) ++c;
+  return static_cast<std::uint16_t>(c);
+}
+
+// The largest finite bfloat16 magnitude (bits) whose product with r is at most the largest
+// finite float8 (448 or 57344), or 0 when there is none.
+template <bool kE4M3>
+HWY_INLINE std::uint16_t ExactHighBF16(float r) {
+  const float max_finite = kE4M3 ? 448.0f : 57344.0f;
+  const auto passes = [&](std::uint32_t m) {
+    const std::uint32_t b = m << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x * r <= max_finite;
+  };
+  const float guess = max_finite / r;
+  std::uint32_t c;
+  std::memcpy(&c, &guess, 4);
+  c = (c >> 16) < 0x7F7Fu ? c >> 16 : 0x7F7Fu;
+  while (c < 0x7F7Fu && passes(c + 1)) ++c;
+  while (c > 0 && !passes(c)) --c;
+  return static_cast<std::uint16_t>(c);
+}
+
+// What the bfloat16 shortcut derives from one scale, computed once per scale.
+struct BF16Shortcut {
+  float scale = 1.0f, r = 1.0f;  // r: 1/scale rounded
+  Shortcut mode = Shortcut::none;
+  std::uint16_t exact_low = 0;  // kExact: ExactLowBF16
+  // kExact on AVX-512 (see DecidedGroupAVX3): r * 2^(kBias - 127), 0 when that is not normal
+  // or no finite magnitude qualifies; and the largest magnitude whose product is at most the
+  // largest finite float8.
+  float r_rebased = 0.0f;
+  std::uint16_t exact_high = 0;
+};
+
+template <bool kE4M3>
+HWY_INLINE BF16Shortcut MakeBF16Shortcut(float scale) {
+  BF16Shortcut s;
+  s.scale = scale;
+  s.mode = ShortcutMode(scale, true);
+  if (s.mode == Shortcut::none) return s;
+  s.r = 1.0f / scale;
+  if (s.mode == Shortcut::exact) {
+    s.exact_low = ExactLowBF16<kE4M3>(s.r);
+    const float rebased = s.r * (kE4M3 ? 0x1p-120f : 0x1p-112f);  // exact when normal
+    s.exact_high = ExactHighBF16<kE4M3>(s.r);
+    s.r_rebased = rebased >= 0x1p-126f && s.exact_high >= s.exact_low ? rebased : 0.0f;
+  }
+  return s;
+}
+
 // The fp8 code of x * r (vr: the reciprocal) in bits 24..31 of each lane, lower bits undefined,
 // rounded half up (kExact: to nearest even); `ok` is set in the lanes the shortcut may decide
 // (see above).
@@ -300,6 +371,16 @@ class CodeOrder {
 
 // x[0..3] -> 4N codes at dst: RecipCode for every lane, then, in the rare vectors with lanes
 // the shortcut cannot decide, those lanes again by the exact path.
+template <bool kPairs, class VU>
+HWY_INLINE void StoreCodeGroup(VU c0, VU c1, VU c2, VU c3,
+                               hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                               typename CodeOrder<kPairs>::Idx lanes,
+                               unsigned char* HWY_RESTRICT dst) {
+  const hn::RebindToUnsigned<QDF> du;
+  hn::StoreU(CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c0, c1, c2, c3), shuffle, lanes),
+             hn::Repartition<std::uint8_t, QDF>(), dst);
+}
+
 template <bool kE4M3, bool kExact, bool kPairs, class VF>
 HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
                               hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
@@ -318,29 +399,105 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
     c2 = ExactWhereNeeded<kE4M3, kExact>(df, c2, ok2, x2, vr, scale);
     c3 = ExactWhereNeeded<kE4M3, kExact>(df, c3, ok3, x3, vr, scale);
   }
-  hn::StoreU(CodeOrder<kPairs>::Apply(InterleaveCodeBytes(du, c0, c1, c2, c3), shuffle, lanes),
-             hn::Repartition<std::uint8_t, QDF>(), dst);
+  StoreCodeGroup<kPairs>(c0, c1, c2, c3, shuffle, lanes, dst);
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// kExact, AVX-512: the 64 bfloat16 values a, b (bits) when their magnitudes all lie in
+// [low, low + span] (BF16Shortcut's exact_low and exact_high): their products with the
+// reciprocal are then exact normal float8 magnitudes no larger than the largest finite one.
+// vr is the reciprocal times 2^(kBias - 127), so the products carry the float8 exponent bias
+// and stay exact normal float32 values; Veltkamp's split (c = q * (2^(23 - kMant) + 1),
+// c - (c - q), each rounded) rounds each to kMant mantissa bits, to nearest even, leaving the
+// code in bits 23 - kMant up and zeros below. The signs are the bfloat16 sign bits, in element
+// order. Returns false, writing nothing, when some magnitude lies outside.
+template <bool kE4M3>
+HWY_INLINE bool DecidedGroupAVX3(__m512i a, __m512i b, __m512i low, __m512i span, __m512 vr,
+                                 hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                                 typename CodeOrder<true>::Idx lanes,
+                                 unsigned char* HWY_RESTRICT dst) {
+  constexpr int kShift = kE4M3 ? 20 : 21;
+  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
+  const __m512i ma = _mm512_and_si512(a, abs_mask), mb = _mm512_and_si512(b, abs_mask);
+  // Magnitudes below low wrap above span.
+  const __m512i far = _mm512_max_epu16(_mm512_sub_epi16(ma, low), _mm512_sub_epi16(mb, low));
+  if (HWY_UNLIKELY(_mm512_cmpgt_epu16_mask(far, span) != 0)) return false;
+  const __m512 split = _mm512_set1_ps(static_cast<float>(1u << kShift));
+  const auto code = [&](__m512i m) HWY_ATTR {
+    const __m512 q = _mm512_mul_ps(_mm512_castsi512_ps(m), vr);  // exact
+    // q * 2^kShift + q, rounded once: written as a fused operation so that the compiler cannot
+    // fuse the product into the subtraction below instead.
+    const __m512 c = _mm512_fmadd_ps(q, split, q);
+    return _mm512_castps_si512(_mm512_sub_ps(c, _mm512_sub_ps(c, q)));
+  };
+  const __m512i hi = _mm512_set1_epi32(static_cast<std::int32_t>(0xFFFF0000u));
+  const __m512i c0 = code(_mm512_slli_epi32(ma, 16)), c1 = code(_mm512_and_si512(ma, hi));
+  const __m512i c2 = code(_mm512_slli_epi32(mb, 16)), c3 = code(_mm512_and_si512(mb, hi));
+  // Byte k of each lane from c_k (0xFE: a | b | c).
+  const __m512i w = _mm512_or_si512(
+      _mm512_ternarylogic_epi32(_mm512_srli_epi32(c0, kShift), _mm512_srli_epi32(c1, kShift - 8),
+                                _mm512_srli_epi32(c2, kShift - 16), 0xFE),
+      _mm512_slli_epi32(c3, 24 - kShift));
+  const auto ordered =
+      CodeOrder<true>::Apply(hn::Vec<hn::RebindToUnsigned<QDF>>{w}, shuffle, lanes);
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
+  _mm512_storeu_si512(dst,
+                      _mm512_mask_add_epi8(ordered.raw, neg, ordered.raw, _mm512_set1_epi8(-128)));
+  return true;
+}
+#endif
 
 // The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
 // returns how many values it wrote.
-template <bool kE4M3, bool kExact, class VF, class V8, class Idx>
-HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
-                                  VF vr, V8 shuffle, Idx lanes, unsigned char* HWY_RESTRICT dst) {
+template <bool kE4M3, bool kExact, class V8, class Idx>
+HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                  const BF16Shortcut& sc, V8 shuffle, Idx lanes,
+                                  unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
   const std::size_t N = hn::Lanes(df);
   const auto hi = hn::Set(du, 0xFFFF0000u);
   std::size_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const bool rebased_ok = sc.r_rebased != 0.0f;
+  const __m512 vr_rebased = _mm512_set1_ps(sc.r_rebased);
+  const __m512i vlow = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_low));
+  const __m512i vspan = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_high - sc.exact_low));
+#endif
+  const float scale = sc.scale;
+  const auto vr = hn::Set(df, sc.r);
+  const auto low = hn::Set(d16, sc.exact_low);
+  const auto span = hn::Set(d16, static_cast<std::uint16_t>(0x7F80 - sc.exact_low));
+  const auto abs_mask = hn::Set(d16, 0x7FFF);
   for (; i + 4 * N <= n; i += 4 * N) {
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
-    const auto a = hn::BitCast(du, hn::LoadU(d16, src + i));
-    const auto b = hn::BitCast(du, hn::LoadU(d16, src + i + 2 * N));
-    QuantizeGroup<kE4M3, kExact, true>(
-        hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
-        hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, scale, shuffle,
-        lanes, dst + i);
+    const auto a16 = hn::LoadU(d16, src + i), b16 = hn::LoadU(d16, src + i + 2 * N);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kExact && sizeof(hn::Vec<QDF>) == 64) {
+      if (rebased_ok && DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, vlow, vspan, vr_rebased, shuffle,
+                                                lanes, dst + i)) {
+        continue;
+      }
+    }
+#endif
+    const auto a = hn::BitCast(du, a16), b = hn::BitCast(du, b16);
+    const auto x0 = hn::BitCast(df, hn::ShiftLeft<16>(a)), x1 = hn::BitCast(df, hn::And(a, hi));
+    const auto x2 = hn::BitCast(df, hn::ShiftLeft<16>(b)), x3 = hn::BitCast(df, hn::And(b, hi));
+    if constexpr (kExact) {
+      // Magnitudes below `low` wrap above span, NaNs land above it too.
+      const auto m =
+          hn::Max(hn::Sub(hn::And(a16, abs_mask), low), hn::Sub(hn::And(b16, abs_mask), low));
+      if (HWY_LIKELY(hn::AllFalse(d16, hn::Gt(m, span)))) {
+        hn::Mask<QDF> ok;  // decided everywhere here: unused
+        StoreCodeGroup<true>(RecipCode<kE4M3, true>(df, x0, vr, ok),
+                             RecipCode<kE4M3, true>(df, x1, vr, ok),
+                             RecipCode<kE4M3, true>(df, x2, vr, ok),
+                             RecipCode<kE4M3, true>(df, x3, vr, ok), shuffle, lanes, dst + i);
+        continue;
+      }
+    }
+    QuantizeGroup<kE4M3, kExact, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes, dst + i);
   }
   return i;
 }
@@ -348,16 +505,13 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
 // Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
 template <bool kE4M3>
 HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                         float scale, unsigned char* HWY_RESTRICT dst) {
-  const QDF df;
-  const Shortcut mode = ShortcutMode(scale, true);
-  if (n < 4 * hn::Lanes(df) || mode == Shortcut::none) return 0;
+                                         const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
+  if (n < 4 * hn::Lanes(QDF()) || sc.mode == Shortcut::none) return 0;
   const CodeOrder<true>& order = CodeOrder<true>::Get();
-  const auto vr = hn::Set(df, 1.0f / scale);
-  if (mode == Shortcut::exact) {
-    return BF16Groups<kE4M3, true>(src, n, scale, vr, order.Shuffle(), order.Lanes(), dst);
+  if (sc.mode == Shortcut::exact) {
+    return BF16Groups<kE4M3, true>(src, n, sc, order.Shuffle(), order.Lanes(), dst);
   }
-  return BF16Groups<kE4M3, false>(src, n, scale, vr, order.Shuffle(), order.Lanes(), dst);
+  return BF16Groups<kE4M3, false>(src, n, sc, order.Shuffle(), order.Lanes(), dst);
 }
 
 // The full groups of 4N float32 values of a row, quantized with the shortcut; returns how many
@@ -391,7 +545,8 @@ HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size
 }
 #else
 template <bool kE4M3>
-HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, float, unsigned char*) {
+HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, const BF16Shortcut&,
+                                         unsigned char*) {
   return 0;
 }
 template <bool kE4M3>
@@ -425,10 +580,12 @@ HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, flo
   }
 }
 
-// dst[i] = fp8(bfloat16 src[i] / scale): the widening is a shift, done in registers.
+// dst[i] = fp8(bfloat16 src[i] / sc.scale), sc from MakeBF16Shortcut: the widening is a shift,
+// done in registers.
 template <bool kE4M3>
-HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
-                                unsigned char* HWY_RESTRICT dst) {
+HWY_INLINE void QuantizeBF16Row(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
+  const float scale = sc.scale;
   const QDF df;
   const QD8 d8;
   const hn::Rebind<std::uint16_t, QDF> d16;
@@ -438,7 +595,7 @@ HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size
   const auto widen = [&](auto v) HWY_ATTR {
     return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, v)));
   };
-  std::size_t i = RecipQuantizeBF16<kE4M3>(src, n, scale, dst);
+  std::size_t i = RecipQuantizeBF16<kE4M3>(src, n, sc, dst);
   for (; i + N <= n; i += N) {
     hn::StoreU(EncodeFp8Bytes<kE4M3>(df, hn::Div(widen(hn::LoadU(d16, src + i)), vs)), d8, dst + i);
   }
@@ -449,6 +606,13 @@ HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size
     hn::Store(EncodeFp8Bytes<kE4M3>(df, hn::Div(widen(hn::Load(d16, in)), vs)), d8, out);
     std::memcpy(dst + i, out, n - i);
   }
+}
+
+// dst[i] = fp8(bfloat16 src[i] / scale).
+template <bool kE4M3>
+HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n, float scale,
+                                unsigned char* HWY_RESTRICT dst) {
+  QuantizeBF16Row<kE4M3>(src, n, MakeBF16Shortcut<kE4M3>(scale), dst);
 }
 
 // dst[i] = fp8(x[i] / scale) for n elements x of `dtype` (float32, float16 or bfloat16) at src
@@ -488,6 +652,35 @@ HWY_INLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t n
   }
 }
 
+// QuantizeRuns for bfloat16 runs whose length n is a multiple of the group (4N), with the
+// shortcut of each run's scale computed beforehand (shortcuts[k], from MakeBF16Shortcut); run k
+// starts src_step elements after run k - 1, and its codes dst_step bytes after.
+template <bool kE4M3>
+HWY_INLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_step, std::size_t n,
+                                 std::int64_t count, const BF16Shortcut* shortcuts,
+                                 unsigned char* dst, std::int64_t dst_step) {
+#if HWY_TARGET == HWY_SCALAR
+  for (std::int64_t k = 0; k < count; ++k) {
+    QuantizeBF16Row<kE4M3>(src + k * src_step, n, shortcuts[k], dst + k * dst_step);
+  }
+#else
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::uint16_t* x = src + k * src_step;
+    const BF16Shortcut& sc = shortcuts[k];
+    if (sc.mode == Shortcut::exact) {
+      BF16Groups<kE4M3, true>(x, n, sc, shuffle, lanes, dst + k * dst_step);
+    } else if (sc.mode == Shortcut::checked) {
+      BF16Groups<kE4M3, false>(x, n, sc, shuffle, lanes, dst + k * dst_step);
+    } else {
+      QuantizeBF16Row<kE4M3>(x, n, sc, dst + k * dst_step);
+    }
+  }
+#endif
+}
+
 // count runs of n values of `dtype`: run k is read at src + k * src_step, divided by scales[k]
 // and written at dst + k * dst_step (steps in bytes). The same codes as QuantizeRun per run;
 // runs of aligned bfloat16 whose length is a multiple of the group share the shortcut's setup.
@@ -496,24 +689,12 @@ HWY_INLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t
                              std::size_t n, std::int64_t count, const float* scales,
                              unsigned char* dst, std::int64_t dst_step) {
 #if HWY_TARGET != HWY_SCALAR
-  const QDF df;
   const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 2 == 0 && src_step % 2 == 0;
-  if (dtype == DType::bfloat16 && aligned && n % (4 * hn::Lanes(df)) == 0) {
-    const CodeOrder<true>& order = CodeOrder<true>::Get();
-    const auto shuffle = order.Shuffle();
-    const auto lanes = order.Lanes();
+  if (dtype == DType::bfloat16 && aligned && n % (4 * hn::Lanes(QDF())) == 0) {
     for (std::int64_t k = 0; k < count; ++k) {
-      const auto* x = reinterpret_cast<const std::uint16_t*>(src + k * src_step);
-      const float scale = scales[k];
-      const Shortcut mode = ShortcutMode(scale, true);
-      const auto vr = hn::Set(df, 1.0f / scale);
-      if (mode == Shortcut::exact) {
-        BF16Groups<kE4M3, true>(x, n, scale, vr, shuffle, lanes, dst + k * dst_step);
-      } else if (mode == Shortcut::checked) {
-        BF16Groups<kE4M3, false>(x, n, scale, vr, shuffle, lanes, dst + k * dst_step);
-      } else {
-        QuantizeFp8BF16<kE4M3>(x, n, scale, dst + k * dst_step);
-      }
+      const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(scales[k]);
+      QuantizeBF16Runs<kE4M3>(reinterpret_cast<const std::uint16_t*>(src + k * src_step), 0, n, 1,
+                              &sc, dst + k * dst_step, 0);
     }
     return;
   }

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/paged_kv_write/kernel.cc"
@@ -21,19 +22,68 @@ namespace hn = hwy::HWY_NAMESPACE;
 using detail::HWY_NAMESPACE::CopyBytes;
 using detail::HWY_NAMESPACE::StreamBytes;
 
+using formats::HWY_NAMESPACE::BF16Shortcut;
+using formats::HWY_NAMESPACE::MakeBF16Shortcut;
+using formats::HWY_NAMESPACE::QuantizeBF16Row;
+using formats::HWY_NAMESPACE::QuantizeBF16Runs;
 using formats::HWY_NAMESPACE::QuantizeRun;
 using formats::HWY_NAMESPACE::QuantizeRuns;
 
+// The bfloat16 shortcut's setup for one side, computed once per chunk: one entry for a merged
+// run with one scale, one per head for heads quantized apart; empty when the side takes
+// QuantizeRun / QuantizeRuns (other dtypes, odd addresses or head sizes).
 template <bool kE4M3>
-HWY_INLINE void QuantizeToken(const Job& job, const Side& s, std::int64_t t, unsigned char* row) {
+std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
+  std::vector<BF16Shortcut> out;
+  const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
+                    s.src_head % 2 == 0;
+  if (job.dtype != DType::bfloat16 || !even) return out;
+  if (s.merged && job.uniform_scale) {
+    out.push_back(MakeBF16Shortcut<kE4M3>(s.scales[0]));
+  } else if (job.head_size % static_cast<std::int64_t>(4 * hn::Lanes(hn::ScalableTag<float>())) ==
+             0) {
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
+      out.push_back(MakeBF16Shortcut<kE4M3>(s.scales[h]));
+    }
+  }
+  return out;
+}
+
+template <bool kE4M3>
+HWY_INLINE void QuantizeToken(const Job& job, const Side& s, const std::vector<BF16Shortcut>& sc,
+                              std::int64_t t, unsigned char* row) {
   const unsigned char* src = s.src + t * s.src_token;
   const auto d = static_cast<std::size_t>(job.head_size);
+  const auto heads = static_cast<std::size_t>(job.num_heads);
+  const auto* x = reinterpret_cast<const std::uint16_t*>(src);
   if (s.merged && job.uniform_scale) {
-    QuantizeRun<kE4M3>(job.dtype, src, d * static_cast<std::size_t>(job.num_heads), s.scales[0],
-                       row);
+    if (!sc.empty()) {
+      QuantizeBF16Row<kE4M3>(x, d * heads, sc[0], row);
+    } else {
+      QuantizeRun<kE4M3>(job.dtype, src, d * heads, s.scales[0], row);
+    }
+    return;
+  }
+  if (!sc.empty()) {
+    QuantizeBF16Runs<kE4M3>(x, s.src_head / 2, d, job.num_heads, sc.data(), row, s.head_stride);
     return;
   }
   QuantizeRuns<kE4M3>(job.dtype, src, s.src_head, d, job.num_heads, s.scales, row, s.head_stride);
+}
+
+template <bool kE4M3>
+void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
+  const std::vector<BF16Shortcut> sc[2] = {SideShortcuts<kE4M3>(job, job.side[0]),
+                                           SideShortcuts<kE4M3>(job, job.side[1])};
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    for (int k = 0; k < 2; ++k) {
+      const Side& s = job.side[k];
+      QuantizeToken<kE4M3>(job, s, sc[k], t,
+                           job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+    }
+  }
 }
 
 HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigned char* row) {
@@ -61,22 +111,13 @@ HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigne
 }
 
 void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
+  if (job.format == KvCacheFormat::fp8_e4m3) return QuantizeTokens<true>(job, begin, end);
+  if (job.format == KvCacheFormat::fp8_e5m2) return QuantizeTokens<false>(job, begin, end);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     for (const Side& s : job.side) {
-      unsigned char* row = job.split.address(s.dst, s.block_stride, s.slot_stride, slot);
-      switch (job.format) {
-        case KvCacheFormat::copy:
-          CopyToken(job, s, t, row);
-          break;
-        case KvCacheFormat::fp8_e4m3:
-          QuantizeToken<true>(job, s, t, row);
-          break;
-        case KvCacheFormat::fp8_e5m2:
-          QuantizeToken<false>(job, s, t, row);
-          break;
-      }
+      CopyToken(job, s, t, job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
     }
   }
   // Streaming stores are weakly ordered: drain them before the pool reports the

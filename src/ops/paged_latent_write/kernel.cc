@@ -21,6 +21,9 @@ namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using detail::HWY_NAMESPACE::CopyBytes;
 using detail::HWY_NAMESPACE::StreamBytes;
+using formats::HWY_NAMESPACE::BF16Shortcut;
+using formats::HWY_NAMESPACE::MakeBF16Shortcut;
+using formats::HWY_NAMESPACE::QuantizeBF16Row;
 using formats::HWY_NAMESPACE::QuantizeFp8F32;
 using formats::HWY_NAMESPACE::QuantizeRun;
 
@@ -86,7 +89,37 @@ void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* 
   CopyBytes(row + kDsPeOffset, k_pe, kDsPe * 2);
 }
 
+// fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup done once.
+template <bool kE4M3>
+void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
+  const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(job.scale);
+  const auto r = static_cast<std::size_t>(job.latent_dim),
+             pe = static_cast<std::size_t>(job.pe_dim);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const auto* kv_c = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+    const auto* k_pe = reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token);
+    QuantizeBF16Row<kE4M3>(kv_c, r, sc, row);
+    QuantizeBF16Row<kE4M3>(k_pe, pe, sc, row + r);
+  }
+}
+
 void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
+  const bool fp8 =
+      job.format == LatentCacheFormat::fp8_e4m3 || job.format == LatentCacheFormat::fp8_e5m2;
+  const auto even = [](const void* p, std::int64_t step) {
+    return reinterpret_cast<std::uintptr_t>(p) % 2 == 0 && step % 2 == 0;
+  };
+  if (fp8 && job.dtype == DType::bfloat16 && even(job.kv_c, job.kv_c_token) &&
+      even(job.k_pe, job.k_pe_token)) {
+    if (job.format == LatentCacheFormat::fp8_e4m3)
+      QuantizeBF16Tokens<true>(job, begin, end);
+    else
+      QuantizeBF16Tokens<false>(job, begin, end);
+    return;
+  }
   const std::size_t es = job.dtype == DType::float32 ? 4 : 2;
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);

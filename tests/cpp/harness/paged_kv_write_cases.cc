@@ -120,7 +120,8 @@ Case generate(std::mt19937_64& rng) {
   }
   for (int k : {5, 6}) {
     for (std::int64_t h = 0; h < H; ++h) {
-      const float v = pick(rng, {1.0f, 0.5f, 2.0f, 0.03125f, 3.7f, -1.5f, 1e-3f, 0.0f});
+      // 0.05: exact mode with a reciprocal (20) that is not a power of two.
+      const float v = pick(rng, {1.0f, 0.5f, 2.0f, 0.03125f, 3.7f, -1.5f, 1e-3f, 0.0f, 0.05f});
       std::memcpy(&c.buffers[static_cast<std::size_t>(k)][static_cast<std::size_t>(4 * h)], &v, 4);
     }
   }

@@ -95,7 +95,8 @@ Case generate(std::mt19937_64& rng) {
       std::memcpy(&c.buffers[3][static_cast<std::size_t>(4 * t)], &s32, 4);
     }
   }
-  const float scale = pick(rng, {1.0f, 0.5f, 4.0f, 0.01f, -3.0f});
+  // 0.05: an exact-mode scale whose reciprocal (20) is not a power of two.
+  const float scale = pick(rng, {1.0f, 0.5f, 4.0f, 0.01f, -3.0f, 0.05f});
   std::memcpy(c.buffers[4].data(), &scale, 4);
   c.buffer_names = {"kv_c", "k_pe", "kv_cache", "slot_mapping", "scale"};
   c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 1) * 2), 0,
