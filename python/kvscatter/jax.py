@@ -55,9 +55,10 @@ for _name, _capsule in _ext.jax_ffi_handlers.items():
 _CACHE_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 #: ``kv_cache_update(method="auto")`` leaves updates of fewer new bytes (both caches, in the
-#: cache dtype) to XLA's own ``dynamic_update_slice``: below it the library would copy on one
-#: thread, so the custom call's fixed cost would buy nothing.
-XLA_UPDATE_MAX_BYTES = 256 * 1024
+#: cache dtype) to XLA's own ``dynamic_update_slice``: on one thread the library's copy is no
+#: faster than XLA's, and below this size its threads do not win back the custom call's fixed
+#: cost and their own start-up (measured with ``bench/front_doors.py``; docs/python.md).
+XLA_UPDATE_MAX_BYTES = 4 * 1024 * 1024
 
 def _shape_dtype(x):
     return jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x))
@@ -127,11 +128,10 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position, *, m
         Who moves the bytes; the result is the same bit for bit. ``"kvscatter"``: the library's
         kernel, through an XLA custom call. ``"xla"``: XLA's own in-place
         ``dynamic_update_slice``. ``"auto"``: XLA's own update when the new rows of both caches
-        add up to less than :data:`XLA_UPDATE_MAX_BYTES` (a decode step: a custom call has a
-        fixed cost of a fraction of a microsecond that XLA's fused update does not pay, and the
-        library would copy so few bytes on one thread anyway), the library's kernel above (it
-        spreads the copy over its threads) and under ``jax.vmap`` with one position per
-        sequence (one call for every sequence, where XLA would scatter).
+        add up to less than :data:`XLA_UPDATE_MAX_BYTES` (4 MiB: decode steps and short
+        prefill chunks, where a custom call's fixed cost is not won back), the library's kernel
+        above (it spreads the copy over its threads) and under ``jax.vmap`` with one position
+        per sequence (one call for every sequence, where XLA would scatter).
 
     Returns
     -------

@@ -137,18 +137,18 @@ def test_trace_time_errors():
 
 
 def test_auto_method_leaves_decode_steps_to_xla_and_prefills_to_the_library():
-    # The rows of both caches: 2 x L x 8 x 128 x 4 bytes; the limit falls between 31 and 32 rows.
-    assert 2 * 31 * 8 * 128 * 4 < kj.XLA_UPDATE_MAX_BYTES <= 2 * 32 * 8 * 128 * 4
-    kc = jnp.zeros((1, 64, 8, 128))
+    # The rows of both caches: 2 x L x 8 x 128 x 4 bytes; the limit falls between 511 and 512.
+    assert 2 * 511 * 8 * 128 * 4 < kj.XLA_UPDATE_MAX_BYTES <= 2 * 512 * 8 * 128 * 4
+    kc = jnp.zeros((1, 1024, 8, 128))
 
     def lowered(L, **kw):
         new = jnp.ones((1, L, 8, 128))
         fn = jax.jit(functools.partial(kj.kv_cache_update, **kw), donate_argnums=(0, 1))
         return fn.lower(kc, kc, new, new, jnp.int32(0)).as_text()
 
-    for L, kw, custom_call in ((1, {}, False), (31, {}, False), (32, {}, True), (64, {}, True),
-                               (1, {"method": "kvscatter"}, True),
-                               (64, {"method": "xla"}, False)):
+    for L, kw, custom_call in ((1, {}, False), (511, {}, False), (512, {}, True),
+                               (1024, {}, True), (1, {"method": "kvscatter"}, True),
+                               (1024, {"method": "xla"}, False)):
         hlo = lowered(L, **kw)
         assert ("kvscatter_kv_cache_update" in hlo) == custom_call, (L, kw)
         assert ("dynamic_update_slice" in hlo) != custom_call, (L, kw)
