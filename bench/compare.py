@@ -1056,7 +1056,9 @@ def report(native, cli_info, comp, meta, made, out: pathlib.Path, per_target=Non
           "\"fp8\" for fp8_e4m3), under the ids of the native operators they adapt.")
         w(f"- **{TORCH_OPS}**: the native PyTorch operator on torch tensors "
           "(`torch.ops.kvscatter.<op>`, the vLLM names for the vLLM rows); "
-          f"**{KVS_JAX}**: the JAX custom call under `jax.jit` with the caches donated.")
+          f"**{KVS_JAX}**: the JAX custom call under `jax.jit` with the caches donated "
+          "(`kv_cache_update` with its default `method=\"auto\"`, which leaves updates under 4 MiB "
+          "of new rows to XLA's own in-place `dynamic_update_slice`).")
         w("- **NumPy**: fancy-index assignment (`cache[slots] = rows`, `cache[block, offset] = "
           "rows` on strided views), `np.take` for `gather_pa_kv_cache`, advanced-index reads for "
           "`paged_cache_gather`, the quantizers vectorized in NumPy.")
