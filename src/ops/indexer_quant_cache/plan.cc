@@ -2,6 +2,7 @@
 // plan_indexer_quant_cache(), and the slot check that execute() runs before writing.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <string>
 
 #include "core/check.h"
@@ -175,7 +176,9 @@ std::vector<std::int64_t> checked_slots(const IndexerQuantCachePlan& p) {
 const std::int64_t* checked_slots(const IndexerQuantCachePlan& p,
                                   std::vector<std::int64_t>& storage, bool copy) {
   const TensorView& m = p.slot_mapping;
-  if (copy || m.dtype != DType::int64 || !m.is_contiguous()) {
+  // In place only where the int64 entries are aligned: a view may start at any byte.
+  if (copy || m.dtype != DType::int64 || !m.is_contiguous() ||
+      reinterpret_cast<std::uintptr_t>(m.data) % alignof(std::int64_t) != 0) {
     storage = checked_slots(p);
     return storage.data();
   }
