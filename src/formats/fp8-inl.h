@@ -387,7 +387,6 @@ HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
                               typename CodeOrder<kPairs>::Idx lanes,
                               unsigned char* HWY_RESTRICT dst) {
   const QDF df;
-  const hn::RebindToUnsigned<QDF> du;
   hn::Mask<QDF> ok0, ok1, ok2, ok3;
   auto c0 = RecipCode<kE4M3, kExact>(df, x0, vr, ok0);
   auto c1 = RecipCode<kE4M3, kExact>(df, x1, vr, ok1);
