@@ -592,7 +592,22 @@ HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, st
                                   std::uint16_t* HWY_RESTRICT amax,
                                   std::uint16_t* HWY_RESTRICT min1) {
 #if KVS_SIZELESS_VECTORS
-  Magnitudes8<true>(x, n, amax, min1);
+  const GroupTag<32> d;
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  for (int k = 0; k < 8; ++k) {
+    V hi = hn::And(hn::LoadU(d, x[k]), mag);
+    V lo = hi;
+    for (std::int64_t i = L; i < n; i += L) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi = hn::Max(hi, b);
+      lo = hn::Min(lo, b);
+    }
+    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
+    const std::uint16_t m = hn::GetLane(hn::MinOfLanes(d, lo));
+    min1[k] = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);  // zeros included, saturated
+  }
 #else
   const GroupTag<kLanes> d;
   using V = hn::Vec<decltype(d)>;
