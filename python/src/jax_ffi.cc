@@ -36,31 +36,31 @@ namespace {
 
 std::optional<DType> dtype_of(ffi::DataType t) {
   switch (t) {
-    case ffi::DataType::F32:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_F32):
       return DType::float32;
-    case ffi::DataType::F16:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_F16):
       return DType::float16;
-    case ffi::DataType::BF16:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_BF16):
       return DType::bfloat16;
-    case ffi::DataType::S8:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S8):
       return DType::int8;
-    case ffi::DataType::U8:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U8):
       return DType::uint8;
-    case ffi::DataType::S16:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S16):
       return DType::int16;
-    case ffi::DataType::U16:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U16):
       return DType::uint16;
-    case ffi::DataType::S32:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S32):
       return DType::int32;
-    case ffi::DataType::U32:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U32):
       return DType::uint32;
-    case ffi::DataType::S64:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S64):
       return DType::int64;
-    case ffi::DataType::F8E5M2:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_F8E5M2):
       return DType::float8_e5m2;
-    case ffi::DataType::F8E4M3FN:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_F8E4M3FN):
       return DType::float8_e4m3fn;
-    case ffi::DataType::F8E8M0FNU:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_F8E8M0FNU):
       return DType::float8_e8m0;
     default:
       return std::nullopt;
@@ -100,7 +100,7 @@ ffi::Error guarded(F&& f) {
 }
 
 // The dtype= keyword of the Python functions ("" when absent): integer buffers of the named
-// type's width are read as that type (HiFloat8 and packed FP4 travel as uint8).
+// type's width are read as that type (HiFloat8 and packed 4-bit floats travel as uint8).
 void apply_dtype(std::string_view dtype, std::initializer_list<NamedView> views) {
   if (dtype.empty()) return;
   const std::optional<DType> want = dtype_from_name(dtype);
@@ -147,21 +147,21 @@ TensorView batch_row(const TensorView& v, std::int64_t b) {
 std::int64_t read_position(const ffi::AnyBuffer& p, std::size_t b) {
   const void* d = p.untyped_data();
   switch (p.element_type()) {
-    case ffi::DataType::S8:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S8):
       return static_cast<const std::int8_t*>(d)[b];
-    case ffi::DataType::S16:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S16):
       return static_cast<const std::int16_t*>(d)[b];
-    case ffi::DataType::S32:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S32):
       return static_cast<const std::int32_t*>(d)[b];
-    case ffi::DataType::S64:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_S64):
       return static_cast<const std::int64_t*>(d)[b];
-    case ffi::DataType::U8:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U8):
       return static_cast<const std::uint8_t*>(d)[b];
-    case ffi::DataType::U16:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U16):
       return static_cast<const std::uint16_t*>(d)[b];
-    case ffi::DataType::U32:
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U32):
       return static_cast<const std::uint32_t*>(d)[b];
-    case ffi::DataType::U64: {
+    case static_cast<ffi::DataType>(XLA_FFI_DataType_U64): {
       const std::uint64_t v = static_cast<const std::uint64_t*>(d)[b];
       return v > static_cast<std::uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<std::int64_t>(v);
     }

@@ -112,16 +112,16 @@ HWY_INLINE hn::Vec<DF> DecodeE5M2(DF df, hn::Vec<hn::RebindToUnsigned<DF>> c) {
 // ---- rows of float32 / float16 / bfloat16 quantized to fp8 codes ---------------------------
 
 using QDF = hn::ScalableTag<float>;
-using QD8 = hn::Rebind<std::uint8_t, QDF>;
+using QDBytes = hn::Rebind<std::uint8_t, QDF>;
 
 // Elements widened per step from a float16 or unaligned source (a stack buffer of floats).
 constexpr std::size_t kQuantizeChunk = 512;
 
 template <bool kE4M3>
-HWY_INLINE hn::Vec<QD8> EncodeFp8Bytes(QDF df, hn::Vec<QDF> q) {
+HWY_INLINE hn::Vec<QDBytes> EncodeFp8Bytes(QDF df, hn::Vec<QDF> q) {
   const hn::RebindToSigned<QDF> di;
   const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
-  return hn::DemoteTo(QD8(), hn::BitCast(di, code));
+  return hn::DemoteTo(QDBytes(), hn::BitCast(di, code));
 }
 
 // ---- the reciprocal shortcut -----------------------------------------------------------------
@@ -329,7 +329,7 @@ template <bool kPairs>
 class CodeOrder {
  public:
   using DU = hn::RebindToUnsigned<QDF>;
-  using D8 = hn::Repartition<std::uint8_t, DU>;
+  using DBytes = hn::Repartition<std::uint8_t, DU>;
   using DP = hn::Repartition<hwy::UnsignedFromSize<kPairs ? 8 : 4>, DU>;
   using TI = hwy::MakeSigned<hn::TFromD<DP>>;
   using Idx = decltype(hn::SetTableIndices(DP(), static_cast<const TI*>(nullptr)));
@@ -338,11 +338,11 @@ class CodeOrder {
     static const CodeOrder order;
     return order;
   }
-  hn::Vec<D8> Shuffle() const { return hn::Load(D8(), shuffle_); }
+  hn::Vec<DBytes> Shuffle() const { return hn::Load(DBytes(), shuffle_); }
   Idx Lanes() const { return hn::SetTableIndices(DP(), lanes_); }
 
-  static HWY_INLINE hn::Vec<D8> Apply(hn::Vec<DU> w, hn::Vec<D8> shuffle, Idx lanes) {
-    const D8 d8;
+  static HWY_INLINE hn::Vec<DBytes> Apply(hn::Vec<DU> w, hn::Vec<DBytes> shuffle, Idx lanes) {
+    const DBytes d8;
     const DP dp;
     const auto grouped = hn::TableLookupBytes(hn::BitCast(d8, w), shuffle);
     return hn::BitCast(d8, hn::TableLookupLanes(hn::BitCast(dp, grouped), lanes));
@@ -354,7 +354,7 @@ class CodeOrder {
                                                     2, 3, 6, 7, 10, 11, 14, 15};
     static constexpr std::uint8_t kQuadBytes[16] = {0, 4, 8,  12, 1, 5, 9,  13,
                                                     2, 6, 10, 14, 3, 7, 11, 15};
-    const std::size_t bytes = hn::Lanes(D8()), groups = hn::Lanes(DP());
+    const std::size_t bytes = hn::Lanes(DBytes()), groups = hn::Lanes(DP());
     const std::size_t per_block = kPairs ? 2 : 4, blocks = groups / per_block;
     for (std::size_t b = 0; b < bytes; ++b) {
       shuffle_[b] = (kPairs ? kPairBytes : kQuadBytes)[b % 16];
@@ -448,9 +448,9 @@ HWY_INLINE bool DecidedGroupAVX3(__m512i a, __m512i b, __m512i low, __m512i span
 
 // The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
 // returns how many values it wrote.
-template <bool kE4M3, bool kExact, class V8, class Idx>
+template <bool kE4M3, bool kExact, class VBytes, class Idx>
 HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                  const BF16Shortcut& sc, V8 shuffle, Idx lanes,
+                                  const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
                                   unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
@@ -559,7 +559,7 @@ template <bool kE4M3>
 HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, float scale,
                                unsigned char* HWY_RESTRICT dst) {
   const QDF df;
-  const QD8 d8;
+  const QDBytes d8;
   const std::size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, scale);
   std::size_t i = RecipQuantizeF32<kE4M3>(src, n, scale, dst);
@@ -586,7 +586,7 @@ HWY_INLINE void QuantizeBF16Row(const std::uint16_t* HWY_RESTRICT src, std::size
                                 const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
   const float scale = sc.scale;
   const QDF df;
-  const QD8 d8;
+  const QDBytes d8;
   const hn::Rebind<std::uint16_t, QDF> d16;
   const hn::RebindToUnsigned<QDF> du;
   const std::size_t N = hn::Lanes(df);
