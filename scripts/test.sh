@@ -2,7 +2,7 @@
 # Sets up, builds and runs every test: the C++ suite in release with warnings as errors, the
 # quick performance regression guard, the same suite under address + undefined sanitizers, the concurrency suite under
 # ThreadSanitizer, the aarch64 cross build tested under QEMU (scripts/test_aarch64.sh), a short
-# fuzz run of every operator (FUZZ_SECONDS each, default 60), then the
+# fuzz run of every operator (FUZZ_SECONDS each, default 30), then the
 # Python package (pip install .) and its pytest suite. The exhaustive format sweeps and long
 # fuzz campaigns are separate: see README.
 set -euo pipefail
@@ -39,14 +39,15 @@ if [ "${KVSCATTER_AARCH64:-1}" != 0 ]; then
   scripts/test_aarch64.sh
 fi
 
-stage "Fuzzing: ${FUZZ_SECONDS:-60} s per operator"
-scripts/fuzz.sh "${FUZZ_SECONDS:-60}"
+stage "Fuzzing: ${FUZZ_SECONDS:-30} s per operator"
+scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
 
 if [ -f pyproject.toml ]; then
   stage "Python"
   python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     --no-build-isolation .
   # CI=true: a missing torch or jax (or a build without their operators) fails, never skips.
-  CI="${CI:-true}" python3 -m pytest -q tests/python
+  # One worker process per core (pytest-xdist): the suite is many small independent cases.
+  CI="${CI:-true}" python3 -m pytest -q -n "$jobs" tests/python
 fi
 stage "done"

@@ -110,6 +110,10 @@ HWY_INLINE hn::Vec<DF> DecodeE5M2(DF df, hn::Vec<hn::RebindToUnsigned<DF>> c) {
 }
 
 // ---- rows of float32 / float16 / bfloat16 quantized to fp8 codes ---------------------------
+// The row-level entry points (QuantizeRun, QuantizeRuns, QuantizeBF16Row, QuantizeBF16Runs,
+// QuantizeFp8F32) are not inlined: a call per row costs nothing next to the row, while inlining
+// each group loop at every call site multiplied the code fivefold and made the sanitizer builds
+// of the two kernels that use them take minutes each.
 
 using QDF = hn::ScalableTag<float>;
 using QDBytes = hn::Rebind<std::uint8_t, QDF>;
@@ -556,8 +560,8 @@ HWY_INLINE std::size_t RecipQuantizeF32(const float*, std::size_t, float, unsign
 
 // dst[i] = fp8(src[i] / scale) for n float32 values.
 template <bool kE4M3>
-HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, float scale,
-                               unsigned char* HWY_RESTRICT dst) {
+HWY_NOINLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, float scale,
+                                 unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   const QDBytes d8;
   const std::size_t N = hn::Lanes(df);
@@ -582,8 +586,8 @@ HWY_INLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, flo
 // dst[i] = fp8(bfloat16 src[i] / sc.scale), sc from MakeBF16Shortcut: the widening is a shift,
 // done in registers.
 template <bool kE4M3>
-HWY_INLINE void QuantizeBF16Row(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
+HWY_NOINLINE void QuantizeBF16Row(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                  const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
   const float scale = sc.scale;
   const QDF df;
   const QDBytes d8;
@@ -617,8 +621,8 @@ HWY_INLINE void QuantizeFp8BF16(const std::uint16_t* HWY_RESTRICT src, std::size
 // dst[i] = fp8(x[i] / scale) for n elements x of `dtype` (float32, float16 or bfloat16) at src
 // (any address); saturating, as EncodeFp8Satfinite.
 template <bool kE4M3>
-HWY_INLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t n, float scale,
-                            unsigned char* dst) {
+HWY_NOINLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t n, float scale,
+                              unsigned char* dst) {
   const auto addr = reinterpret_cast<std::uintptr_t>(src);
   if (dtype == DType::float32 && addr % alignof(float) == 0) {
     QuantizeFp8F32<kE4M3>(reinterpret_cast<const float*>(src), n, scale, dst);
@@ -655,9 +659,9 @@ HWY_INLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t n
 // shortcut of each run's scale computed beforehand (shortcuts[k], from MakeBF16Shortcut); run k
 // starts src_step elements after run k - 1, and its codes dst_step bytes after.
 template <bool kE4M3>
-HWY_INLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_step, std::size_t n,
-                                 std::int64_t count, const BF16Shortcut* shortcuts,
-                                 unsigned char* dst, std::int64_t dst_step) {
+HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_step, std::size_t n,
+                                   std::int64_t count, const BF16Shortcut* shortcuts,
+                                   unsigned char* dst, std::int64_t dst_step) {
 #if HWY_TARGET == HWY_SCALAR
   for (std::int64_t k = 0; k < count; ++k) {
     QuantizeBF16Row<kE4M3>(src + k * src_step, n, shortcuts[k], dst + k * dst_step);
@@ -684,9 +688,9 @@ HWY_INLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_step
 // and written at dst + k * dst_step (steps in bytes). The same codes as QuantizeRun per run;
 // runs of aligned bfloat16 whose length is a multiple of the group share the shortcut's setup.
 template <bool kE4M3>
-HWY_INLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t src_step,
-                             std::size_t n, std::int64_t count, const float* scales,
-                             unsigned char* dst, std::int64_t dst_step) {
+HWY_NOINLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64_t src_step,
+                               std::size_t n, std::int64_t count, const float* scales,
+                               unsigned char* dst, std::int64_t dst_step) {
 #if HWY_TARGET != HWY_SCALAR
   const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 2 == 0 && src_step % 2 == 0;
   if (dtype == DType::bfloat16 && aligned && n % (4 * hn::Lanes(QDF())) == 0) {
