@@ -234,14 +234,14 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
 }
 
-// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0): their
-// lanes below e4m3's normal range, or (a non-finite element) the whole group, rewritten from
-// the scalar rules over the fast form's output.
+// The groups of one mxfp8 row that the checked form may not cover exactly: their lanes below
+// e4m3's normal range, or (a non-finite element) the whole group, rewritten from the scalar
+// rules over the checked form's output.
 void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax,
-                 const std::uint32_t* subw, const std::uint8_t* exp, const std::uint8_t* fast,
-                 std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
+                 const std::uint32_t* subw, const std::uint8_t* exp, std::int64_t groups,
+                 std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (fast[g] != 0 || amax[g] == 0) continue;  // an all-zero group is right as it is
+    if (amax[g] == 0) continue;  // an all-zero group is right as it is
     if (amax[g] < kInfBits) {
       fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
                              exp[g]);
@@ -252,8 +252,11 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
   }
 }
 
-// Mode mxfp8, rows of at most eight groups. Each row is finished (including any group redone
-// by the scalar rules) before the next, so a repeated slot keeps its last writer.
+// Mode mxfp8, rows of at most eight groups. The groups' largest magnitudes only: whether a
+// lane falls below e4m3's normal range comes from the quantizing pass itself (the checked
+// form), and only a row where one may have is looked at again, instead of a per-group minimum
+// and its reduction for every group. Each row is finished (including any group redone by the
+// scalar rules) before the next, so a repeated slot keeps its last writer.
 template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
@@ -264,30 +267,28 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   }
   const int used = n;
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
-  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
+  // No minimum: E4M3Pow2Scales8's normal test passes, and its fast flag says finite.
+  alignas(16) static constexpr std::uint16_t kNoMin[8] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF,
+                                                          0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
+  HWY_ALIGN std::uint16_t amax[kMaxBatch];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
-  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], finite[kMaxBatch];
   bool all = true;
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8MinSat<16>(units + c, 32, amax + c, min1 + c);
-    all &=
-        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    qn::Magnitudes8Capped<16, false>(units + c, 32, amax + c, nullptr);
+    all &= qn::E4M3Pow2Scales8(amax + c, kNoMin, kC448Bits, kEpsBits, subw + c, exp + c,
+                               finite + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    if (all) {
-      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
-    } else {  // the masked form (exact for zeros too), then the groups that are not fast
-      qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
-    }
+    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
-    if (!all) {
-      redo_groups(s, units[u], amax + u, subw + u, exp + u, fast + u, groups, b.codes[k],
-                  b.scale[k]);
+    if (low || !all) {
+      redo_groups(s, units[u], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
     }
   }
 }
