@@ -320,9 +320,11 @@ HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // QuantizeE4M3Pow2Group's code of each lane of w as a signed 16-bit value whose low byte is the
-// code (in [-128, 127], so a signed narrowing keeps it): s7 is that function's sub - 7. The
-// rounded magnitude is built four bits up, where the sign can be or-ed in unshifted and one
-// arithmetic shift both lowers the code and extends the sign.
+// code (in [-128, 127], so a signed narrowing keeps it), from t7: the lane's magnitude bits
+// minus s7 (that function's sub - 7), clamped to 448 where needed. The rounded magnitude is
+// built four bits up, where the sign can be or-ed in unshifted and one arithmetic shift both
+// lowers the code and extends the sign. E4M3Pow2Codes and its narrower-domain forms below
+// differ only in how they form t7.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesOfT7(D d, V t7, V w) {
   const hn::RebindToSigned<D> di;
