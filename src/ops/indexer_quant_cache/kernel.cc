@@ -8,8 +8,9 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
-//   not exact) are redone by the scalar rules over a lane form exact for zeros (where every
-//   group is fast, a cheaper one without the sign mask, which only zeros and those lanes need).
+//   not exact) are redone by the scalar rules over a lane form exact for zeros (fp8 rows whose
+//   minimum shows none take a cheaper one without the sign mask, which only zeros and those
+//   lanes need; mxfp8 rows learn whether they hold any from the quantizing pass itself).
 //   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
 //   dtype take the general path: the row widened to float32, the scalar scale rules of
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
