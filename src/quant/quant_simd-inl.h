@@ -320,17 +320,24 @@ HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // QuantizeE4M3Pow2Group's code of each lane of w as a signed 16-bit value whose low byte is the
-// code (in [-128, 127], so a signed narrowing keeps it): s7 is that function's sub - 7. The
-// rounded magnitude is built four bits up, where the sign can be or-ed in unshifted and one
-// arithmetic shift both lowers the code and extends the sign.
+// code (in [-128, 127], so a signed narrowing keeps it), from t7: the lane's magnitude bits
+// minus s7 (that function's sub - 7), clamped to 448 where needed. The rounded magnitude is
+// built four bits up, where the sign can be or-ed in unshifted and one arithmetic shift both
+// lowers the code and extends the sign. E4M3Pow2Codes and its narrower-domain forms below
+// differ only in how they form t7.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2Codes(D d, V w, V s7) {
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesOfT7(D d, V t7, V w) {
   const hn::RebindToSigned<D> di;
-  const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7),
-                          hn::Set(d, std::uint16_t{0x07E7}));
-  // 16 * (t7 + bit 4 of t7), below 0x8000.
+  // 16 * (t7 + bit 4 of t7), below 0x8000 where t7 is at most 0x07E7.
   const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
   return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+}
+
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2Codes(D d, V w, V s7) {
+  const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7),
+                          hn::Set(d, std::uint16_t{0x07E7}));
+  return E4M3Pow2CodesOfT7(d, t7, w);
 }
 
 // Stores the low bytes of a's lanes, then b's (both of tag d: a vector's type does not give its
@@ -369,10 +376,12 @@ HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int
 #endif
 
 // A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2Scales8 operands
-// subw[g] (kPerGroup) or all subw[0], each vector's codes made by codes(d, bits, s7): one of
-// E4M3Pow2Codes and its narrower-domain forms below.
-template <bool kPerGroup, class Codes>
-HWY_INLINE void QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
+// subw[g] (kPerGroup) or all subw[0], each vector's codes made by codes(d, bits, s7, low): one
+// of E4M3Pow2Codes and its narrower-domain forms below. low starts with every lane 0xFFFF; a
+// form that checks its lanes keeps there the smallest t7 it saw, and with kCheck the row
+// returns whether one was below 0x87 (otherwise false).
+template <bool kPerGroup, bool kCheck = false, class Codes>
+HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                       const std::uint32_t* HWY_RESTRICT subw) {
   const GroupTag<32> d;
@@ -384,16 +393,19 @@ HWY_INLINE void QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_REST
     return hn::BitCast(d, hn::Set(d32, subw[kPerGroup ? i / 32 : 0]));
   };
   const auto row_s7 = s7(0);
+  auto low = hn::Set(d, std::uint16_t{0xFFFF});
   std::int64_t i = 0;
   for (; i + 2 * L <= n; i += 2 * L) {
-    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
-    const auto b = codes(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7);
+    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7, low);
+    const auto b = codes(d, hn::LoadU(d, x + i + L), kPerGroup ? s7(i + L) : row_s7, low);
     StoreCodePair(di, a, b, out + i);
   }
   if (i < n) {  // an odd number of vectors
-    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7);
+    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7, low);
     hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
   }
+  if (!kCheck) return false;
+  return !hn::AllFalse(d, hn::Lt(low, hn::Set(d, std::uint16_t{0x87})));
 }
 
 // QuantizeE4M3Pow2Group over a row: every lane exact.
@@ -402,7 +414,8 @@ HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
                                     std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                     const std::uint32_t* HWY_RESTRICT subw) {
   QuantizeE4M3Pow2RowBy<kPerGroup>(
-      [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2Codes(d, w, s7); }, x, out, n, subw);
+      [](auto d, auto w, auto s7, auto&) HWY_ATTR { return E4M3Pow2Codes(d, w, s7); }, x, out, n,
+      subw);
 }
 
 // FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
@@ -480,11 +493,10 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
 // above 1/448 the product would exceed 2^k by more than its rounding, so 2^k would not be its
 // ceiling.
 template <class D, class V = hn::Vec<D>>
-HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7) {
-  const hn::RebindToSigned<D> di;
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7, V& low) {
   const auto t7 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7);
-  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
-  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+  low = hn::Min(low, t7);  // dead where the row does not check
+  return E4M3Pow2CodesOfT7(d, t7, w);
 }
 
 // QuantizeE4M3Pow2Row with E4M3Pow2CodesInRange (for groups whose amax is finite).
@@ -493,8 +505,25 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                            const std::uint32_t* HWY_RESTRICT subw) {
   QuantizeE4M3Pow2RowBy<kPerGroup>(
-      [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2CodesInRange(d, w, s7); }, x, out,
-      n, subw);
+      [](auto d, auto w, auto s7, auto& low) HWY_ATTR {
+        return E4M3Pow2CodesInRange(d, w, s7, low);
+      },
+      x, out, n, subw);
+}
+
+// QuantizeE4M3Pow2RowInRange that also tells whether a lane may need the scalar rules, in place
+// of Magnitudes8MinSat's per-group minimum and its reduction: true when some lane's magnitude is
+// below E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are
+// right, but which the check does not tell apart). Groups of a finite amax only.
+template <bool kPerGroup>
+HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
+                                           std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                           const std::uint32_t* HWY_RESTRICT subw) {
+  return QuantizeE4M3Pow2RowBy<kPerGroup, true>(
+      [](auto d, auto w, auto s7, auto& low) HWY_ATTR {
+        return E4M3Pow2CodesInRange(d, w, s7, low);
+      },
+      x, out, n, subw);
 }
 
 
@@ -641,10 +670,7 @@ HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, st
 // any (Magnitudes8MinSat's min1 below the threshold) is not fast and takes the masked form.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesUnmasked(D d, V w, V s7) {
-  const hn::RebindToSigned<D> di;
-  const auto t7 = hn::SaturatedSub(w, s7);
-  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
-  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+  return E4M3Pow2CodesOfT7(d, hn::SaturatedSub(w, s7), w);
 }
 
 // QuantizeE4M3Pow2RowInRange with E4M3Pow2CodesUnmasked.
@@ -653,8 +679,8 @@ HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
                                             std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                             const std::uint32_t* HWY_RESTRICT subw) {
   QuantizeE4M3Pow2RowBy<kPerGroup>(
-      [](auto d, auto w, auto s7) HWY_ATTR { return E4M3Pow2CodesUnmasked(d, w, s7); }, x, out,
-      n, subw);
+      [](auto d, auto w, auto s7, auto&) HWY_ATTR { return E4M3Pow2CodesUnmasked(d, w, s7); }, x,
+      out, n, subw);
 }
 
 // n bf16 values times x_scale, each product's HiFloat8 code looked up by the top bits of its

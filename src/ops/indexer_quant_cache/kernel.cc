@@ -8,8 +8,9 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
-//   not exact) are redone by the scalar rules over a lane form exact for zeros (where every
-//   group is fast, a cheaper one without the sign mask, which only zeros and those lanes need).
+//   not exact) are redone by the scalar rules over a lane form exact for zeros (fp8 rows whose
+//   minimum shows none take a cheaper one without the sign mask, which only zeros and those
+//   lanes need; mxfp8 rows learn whether they hold any from the quantizing pass itself).
 //   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
 //   dtype take the general path: the row widened to float32, the scalar scale rules of
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
@@ -167,7 +168,7 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
 
 // Rows quantized together, in token order (the order they are written in, so a repeated slot
 // still ends with its last writer).
-constexpr int kMaxBatch = 32;
+constexpr int kMaxBatch = 64;
 struct Batch {
   const std::uint16_t* src[kMaxBatch];
   std::uint8_t* codes[kMaxBatch];
@@ -175,10 +176,10 @@ struct Batch {
   int n = 0;
 };
 
-// Rows per batch: sixteen fp8 rows or thirty-two mxfp8 32-groups, in sets of eight that each
+// Rows per batch: sixteen fp8 rows or sixty-four mxfp8 32-groups, in sets of eight that each
 // share one reduction of their magnitudes and one vector of scale rules, so the rows'
 // dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
-// from the loads to the scales outlasted the batch's work; four sets beat two by a few percent).
+// from the loads to the scales outlasted the batch's work; eight sets beat four, four two).
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
   if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 16;
@@ -200,8 +201,9 @@ constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it ar
 
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
 // keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
+template <std::int64_t kD>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-  const std::int64_t d = p.d;
+  const std::int64_t d = kD != 0 ? kD : p.d;
   const std::uint16_t* units[kMaxBatch];
   int n = 0;
   for (; n < b.n; ++n) units[n] = b.src[n];
@@ -233,14 +235,14 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
 }
 
-// The groups of one mxfp8 row that the fast form does not cover exactly (fast[g] == 0): their
-// lanes below e4m3's normal range, or (a non-finite element) the whole group, rewritten from
-// the scalar rules over the fast form's output.
+// The groups of one mxfp8 row that the checked form may not cover exactly: their lanes below
+// e4m3's normal range, or (a non-finite element) the whole group, rewritten from the scalar
+// rules over the checked form's output.
 void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax,
-                 const std::uint32_t* subw, const std::uint8_t* exp, const std::uint8_t* fast,
-                 std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
+                 const std::uint32_t* subw, const std::uint8_t* exp, std::int64_t groups,
+                 std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
-    if (fast[g] != 0 || amax[g] == 0) continue;  // an all-zero group is right as it is
+    if (amax[g] == 0) continue;  // an all-zero group is right as it is
     if (amax[g] < kInfBits) {
       fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
                              exp[g]);
@@ -251,10 +253,14 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
   }
 }
 
-// Mode mxfp8, rows of at most eight groups. Each row is finished (including any group redone
-// by the scalar rules) before the next, so a repeated slot keeps its last writer.
+// Mode mxfp8, rows of at most eight groups. The groups' largest magnitudes only: whether a
+// lane falls below e4m3's normal range comes from the quantizing pass itself (the checked
+// form), and only a row where one may have is looked at again, instead of a per-group minimum
+// and its reduction for every group. Each row is finished (including any group redone by the
+// scalar rules) before the next, so a repeated slot keeps its last writer.
+template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-  const std::int64_t d = p.d, groups = d / 32;
+  const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const std::uint16_t* units[kMaxBatch];
   int n = 0;
   for (int k = 0; k < b.n; ++k) {
@@ -262,30 +268,28 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   }
   const int used = n;
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
-  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
+  // No minimum: E4M3Pow2Scales8's normal test passes, and its fast flag says finite.
+  alignas(16) static constexpr std::uint16_t kNoMin[8] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF,
+                                                          0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
+  HWY_ALIGN std::uint16_t amax[kMaxBatch];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
-  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], finite[kMaxBatch];
   bool all = true;
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8MinSat<16>(units + c, 32, amax + c, min1 + c);
-    all &=
-        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    qn::Magnitudes8Capped<16, false>(units + c, 32, amax + c, nullptr);
+    all &= qn::E4M3Pow2Scales8(amax + c, kNoMin, kC448Bits, kEpsBits, subw + c, exp + c,
+                               finite + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    if (all) {
-      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
-    } else {  // the masked form (exact for zeros too), then the groups that are not fast
-      qn::QuantizeE4M3Pow2RowInRange<true>(units[u], b.codes[k], d, subw + u);
-    }
+    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
-    if (!all) {
-      redo_groups(s, units[u], amax + u, subw + u, exp + u, fast + u, groups, b.codes[k],
-                  b.scale[k]);
+    if (low || !all) {
+      redo_groups(s, units[u], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
     }
   }
 }
@@ -342,11 +346,23 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   }
 }
 
-void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+// The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
+// over rows, groups and vectors unroll: the per-batch bookkeeping of a d = 128 row (the
+// indexer's usual head size) otherwise costs a sizable share of its arithmetic.
+template <std::int64_t kD>
+void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
-    fast_fp8_rows(p, s, b);
-  } else if (p.d <= 8 * 32) {
-    fast_mxfp8_rows(p, s, b);
+    fast_fp8_rows<kD>(p, s, b);
+  } else {
+    fast_mxfp8_rows<kD>(p, s, b);
+  }
+}
+
+void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  if (p.d == 128) {
+    fast_rows_of<128>(p, s, b);
+  } else if (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32) {
+    fast_rows_of<0>(p, s, b);
   } else {
     fast_mxfp8_row(p.d, s, b.src[0], b.codes[0], b.scale[0]);
   }
