@@ -111,9 +111,9 @@ HWY_INLINE hn::Vec<DF> DecodeE5M2(DF df, hn::Vec<hn::RebindToUnsigned<DF>> c) {
 
 // ---- rows of float32 / float16 / bfloat16 quantized to fp8 codes ---------------------------
 // The row-level entry points (QuantizeRun, QuantizeRuns, QuantizeBF16Row, QuantizeBF16Runs,
-// QuantizeFp8F32) are not inlined: a call per row costs nothing next to the row, while inlining
-// each group loop at every call site multiplied the code fivefold and made the sanitizer builds
-// of the two kernels that use them take minutes each.
+// QuantizeBoundedBF16Run, QuantizeFp8F32) are not inlined: a call per row costs nothing next to the
+// row, while inlining each group loop at every call site multiplied the code fivefold and made the
+// sanitizer builds of the two kernels that use them take minutes each.
 
 using QDF = hn::ScalableTag<float>;
 using QDBytes = hn::Rebind<std::uint8_t, QDF>;
@@ -807,9 +807,9 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
 // is at least its largest magnitude divided by the largest finite float8, rounded: the products
 // with the reciprocal are bounded (see BoundedRecipCode). shuffle and lanes: CodeOrder<true>'s.
 template <bool kE4M3, class VBytes, class Idx>
-HWY_INLINE void QuantizeBoundedBF16Run(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                       const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
-                                       unsigned char* HWY_RESTRICT dst) {
+HWY_NOINLINE void QuantizeBoundedBF16Run(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                         const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
+                                         unsigned char* HWY_RESTRICT dst) {
   if (sc.mode != Shortcut::checked) {
     QuantizeBF16Runs<kE4M3>(src, 0, n, 1, &sc, dst, 0);
     return;
