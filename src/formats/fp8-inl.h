@@ -157,9 +157,12 @@ enum class Shortcut { none, checked, exact };
 HWY_INLINE Shortcut ShortcutMode(float scale, bool bf16) {
   if (!RecipShortcutScale(scale)) return Shortcut::none;
   const float r = 1.0f / scale;
-  const double d = static_cast<double>(r) * static_cast<double>(scale) - 1.0;  // exact
-  std::uint32_t rb;
+  std::uint32_t rb, sb;
   std::memcpy(&rb, &r, 4);
+  std::memcpy(&sb, &scale, 4);
+  // 1/scale is exact only for a power of two: most scales leave here, without the residual.
+  if ((sb & 0x7FFFFFu) != 0 && (!bf16 || (rb & 0xFFu) != 0)) return Shortcut::checked;
+  const double d = static_cast<double>(r) * static_cast<double>(scale) - 1.0;  // exact
   if (d == 0.0 || (bf16 && (rb & 0xFFu) == 0 && std::fabs(d) <= 0x1p-26)) return Shortcut::exact;
   return Shortcut::checked;
 }
