@@ -111,9 +111,9 @@ HWY_INLINE hn::Vec<DF> DecodeE5M2(DF df, hn::Vec<hn::RebindToUnsigned<DF>> c) {
 
 // ---- rows of float32 / float16 / bfloat16 quantized to fp8 codes ---------------------------
 // The row-level entry points (QuantizeRun, QuantizeRuns, QuantizeBF16Row, QuantizeBF16Runs,
-// QuantizeFp8F32) are not inlined: a call per row costs nothing next to the row, while inlining
-// each group loop at every call site multiplied the code fivefold and made the sanitizer builds
-// of the two kernels that use them take minutes each.
+// QuantizeBoundedBF16Run, QuantizeFp8F32) are not inlined: a call per row costs nothing next to the
+// row, while inlining each group loop at every call site multiplied the code fivefold and made the
+// sanitizer builds of the two kernels that use them take minutes each.
 
 using QDF = hn::ScalableTag<float>;
 using QDBytes = hn::Rebind<std::uint8_t, QDF>;
@@ -157,9 +157,12 @@ enum class Shortcut { none, checked, exact };
 HWY_INLINE Shortcut ShortcutMode(float scale, bool bf16) {
   if (!RecipShortcutScale(scale)) return Shortcut::none;
   const float r = 1.0f / scale;
-  const double d = static_cast<double>(r) * static_cast<double>(scale) - 1.0;  // exact
-  std::uint32_t rb;
+  std::uint32_t rb, sb;
   std::memcpy(&rb, &r, 4);
+  std::memcpy(&sb, &scale, 4);
+  // 1/scale is exact only for a power of two: most scales leave here, without the residual.
+  if ((sb & 0x7FFFFFu) != 0 && (!bf16 || (rb & 0xFFu) != 0)) return Shortcut::checked;
+  const double d = static_cast<double>(r) * static_cast<double>(scale) - 1.0;  // exact
   if (d == 0.0 || (bf16 && (rb & 0xFFu) == 0 && std::fabs(d) <= 0x1p-26)) return Shortcut::exact;
   return Shortcut::checked;
 }
@@ -505,6 +508,124 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
   return i;
 }
 
+// RecipCode for products known to be neither NaN nor (beyond rounding) larger in magnitude than
+// the largest finite float8, as when values are divided by a scale derived from their own finite
+// largest magnitude: no clamp and no NaN check. Doubling the product's bits drops the sign, and
+// the doubled rounded value t2, as int32, is at least kNormal2 exactly for the normal products.
+template <bool kE4M3, class DF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> BoundedRecipCode(DF df, hn::Vec<DF> x, hn::Vec<DF> vr,
+                                                              hn::Mask<DF>& ok) {
+  const hn::RebindToUnsigned<DF> du;
+  const hn::RebindToSigned<DF> di;
+  constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
+  constexpr std::uint32_t kRound =
+      (1u << (kShift - 1)) + 3u - (static_cast<std::uint32_t>(127 - kBias) << 23);
+  constexpr std::uint32_t kNearMid2 = (((1u << kShift) - 1u) & ~7u) << 1;
+  constexpr std::int32_t kNormal2 =
+      static_cast<std::int32_t>(((static_cast<std::uint32_t>(128 - kBias) << 23) + kRound) << 1);
+  const auto qb = hn::BitCast(du, hn::Mul(x, vr));
+  const auto t2 = hn::Add(hn::ShiftLeft<1>(qb), hn::Set(du, kRound << 1));
+  const auto normal = hn::Gt(hn::BitCast(di, t2), hn::Set(di, kNormal2 - 1));
+  const auto off_mid = hn::Ne(hn::And(t2, hn::Set(du, kNearMid2)), hn::Zero(du));
+  ok = hn::RebindMask(df, hn::And(hn::RebindMask(du, normal), off_mid));
+  return hn::OrAnd(hn::ShiftLeft<23 - kShift>(t2), qb, hn::Set(du, 0x80000000u));
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// BoundedBF16Group on AVX-512 for the 64 bfloat16 values a, b (bits): the magnitudes are
+// widened, so the rounded value t = product bits + kRound (see RecipCode) is, as int32, at least
+// kNormal exactly for the normal products and holds the magnitude code from bit kShift up with
+// zeros above. The checks are chained through masked compares; the undecided lanes (found again
+// per vector, rarely) take the exact path. The signs are the bfloat16 sign bits, in element order.
+template <bool kE4M3>
+HWY_INLINE void BoundedGroupAVX3(__m512i a, __m512i b, __m512 vr, float scale,
+                                 hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
+                                 typename CodeOrder<true>::Idx lanes,
+                                 unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
+  constexpr std::uint32_t kRound =
+      (1u << (kShift - 1)) + 3u - (static_cast<std::uint32_t>(127 - kBias) << 23);
+  const __m512i near_mid =
+      _mm512_set1_epi32(static_cast<std::int32_t>(((1u << kShift) - 1u) & ~7u));
+  const __m512i below = _mm512_set1_epi32(
+      static_cast<std::int32_t>((static_cast<std::uint32_t>(128 - kBias) << 23) + kRound - 1u));
+  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
+  const __m512i hi = _mm512_set1_epi32(static_cast<std::int32_t>(0xFFFF0000u));
+  const __m512i ma = _mm512_and_si512(a, abs_mask), mb = _mm512_and_si512(b, abs_mask);
+  __m512 x[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(ma, 16)),
+                 _mm512_castsi512_ps(_mm512_and_si512(ma, hi)),
+                 _mm512_castsi512_ps(_mm512_slli_epi32(mb, 16)),
+                 _mm512_castsi512_ps(_mm512_and_si512(mb, hi))};
+  __m512i t[4];
+  __mmask16 ok = 0xFFFF;
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_add_epi32(_mm512_castps_si512(_mm512_mul_ps(x[k], vr)),
+                            _mm512_set1_epi32(static_cast<std::int32_t>(kRound)));
+    ok = _mm512_mask_test_epi32_mask(_mm512_mask_cmpgt_epi32_mask(ok, t[k], below), t[k], near_mid);
+  }
+  if (HWY_UNLIKELY(ok != 0xFFFF)) {
+    const QDF df;
+    for (int k = 0; k < 4; ++k) {
+      const __mmask16 ok_k =
+          _mm512_mask_test_epi32_mask(_mm512_cmpgt_epi32_mask(t[k], below), t[k], near_mid);
+      if (ok_k == 0xFFFF) continue;
+      const auto q = hn::Div(hn::Vec<QDF>{x[k]}, hn::Set(df, scale));
+      const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
+      t[k] = _mm512_mask_slli_epi32(t[k], static_cast<__mmask16>(~ok_k), code.raw, kShift);
+    }
+  }
+  // Byte k of each lane from t[k] (0xF8: a | (b & c)); magnitudes stay below bit kShift + 7.
+  __m512i w = _mm512_srli_epi32(t[0], kShift);
+  w = _mm512_ternarylogic_epi32(w, _mm512_srli_epi32(t[1], kShift - 8), _mm512_set1_epi32(0xFF00),
+                                0xF8);
+  w = _mm512_ternarylogic_epi32(w, _mm512_srli_epi32(t[2], kShift - 16),
+                                _mm512_set1_epi32(0xFF0000), 0xF8);
+  w = _mm512_ternarylogic_epi32(w, _mm512_slli_epi32(t[3], 24 - kShift),
+                                _mm512_set1_epi32(static_cast<std::int32_t>(0xFF000000u)), 0xF8);
+  const auto ordered =
+      CodeOrder<true>::Apply(hn::Vec<hn::RebindToUnsigned<QDF>>{w}, shuffle, lanes);
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
+  _mm512_storeu_si512(dst,
+                      _mm512_mask_add_epi8(ordered.raw, neg, ordered.raw, _mm512_set1_epi8(-128)));
+}
+#endif
+
+// The 4N bfloat16 values at src, taken in pairs as in BF16Groups, whose products with vr (the
+// checked reciprocal of scale) are bounded as BoundedRecipCode requires; the lanes the shortcut
+// cannot decide are encoded again by the exact path.
+template <bool kE4M3, class VBytes, class Idx>
+HWY_INLINE void BoundedBF16Group(const std::uint16_t* HWY_RESTRICT src, hn::Vec<QDF> vr,
+                                 float scale, VBytes shuffle, Idx lanes,
+                                 unsigned char* HWY_RESTRICT dst) {
+  const QDF df;
+  const hn::RebindToUnsigned<QDF> du;
+  const hn::Repartition<std::uint16_t, QDF> d16;
+  const std::size_t N = hn::Lanes(df);
+  const auto hi = hn::Set(du, 0xFFFF0000u);
+  const auto a = hn::BitCast(du, hn::LoadU(d16, src));
+  const auto b = hn::BitCast(du, hn::LoadU(d16, src + 2 * N));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (sizeof(hn::Vec<QDF>) == 64) {
+    BoundedGroupAVX3<kE4M3>(a.raw, b.raw, vr.raw, scale, shuffle, lanes, dst);
+    return;
+  }
+#endif
+  const auto x0 = hn::BitCast(df, hn::ShiftLeft<16>(a)), x1 = hn::BitCast(df, hn::And(a, hi));
+  const auto x2 = hn::BitCast(df, hn::ShiftLeft<16>(b)), x3 = hn::BitCast(df, hn::And(b, hi));
+  hn::Mask<QDF> ok0, ok1, ok2, ok3;
+  auto c0 = BoundedRecipCode<kE4M3>(df, x0, vr, ok0);
+  auto c1 = BoundedRecipCode<kE4M3>(df, x1, vr, ok1);
+  auto c2 = BoundedRecipCode<kE4M3>(df, x2, vr, ok2);
+  auto c3 = BoundedRecipCode<kE4M3>(df, x3, vr, ok3);
+  if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok0, ok1), hn::And(ok2, ok3))))) {
+    c0 = ExactWhereNeeded<kE4M3, false>(df, c0, ok0, x0, vr, scale);
+    c1 = ExactWhereNeeded<kE4M3, false>(df, c1, ok1, x1, vr, scale);
+    c2 = ExactWhereNeeded<kE4M3, false>(df, c2, ok2, x2, vr, scale);
+    c3 = ExactWhereNeeded<kE4M3, false>(df, c3, ok3, x3, vr, scale);
+  }
+  StoreCodeGroup<true>(c0, c1, c2, c3, shuffle, lanes, dst);
+}
+
 // Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
 template <bool kE4M3>
 HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
@@ -683,6 +804,26 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
   }
 #endif
 }
+
+#if HWY_TARGET != HWY_SCALAR
+// QuantizeBF16Runs for one run of n values (a multiple of 4N) without NaNs whose scale (sc's)
+// is at least its largest magnitude divided by the largest finite float8, rounded: the products
+// with the reciprocal are bounded (see BoundedRecipCode). shuffle and lanes: CodeOrder<true>'s.
+template <bool kE4M3, class VBytes, class Idx>
+HWY_NOINLINE void QuantizeBoundedBF16Run(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                         const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
+                                         unsigned char* HWY_RESTRICT dst) {
+  if (sc.mode != Shortcut::checked) {
+    QuantizeBF16Runs<kE4M3>(src, 0, n, 1, &sc, dst, 0);
+    return;
+  }
+  const QDF df;
+  const auto vr = hn::Set(df, sc.r);
+  for (std::size_t i = 0; i < n; i += 4 * hn::Lanes(df)) {
+    BoundedBF16Group<kE4M3>(src + i, vr, sc.scale, shuffle, lanes, dst + i);
+  }
+}
+#endif
 
 // count runs of n values of `dtype`: run k is read at src + k * src_step, divided by scales[k]
 // and written at dst + k * dst_step (steps in bytes). The same codes as QuantizeRun per run;

@@ -89,6 +89,61 @@ void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* 
   CopyBytes(row + kDsPeOffset, k_pe, kDsPe * 2);
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The largest magnitude of n bfloat16 values (n a multiple of the u16 lane count) in its bits,
+// NaNs included: above 0x7F80 exactly when one is NaN.
+HWY_INLINE std::uint16_t MaxMagnitudeBits(const std::uint16_t* HWY_RESTRICT x, std::size_t n) {
+  const hn::ScalableTag<std::int16_t> di16;
+  auto m = hn::Zero(di16);
+  for (std::size_t i = 0; i < n; i += hn::Lanes(di16)) {
+    const auto v = hn::LoadU(di16, reinterpret_cast<const std::int16_t*>(x) + i);
+    m = hn::Max(m, hn::And(v, hn::Set(di16, 0x7FFF)));
+  }
+  return static_cast<std::uint16_t>(hn::GetLane(hn::MaxOfLanes(di16, m)));
+}
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows: the code tables fetched once per range, and
+// a tile without NaNs quantized with the bounded shortcut (its scale bounds every product).
+void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::CodeOrder<true>& order = fmt::CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+    // In phases, so that the four tiles' divisions overlap.
+    constexpr std::int64_t kTiles = kDsLatent / kDsTile;
+    std::uint16_t m[kTiles];
+    float scales[kTiles];
+    BF16Shortcut sc[kTiles];
+    for (std::int64_t i = 0; i < kTiles; ++i) m[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    for (std::int64_t i = 0; i < kTiles; ++i) {
+      const std::uint32_t top = static_cast<std::uint32_t>(m[i]) << 16;
+      float amax;
+      std::memcpy(&amax, &top, 4);
+      if (m[i] > 0x7F80) amax = AbsMaxBF16(x + i * kDsTile, kDsTile);  // a NaN: counted as 0
+      const float q = amax / 448.0f;
+      scales[i] = q > FLT_MIN ? q : FLT_MIN;
+    }
+    for (std::int64_t i = 0; i < kTiles; ++i) sc[i] = MakeBF16Shortcut<true>(scales[i]);
+    for (std::int64_t i = 0; i < kTiles; ++i) {
+      const std::uint16_t* tile = x + i * kDsTile;
+      unsigned char* codes = row + i * kDsTile;
+      if (m[i] > 0x7F80) {
+        fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc[i], codes, 0);
+      } else {
+        fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc[i], shuffle, lanes, codes);
+      }
+    }
+    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
+    CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+  }
+}
+#endif
+
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup done once.
 template <bool kE4M3>
 void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
@@ -112,6 +167,13 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   const auto even = [](const void* p, std::int64_t step) {
     return reinterpret_cast<std::uintptr_t>(p) % 2 == 0 && step % 2 == 0;
   };
+#if HWY_TARGET != HWY_SCALAR
+  if (job.format == LatentCacheFormat::fp8_ds_mla && job.dtype == DType::bfloat16 &&
+      even(job.kv_c, job.kv_c_token) && kDsTile % (4 * hn::Lanes(DF())) == 0) {
+    WriteDsMlaBF16Tokens(job, begin, end);
+    return;
+  }
+#endif
   if (fp8 && job.dtype == DType::bfloat16 && even(job.kv_c, job.kv_c_token) &&
       even(job.k_pe, job.k_pe_token)) {
     if (job.format == LatentCacheFormat::fp8_e4m3)

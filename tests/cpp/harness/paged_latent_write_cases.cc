@@ -1,6 +1,7 @@
 // Harness cases for paged_latent_write: copy, fp8 and fp8_ds_mla rows, token-strided inputs,
 // padded cache entries and blocks, padding, duplicate and last slots, empty calls, odd widths,
-// special values (NaN, infinities) inside ds_mla tiles, unaligned rows.
+// special values (NaN, infinities) inside ds_mla tiles and tiles of zeros, subnormals or a
+// power-of-two scale, unaligned rows.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -38,6 +39,38 @@ void fill(std::mt19937_64& rng, std::vector<std::uint8_t>& buf, DType dtype, flo
       const auto r =
           static_cast<std::uint16_t>(uniform(rng, 0, 3) ? 0x3C00 + (rng() & 0x7FF) : rng());
       std::memcpy(&buf[i], &r, 2);
+    }
+  }
+}
+
+// Gives some fp8_ds_mla tiles (128 two-byte values, rows `stride` values apart) the contents
+// that take the rarer ways through the tile scale: all zeros, one NaN, subnormal values only, a
+// largest magnitude of 448 (a power-of-two scale), one of the largest finite bfloat16.
+void shape_tiles(std::mt19937_64& rng, std::vector<std::uint8_t>& buf, std::int64_t rows,
+                 std::int64_t stride) {
+  for (std::int64_t t = 0; t < rows; ++t) {
+    for (std::int64_t k = 0; k < 4; ++k) {
+      auto* x = reinterpret_cast<std::uint16_t*>(buf.data()) + t * stride + k * 128;
+      const auto at = static_cast<std::size_t>(uniform(rng, 0, 127));
+      switch (uniform(rng, 0, 9)) {
+        case 0:
+          for (std::size_t i = 0; i < 128; ++i) x[i] = uniform(rng, 0, 1) ? 0x8000 : 0;
+          break;
+        case 1:
+          x[at] = static_cast<std::uint16_t>(uniform(rng, 0x7F81, 0x7FFF));
+          break;
+        case 2:
+          for (std::size_t i = 0; i < 128; ++i) x[i] = static_cast<std::uint16_t>(rng() & 0x807F);
+          break;
+        case 3:
+          x[at] = uniform(rng, 0, 1) ? 0x43E0 : 0xC3E0;
+          break;
+        case 4:
+          x[at] = 0x7F7F;
+          break;
+        default:
+          break;
+      }
     }
   }
 }
@@ -81,6 +114,7 @@ Case generate(std::mt19937_64& rng) {
   const float sigma = pick(rng, {1.0f, 50.0f, 1e-3f});
   fill(rng, c.buffers[0], dtype, sigma);
   fill(rng, c.buffers[1], dtype, sigma);
+  if (ds) shape_tiles(rng, c.buffers[0], N, c_stride);
   for (auto& b : c.buffers[2]) b = static_cast<std::uint8_t>(rng());
   const std::int64_t ns = nb * bs;
   for (std::int64_t t = 0; t < N; ++t) {
@@ -99,7 +133,7 @@ Case generate(std::mt19937_64& rng) {
   const float scale = pick(rng, {1.0f, 0.5f, 4.0f, 0.01f, -3.0f, 0.05f});
   std::memcpy(c.buffers[4].data(), &scale, 4);
   c.buffer_names = {"kv_c", "k_pe", "kv_cache", "slot_mapping", "scale"};
-  c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 1) * 2), 0,
+  c.misalign = {static_cast<std::size_t>(uniform(rng, 0, 2)), 0,
                 static_cast<std::size_t>(uniform(rng, 0, 3) * ces)};
   c.expect_error = bad_slot;
   c.stream = uniform(rng, 0, 3) == 0;  // the non-temporal copy path on small calls
