@@ -32,6 +32,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
@@ -450,6 +451,33 @@ HWY_INLINE void E2M1Thresholds(const float* HWY_RESTRICT mult, std::int64_t grou
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// Packs FP4 codes (16-bit lanes, 16 elements per vector) two per byte, element 2i in the low
+// nibble: a multiply-add of each lane pair by (1, 16) forms the byte in a 32-bit lane, then two
+// packs and one lane permute narrow four vectors (64 elements) to 32 bytes in order, where one
+// truncation per vector would take three shuffles.
+HWY_INLINE __m256i E2M1NibbleBytes(__m256i p01, __m256i p23) {
+  const __m256i bytes = _mm256_packus_epi16(p01, p23);  // dwords: 0-3 of each input, then 4-7
+  return _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+HWY_INLINE __m256i E2M1NibblePairs(hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_t> b) {
+  const __m256i w = _mm256_set1_epi32(0x00100001);
+  return _mm256_packs_epi32(_mm256_madd_epi16(a.raw, w), _mm256_madd_epi16(b.raw, w));
+}
+HWY_INLINE void StoreE2M1Nibbles(hn::Vec256<std::int16_t> c0, hn::Vec256<std::int16_t> c1,
+                                 hn::Vec256<std::int16_t> c2, hn::Vec256<std::int16_t> c3,
+                                 std::uint8_t* HWY_RESTRICT out) {
+  const __m256i bytes = E2M1NibbleBytes(E2M1NibblePairs(c0, c1), E2M1NibblePairs(c2, c3));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
+}
+HWY_INLINE void StoreE2M1Nibbles(hn::Vec256<std::int16_t> c0, hn::Vec256<std::int16_t> c1,
+                                 std::uint8_t* HWY_RESTRICT out) {
+  const __m256i p = E2M1NibblePairs(c0, c1);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm256_castsi256_si128(E2M1NibbleBytes(p, p)));
+}
+#endif
+
 // FP4 codes of the kGs bf16 values at x with the E2M1Thresholds entries of their group
 // (thr[k * stride], k = 0..6), packed two per byte, element 2i in the low nibble. At most 16
 // lanes: on AVX-512 each compare would yield a mask register that costs one more instruction
@@ -473,14 +501,28 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
 #endif
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
   const auto eight = hn::Set(d, std::uint16_t{8});
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+  const auto codes = [&](std::int64_t i) {
     const auto w = hn::LoadU(d, x + i);
     const VI a = hn::BitCast(di, hn::And(w, mag));
     // Each reached threshold is a -1 lane; the sign goes to bit 3.
     VI count = hn::VecFromMask(di, hn::Gt(a, t(0)));
     for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t(k))));
-    const VI code = hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
-    const auto pairs = hn::BitCast(d32, code);
+    return hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
+  };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (kGs % 32 == 0 && std::is_same_v<VI, hn::Vec256<std::int16_t>>) {
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
+      if constexpr (kGs >= 64) {
+        StoreE2M1Nibbles(codes(i), codes(i + 16), codes(i + 32), codes(i + 48), out + i / 2);
+      } else {
+        StoreE2M1Nibbles(codes(i), codes(i + 16), out + i / 2);
+      }
+    }
+    return;
+  }
+#endif
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+    const auto pairs = hn::BitCast(d32, codes(i));
     hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
   }
 }
@@ -707,15 +749,9 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
   }
   if (HWY_UNLIKELY(!hn::AllFalse(df, nan))) return false;
   const std::uint8_t* table = detail::hifloat8_sat_table();
-  for (std::int64_t j = 0; j < n; j += 8) {
-    std::uint64_t k[2], codes = 0;
-    std::memcpy(k, keys + j, 16);
-    for (int i = 0; i < 8; ++i) {
-      const auto key = static_cast<std::uint16_t>(k[i / 4] >> (16 * (i % 4)));
-      codes |= std::uint64_t{table[key]} << (8 * i);
-    }
-    std::memcpy(out + j, &codes, 8);
-  }
+  // One byte store per code: loads and stores have their own ports, where assembling eight
+  // codes into a word first cost a shift and an or each on the integer ports.
+  for (std::int64_t j = 0; j < n; ++j) out[j] = table[keys[j]];
   return true;
 }
 

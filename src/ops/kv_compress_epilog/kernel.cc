@@ -585,6 +585,8 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
   auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
   const DU16 d16;
+  auto* scale_out = reinterpret_cast<std::uint16_t*>(out + 64 + n / 2);  // little-endian bf16
+  std::int64_t tail = groups;  // the first scale left in scale_code
   for (std::int64_t g = 0; g < groups; g += L) {
     const VF a =
         hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, amax_bits + g))));
@@ -592,7 +594,17 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
     const VF ib = hn::BitCast(df, hn::ShiftLeft<16>(Bf16Lanes(inv)));
     // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
     hn::StoreU(hn::IfThenElse(hn::IsNaN(a), a, ib), df, inv_b + g);
-    hn::StoreU(Bf16Lanes(hn::Mul(a, hn::Set(df, c6))), du, scale_code + g);
+    // The scale's bf16, the canonical NaN for a group holding a NaN; whole vectors go straight
+    // to the row, the last partial one through scale_code (no byte past the row is written).
+    const VU code = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(a)),
+                                   hn::Set(du, kBf16CanonicalNaN),
+                                   Bf16Lanes(hn::Mul(a, hn::Set(df, c6))));
+    if (g + L <= groups) {
+      hn::StoreU(hn::TruncateTo(d16, code), d16, scale_out + g);
+    } else {
+      hn::StoreU(code, du, scale_code + g);
+      tail = g;
+    }
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(a)));
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(ib)));
   }
@@ -607,9 +619,8 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
-  for (std::int64_t g = 0; g < groups; ++g) {
-    PutBf16(out + 64 + n / 2 + 2 * g,
-            amax_bits[g] > 0x7F80u ? kBf16CanonicalNaN : static_cast<std::uint16_t>(scale_code[g]));
+  for (std::int64_t g = tail; g < groups; ++g) {
+    PutBf16(out + 64 + n / 2 + 2 * g, static_cast<std::uint16_t>(scale_code[g]));
   }
 }
 
