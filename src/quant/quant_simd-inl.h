@@ -103,11 +103,11 @@ using GroupTag = hn::CappedTag<std::uint16_t, kGs>;
 // modulo 2^16, so 0xFFFF when the group is all zeros and otherwise one less
 // than its smallest nonzero magnitude. Both arrays need groups + 8 entries.
 // Needs at least 8 lanes (every target but scalar).
-template <std::size_t kGs, bool kMin>
+template <std::size_t kGs, bool kMin, std::size_t kLanes = kGs>
 HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                                 std::uint16_t* HWY_RESTRICT amax,
                                 std::uint16_t* HWY_RESTRICT min1) {
-  const GroupTag<kGs> d;
+  const GroupTag<(kLanes < kGs ? kLanes : kGs)> d;
   using V = hn::Vec<decltype(d)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const V mag = hn::Set(d, std::uint16_t{0x7FFF});

@@ -319,7 +319,7 @@ template <std::size_t kGs>
 HWY_INLINE void GroupAmax(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                           std::uint16_t* HWY_RESTRICT amax) {
 #if HWY_TARGET != HWY_SCALAR
-  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false>(x, groups, amax, nullptr);
+  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false, 16>(x, groups, amax, nullptr);
 #else
   for (std::int64_t g = 0; g < groups; ++g) {
     amax[g] = static_cast<std::uint16_t>(AmaxBits(x + kGs * g, kGs));
@@ -378,7 +378,7 @@ HWY_INLINE void Fp8Pow2Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gr
                             std::uint32_t* HWY_RESTRICT e, std::uint32_t* HWY_RESTRICT fast) {
   namespace qn = quant::HWY_NAMESPACE;
   alignas(64) std::uint16_t min1[kMaxGroups + 8];
-  qn::GroupMagnitudes<64, true>(x, groups, amax, min1);
+  qn::GroupMagnitudes<64, true, 16>(x, groups, amax, min1);
   qn::E4M3Pow2Scales(amax, min1, groups, kC448Bits, kEpsBits, sub, e, fast);
 }
 
