@@ -33,7 +33,10 @@ Case generate(std::mt19937_64& rng) {
   std::int64_t t = threads ? 8000 : g.chance(0.1) ? g.uniform(40, 3000) : g.uniform(1, 40);
   if (!threads && g.chance(0.03)) t = 0;
   const std::int64_t nh = threads ? 2 : g.uniform(1, 4);
-  const std::int64_t dk = threads ? 64 : g.uniform(1, 130);
+  // The common head sizes take the kernel's fixed-size row copies; the others its general one.
+  const std::int64_t dk = threads         ? 64
+                          : g.chance(0.3) ? g.pick<std::int64_t>({64, 128, 256})
+                                          : g.uniform(1, 130);
   const std::int64_t dv = threads || g.chance(0.5) ? dk : g.uniform(1, 70);
   const std::int64_t bs = threads ? 4 : g.uniform(1, 16);
   const std::int64_t nb = threads ? 2 : 1 + (t + bs - 1) / bs + g.uniform(0, 2);
