@@ -97,6 +97,41 @@ HWY_INLINE void CopyTile(std::uint8_t* dst, const std::int64_t* dst_strides,
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#define KVS_K_SCALE_TRANSPOSE8 1
+// Eight tokens' scales of eight heads (token rows of 8 contiguous scales) into each head's run
+// of 8 slots: an 8x8 transpose in 256-bit registers (two 128-bit blocks), one store per head.
+HWY_INLINE void Transpose8(std::int32_t* dst, std::int64_t dst_head, const std::int32_t* src,
+                           std::int64_t src_token) {
+  const hn::CappedTag<std::int32_t, 8> d;
+  const hn::Repartition<std::int64_t, decltype(d)> d64;
+  using V = hn::Vec<decltype(d)>;
+  V r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * src_token);
+  // t[2j], t[2j+1]: rows 2j and 2j+1 interleaved, per block (lanes 0,1 then 2,3 of each block).
+  for (int j = 0; j < 4; ++j) {
+    t[2 * j] = hn::InterleaveLower(d, r[2 * j], r[2 * j + 1]);
+    t[2 * j + 1] = hn::InterleaveUpper(d, r[2 * j], r[2 * j + 1]);
+  }
+  // q[4g + c]: rows 4g..4g+3 of head c (lower block) and head c + 4 (upper block).
+  V q[8];
+  for (int g = 0; g < 2; ++g) {
+    const auto a0 = hn::BitCast(d64, t[4 * g]), a1 = hn::BitCast(d64, t[4 * g + 1]);
+    const auto b0 = hn::BitCast(d64, t[4 * g + 2]), b1 = hn::BitCast(d64, t[4 * g + 3]);
+    q[4 * g + 0] = hn::BitCast(d, hn::InterleaveLower(d64, a0, b0));
+    q[4 * g + 1] = hn::BitCast(d, hn::InterleaveUpper(d64, a0, b0));
+    q[4 * g + 2] = hn::BitCast(d, hn::InterleaveLower(d64, a1, b1));
+    q[4 * g + 3] = hn::BitCast(d, hn::InterleaveUpper(d64, a1, b1));
+  }
+  for (int c = 0; c < 4; ++c) {
+    hn::StoreU(hn::ConcatLowerLower(d, q[4 + c], q[c]), d, dst + c * dst_head);
+    hn::StoreU(hn::ConcatUpperUpper(d, q[4 + c], q[c]), d, dst + (c + 4) * dst_head);
+  }
+}
+#else
+#define KVS_K_SCALE_TRANSPOSE8 0
+#endif
+
 // The key scales of n <= kTile tokens on consecutive slots (neighbours in the cache), head by
 // head: one gather over the token rows and one masked store per head instead of n scalar moves.
 // Scales move as 32-bit integers, so every float bit pattern survives.
@@ -105,6 +140,12 @@ HWY_INLINE void ScaleRuns(std::int32_t* dst, std::int64_t dst_head, const std::i
                           std::int64_t n) {
   const hn::CappedTag<std::int32_t, kTile> d;
   const auto N = static_cast<std::int64_t>(hn::Lanes(d));
+#if KVS_K_SCALE_TRANSPOSE8
+  if (N == 8 && H == 8 && n == 8 && src_head == 1) {
+    Transpose8(dst, dst_head, src, src_token);
+    return;
+  }
+#endif
   const auto stride = hn::Set(d, static_cast<std::int32_t>(src_token));
   for (std::int64_t i0 = 0; i0 < n; i0 += N) {
     const std::int64_t count = n - i0 < N ? n - i0 : N;
