@@ -98,7 +98,6 @@ HWY_INLINE void CopyTile(std::uint8_t* dst, const std::int64_t* dst_strides,
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-#define KVS_K_SCALE_TRANSPOSE8 1
 // Eight tokens' scales of eight heads (token rows of 8 contiguous scales) into each head's run
 // of 8 slots: an 8x8 transpose in 256-bit registers (two 128-bit blocks), one store per head.
 HWY_INLINE void Transpose8(std::int32_t* dst, std::int64_t dst_head, const std::int32_t* src,
@@ -128,8 +127,6 @@ HWY_INLINE void Transpose8(std::int32_t* dst, std::int64_t dst_head, const std::
     hn::StoreU(hn::ConcatUpperUpper(d, q[4 + c], q[c]), d, dst + (c + 4) * dst_head);
   }
 }
-#else
-#define KVS_K_SCALE_TRANSPOSE8 0
 #endif
 
 // The key scales of n <= kTile tokens on consecutive slots (neighbours in the cache), head by
@@ -140,7 +137,7 @@ HWY_INLINE void ScaleRuns(std::int32_t* dst, std::int64_t dst_head, const std::i
                           std::int64_t n) {
   const hn::CappedTag<std::int32_t, kTile> d;
   const auto N = static_cast<std::int64_t>(hn::Lanes(d));
-#if KVS_K_SCALE_TRANSPOSE8
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   if (N == 8 && H == 8 && n == 8 && src_head == 1) {
     Transpose8(dst, dst_head, src, src_token);
     return;
