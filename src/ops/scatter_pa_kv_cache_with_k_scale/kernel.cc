@@ -24,6 +24,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::k_scale::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
 // Copies n one-byte elements between strided rows; memcpy when both are contiguous, with the
 // common head sizes as compile-time sizes so the copy is a few inline vector moves.
@@ -65,6 +66,21 @@ HWY_INLINE void MoveRow(std::uint8_t* dst, std::int64_t dst_stride, const std::u
   CopyRow(dst, dst_stride, src, src_stride, n);
 }
 
+// Contiguous rows of kD bytes (a common head size) in tiles: each row a few inline vector moves,
+// with no per-row test of strides or size, which in cache costs as much as the moves.
+template <std::int64_t kD>
+HWY_INLINE void CopyTileFixed(std::uint8_t* dst, const std::int64_t* dst_strides,
+                              const std::uint8_t* src, const std::int64_t* src_strides,
+                              std::int64_t H, std::int64_t n) {
+  for (std::int64_t h = 0; h < H; ++h) {
+    std::uint8_t* d = dst + h * dst_strides[1];
+    const std::uint8_t* s = src + h * src_strides[1];
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::memcpy(d + i * dst_strides[2], s + i * src_strides[0], kD);
+    }
+  }
+}
+
 // One side (key or value) of n tokens: input rows t0.. (strides src[0..2]) into the n
 // consecutive slots from dst (cache strides dst[0..3]), head by head.
 template <bool kStream>
@@ -81,8 +97,69 @@ HWY_INLINE void CopyTile(std::uint8_t* dst, const std::int64_t* dst_strides,
   }
 }
 
-// Tokens [begin, end) in tiles of at most `tile` tokens on consecutive slots of one block.
-template <bool kStream>
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// Eight tokens' scales of eight heads (token rows of 8 contiguous scales) into each head's run
+// of 8 slots: an 8x8 transpose in 256-bit registers (two 128-bit blocks), one store per head.
+HWY_INLINE void Transpose8(std::int32_t* dst, std::int64_t dst_head, const std::int32_t* src,
+                           std::int64_t src_token) {
+  const hn::CappedTag<std::int32_t, 8> d;
+  const hn::Repartition<std::int64_t, decltype(d)> d64;
+  using V = hn::Vec<decltype(d)>;
+  V r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = hn::LoadU(d, src + i * src_token);
+  // t[2j], t[2j+1]: rows 2j and 2j+1 interleaved, per block (lanes 0,1 then 2,3 of each block).
+  for (int j = 0; j < 4; ++j) {
+    t[2 * j] = hn::InterleaveLower(d, r[2 * j], r[2 * j + 1]);
+    t[2 * j + 1] = hn::InterleaveUpper(d, r[2 * j], r[2 * j + 1]);
+  }
+  // q[4g + c]: rows 4g..4g+3 of head c (lower block) and head c + 4 (upper block).
+  V q[8];
+  for (int g = 0; g < 2; ++g) {
+    const auto a0 = hn::BitCast(d64, t[4 * g]), a1 = hn::BitCast(d64, t[4 * g + 1]);
+    const auto b0 = hn::BitCast(d64, t[4 * g + 2]), b1 = hn::BitCast(d64, t[4 * g + 3]);
+    q[4 * g + 0] = hn::BitCast(d, hn::InterleaveLower(d64, a0, b0));
+    q[4 * g + 1] = hn::BitCast(d, hn::InterleaveUpper(d64, a0, b0));
+    q[4 * g + 2] = hn::BitCast(d, hn::InterleaveLower(d64, a1, b1));
+    q[4 * g + 3] = hn::BitCast(d, hn::InterleaveUpper(d64, a1, b1));
+  }
+  for (int c = 0; c < 4; ++c) {
+    hn::StoreU(hn::ConcatLowerLower(d, q[4 + c], q[c]), d, dst + c * dst_head);
+    hn::StoreU(hn::ConcatUpperUpper(d, q[4 + c], q[c]), d, dst + (c + 4) * dst_head);
+  }
+}
+#endif
+
+// The key scales of n <= kTile tokens on consecutive slots (neighbours in the cache), head by
+// head: one gather over the token rows and one masked store per head instead of n scalar moves.
+// Scales move as 32-bit integers, so every float bit pattern survives.
+HWY_INLINE void ScaleRuns(std::int32_t* dst, std::int64_t dst_head, const std::int32_t* src,
+                          std::int64_t src_token, std::int64_t src_head, std::int64_t H,
+                          std::int64_t n) {
+  const hn::CappedTag<std::int32_t, kTile> d;
+  const auto N = static_cast<std::int64_t>(hn::Lanes(d));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (N == 8 && H == 8 && n == 8 && src_head == 1) {
+    Transpose8(dst, dst_head, src, src_token);
+    return;
+  }
+#endif
+  const auto stride = hn::Set(d, static_cast<std::int32_t>(src_token));
+  for (std::int64_t i0 = 0; i0 < n; i0 += N) {
+    const std::int64_t count = n - i0 < N ? n - i0 : N;
+    // Lanes past the tile re-read its last token, so no read leaves the input.
+    const auto last = hn::Set(d, static_cast<std::int32_t>(count - 1));
+    const auto idx = hn::Mul(hn::Min(hn::Iota(d, 0), last), stride);
+    const auto mask = hn::FirstN(d, static_cast<std::size_t>(count));
+    for (std::int64_t h = 0; h < H; ++h) {
+      const auto scales = hn::GatherIndex(d, src + i0 * src_token + h * src_head, idx);
+      hn::BlendedStore(scales, mask, d, dst + i0 + h * dst_head);
+    }
+  }
+}
+
+// Tokens [begin, end) in tiles of at most `tile` tokens on consecutive slots of one block; kD,
+// when not 0, is the head size of both sides, whose rows are all contiguous (no streaming).
+template <bool kStream, std::int64_t kD = 0>
 void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int64_t tile) {
   const ScatterPaKvCacheWithKScalePlan& p = *job.plan;
   const auto* key = static_cast<const std::uint8_t*>(p.key.data);
@@ -100,6 +177,12 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
   const std::int64_t H = p.num_heads, Dk = p.key_head_size, Dv = p.value_head_size;
   const SlotSplitter& split = job.split;
   const std::int64_t* slots = job.slots;
+  // A tile's scales of one head are neighbours in the cache when its slots are; the gather
+  // indexes tokens with 32-bit offsets and reads whole aligned floats.
+  const bool gather_scales =
+      sc[2] == 1 && ks[0] >= 0 && ks[0] <= (std::int64_t{1} << 31) / kTile - 1 &&
+      reinterpret_cast<std::uintptr_t>(key_scale) % 4 == 0 &&
+      reinterpret_cast<std::uintptr_t>(scale_cache) % 4 == 0;
 
   for (std::int64_t t = begin; t < end;) {
     const std::int64_t slot = slots[t];
@@ -113,7 +196,10 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
     }
     std::uint8_t* kdst = split.address(key_cache, kc[0], kc[2], slot);
     std::uint8_t* vdst = split.address(value_cache, vc[0], vc[2], slot);
-    if (n == 1) {  // one token: its key and value rows head by head, both inputs read in order
+    if (kD != 0) {
+      CopyTileFixed<kD>(kdst, kc.data(), key + t * k[0], k.data(), H, n);
+      CopyTileFixed<kD>(vdst, vc.data(), value + t * v[0], v.data(), H, n);
+    } else if (n == 1) {  // one token: its key and value rows head by head, inputs read in order
       for (std::int64_t h = 0; h < H; ++h) {
         MoveRow<kStream>(kdst + h * kc[1], kc[3], key + t * k[0] + h * k[1], k[2], Dk);
         MoveRow<kStream>(vdst + h * vc[1], vc[3], value + t * v[0] + h * v[1], v[2], Dv);
@@ -122,12 +208,18 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
       CopyTile<kStream>(kdst, kc.data(), key + t * k[0], k.data(), H, Dk, n);
       CopyTile<kStream>(vdst, vc.data(), value + t * v[0], v.data(), H, Dv, n);
     }
-    for (std::int64_t i = 0; i < n; ++i) {
-      // float32 scales move as raw bytes; element strides are scaled to bytes here.
-      const std::uint8_t* srow = key_scale + 4 * (t + i) * ks[0];
-      std::uint8_t* sdst = split.address(scale_cache, 4 * sc[0], 4 * sc[2], slot + i);
-      for (std::int64_t h = 0; h < H; ++h) {
-        std::memcpy(sdst + 4 * h * sc[1], srow + 4 * h * ks[1], 4);
+    // float32 scales move as raw bytes; element strides are scaled to bytes here.
+    std::uint8_t* sdst = split.address(scale_cache, 4 * sc[0], 4 * sc[2], slot);
+    if (n > 1 && gather_scales) {
+      ScaleRuns(reinterpret_cast<std::int32_t*>(sdst), sc[1],
+                reinterpret_cast<const std::int32_t*>(key_scale + 4 * t * ks[0]), ks[0], ks[1],
+                H, n);
+    } else {
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::uint8_t* srow = key_scale + 4 * (t + i) * ks[0];
+        for (std::int64_t h = 0; h < H; ++h) {
+          std::memcpy(sdst + 4 * (i * sc[2] + h * sc[1]), srow + 4 * h * ks[1], 4);
+        }
       }
     }
     t += n;
@@ -139,8 +231,21 @@ void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
     Tokens<true>(job, begin, end, 1);
     // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
     hwy::FlushStream();
-  } else {
-    Tokens<false>(job, begin, end, job.tile);
+    return;
+  }
+  const ScatterPaKvCacheWithKScalePlan& p = *job.plan;
+  const bool unit = p.key.strides[2] == 1 && p.value.strides[2] == 1 &&
+                    p.key_cache.strides[3] == 1 && p.value_cache.strides[3] == 1;
+  const std::int64_t D = unit && p.key_head_size == p.value_head_size ? p.key_head_size : 0;
+  switch (D) {
+    case 64:
+      return Tokens<false, 64>(job, begin, end, job.tile);
+    case 128:
+      return Tokens<false, 128>(job, begin, end, job.tile);
+    case 256:
+      return Tokens<false, 256>(job, begin, end, job.tile);
+    default:
+      return Tokens<false>(job, begin, end, job.tile);
   }
 }
 

@@ -32,10 +32,16 @@ Case generate(std::mt19937_64& rng) {
   const bool threads = g.chance(0.05);
   std::int64_t t = threads ? 8000 : g.chance(0.1) ? g.uniform(40, 3000) : g.uniform(1, 40);
   if (!threads && g.chance(0.03)) t = 0;
-  const std::int64_t nh = threads ? 2 : g.uniform(1, 4);
-  const std::int64_t dk = threads ? 64 : g.uniform(1, 130);
+  // A prefill of eight heads from the start of a block: whole tiles of eight tokens on
+  // consecutive slots, whose scales the kernel transposes in registers.
+  const bool prefill = !threads && g.chance(0.15);
+  const std::int64_t nh = threads ? 2 : prefill ? 8 : g.uniform(1, 4);
+  // The common head sizes take the kernel's fixed-size row copies; the others its general one.
+  const std::int64_t dk = threads         ? 64
+                          : g.chance(0.3) ? g.pick<std::int64_t>({64, 128, 256})
+                                          : g.uniform(1, 130);
   const std::int64_t dv = threads || g.chance(0.5) ? dk : g.uniform(1, 70);
-  const std::int64_t bs = threads ? 4 : g.uniform(1, 16);
+  const std::int64_t bs = threads ? 4 : prefill ? g.pick<std::int64_t>({8, 16}) : g.uniform(1, 16);
   const std::int64_t nb = threads ? 2 : 1 + (t + bs - 1) / bs + g.uniform(0, 2);
   const DType dt = g.chance(0.5) ? DType::float8_e4m3fn : DType::float8_e5m2;
   const DType idt = g.chance(0.5) ? DType::int32 : DType::int64;
@@ -64,6 +70,10 @@ Case generate(std::mt19937_64& rng) {
   if (threads) {
     for (std::int64_t i = 0; i < t; ++i) slots.push_back(g.uniform(-1, 8));  // 8: past the end
     desc = " few slots, -1, past the end";
+  } else if (prefill) {
+    const std::int64_t first = bs * g.uniform(0, nb - (t + bs - 1) / bs);
+    for (std::int64_t i = 0; i < t; ++i) slots.push_back(first + i);
+    desc = " prefill from slot " + std::to_string(first);
   } else {
     slots = make_slots(g, t, nb * bs, opt, desc);
   }
