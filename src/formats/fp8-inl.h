@@ -388,17 +388,33 @@ HWY_INLINE void StoreCodeGroup(VU c0, VU c1, VU c2, VU c3,
              hn::Repartition<std::uint8_t, QDF>(), dst);
 }
 
-template <bool kE4M3, bool kExact, bool kPairs, class VF>
+template <bool kE4M3, class DF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> BoundedRecipCode(DF df, hn::Vec<DF> x, hn::Vec<DF> vr,
+                                                              hn::Mask<DF>& ok);
+
+// The shortcut's code of one vector: RecipCode, or BoundedRecipCode (kBounded) for products
+// bounded as that requires.
+template <bool kE4M3, bool kExact, bool kBounded, class DF>
+HWY_INLINE hn::Vec<hn::RebindToUnsigned<DF>> GroupCode(DF df, hn::Vec<DF> x, hn::Vec<DF> vr,
+                                                       hn::Mask<DF>& ok) {
+  if constexpr (kBounded) {
+    return BoundedRecipCode<kE4M3>(df, x, vr, ok);
+  } else {
+    return RecipCode<kE4M3, kExact>(df, x, vr, ok);
+  }
+}
+
+template <bool kE4M3, bool kExact, bool kPairs, class VF, bool kBounded = false>
 HWY_INLINE void QuantizeGroup(VF x0, VF x1, VF x2, VF x3, VF vr, float scale,
                               hn::Vec<hn::Repartition<std::uint8_t, QDF>> shuffle,
                               typename CodeOrder<kPairs>::Idx lanes,
                               unsigned char* HWY_RESTRICT dst) {
   const QDF df;
   hn::Mask<QDF> ok0, ok1, ok2, ok3;
-  auto c0 = RecipCode<kE4M3, kExact>(df, x0, vr, ok0);
-  auto c1 = RecipCode<kE4M3, kExact>(df, x1, vr, ok1);
-  auto c2 = RecipCode<kE4M3, kExact>(df, x2, vr, ok2);
-  auto c3 = RecipCode<kE4M3, kExact>(df, x3, vr, ok3);
+  auto c0 = GroupCode<kE4M3, kExact, kBounded>(df, x0, vr, ok0);
+  auto c1 = GroupCode<kE4M3, kExact, kBounded>(df, x1, vr, ok1);
+  auto c2 = GroupCode<kE4M3, kExact, kBounded>(df, x2, vr, ok2);
+  auto c3 = GroupCode<kE4M3, kExact, kBounded>(df, x3, vr, ok3);
   if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok0, ok1), hn::And(ok2, ok3))))) {
     c0 = ExactWhereNeeded<kE4M3, kExact>(df, c0, ok0, x0, vr, scale);
     c1 = ExactWhereNeeded<kE4M3, kExact>(df, c1, ok1, x1, vr, scale);
@@ -612,18 +628,8 @@ HWY_INLINE void BoundedBF16Group(const std::uint16_t* HWY_RESTRICT src, hn::Vec<
 #endif
   const auto x0 = hn::BitCast(df, hn::ShiftLeft<16>(a)), x1 = hn::BitCast(df, hn::And(a, hi));
   const auto x2 = hn::BitCast(df, hn::ShiftLeft<16>(b)), x3 = hn::BitCast(df, hn::And(b, hi));
-  hn::Mask<QDF> ok0, ok1, ok2, ok3;
-  auto c0 = BoundedRecipCode<kE4M3>(df, x0, vr, ok0);
-  auto c1 = BoundedRecipCode<kE4M3>(df, x1, vr, ok1);
-  auto c2 = BoundedRecipCode<kE4M3>(df, x2, vr, ok2);
-  auto c3 = BoundedRecipCode<kE4M3>(df, x3, vr, ok3);
-  if (HWY_UNLIKELY(!hn::AllTrue(df, hn::And(hn::And(ok0, ok1), hn::And(ok2, ok3))))) {
-    c0 = ExactWhereNeeded<kE4M3, false>(df, c0, ok0, x0, vr, scale);
-    c1 = ExactWhereNeeded<kE4M3, false>(df, c1, ok1, x1, vr, scale);
-    c2 = ExactWhereNeeded<kE4M3, false>(df, c2, ok2, x2, vr, scale);
-    c3 = ExactWhereNeeded<kE4M3, false>(df, c3, ok3, x3, vr, scale);
-  }
-  StoreCodeGroup<true>(c0, c1, c2, c3, shuffle, lanes, dst);
+  QuantizeGroup<kE4M3, false, true, hn::Vec<QDF>, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes,
+                                                        dst);
 }
 
 // Quantizes the full groups of 4N bfloat16 values; returns how many values it wrote.
