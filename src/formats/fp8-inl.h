@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "kvscatter/dtype.h"
 #include "kvscatter/formats.h"
@@ -469,18 +470,114 @@ HWY_INLINE bool DecidedGroupAVX3(__m512i a, __m512i b, __m512i low, __m512i span
 }
 #endif
 
-// The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
-// returns how many values it wrote.
-template <bool kE4M3, bool kExact, class VBytes, class Idx>
-HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                  const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
-                                  unsigned char* HWY_RESTRICT dst) {
+// Groups of 4N bfloat16 values quantized with the shortcut (vr = 1/scale), every constant set
+// up once: next(src, dst) names the next group (src: 4N values, dst: 4N codes), returning false
+// when there is none. Lets a caller walk several runs or rows without a setup per run.
+template <bool kE4M3, bool kExact, bool kTryDot = true, class VBytes, class Idx, class Next>
+HWY_INLINE void BF16GroupsOver(const BF16Shortcut& sc, VBytes shuffle, Idx lanes, Next next);
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#ifndef KVSCATTER_FP8_DOT_ATTR
+// The AVX-512 target plus the bfloat16 dot product and byte multishift (checked at run time).
+#define KVSCATTER_FP8_DOT_ATTR __attribute__((target(HWY_TARGET_STR_AVX3 ",avx512vbmi,avx512bf16")))
+#endif
+// kExact on AVX-512 CPUs with the bfloat16 dot product and byte multishift instructions (run
+// time checks), for shortcuts whose rebased reciprocal is itself a bfloat16 value and whose
+// decided magnitudes are all normal bfloat16 values (the dot product treats subnormal inputs as
+// zero): DotDecidedGroup applies.
+HWY_INLINE bool DotShortcut(const BF16Shortcut& sc) {
+  static const bool cpu =
+      __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
+  std::uint32_t rb;
+  std::memcpy(&rb, &sc.r_rebased, 4);
+  return cpu && sc.mode == Shortcut::exact && sc.r_rebased != 0.0f && (rb & 0xFFFFu) == 0 &&
+         sc.exact_low >= 0x0080u;
+}
+
+// DecidedGroupAVX3 with fewer operations: each bfloat16 pair of a lane times (r, 0) or (0, r)
+// (vr_even, vr_odd: the rebased reciprocal's bfloat16 bits) through the dot product gives the
+// signed products directly (exact: 8-bit significands, the other term a zero), Veltkamp's split
+// rounds them symmetrically, one byte multishift per vector takes the magnitude codes (bits
+// kShift up; the bit above them is clear), a dword permutation puts them in element order and
+// the sign bits, gathered by a byte permutation, are or-ed in. Same codes, same contract.
+template <bool kE4M3>
+KVSCATTER_FP8_DOT_ATTR HWY_INLINE bool DotDecidedGroup(__m512i a, __m512i b, __m512i low,
+                                                       __m512i span, __m512i vr_even,
+                                                       __m512i vr_odd, __m512i ctrl, __m512i order,
+                                                       __m512i signs,
+                                                       unsigned char* HWY_RESTRICT dst) {
+  constexpr int kShift = kE4M3 ? 20 : 21;
+  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
+  const __m512i ma = _mm512_and_si512(a, abs_mask), mb = _mm512_and_si512(b, abs_mask);
+  const __m512i far = _mm512_max_epu16(_mm512_sub_epi16(ma, low), _mm512_sub_epi16(mb, low));
+  if (HWY_UNLIKELY(_mm512_cmpgt_epu16_mask(far, span) != 0)) return false;
+  const __m512 split = _mm512_set1_ps(static_cast<float>(1u << kShift));
+  const auto code = [&](__m512i x, __m512i r) KVSCATTER_FP8_DOT_ATTR {
+    const __m512 q = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)x, (__m512bh)r);
+    const __m512 c = _mm512_fmadd_ps(q, split, q);
+    return _mm512_castps_si512(_mm512_sub_ps(c, _mm512_sub_ps(c, q)));
+  };
+  // Byte layout of qword i: elements 4i, 4i + 1, 4i + 2, 4i + 3, then 32 + 4i ... 32 + 4i + 3.
+  __m512i w = _mm512_multishift_epi64_epi8(ctrl, code(a, vr_even));
+  w = _mm512_mask_multishift_epi64_epi8(w, 0x0A0A0A0A0A0A0A0Aull, ctrl, code(a, vr_odd));
+  w = _mm512_mask_multishift_epi64_epi8(w, 0x5050505050505050ull, ctrl, code(b, vr_even));
+  w = _mm512_mask_multishift_epi64_epi8(w, 0xA0A0A0A0A0A0A0A0ull, ctrl, code(b, vr_odd));
+  const __m512i ordered = _mm512_permutexvar_epi32(order, w);
+  const __m512i sign_bytes = _mm512_permutex2var_epi8(a, signs, b);
+  // 0xF8: ordered | (sign_bytes & 0x80).
+  _mm512_storeu_si512(dst,
+                      _mm512_ternarylogic_epi32(ordered, sign_bytes, _mm512_set1_epi8(-128), 0xF8));
+  return true;
+}
+
+// BF16GroupsOver for shortcuts that DotShortcut accepts: DotDecidedGroup, or the usual path for
+// the groups it does not decide.
+template <bool kE4M3, class VBytes, class Idx, class Next>
+KVSCATTER_FP8_DOT_ATTR HWY_NOINLINE void DotGroupsOver(const BF16Shortcut& sc, VBytes shuffle,
+                                                       Idx lanes, Next next) {
+  constexpr int kShift = kE4M3 ? 20 : 21;
+  std::uint32_t rb;
+  std::memcpy(&rb, &sc.r_rebased, 4);
+  const __m512i vr_even = _mm512_set1_epi32(static_cast<std::int32_t>(rb >> 16));
+  const __m512i vr_odd = _mm512_set1_epi32(static_cast<std::int32_t>(rb & 0xFFFF0000u));
+  const __m512i low = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_low));
+  const __m512i span = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_high - sc.exact_low));
+  const __m512i ctrl = _mm512_set1_epi64(static_cast<std::int64_t>(
+      0x0101000001010000ull * (32 + kShift) + 0x0000010100000101ull * kShift));
+  alignas(64) std::int32_t order_idx[16];
+  alignas(64) std::int8_t sign_idx[64];
+  for (int o = 0; o < 16; ++o) order_idx[o] = o < 8 ? 2 * o : 2 * (o - 8) + 1;
+  for (int j = 0; j < 64; ++j)
+    sign_idx[j] = static_cast<std::int8_t>(((2 * j + 1) & 63) | (j & 32) << 1);
+  const __m512i order = _mm512_load_si512(order_idx), signs = _mm512_load_si512(sign_idx);
+  const std::uint16_t* src;
+  unsigned char* dst;
+  while (next(src, dst)) {
+    const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+    if (DotDecidedGroup<kE4M3>(a, b, low, span, vr_even, vr_odd, ctrl, order, signs, dst)) continue;
+    bool once = true;
+    BF16GroupsOver<kE4M3, true, false>(sc, shuffle, lanes,
+                                       [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
+                                         s = src;
+                                         d = dst;
+                                         return std::exchange(once, false);
+                                       });
+  }
+}
+#endif
+
+template <bool kE4M3, bool kExact, bool kTryDot, class VBytes, class Idx, class Next>
+HWY_INLINE void BF16GroupsOver(const BF16Shortcut& sc, VBytes shuffle, Idx lanes, Next next) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kExact && kTryDot && sizeof(hn::Vec<QDF>) == 64) {
+    if (DotShortcut(sc)) return DotGroupsOver<kE4M3>(sc, shuffle, lanes, next);
+  }
+#endif
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
   const std::size_t N = hn::Lanes(df);
   const auto hi = hn::Set(du, 0xFFFF0000u);
-  std::size_t i = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   const bool rebased_ok = sc.r_rebased != 0.0f;
   const __m512 vr_rebased = _mm512_set1_ps(sc.r_rebased);
@@ -492,13 +589,15 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
   const auto low = hn::Set(d16, sc.exact_low);
   const auto span = hn::Set(d16, static_cast<std::uint16_t>(0x7F80 - sc.exact_low));
   const auto abs_mask = hn::Set(d16, 0x7FFF);
-  for (; i + 4 * N <= n; i += 4 * N) {
+  const std::uint16_t* src;
+  unsigned char* dst;
+  while (next(src, dst)) {
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
-    const auto a16 = hn::LoadU(d16, src + i), b16 = hn::LoadU(d16, src + i + 2 * N);
+    const auto a16 = hn::LoadU(d16, src), b16 = hn::LoadU(d16, src + 2 * N);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if constexpr (kExact && sizeof(hn::Vec<QDF>) == 64) {
-      if (rebased_ok && DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, vlow, vspan, vr_rebased, shuffle,
-                                                lanes, dst + i)) {
+      if (rebased_ok &&
+          DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, vlow, vspan, vr_rebased, shuffle, lanes, dst)) {
         continue;
       }
     }
@@ -515,12 +614,30 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
         StoreCodeGroup<true>(RecipCode<kE4M3, true>(df, x0, vr, ok),
                              RecipCode<kE4M3, true>(df, x1, vr, ok),
                              RecipCode<kE4M3, true>(df, x2, vr, ok),
-                             RecipCode<kE4M3, true>(df, x3, vr, ok), shuffle, lanes, dst + i);
+                             RecipCode<kE4M3, true>(df, x3, vr, ok), shuffle, lanes, dst);
         continue;
       }
     }
-    QuantizeGroup<kE4M3, kExact, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, kExact, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes, dst);
   }
+}
+
+// The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
+// returns how many values it wrote.
+template <bool kE4M3, bool kExact, class VBytes, class Idx>
+HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                  const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
+                                  unsigned char* HWY_RESTRICT dst) {
+  const std::size_t group = 4 * hn::Lanes(QDF());
+  std::size_t i = 0;
+  BF16GroupsOver<kE4M3, kExact>(sc, shuffle, lanes,
+                                [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
+                                  if (i + group > n) return false;
+                                  s = src + i;
+                                  d = dst + i;
+                                  i += group;
+                                  return true;
+                                });
   return i;
 }
 
@@ -809,6 +926,91 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
     }
   }
 #endif
+}
+
+// The values per group of the bfloat16 shortcut: the run lengths QuantizeBF16HeadRuns and
+// QuantizeBF16Concat take are multiples of it.
+HWY_INLINE std::size_t BF16GroupSize() { return 4 * hn::Lanes(QDF()); }
+
+// Every group of BF16GroupSize() values that next(src, dst) names (see BF16GroupsOver),
+// quantized with the one shortcut sc, its setup done once.
+template <bool kE4M3, class Next>
+HWY_INLINE void QuantizeBF16Groups(const BF16Shortcut& sc, Next next) {
+  const std::uint16_t* src;
+  unsigned char* dst;
+#if HWY_TARGET != HWY_SCALAR
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  if (sc.mode == Shortcut::exact) {
+    BF16GroupsOver<kE4M3, true>(sc, order.Shuffle(), order.Lanes(), next);
+    return;
+  }
+  if (sc.mode == Shortcut::checked) {
+    BF16GroupsOver<kE4M3, false>(sc, order.Shuffle(), order.Lanes(), next);
+    return;
+  }
+#endif
+  while (next(src, dst)) QuantizeBF16Row<kE4M3>(src, BF16GroupSize(), sc, dst);
+}
+
+// The heads of a tile of tokens, sharing one shortcut sc: for each token k < tokens whose rows[k]
+// is not null and each head h < heads, the n values (a multiple of BF16GroupSize()) at
+// src + k * src_token + h * src_head (steps in elements) are written to
+// rows[k] + h * head_stride. Tokens are written in order (so a row named twice keeps the later
+// token's codes), each one's heads together: token-major reads are the ones prefetchers follow.
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t src_token,
+                                       std::int64_t src_head, std::size_t n, std::int64_t heads,
+                                       std::int64_t tokens, unsigned char* const* rows,
+                                       std::int64_t head_stride, const BF16Shortcut& sc) {
+  if (n == 0 || heads <= 0) return;
+  const std::size_t group = BF16GroupSize();
+  std::int64_t h = heads, k = -1;
+  std::size_t i = n;
+  const std::uint16_t* x = nullptr;
+  unsigned char* out = nullptr;
+  QuantizeBF16Groups<kE4M3>(sc, [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
+    if (i == n) {
+      if (++h >= heads) {
+        h = 0;
+        do {
+          if (++k == tokens) return false;
+        } while (rows[k] == nullptr);
+      }
+      x = src + k * src_token + h * src_head;
+      out = rows[k] + h * head_stride;
+      i = 0;
+    }
+    s = x + i;
+    d = out + i;
+    i += group;
+    return true;
+  });
+}
+
+// Rows of two parts sharing one shortcut sc: for each k < count whose rows[k] is not null, the
+// na values at a + k * a_step, then the nb values at b + k * b_step (steps in elements; na and
+// nb multiples of BF16GroupSize()), are written to rows[k] as na + nb codes.
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeBF16Concat(const std::uint16_t* a, std::int64_t a_step, std::size_t na,
+                                     const std::uint16_t* b, std::int64_t b_step, std::size_t nb,
+                                     std::int64_t count, unsigned char* const* rows,
+                                     const BF16Shortcut& sc) {
+  const std::size_t group = BF16GroupSize(), n = na + nb;
+  if (n == 0) return;
+  std::int64_t k = -1;
+  std::size_t i = n;
+  QuantizeBF16Groups<kE4M3>(sc, [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
+    if (i == n) {
+      do {
+        if (++k == count) return false;
+      } while (rows[k] == nullptr);
+      i = 0;
+    }
+    s = i < na ? a + k * a_step + i : b + k * b_step + (i - na);
+    d = rows[k] + i;
+    i += group;
+    return true;
+  });
 }
 
 #if HWY_TARGET != HWY_SCALAR

@@ -144,12 +144,32 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
 }
 #endif
 
-// fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup done once.
+// fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup done once per
+// range; when both parts are whole groups, one call per tile of tokens (QuantizeBF16Concat).
 template <bool kE4M3>
 void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(job.scale);
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);
+  const std::size_t group = formats::HWY_NAMESPACE::BF16GroupSize();
+  if (r % group == 0 && pe % group == 0) {
+    constexpr std::int64_t kTile = 32;
+    unsigned char* rows[kTile];
+    for (std::int64_t t0 = begin; t0 < end; t0 += kTile) {
+      const std::int64_t count = end - t0 < kTile ? end - t0 : kTile;
+      for (std::int64_t k = 0; k < count; ++k) {
+        const std::int64_t slot = job.slots[t0 + k];
+        rows[k] = slot < 0 ? nullptr
+                           : job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+      }
+      formats::HWY_NAMESPACE::QuantizeBF16Concat<kE4M3>(
+          reinterpret_cast<const std::uint16_t*>(job.kv_c + t0 * job.kv_c_token),
+          job.kv_c_token / 2, r,
+          reinterpret_cast<const std::uint16_t*>(job.k_pe + t0 * job.k_pe_token),
+          job.k_pe_token / 2, pe, count, rows, sc);
+    }
+    return;
+  }
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
