@@ -544,12 +544,17 @@ KVSCATTER_FP8_DOT_ATTR HWY_NOINLINE void DotGroupsOver(const BF16Shortcut& sc, V
   const __m512i span = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_high - sc.exact_low));
   const __m512i ctrl = _mm512_set1_epi64(static_cast<std::int64_t>(
       0x0101000001010000ull * (32 + kShift) + 0x0000010100000101ull * kShift));
-  alignas(64) std::int32_t order_idx[16];
-  alignas(64) std::int8_t sign_idx[64];
-  for (int o = 0; o < 16; ++o) order_idx[o] = o < 8 ? 2 * o : 2 * (o - 8) + 1;
-  for (int j = 0; j < 64; ++j)
-    sign_idx[j] = static_cast<std::int8_t>(((2 * j + 1) & 63) | (j & 32) << 1);
-  const __m512i order = _mm512_load_si512(order_idx), signs = _mm512_load_si512(sign_idx);
+  // order: output dword o < 8 holds elements 4o.. (qword o's low dword), o >= 8 elements
+  // 32 + 4(o - 8).. (qword o - 8's high dword). signs: the high byte of element j's bfloat16 (bit 6
+  // of the index picks b).
+  alignas(64) static constexpr std::int32_t kOrder[16] = {0, 2, 4, 6, 8, 10, 12, 14,
+                                                          1, 3, 5, 7, 9, 11, 13, 15};
+  alignas(64) static constexpr std::int8_t kSigns[64] = {
+      1,  3,  5,   7,   9,   11,  13,  15,  17,  19,  21,  23,  25,  27,  29,  31,
+      33, 35, 37,  39,  41,  43,  45,  47,  49,  51,  53,  55,  57,  59,  61,  63,
+      65, 67, 69,  71,  73,  75,  77,  79,  81,  83,  85,  87,  89,  91,  93,  95,
+      97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
+  const __m512i order = _mm512_load_si512(kOrder), signs = _mm512_load_si512(kSigns);
   const std::uint16_t* src;
   unsigned char* dst;
   while (next(src, dst)) {
@@ -629,16 +634,16 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
                                   const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
                                   unsigned char* HWY_RESTRICT dst) {
   const std::size_t group = 4 * hn::Lanes(QDF());
-  std::size_t i = 0;
-  BF16GroupsOver<kE4M3, kExact>(sc, shuffle, lanes,
-                                [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
-                                  if (i + group > n) return false;
-                                  s = src + i;
-                                  d = dst + i;
-                                  i += group;
-                                  return true;
-                                });
-  return i;
+  BF16GroupsOver<kE4M3, kExact>(
+      sc, shuffle, lanes,
+      [=, i = std::size_t{0}](const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
+        if (i + group > n) return false;
+        s = src + i;
+        d = dst + i;
+        i += group;
+        return true;
+      });
+  return n / group * group;
 }
 
 // RecipCode for products known to be neither NaN nor (beyond rounding) larger in magnitude than
@@ -964,11 +969,9 @@ HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t sr
                                        std::int64_t head_stride, const BF16Shortcut& sc) {
   if (n == 0 || heads <= 0) return;
   const std::size_t group = BF16GroupSize();
-  std::int64_t h = heads, k = -1;
-  std::size_t i = n;
-  const std::uint16_t* x = nullptr;
-  unsigned char* out = nullptr;
-  QuantizeBF16Groups<kE4M3>(sc, [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
+  // The walk's state lives in the generator itself, so that the group loop keeps it in registers.
+  QuantizeBF16Groups<kE4M3>(sc, [=, h = heads, k = std::int64_t{-1}, i = n, x = src, out = rows[0]](
+                                    const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
     if (i == n) {
       if (++h >= heads) {
         h = 0;
@@ -997,9 +1000,8 @@ HWY_NOINLINE void QuantizeBF16Concat(const std::uint16_t* a, std::int64_t a_step
                                      const BF16Shortcut& sc) {
   const std::size_t group = BF16GroupSize(), n = na + nb;
   if (n == 0) return;
-  std::int64_t k = -1;
-  std::size_t i = n;
-  QuantizeBF16Groups<kE4M3>(sc, [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
+  QuantizeBF16Groups<kE4M3>(sc, [=, k = std::int64_t{-1}, i = n](
+                                    const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
     if (i == n) {
       do {
         if (++k == count) return false;

@@ -30,13 +30,16 @@ using formats::HWY_NAMESPACE::QuantizeBF16Runs;
 using formats::HWY_NAMESPACE::QuantizeRun;
 using formats::HWY_NAMESPACE::QuantizeRuns;
 
-// Whether side s takes QuantizeBF16HeadRuns: aligned bfloat16 heads of whole groups that are not
-// one run with one scale (heads apart, or per-head scales that differ).
-bool HeadRunsSide(const Job& job, const Side& s) {
+// Values per run of side s on the QuantizeBF16HeadRuns path (aligned bfloat16 runs of whole
+// groups): a token's heads when they form one run with one scale, else one head; 0 when the side
+// does not take that path.
+std::int64_t HeadRunLength(const Job& job, const Side& s) {
   const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
                     s.src_head % 2 == 0;
-  return job.dtype == DType::bfloat16 && even && !(s.merged && job.uniform_scale) &&
-         job.head_size % static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize()) == 0;
+  if (job.dtype != DType::bfloat16 || !even) return 0;
+  const std::int64_t n =
+      s.merged && job.uniform_scale ? job.num_heads * job.head_size : job.head_size;
+  return n % static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize()) == 0 ? n : 0;
 }
 
 // The bfloat16 shortcut's setup for one side, computed once per chunk: one entry for one scale,
@@ -48,7 +51,7 @@ std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
   const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
                     s.src_head % 2 == 0;
   if (job.dtype != DType::bfloat16 || !even) return out;
-  if ((s.merged || HeadRunsSide(job, s)) && job.uniform_scale) {
+  if ((s.merged || HeadRunLength(job, s) > 0) && job.uniform_scale) {
     out.push_back(MakeBF16Shortcut<kE4M3>(s.scales[0]));
   } else if (job.head_size % static_cast<std::int64_t>(4 * hn::Lanes(hn::ScalableTag<float>())) ==
              0) {
@@ -92,11 +95,17 @@ void QuantizeHeadTile(const Job& job, const Side& s, const std::vector<BF16Short
                       std::int64_t t0, std::int64_t count) {
   unsigned char* rows[kTile];
   const auto d = static_cast<std::size_t>(job.head_size);
+  const bool whole = s.merged && job.uniform_scale;  // one run per token
   for (std::int64_t k = 0; k < count; ++k) {
     const std::int64_t slot = job.slots[t0 + k];
     rows[k] = slot < 0 ? nullptr : job.split.address(s.dst, s.block_stride, s.slot_stride, slot);
   }
   const auto* x = reinterpret_cast<const std::uint16_t*>(s.src + t0 * s.src_token);
+  if (whole) {
+    QuantizeBF16HeadRuns<kE4M3>(x, s.src_token / 2, 0, d * static_cast<std::size_t>(job.num_heads),
+                                1, count, rows, 0, sc[0]);
+    return;
+  }
   if (sc.size() == 1) {
     QuantizeBF16HeadRuns<kE4M3>(x, s.src_token / 2, s.src_head / 2, d, job.num_heads, count, rows,
                                 s.head_stride, sc[0]);
@@ -115,10 +124,10 @@ template <bool kE4M3>
 void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const std::vector<BF16Shortcut> sc[2] = {SideShortcuts<kE4M3>(job, job.side[0]),
                                            SideShortcuts<kE4M3>(job, job.side[1])};
-  const bool tiles[2] = {HeadRunsSide(job, job.side[0]), HeadRunsSide(job, job.side[1])};
+  const bool tiles[2] = {HeadRunLength(job, job.side[0]) > 0, HeadRunLength(job, job.side[1]) > 0};
   for (std::int64_t t0 = begin; t0 < end; t0 += kTile) {
     const std::int64_t count = end - t0 < kTile ? end - t0 : kTile;
-    // The two sides never overlap (see execute.cc), so a tile is written one side at a time.
+    // Outputs that share memory are rejected before this runs: a tile is written side by side.
     for (int k = 0; k < 2; ++k) {
       const Side& s = job.side[k];
       if (tiles[k]) {
