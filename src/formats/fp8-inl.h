@@ -937,6 +937,9 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
 // QuantizeBF16Concat take are multiples of it.
 HWY_INLINE std::size_t BF16GroupSize() { return 4 * hn::Lanes(QDF()); }
 
+// How many tokens (rows) ahead QuantizeBF16HeadRuns and QuantizeBF16Concat prefetch their inputs.
+constexpr std::int64_t kAhead = 4;
+
 // Every group of BF16GroupSize() values that next(src, dst) names (see BF16GroupsOver),
 // quantized with the one shortcut sc, its setup done once.
 template <bool kE4M3, class Next>
@@ -985,6 +988,10 @@ HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t sr
     }
     s = x + i;
     d = out + i;
+    // A few tokens ahead: without it the hardware prefetchers fall behind this loop when the
+    // inputs come from memory.
+    hwy::Prefetch(s + kAhead * src_token);
+    hwy::Prefetch(s + kAhead * src_token + 32);
     i += group;
     return true;
   });
@@ -1010,6 +1017,8 @@ HWY_NOINLINE void QuantizeBF16Concat(const std::uint16_t* a, std::int64_t a_step
     }
     s = i < na ? a + k * a_step + i : b + k * b_step + (i - na);
     d = rows[k] + i;
+    hwy::Prefetch(s + kAhead * (i < na ? a_step : b_step));
+    hwy::Prefetch(s + kAhead * (i < na ? a_step : b_step) + 32);
     i += group;
     return true;
   });
