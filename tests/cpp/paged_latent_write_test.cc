@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,8 @@
 
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/runtime.h"
+#include "simd_targets.h"
 
 namespace kvscatter {
 namespace {
@@ -37,6 +40,56 @@ TEST(PagedLatentWriteExamples, Fp8Bfloat16OneScale) {
                      TensorView(cache.data(), DType::uint8, {1, 2, 6}),
                      TensorView(slots.data(), DType::int64, {2}), o);
   EXPECT_EQ(cache, (Bytes{0, 0, 0, 0, 0, 0, 0x4A, 0x22, 0xF8, 0x00, 0x10, 0x46}));
+}
+
+// fp8_e4m3 / fp8_e5m2 rows against the scalar encoders of x / scale on every SIMD target: every
+// bfloat16 value once in kv_c (128 tokens of 512) and every eighth in k_pe, for scales with exact
+// reciprocals, arbitrary ones and ones at the ends of the range.
+TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
+  constexpr std::int64_t T = 128, R = 512, P = 64;
+  std::vector<std::uint16_t> kv_c(T * R), k_pe(T * P);
+  for (std::size_t i = 0; i < kv_c.size(); ++i) kv_c[i] = static_cast<std::uint16_t>(i);
+  for (std::size_t i = 0; i < k_pe.size(); ++i) k_pe[i] = static_cast<std::uint16_t>(8 * i + 3);
+  std::vector<std::int64_t> slots(T);
+  for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = T - 1 - t;
+  const auto value = [](std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); };
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (float scale : {1.0f, 0.05f, 0.0537f, 3.7f, 1.0f / 3.0f, 1e-30f, 0x1p125f, 0x1p-125f}) {
+      for (bool e4m3 : {true, false}) {
+        const auto encode = [&](std::uint16_t b) {
+          const float q = value(b) / scale;
+          return e4m3 ? formats::encode_float8_e4m3fn_satfinite(q)
+                      : formats::encode_float8_e5m2_satfinite(q);
+        };
+        Bytes cache(static_cast<std::size_t>(T * (R + P)), 0);
+        PagedLatentWriteOptions o;
+        o.format = e4m3 ? LatentCacheFormat::fp8_e4m3 : LatentCacheFormat::fp8_e5m2;
+        o.scale = TensorView(&scale, DType::float32, {1});
+        paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
+                           TensorView(k_pe.data(), DType::bfloat16, {T, P}),
+                           TensorView(cache.data(), DType::uint8, {1, T, R + P}),
+                           TensorView(slots.data(), DType::int64, {T}), o);
+        int bad = 0;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::uint8_t* row = &cache[static_cast<std::size_t>((T - 1 - t) * (R + P))];
+          for (std::int64_t i = 0; i < R + P; ++i) {
+            const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
+                                          : k_pe[static_cast<std::size_t>(t * P + i - R)];
+            if (row[i] != encode(b) && ++bad <= 3) {
+              ADD_FAILURE() << simd_target() << (e4m3 ? " e4m3" : " e5m2") << " scale " << scale
+                            << " x " << value(b) << ": got " << int{row[i]} << ", expected "
+                            << int{encode(b)};
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
+  set_num_threads(threads);
 }
 
 TEST(PagedLatentWriteExamples, DsMlaBfloat16) {
