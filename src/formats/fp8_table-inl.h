@@ -91,6 +91,14 @@ Fp8Table MakeFp8Table(float scale) {
   return t;
 }
 
+// Whether the table of scale, shifted to scale * 2^shift (Fp8TableVectors), is exact: the
+// shifted thresholds must be normal bfloat16 magnitudes, so that the lanes they classify are
+// those of the unshifted table scaled by a power of two.
+inline bool ShiftedFp8TableValid(const Fp8Table& table, int shift) {
+  return table.usable && table.zero_max >= 0x80 && table.zero_max + shift * 128 >= 0x80 &&
+         table.normal_min + shift * 128 < 0x7F80;
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // The table's 128 entries as four vectors of 32, for the 16-bit permutes.
 struct Fp8TableVectors {
@@ -101,6 +109,21 @@ struct Fp8TableVectors {
     for (int k = 0; k < 4; ++k) t[k] = _mm512_load_si512(table.code + 32 * k);
     zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(table.zero_max));
     normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(table.normal_min));
+  }
+
+  // The table of scale * 2^shift, from the table of scale (float8 with kMant mantissa bits):
+  // x / (scale * 2^shift) is (x * 2^-shift) / scale, whose magnitude bits are x's less shift
+  // exponent steps, so the codes drop by shift << kMant and the thresholds rise by shift
+  // exponent steps. Valid where both shifted thresholds stay normal bfloat16 magnitudes
+  // (ShiftedFp8TableValid).
+  template <int kMant>
+  static Fp8TableVectors Shifted(const Fp8Table& table, int shift) {
+    Fp8TableVectors v(table);
+    const __m512i drop = _mm512_set1_epi16(static_cast<std::int16_t>(shift * (1 << kMant)));
+    for (int k = 0; k < 4; ++k) v.t[k] = _mm512_sub_epi16(v.t[k], drop);
+    v.zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(table.zero_max + shift * 128));
+    v.normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(table.normal_min + shift * 128));
+    return v;
   }
 };
 
