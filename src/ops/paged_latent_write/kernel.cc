@@ -175,7 +175,9 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
     float scales[kTiles];
     // The maxima first: each tile's table then loads while the previous tile is quantized.
     std::uint16_t maxima[kTiles];
-    for (std::int64_t i = 0; i < kTiles; ++i) maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    for (std::int64_t i = 0; i < kTiles; ++i) {
+      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    }
     for (std::int64_t i = 0; i < kTiles; ++i) {
       const std::uint16_t* tile = x + i * kDsTile;
       unsigned char* codes = row + i * kDsTile;
