@@ -934,11 +934,8 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
 }
 
 // The values per group of the bfloat16 shortcut: the run lengths QuantizeBF16HeadRuns and
-// QuantizeBF16Concat take are multiples of it.
+// QuantizeBF16Concat (fp8_table-inl.h) take are multiples of it.
 HWY_INLINE std::size_t BF16GroupSize() { return 4 * hn::Lanes(QDF()); }
-
-// How many tokens (rows) ahead QuantizeBF16HeadRuns and QuantizeBF16Concat prefetch their inputs.
-constexpr std::int64_t kAhead = 4;
 
 // Every group of BF16GroupSize() values that next(src, dst) names (see BF16GroupsOver),
 // quantized with the one shortcut sc, its setup done once.
@@ -958,70 +955,6 @@ HWY_INLINE void QuantizeBF16Groups(const BF16Shortcut& sc, Next next) {
   }
 #endif
   while (next(src, dst)) QuantizeBF16Row<kE4M3>(src, BF16GroupSize(), sc, dst);
-}
-
-// The heads of a tile of tokens, sharing one shortcut sc: for each token k < tokens whose rows[k]
-// is not null and each head h < heads, the n values (a multiple of BF16GroupSize()) at
-// src + k * src_token + h * src_head (steps in elements) are written to
-// rows[k] + h * head_stride. Tokens are written in order (so a row named twice keeps the later
-// token's codes), each one's heads together: token-major reads are the ones prefetchers follow.
-template <bool kE4M3>
-HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t src_token,
-                                       std::int64_t src_head, std::size_t n, std::int64_t heads,
-                                       std::int64_t tokens, unsigned char* const* rows,
-                                       std::int64_t head_stride, const BF16Shortcut& sc) {
-  if (n == 0 || heads <= 0) return;
-  const std::size_t group = BF16GroupSize();
-  // The walk's state lives in the generator itself, so that the group loop keeps it in registers.
-  QuantizeBF16Groups<kE4M3>(sc, [=, h = heads, k = std::int64_t{-1}, i = n, x = src, out = rows[0]](
-                                    const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
-    if (i == n) {
-      if (++h >= heads) {
-        h = 0;
-        do {
-          if (++k == tokens) return false;
-        } while (rows[k] == nullptr);
-      }
-      x = src + k * src_token + h * src_head;
-      out = rows[k] + h * head_stride;
-      i = 0;
-    }
-    s = x + i;
-    d = out + i;
-    // A few tokens ahead: without it the hardware prefetchers fall behind this loop when the
-    // inputs come from memory.
-    hwy::Prefetch(s + kAhead * src_token);
-    hwy::Prefetch(s + kAhead * src_token + 32);
-    i += group;
-    return true;
-  });
-}
-
-// Rows of two parts sharing one shortcut sc: for each k < count whose rows[k] is not null, the
-// na values at a + k * a_step, then the nb values at b + k * b_step (steps in elements; na and
-// nb multiples of BF16GroupSize()), are written to rows[k] as na + nb codes.
-template <bool kE4M3>
-HWY_NOINLINE void QuantizeBF16Concat(const std::uint16_t* a, std::int64_t a_step, std::size_t na,
-                                     const std::uint16_t* b, std::int64_t b_step, std::size_t nb,
-                                     std::int64_t count, unsigned char* const* rows,
-                                     const BF16Shortcut& sc) {
-  const std::size_t group = BF16GroupSize(), n = na + nb;
-  if (n == 0) return;
-  QuantizeBF16Groups<kE4M3>(sc, [=, k = std::int64_t{-1}, i = n](
-                                    const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
-    if (i == n) {
-      do {
-        if (++k == count) return false;
-      } while (rows[k] == nullptr);
-      i = 0;
-    }
-    s = i < na ? a + k * a_step + i : b + k * b_step + (i - na);
-    d = rows[k] + i;
-    hwy::Prefetch(s + kAhead * (i < na ? a_step : b_step));
-    hwy::Prefetch(s + kAhead * (i < na ? a_step : b_step) + 32);
-    i += group;
-    return true;
-  });
 }
 
 #if HWY_TARGET != HWY_SCALAR

@@ -13,6 +13,7 @@
 
 #include "core/bytes-inl.h"
 #include "formats/fp8-inl.h"
+#include "formats/fp8_table-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_kv_write/kernel.h"
 
@@ -23,23 +24,27 @@ using detail::HWY_NAMESPACE::CopyBytes;
 using detail::HWY_NAMESPACE::StreamBytes;
 
 using formats::HWY_NAMESPACE::BF16Shortcut;
+using formats::HWY_NAMESPACE::Fp8Table;
 using formats::HWY_NAMESPACE::MakeBF16Shortcut;
+using formats::HWY_NAMESPACE::MakeFp8Table;
 using formats::HWY_NAMESPACE::QuantizeBF16HeadRuns;
 using formats::HWY_NAMESPACE::QuantizeBF16Row;
+using formats::HWY_NAMESPACE::QuantizeBF16RowByTable;
 using formats::HWY_NAMESPACE::QuantizeBF16Runs;
 using formats::HWY_NAMESPACE::QuantizeRun;
 using formats::HWY_NAMESPACE::QuantizeRuns;
 
-// Values per run of side s on the QuantizeBF16HeadRuns path (aligned bfloat16 runs of whole
-// groups): a token's heads when they form one run with one scale, else one head; 0 when the side
-// does not take that path.
+// Values per run of side s on the QuantizeBF16HeadRuns path (aligned bfloat16 heads of whole
+// groups), 0 when the side does not take it: heads apart, or per-head scales that differ. A
+// token whose heads are one run with one scale keeps its one call per token (QuantizeToken),
+// which measured faster once its rows come from memory.
 std::int64_t HeadRunLength(const Job& job, const Side& s) {
   const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
                     s.src_head % 2 == 0;
-  if (job.dtype != DType::bfloat16 || !even) return 0;
-  const std::int64_t n =
-      s.merged && job.uniform_scale ? job.num_heads * job.head_size : job.head_size;
-  return n % static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize()) == 0 ? n : 0;
+  if (job.dtype != DType::bfloat16 || !even || (s.merged && job.uniform_scale)) return 0;
+  return job.head_size % static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize()) == 0
+             ? job.head_size
+             : 0;
 }
 
 // The bfloat16 shortcut's setup for one side, computed once per chunk: one entry for one scale,
@@ -62,18 +67,51 @@ std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
   return out;
 }
 
+// Values per scale from which a chunk builds the scale's code table (Fp8Table): its setup costs
+// about as much as quantizing a few thousand values the other way.
+constexpr std::int64_t kTableMinValues = 16384;
+
+// The code tables of a side's shortcuts (one per shortcut), or none when the chunk is too
+// short for them to pay off.
+template <bool kE4M3>
+std::vector<Fp8Table> SideTables(const Job& job, const std::vector<BF16Shortcut>& sc,
+                                 std::int64_t tokens) {
+  std::vector<Fp8Table> out;
+  if (sc.empty() || !formats::HWY_NAMESPACE::kHaveFp8Table) return out;
+  const std::int64_t per_scale =
+      tokens * job.head_size * (sc.size() == 1 ? job.num_heads : std::int64_t{1});
+  if (per_scale < kTableMinValues) return out;
+  for (const BF16Shortcut& s : sc) out.push_back(MakeFp8Table<kE4M3>(s.scale));
+  return out;
+}
+
 template <bool kE4M3>
 HWY_INLINE void QuantizeToken(const Job& job, const Side& s, const std::vector<BF16Shortcut>& sc,
-                              std::int64_t t, unsigned char* row) {
+                              const std::vector<Fp8Table>& tables, std::int64_t t,
+                              unsigned char* row) {
   const unsigned char* src = s.src + t * s.src_token;
   const auto d = static_cast<std::size_t>(job.head_size);
   const auto heads = static_cast<std::size_t>(job.num_heads);
   const auto* x = reinterpret_cast<const std::uint16_t*>(src);
   if (s.merged && job.uniform_scale) {
-    if (!sc.empty()) {
+    if (!tables.empty() && tables[0].usable) {
+      QuantizeBF16RowByTable<kE4M3>(x, d * heads, tables[0], sc[0], row);
+    } else if (!sc.empty()) {
       QuantizeBF16Row<kE4M3>(x, d * heads, sc[0], row);
     } else {
       QuantizeRun<kE4M3>(job.dtype, src, d * heads, s.scales[0], row);
+    }
+    return;
+  }
+  if (!tables.empty()) {
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
+      const auto k = static_cast<std::size_t>(h);
+      if (tables[k].usable) {
+        QuantizeBF16RowByTable<kE4M3>(x + h * (s.src_head / 2), d, tables[k], sc[k],
+                                      row + h * s.head_stride);
+      } else {
+        QuantizeBF16Row<kE4M3>(x + h * (s.src_head / 2), d, sc[k], row + h * s.head_stride);
+      }
     }
     return;
   }
@@ -89,33 +127,29 @@ HWY_INLINE void QuantizeToken(const Job& job, const Side& s, const std::vector<B
 constexpr std::int64_t kTile = 16;
 
 // Tokens [t0, t0 + count) of side s (count <= kTile) through QuantizeBF16HeadRuns; sc: one
-// shortcut, or one per head.
+// shortcut, or one per head; tables: theirs, or none.
 template <bool kE4M3>
 void QuantizeHeadTile(const Job& job, const Side& s, const std::vector<BF16Shortcut>& sc,
-                      std::int64_t t0, std::int64_t count) {
+                      const std::vector<Fp8Table>& tables, std::int64_t t0, std::int64_t count) {
   unsigned char* rows[kTile];
   const auto d = static_cast<std::size_t>(job.head_size);
-  const bool whole = s.merged && job.uniform_scale;  // one run per token
   for (std::int64_t k = 0; k < count; ++k) {
     const std::int64_t slot = job.slots[t0 + k];
     rows[k] = slot < 0 ? nullptr : job.split.address(s.dst, s.block_stride, s.slot_stride, slot);
   }
+  const auto table = [&](std::size_t k) { return tables.empty() ? nullptr : &tables[k]; };
   const auto* x = reinterpret_cast<const std::uint16_t*>(s.src + t0 * s.src_token);
-  if (whole) {
-    QuantizeBF16HeadRuns<kE4M3>(x, s.src_token / 2, 0, d * static_cast<std::size_t>(job.num_heads),
-                                1, count, rows, 0, sc[0]);
-    return;
-  }
   if (sc.size() == 1) {
     QuantizeBF16HeadRuns<kE4M3>(x, s.src_token / 2, s.src_head / 2, d, job.num_heads, count, rows,
-                                s.head_stride, sc[0]);
+                                s.head_stride, sc[0], table(0));
     return;
   }
   for (std::int64_t h = 0; h < job.num_heads; ++h) {
+    const auto k = static_cast<std::size_t>(h);
     QuantizeBF16HeadRuns<kE4M3>(x + h * (s.src_head / 2), s.src_token / 2, 0, d, 1, count, rows, 0,
-                                sc[static_cast<std::size_t>(h)]);
-    for (std::int64_t k = 0; k < count; ++k) {
-      if (rows[k] != nullptr) rows[k] += s.head_stride;
+                                sc[k], table(k));
+    for (std::int64_t j = 0; j < count; ++j) {
+      if (rows[j] != nullptr) rows[j] += s.head_stride;
     }
   }
 }
@@ -124,20 +158,34 @@ template <bool kE4M3>
 void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const std::vector<BF16Shortcut> sc[2] = {SideShortcuts<kE4M3>(job, job.side[0]),
                                            SideShortcuts<kE4M3>(job, job.side[1])};
+  const std::vector<Fp8Table> tables[2] = {SideTables<kE4M3>(job, sc[0], end - begin),
+                                           SideTables<kE4M3>(job, sc[1], end - begin)};
   const bool tiles[2] = {HeadRunLength(job, job.side[0]) > 0, HeadRunLength(job, job.side[1]) > 0};
+  if (!tiles[0] && !tiles[1]) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t slot = job.slots[t];
+      if (slot < 0) continue;
+      for (int k = 0; k < 2; ++k) {
+        const Side& s = job.side[k];
+        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
+                             job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+      }
+    }
+    return;
+  }
   for (std::int64_t t0 = begin; t0 < end; t0 += kTile) {
     const std::int64_t count = end - t0 < kTile ? end - t0 : kTile;
     // Outputs that share memory are rejected before this runs: a tile is written side by side.
     for (int k = 0; k < 2; ++k) {
       const Side& s = job.side[k];
       if (tiles[k]) {
-        QuantizeHeadTile<kE4M3>(job, s, sc[k], t0, count);
+        QuantizeHeadTile<kE4M3>(job, s, sc[k], tables[k], t0, count);
         continue;
       }
       for (std::int64_t t = t0; t < t0 + count; ++t) {
         const std::int64_t slot = job.slots[t];
         if (slot < 0) continue;
-        QuantizeToken<kE4M3>(job, s, sc[k], t,
+        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
                              job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
       }
     }
