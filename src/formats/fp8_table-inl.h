@@ -140,8 +140,8 @@ HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8T
     const __m512i lo = _mm512_permutex2var_epi16(tv.t[0], w, tv.t[1]);
     const __m512i hi = _mm512_permutex2var_epi16(tv.t[2], w, tv.t[3]);
     const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
-    __m512i code =
-        _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant), _mm512_mask_blend_epi16(upper, lo, hi));
+    __m512i code = _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant),
+                                    _mm512_mask_blend_epi16(upper, lo, hi));
     code = _mm512_min_epi16(code, max_code);
     const __mmask32 normal = _mm512_mask_cmplt_epu16_mask(
         _mm512_cmpge_epu16_mask(mag, tv.normal_min), mag, _mm512_set1_epi16(0x7F80));
