@@ -199,8 +199,13 @@ void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
 
+// The smallest scale exponent (biased) whose lane operand sub - 7 does not wrap below zero:
+// sub = (e - 127) * 128 + 0x3C00 is at least 7 from e = 8 on.
+constexpr std::uint8_t kMinLaneExp = 8;
+
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
-// keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
+// keeps an all-zero row's scale 0. A row with a non-finite element, or (nonzero) one so small
+// that its scale is below 2^-119 (where the lane operand would wrap), takes the general path.
 template <std::int64_t kD>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d;
@@ -216,7 +221,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
-    if (amax[k] < kInfBits) {
+    if (amax[k] < kInfBits && (exp[k] >= kMinLaneExp || amax[k] == 0)) {
       if (fast[k] != 0) {
         qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
       } else {  // the masked form: exact for zeros too, and all an all-zero row needs
