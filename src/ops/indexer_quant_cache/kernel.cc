@@ -258,10 +258,11 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
   }
 }
 
-// Mode mxfp8, rows of at most eight groups. The groups' largest magnitudes only: whether a
-// lane falls below e4m3's normal range comes from the quantizing pass itself (the checked
-// form), and only a row where one may have is looked at again, instead of a per-group minimum
-// and its reduction for every group. Each row is finished (including any group redone by the
+// Mode mxfp8, rows of at most eight groups. Each set of eight groups has one minimum magnitude
+// besides their largest ones: a row whose groups all pass the normal test with it takes the
+// unmasked form. Any other row learns whether a lane fell below e4m3's normal range from the
+// quantizing pass itself (the checked form), and only a row where one may have, or with a
+// non-finite group, is looked at again. Each row is finished (including any group redone by the
 // scalar rules) before the next, so a repeated slot keeps its last writer.
 template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -273,27 +274,30 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   }
   const int used = n;
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
-  // No minimum: E4M3Pow2Scales8's normal test passes, and its fast flag says finite.
-  alignas(16) static constexpr std::uint16_t kNoMin[8] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF,
-                                                          0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
-  HWY_ALIGN std::uint16_t amax[kMaxBatch];
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
-  HWY_ALIGN std::uint8_t exp[kMaxBatch], finite[kMaxBatch];
-  bool all = true;
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8Capped<16, false>(units + c, 32, amax + c, nullptr);
-    all &= qn::E4M3Pow2Scales8(amax + c, kNoMin, kC448Bits, kEpsBits, subw + c, exp + c,
-                               finite + c);
+    qn::Magnitudes8MinAll<16>(units + c, 32, amax + c, min1);
+    qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
-    if (low || !all) {
+    // Plain loops: a lambda here would not inherit the target's attributes, nor be inlined.
+    bool whole = true, finite = true;
+    for (std::int64_t g = 0; g < groups; ++g) whole &= fast[u + g] != 0;
+    if (whole) {
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+      continue;
+    }
+    for (std::int64_t g = 0; g < groups; ++g) finite &= amax[u + g] < kInfBits;
+    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
+    if (low || !finite) {
       redo_groups(s, units[u], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
     }
   }
