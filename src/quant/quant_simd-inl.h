@@ -705,6 +705,24 @@ HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, st
 #endif
 }
 
+// The smallest lane of v; x86 folds it to one 128-bit block for phminposuw, where Highway's
+// MinOfLanes takes a longer sequence of shuffles.
+template <class D>
+HWY_INLINE std::uint16_t SmallestLane(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::MinOfLanes(d, v));
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+HWY_INLINE std::uint16_t SmallestLane(hn::Full128<std::uint16_t>, hn::Vec128<std::uint16_t> v) {
+  return static_cast<std::uint16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(v.raw)));
+}
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std::uint16_t> v) {
+  const __m128i m = _mm_min_epu16(_mm256_castsi256_si128(v.raw), _mm256_extracti128_si256(v.raw, 1));
+  return static_cast<std::uint16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(m)));
+}
+#endif
+
 // Magnitudes8Capped<kLanes, false> that also gives the smallest magnitude of all eight groups
 // together (zeros included), as Magnitudes8MinSat's saturated decrement in all eight entries of
 // min1. One minimum for eight groups costs a fold and one horizontal reduction where eight
@@ -734,21 +752,21 @@ HWY_INLINE void Magnitudes8MinAll(const std::uint16_t* const* HWY_RESTRICT x, st
     amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
   }
 #else
-  V hi[8];
-  for (int k = 0; k < 8; ++k) {
-    hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
-    lo = hn::Min(lo, hi[k]);
-  }
+  V hi[8], lows[8];
+  for (int k = 0; k < 8; ++k) lows[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
   for (std::int64_t i = L; i < n; i += L) {
     for (int k = 0; k < 8; ++k) {
       const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
       hi[k] = hn::Max(hi[k], b);
-      lo = hn::Min(lo, b);
+      lows[k] = hn::Min(lows[k], b);
     }
   }
   Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
+  // A tree, not a chain through one accumulator.
+  lo = hn::Min(hn::Min(hn::Min(lows[0], lows[1]), hn::Min(lows[2], lows[3])),
+               hn::Min(hn::Min(lows[4], lows[5]), hn::Min(lows[6], lows[7])));
 #endif
-  const std::uint16_t m = hn::GetLane(hn::MinOfLanes(d, lo));
+  const std::uint16_t m = SmallestLane(d, lo);
   const std::uint16_t m1 = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
   for (int k = 0; k < 8; ++k) min1[k] = m1;
 }
