@@ -300,9 +300,18 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
   for (int c = 0; c < used; c += 8) {
     qn::Magnitudes8MinAll<16>(units + c, 32, amax + c, min1);
-    qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+  }
+  if (all) {  // the usual case, in a loop of its own that keeps its bookkeeping in registers
+    for (int k = 0; k < b.n; ++k) {
+      const std::int64_t u = k * groups;
+      std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+    }
+    return;
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
