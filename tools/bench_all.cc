@@ -555,9 +555,10 @@ std::string unmatched_filter(std::string& ops) {
 // (the quantizers' and the read side's targets), 16,384 is a prefill that streams from memory.
 // The quantizers' in-cache targets are for AVX-512; `avx2` is the lower one that holds for
 // AVX2 and the narrower targets (0: the same). `floor` is what --quick (which measures 1, 64
-// and 4,096 tokens) accepts before calling a regression: about half the target, lower where a
-// loaded 2-core machine measures less; the floors scale with `avx2` likewise. They catch a
-// kernel that falls back to an old, slower path, not every loss a noisy run could hide.
+// and 4,096 tokens) accepts before calling a regression: about half the target, or about half
+// of what the slower of AVX-512 and AVX2 measures where that falls short of the target; the
+// floors scale with `avx2` likewise. They catch a kernel that falls back to an old, slower
+// path, not every loss a noisy run could hide.
 struct Target {
   const char* name;
   const char* id;  // Workload::id()
@@ -574,9 +575,9 @@ constexpr Target kTargets[] = {
      "CANN family issue"},
     {"Norm gather", "gather_pa_kv_cache Norm bf16 8x128", 4096, 0.8, 0, 0.4, "CANN family issue"},
     {"indexer fp8", "indexer_quant_cache fp8 d128", 1024, 0.35, 0, 0, "quantizer issue"},
-    {"indexer fp8", "indexer_quant_cache fp8 d128", 4096, 0.35, 0, 0.1, "quantizer issue"},
+    {"indexer fp8", "indexer_quant_cache fp8 d128", 4096, 0.35, 0, 0.15, "quantizer issue"},
     {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 1024, 0.35, 0, 0, "quantizer issue"},
-    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 4096, 0.35, 0, 0.07, "quantizer issue"},
+    {"indexer mxfp8", "indexer_quant_cache mxfp8 d128", 4096, 0.35, 0, 0.13, "quantizer issue"},
     {"epilog fp8_e8m0", "kv_compress_epilog fp8_e8m0 d576", 1024, 0.35, 0.25, 0,
      "quantizer issue"},
     {"epilog fp8_e8m0", "kv_compress_epilog fp8_e8m0 d576", 4096, 0.35, 0.25, 0.175,
@@ -609,28 +610,28 @@ constexpr Target kTargets[] = {
      "vLLM operators issue"},
     {"paged write, fp8", "paged_kv_write fp8_e4m3 NHD bf16 8x128", 1024, 0.35, 0, 0,
      "quantizer issue"},
-    {"paged write, fp8", "paged_kv_write fp8_e4m3 NHD bf16 8x128", 4096, 0.35, 0, 0.1,
+    {"paged write, fp8", "paged_kv_write fp8_e4m3 NHD bf16 8x128", 4096, 0.35, 0, 0.175,
      "vLLM operators issue"},
     {"paged write, fp8, HND K/V", "paged_kv_write fp8_e4m3 HND-kv bf16 8x128", 1024, 0.35, 0, 0,
      "quantizer issue"},
     {"paged write, fp8, HND K/V", "paged_kv_write fp8_e4m3 HND-kv bf16 8x128", 4096, 0.35, 0,
-     0.1, "vLLM operators issue"},
+     0.175, "vLLM operators issue"},
     {"paged gather, copy", "paged_cache_gather copy bf16 e576", 4096, 0.8, 0, 0.35,
      "vLLM operators issue"},
     {"paged gather, fp8 dequant", "paged_cache_gather fp8_e4m3->bf16 e576", 1024, 0.35, 0, 0,
      "quantizer issue"},
-    {"paged gather, fp8 dequant", "paged_cache_gather fp8_e4m3->bf16 e576", 4096, 0.35, 0, 0.04,
+    {"paged gather, fp8 dequant", "paged_cache_gather fp8_e4m3->bf16 e576", 4096, 0.35, 0, 0.06,
      "quantizer issue"},
     {"latent write, copy", "paged_latent_write copy bf16 512+64", 4096, 0.8, 0, 0.4,
      "vLLM operators issue"},
     {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 1024, 0.35, 0, 0,
      "quantizer issue"},
-    {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 4096, 0.35, 0, 0.04,
+    {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 4096, 0.35, 0, 0.08,
      "quantizer issue"},
     {"latent write, fp8_ds_mla", "paged_latent_write fp8_ds_mla bf16 512+64", 1024, 0.35, 0, 0,
      "quantizer issue"},
     {"latent write, fp8_ds_mla", "paged_latent_write fp8_ds_mla bf16 512+64", 4096, 0.35, 0,
-     0.03, "quantizer issue"},
+     0.07, "quantizer issue"},
 };
 constexpr double kOverheadTargetUs = 2;  // decode: fixed cost per call (reported, not checked)
 
