@@ -718,7 +718,8 @@ HWY_INLINE std::uint16_t SmallestLane(hn::Full128<std::uint16_t>, hn::Vec128<std
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std::uint16_t> v) {
-  const __m128i m = _mm_min_epu16(_mm256_castsi256_si128(v.raw), _mm256_extracti128_si256(v.raw, 1));
+  const __m128i m =
+      _mm_min_epu16(_mm256_castsi256_si128(v.raw), _mm256_extracti128_si256(v.raw, 1));
   return static_cast<std::uint16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(m)));
 }
 #endif
