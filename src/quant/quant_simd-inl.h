@@ -595,9 +595,10 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
     if (hn::AllFalse(di, below)) continue;
     std::uint8_t bits[HWY_MAX_BYTES / 16 + 8] = {};
     hn::StoreMaskBits(di, below, bits);
-    for (std::int64_t k = 0; k < L; ++k) {
-      if ((bits[k / 8] >> (k % 8)) & 1) f(i + k);
-    }
+    // At most 32 lanes (GroupTag<32>): their bits fit one word, visited set bit by set bit.
+    std::uint64_t word = 0;
+    std::memcpy(&word, bits, sizeof(word));
+    for (; word != 0; word &= word - 1) f(i + std::countr_zero(word));
   }
 }
 
