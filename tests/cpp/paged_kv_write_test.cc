@@ -371,7 +371,7 @@ std::vector<float> near_midpoints(float scale, bool e4m3) {
       }
     }
   }
-  out.resize((out.size() + 127) / 128 * 128, 1.0f);
+  out.resize((out.size() + 255) / 256 * 256, 1.0f);  // whole rows, as many as two heads need
   return out;
 }
 
@@ -395,16 +395,63 @@ void expect_fp8_codes(const std::vector<float>& values, const Bytes& input, DTyp
   paged_kv_write(x, x, TensorView(kc.data(), DType::uint8, {T, 1, 1, D}),
                  TensorView(vc.data(), DType::uint8, {T, 1, 1, D}),
                  TensorView(slots.data(), DType::int64, {T}), o);
+  // The same values as two heads of T / 2 tokens with one scale each, into an HND cache: heads
+  // quantized apart, each with its own scale.
+  Bytes hnd(values.size()), hnd_v(values.size());
+  float head_scales[2] = {scale, scale};
+  PagedKvWriteOptions oh = o;
+  oh.layout = KvCacheLayout::HND;
+  oh.k_scale = TensorView(head_scales, DType::float32, {2});
+  oh.v_scale = oh.k_scale;
+  const TensorView x2(const_cast<std::uint8_t*>(input.data()), dtype, {T / 2, 2, D});
+  paged_kv_write(x2, x2, TensorView(hnd.data(), DType::uint8, {1, 2, T / 2, D}),
+                 TensorView(hnd_v.data(), DType::uint8, {1, 2, T / 2, D}),
+                 TensorView(slots.data(), DType::int64, {T / 2}), oh);
   std::size_t bad = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (kc[i] == expected[i] && vc[i] == expected[i]) continue;
+    const std::size_t row = i / D, t = row / 2, h = row % 2;
+    const std::size_t at = (h * static_cast<std::size_t>(T / 2) + t) * D + i % D;
+    if (kc[i] == expected[i] && vc[i] == expected[i] && hnd[at] == expected[i] &&
+        hnd_v[at] == expected[i]) {
+      continue;
+    }
     if (++bad <= 3) {
       ADD_FAILURE() << simd_target() << " " << dtype_name(dtype) << (e4m3 ? " e4m3" : " e5m2")
                     << " scale " << scale << " x " << values[i] << ": got " << int{kc[i]}
-                    << ", expected " << int{expected[i]};
+                    << " (HND " << int{hnd[at]} << "), expected " << int{expected[i]};
     }
   }
   EXPECT_EQ(bad, 0u);
+}
+
+// Each bfloat16 value whose quotient lies near the ends of float8's subnormal range (or that is
+// zero, infinite, NaN or the largest finite) alone in a group of 64 whose other lanes have
+// quotients near 1: a kernel that classifies lanes per group (rounds to zero, normal float8,
+// or needs the exact path) then depends on that one lane's class, which the sweep of every
+// value in order, where neighbours share groups, does not isolate. Padded to pairs of rows.
+std::vector<float> lone_lanes(float scale, bool e4m3) {
+  const float top = e4m3 ? 0x1p-5f : 0x1p-13f, bottom = e4m3 ? 0x1p-12f : 0x1p-19f;
+  const float filler = std::bit_cast<float>(std::bit_cast<std::uint32_t>(std::fabs(scale)) &
+                                            0xFFFF0000u);
+  std::vector<float> out;
+  const auto lone = [&](float v) {
+    out.push_back(v);
+    out.insert(out.end(), 63, filler);
+  };
+  for (std::uint32_t b = 0; b < 0x8000; ++b) {
+    const float v = std::bit_cast<float>(b << 16);
+    const float q = v / std::fabs(scale);
+    if (q >= bottom && q <= top) {
+      lone(v);
+      lone(-v);
+    }
+  }
+  for (std::uint32_t b : {0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u,
+                          0x7F7F0000u, 0xFF7F0000u, 0x00010000u}) {
+    lone(std::bit_cast<float>(b));
+  }
+  out.resize((out.size() + 255) / 256 * 256, filler);
+  return out;
 }
 
 TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
@@ -422,6 +469,13 @@ TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
     for (float scale : fp8_test_scales()) {
       for (bool e4m3 : {true, false}) {
         expect_fp8_codes(every_bf16, bf16_input, DType::bfloat16, scale, e4m3);
+        const std::vector<float> lone = lone_lanes(scale, e4m3);
+        Bytes lone_input(lone.size() * 2);
+        for (std::size_t i = 0; i < lone.size(); ++i) {
+          const auto h = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(lone[i]) >> 16);
+          std::memcpy(&lone_input[2 * i], &h, 2);
+        }
+        expect_fp8_codes(lone, lone_input, DType::bfloat16, scale, e4m3);
         const std::vector<float> near = near_midpoints(std::fabs(scale), e4m3);
         Bytes f32_input(near.size() * 4);
         std::memcpy(f32_input.data(), near.data(), f32_input.size());

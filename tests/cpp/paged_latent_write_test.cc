@@ -4,15 +4,19 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/runtime.h"
+#include "simd_targets.h"
 
 namespace kvscatter {
 namespace {
@@ -37,6 +41,126 @@ TEST(PagedLatentWriteExamples, Fp8Bfloat16OneScale) {
                      TensorView(cache.data(), DType::uint8, {1, 2, 6}),
                      TensorView(slots.data(), DType::int64, {2}), o);
   EXPECT_EQ(cache, (Bytes{0, 0, 0, 0, 0, 0, 0x4A, 0x22, 0xF8, 0x00, 0x10, 0x46}));
+}
+
+// fp8_e4m3 / fp8_e5m2 rows against the scalar encoders of x / scale on every SIMD target: every
+// bfloat16 value once in kv_c (128 tokens of 512) and every eighth in k_pe, for scales with exact
+// reciprocals, arbitrary ones and ones at the ends of the range.
+TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
+  constexpr std::int64_t T = 128, R = 512, P = 64;
+  std::vector<std::uint16_t> kv_c(T * R), k_pe(T * P);
+  for (std::size_t i = 0; i < kv_c.size(); ++i) kv_c[i] = static_cast<std::uint16_t>(i);
+  for (std::size_t i = 0; i < k_pe.size(); ++i) k_pe[i] = static_cast<std::uint16_t>(8 * i + 3);
+  std::vector<std::int64_t> slots(T);
+  for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = T - 1 - t;
+  const auto value = [](std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); };
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (float scale : {1.0f, 0.05f, 0.0537f, 3.7f, 1.0f / 3.0f, 1e-30f, 0x1p125f, 0x1p-125f}) {
+      for (bool e4m3 : {true, false}) {
+        const auto encode = [&](std::uint16_t b) {
+          const float q = value(b) / scale;
+          return e4m3 ? formats::encode_float8_e4m3fn_satfinite(q)
+                      : formats::encode_float8_e5m2_satfinite(q);
+        };
+        Bytes cache(static_cast<std::size_t>(T * (R + P)), 0);
+        PagedLatentWriteOptions o;
+        o.format = e4m3 ? LatentCacheFormat::fp8_e4m3 : LatentCacheFormat::fp8_e5m2;
+        o.scale = TensorView(&scale, DType::float32, {1});
+        paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
+                           TensorView(k_pe.data(), DType::bfloat16, {T, P}),
+                           TensorView(cache.data(), DType::uint8, {1, T, R + P}),
+                           TensorView(slots.data(), DType::int64, {T}), o);
+        int bad = 0;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::uint8_t* row = &cache[static_cast<std::size_t>((T - 1 - t) * (R + P))];
+          for (std::int64_t i = 0; i < R + P; ++i) {
+            const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
+                                          : k_pe[static_cast<std::size_t>(t * P + i - R)];
+            if (row[i] != encode(b) && ++bad <= 3) {
+              ADD_FAILURE() << simd_target() << (e4m3 ? " e4m3" : " e5m2") << " scale " << scale
+                            << " x " << value(b) << ": got " << int{row[i]} << ", expected "
+                            << int{encode(b)};
+            }
+          }
+        }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+  }
+  set_num_threads(threads);
+}
+
+// fp8_ds_mla entries against the rule itself (tile scale = the tile's largest magnitude / 448,
+// at least FLT_MIN; codes of x / scale, saturating) on every SIMD target, for tile maxima with
+// every bfloat16 mantissa over the whole exponent range (every third magnitude from the
+// smallest subnormal to the largest finite). The other lanes of a tile: random magnitudes up to
+// its maximum, some near the bottom of float8's range and zeros, random signs.
+TEST(PagedLatentWriteDsMla, TileScalesOnEveryTarget) {
+  std::vector<std::uint16_t> maxima;
+  for (std::uint32_t m = 1; m < 0x7F80; m += 3) maxima.push_back(static_cast<std::uint16_t>(m));
+  maxima.push_back(0);
+  while (maxima.size() % 4 != 0) maxima.push_back(0x7F7F);
+  const std::int64_t T = static_cast<std::int64_t>(maxima.size()) / 4;
+  std::vector<std::uint16_t> kv_c(static_cast<std::size_t>(T * 512)), k_pe(T * 64, 0x3F80);
+  std::mt19937 gen(29);
+  const auto rng = [&gen] { return static_cast<std::uint32_t>(gen()); };
+  const auto value = [](std::uint32_t b) { return std::bit_cast<float>(b << 16); };
+  for (std::size_t tile = 0; tile < maxima.size(); ++tile) {
+    const std::uint32_t m = maxima[tile];
+    std::uint16_t* x = &kv_c[tile * 128];
+    for (std::uint32_t i = 0; i < 128; ++i) {
+      std::uint32_t mag = m == 0 ? 0 : rng() % (m + 1);
+      // A few lanes about 2^-10 .. 2^-6 of the scale (float8's subnormal range), and zeros.
+      if (i % 16 == 5 && m > (17u << 7)) mag = m - ((12u + rng() % 5) << 7);
+      if (i % 32 == 9) mag = 0;
+      x[i] = static_cast<std::uint16_t>(mag | (rng() % 2 == 0 ? 0 : 0x8000u));
+    }
+    x[rng() % 128] = static_cast<std::uint16_t>(m | (rng() % 2 == 0 ? 0 : 0x8000u));
+  }
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes cache(static_cast<std::size_t>(T * 656), 0);
+    float unused = 1.0f;
+    PagedLatentWriteOptions o;
+    o.format = LatentCacheFormat::fp8_ds_mla;
+    o.scale = TensorView(&unused, DType::float32, {1});
+    paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, 512}),
+                       TensorView(k_pe.data(), DType::bfloat16, {T, 64}),
+                       TensorView(cache.data(), DType::uint8, {1, T, 656}),
+                       TensorView(slots.data(), DType::int64, {T}), o);
+    int bad = 0;
+    for (std::size_t tile = 0; tile < maxima.size(); ++tile) {
+      const std::uint8_t* entry = &cache[tile / 4 * 656];
+      const float q = value(maxima[tile]) / 448.0f;
+      const float scale =
+          q > std::numeric_limits<float>::min() ? q : std::numeric_limits<float>::min();
+      float got_scale;
+      std::memcpy(&got_scale, entry + 512 + 4 * (tile % 4), 4);
+      if (std::bit_cast<std::uint32_t>(got_scale) != std::bit_cast<std::uint32_t>(scale) &&
+          ++bad <= 3) {
+        ADD_FAILURE() << simd_target() << " max " << value(maxima[tile]) << ": scale "
+                      << got_scale << ", expected " << scale;
+      }
+      for (std::size_t i = 0; i < 128; ++i) {
+        const std::uint16_t b = kv_c[tile * 128 + i];
+        const std::uint8_t want = formats::encode_float8_e4m3fn_satfinite(value(b) / scale);
+        const std::uint8_t got = entry[tile % 4 * 128 + i];
+        if (got != want && ++bad <= 3) {
+          ADD_FAILURE() << simd_target() << " max " << value(maxima[tile]) << " x " << value(b)
+                        << ": got " << int{got} << ", expected " << int{want};
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  set_num_threads(threads);
 }
 
 TEST(PagedLatentWriteExamples, DsMlaBfloat16) {

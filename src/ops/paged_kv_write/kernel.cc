@@ -13,6 +13,7 @@
 
 #include "core/bytes-inl.h"
 #include "formats/fp8-inl.h"
+#include "formats/fp8_table-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_kv_write/kernel.h"
 
@@ -23,6 +24,9 @@ using detail::HWY_NAMESPACE::CopyBytes;
 using detail::HWY_NAMESPACE::StreamBytes;
 
 using formats::HWY_NAMESPACE::BF16Shortcut;
+using formats::HWY_NAMESPACE::Fp8Table;
+using formats::HWY_NAMESPACE::MakeFp8Table;
+using formats::HWY_NAMESPACE::QuantizeBF16RowByTable;
 using formats::HWY_NAMESPACE::MakeBF16Shortcut;
 using formats::HWY_NAMESPACE::QuantizeBF16Row;
 using formats::HWY_NAMESPACE::QuantizeBF16Runs;
@@ -49,18 +53,51 @@ std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
   return out;
 }
 
+// Values per scale from which a chunk builds the scale's code table (Fp8Table): its setup costs
+// about as much as quantizing a few thousand values the other way.
+constexpr std::int64_t kTableMinValues = 16384;
+
+// The code tables of a side's shortcuts (one per shortcut), or none when the chunk is too
+// short for them to pay off.
+template <bool kE4M3>
+std::vector<Fp8Table> SideTables(const Job& job, const std::vector<BF16Shortcut>& sc,
+                                 std::int64_t tokens) {
+  std::vector<Fp8Table> out;
+  if (sc.empty() || !formats::HWY_NAMESPACE::kHaveFp8Table) return out;
+  const std::int64_t per_scale =
+      tokens * job.head_size * (sc.size() == 1 ? job.num_heads : std::int64_t{1});
+  if (per_scale < kTableMinValues) return out;
+  for (const BF16Shortcut& s : sc) out.push_back(MakeFp8Table<kE4M3>(s.scale));
+  return out;
+}
+
 template <bool kE4M3>
 HWY_INLINE void QuantizeToken(const Job& job, const Side& s, const std::vector<BF16Shortcut>& sc,
-                              std::int64_t t, unsigned char* row) {
+                              const std::vector<Fp8Table>& tables, std::int64_t t,
+                              unsigned char* row) {
   const unsigned char* src = s.src + t * s.src_token;
   const auto d = static_cast<std::size_t>(job.head_size);
   const auto heads = static_cast<std::size_t>(job.num_heads);
   const auto* x = reinterpret_cast<const std::uint16_t*>(src);
   if (s.merged && job.uniform_scale) {
-    if (!sc.empty()) {
+    if (!tables.empty() && tables[0].usable) {
+      QuantizeBF16RowByTable<kE4M3>(x, d * heads, tables[0], sc[0], row);
+    } else if (!sc.empty()) {
       QuantizeBF16Row<kE4M3>(x, d * heads, sc[0], row);
     } else {
       QuantizeRun<kE4M3>(job.dtype, src, d * heads, s.scales[0], row);
+    }
+    return;
+  }
+  if (!tables.empty()) {
+    for (std::int64_t h = 0; h < job.num_heads; ++h) {
+      const auto k = static_cast<std::size_t>(h);
+      if (tables[k].usable) {
+        QuantizeBF16RowByTable<kE4M3>(x + h * (s.src_head / 2), d, tables[k], sc[k],
+                                      row + h * s.head_stride);
+      } else {
+        QuantizeBF16Row<kE4M3>(x + h * (s.src_head / 2), d, sc[k], row + h * s.head_stride);
+      }
     }
     return;
   }
@@ -75,12 +112,14 @@ template <bool kE4M3>
 void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const std::vector<BF16Shortcut> sc[2] = {SideShortcuts<kE4M3>(job, job.side[0]),
                                            SideShortcuts<kE4M3>(job, job.side[1])};
+  const std::vector<Fp8Table> tables[2] = {SideTables<kE4M3>(job, sc[0], end - begin),
+                                           SideTables<kE4M3>(job, sc[1], end - begin)};
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     for (int k = 0; k < 2; ++k) {
       const Side& s = job.side[k];
-      QuantizeToken<kE4M3>(job, s, sc[k], t,
+      QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
                            job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
     }
   }

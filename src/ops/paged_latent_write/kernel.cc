@@ -12,6 +12,7 @@
 
 #include "core/bytes-inl.h"
 #include "formats/fp8-inl.h"
+#include "formats/fp8_table-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_latent_write/internal.h"
 #include "ops/paged_latent_write/kernel.h"
@@ -102,40 +103,99 @@ HWY_INLINE std::uint16_t MaxMagnitudeBits(const std::uint16_t* HWY_RESTRICT x, s
   return static_cast<std::uint16_t>(hn::GetLane(hn::MaxOfLanes(di16, m)));
 }
 
-// fp8_ds_mla entries of aligned bfloat16 kv_c rows: the code tables fetched once per range, and
-// a tile without NaNs quantized with the bounded shortcut (its scale bounds every product).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The code tables of the fp8_ds_mla tile scales. A tile maximum amax = 1.a * 2^k (a: its
+// bfloat16's 7 mantissa bits) has the scale amax / 448 = 2^k * (1.a / 448) (a normal quotient
+// scales exactly), and a table serves every power-of-two multiple of its scale
+// (Fp8TableVectors' shifted form): 128 tables, built once, cover every tile. scale[a] is 1.a / 448.
+struct DsTileTables {
+  formats::HWY_NAMESPACE::Fp8Table table[128];
+  float scale[128];
+};
+
+const DsTileTables& TileTables() {
+  static const DsTileTables* tables = [] {
+    auto* t = new DsTileTables;  // lives for the process, as the dispatch tables do
+    for (std::uint32_t a = 0; a < 128; ++a) {
+      const std::uint32_t bits = (0x3F80u | a) << 16;
+      float one_a;
+      std::memcpy(&one_a, &bits, 4);
+      t->scale[a] = one_a / 448.0f;
+      t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
+    }
+    return t;
+  }();
+  return *tables;
+}
+
+// One tile (no NaN, largest magnitude bits m) by its scale's shifted table; false, writing
+// nothing, where the shift leaves the table's range (tiny or huge maxima). A group of 64 the
+// table does not cover exactly takes the bounded shortcut.
+HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
+                            std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
+                            hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+                            typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const int k = static_cast<int>(m >> 7) - 127;
+  // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN.
+  if (k < -115 || m >= 0x7F80) return false;
+  const fmt::Fp8Table& table = tt.table[m & 0x7F];
+  if (!fmt::ShiftedFp8TableValid(table, k)) return false;
+  std::uint32_t bits;
+  std::memcpy(&bits, &tt.scale[m & 0x7F], 4);
+  bits += static_cast<std::uint32_t>(k) << 23;  // 2^k * scale[a], exact
+  std::memcpy(&scale, &bits, 4);
+  const fmt::Fp8TableVectors tv = fmt::Fp8TableVectors::Shifted<3>(table, k);
+  for (std::int64_t g = 0; g < kDsTile; g += 64) {
+    if (HWY_LIKELY(fmt::TableGroupAVX3<true>(tile + g, tv, codes + g))) continue;
+    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle,
+                                      lanes, codes + g);
+  }
+  return true;
+}
+#endif
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows: the code tables fetched once per range; a
+// tile without NaNs quantized by its scale's code table (AVX-512) or with the bounded shortcut
+// (its scale bounds every product).
 void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::CodeOrder<true>& order = fmt::CodeOrder<true>::Get();
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const DsTileTables& tt = TileTables();
+#endif
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
     const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-    // In phases, so that the four tiles' divisions overlap.
     constexpr std::int64_t kTiles = kDsLatent / kDsTile;
-    std::uint16_t m[kTiles];
     float scales[kTiles];
-    BF16Shortcut sc[kTiles];
-    for (std::int64_t i = 0; i < kTiles; ++i) m[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    // The maxima first: each tile's table then loads while the previous tile is quantized.
+    std::uint16_t maxima[kTiles];
     for (std::int64_t i = 0; i < kTiles; ++i) {
-      const std::uint32_t top = static_cast<std::uint32_t>(m[i]) << 16;
-      float amax;
-      std::memcpy(&amax, &top, 4);
-      if (m[i] > 0x7F80) amax = AbsMaxBF16(x + i * kDsTile, kDsTile);  // a NaN: counted as 0
-      const float q = amax / 448.0f;
-      scales[i] = q > FLT_MIN ? q : FLT_MIN;
+      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
     }
-    for (std::int64_t i = 0; i < kTiles; ++i) sc[i] = MakeBF16Shortcut<true>(scales[i]);
     for (std::int64_t i = 0; i < kTiles; ++i) {
       const std::uint16_t* tile = x + i * kDsTile;
       unsigned char* codes = row + i * kDsTile;
-      if (m[i] > 0x7F80) {
-        fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc[i], codes, 0);
+      const std::uint16_t m = maxima[i];
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+      if (TileByTable(tt, tile, m, codes, scales[i], shuffle, lanes)) continue;
+#endif
+      const std::uint32_t top = static_cast<std::uint32_t>(m) << 16;
+      float amax;
+      std::memcpy(&amax, &top, 4);
+      if (m > 0x7F80) amax = AbsMaxBF16(tile, kDsTile);  // a NaN: counted as 0
+      const float q = amax / 448.0f;
+      scales[i] = q > FLT_MIN ? q : FLT_MIN;
+      const BF16Shortcut sc = MakeBF16Shortcut<true>(scales[i]);
+      if (m > 0x7F80) {
+        fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc, codes, 0);
       } else {
-        fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc[i], shuffle, lanes, codes);
+        fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc, shuffle, lanes, codes);
       }
     }
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
@@ -144,12 +204,34 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
 }
 #endif
 
-// fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup done once.
+// Values from which a chunk builds the scale's code table (Fp8Table): its setup costs about as
+// much as quantizing a few thousand values the other way.
+constexpr std::int64_t kTableMinValues = 16384;
+
+// fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
+// enough chunk, the code table) done once.
 template <bool kE4M3>
 void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(job.scale);
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);
+  if ((end - begin) * (job.latent_dim + job.pe_dim) >= kTableMinValues) {
+    const formats::HWY_NAMESPACE::Fp8Table table =
+        formats::HWY_NAMESPACE::MakeFp8Table<kE4M3>(job.scale);
+    if (table.usable) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        const std::int64_t slot = job.slots[t];
+        if (slot < 0) continue;
+        unsigned char* row =
+            job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+        const auto* kv_c = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+        const auto* k_pe = reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token);
+        formats::HWY_NAMESPACE::QuantizeBF16RowByTable<kE4M3>(kv_c, r, table, sc, row);
+        formats::HWY_NAMESPACE::QuantizeBF16RowByTable<kE4M3>(k_pe, pe, table, sc, row + r);
+      }
+      return;
+    }
+  }
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;

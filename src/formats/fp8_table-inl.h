@@ -1,0 +1,199 @@
+// Float8 codes of bfloat16 values divided by one scale, by a table of the scale's 128 mantissa
+// quotients (Highway -inl.h pattern, included once per target from inside a foreach_target
+// translation unit; the table kernel itself is AVX-512 only).
+//
+// Why it is exact: a finite bfloat16 x = 1.m * 2^(e - 127) (e >= 1) has x / s = 2^(e - 127) *
+// (1.m / s). Where that quotient is a normal float8 value (its magnitude at least the smallest
+// normal), it is also a normal float32, so rounding it to float32 commutes with the power of
+// two: RN(x / s) = 2^(e - 127) * RN(1.m / s). Rounding to float8's mantissa commutes with it too,
+// and the float8 code counts the exponent in steps of 2^kMant, so the code is
+// code(RN(1.m / s)) + (e - 127) * 2^kMant, the exponent field counted past its width. Above the
+// largest finite float8 the same count only grows, so a clamp gives the saturated code. The
+// table holds, per 7-bit mantissa m, that code less 127 * 2^kMant and less m's top kMant bits,
+// so that the bfloat16 magnitude bits shifted right by 7 - kMant (e * 2^kMant plus those bits)
+// complete it. Magnitudes are sorted like their quotients, so two thresholds found once per scale
+// split the lanes: quotients that round to zero (code 0 with the sign), normal ones (the table),
+// and the rest (subnormal float8 results, infinities, NaNs), which the caller encodes exactly.
+#if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
+#undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
+#else
+#define KVSCATTER_FORMATS_FP8_TABLE_INL_H_
+#endif
+
+#include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "formats/fp8-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvscatter::formats::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+struct Fp8Table {
+  bool usable = false;
+  std::uint16_t zero_max = 0;    // magnitude bits up to this: the quotient rounds to zero
+  std::uint16_t normal_min = 0;  // from this up to below infinity: a normal float8 quotient
+  HWY_ALIGN std::int16_t code[128] = {};
+};
+
+// Whether the table kernel exists on this target (AVX-512 with 16-bit permutes).
+constexpr bool kHaveFp8Table = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
+
+template <bool kE4M3>
+Fp8Table MakeFp8Table(float scale) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
+  Fp8Table t;
+  // 1.m / s must stay a normal float32; then it is normal for every m.
+  if (!kHaveFp8Table || !RecipShortcutScale(scale)) return t;
+  const auto quotient = [scale](std::uint32_t mag) {
+    const std::uint32_t b = mag << 16;
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x / scale;
+  };
+  // The smallest magnitude in [lo, 0x7F80] whose quotient passes (monotonic), 0x7F80 if none.
+  const auto first = [&](std::uint32_t lo, auto passes) {
+    std::uint32_t hi = 0x7F80;
+    while (lo < hi) {
+      const std::uint32_t mid = (lo + hi) / 2;
+      if (passes(quotient(mid))) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  };
+  // Half the smallest subnormal rounds to zero (ties to even); the smallest normal.
+  const float half_sub = 1.0f / static_cast<float>(std::uint64_t{1} << (kBias + kMant));
+  const float min_normal = 1.0f / static_cast<float>(1u << (kBias - 1));
+  const std::uint32_t above_zero = first(0, [&](float q) { return q > half_sub; });
+  const std::uint32_t normal = first(0, [&](float q) { return q >= min_normal; });
+  // The formula needs e >= 1 (no bfloat16 subnormal in the normal range) and some finite lane.
+  if (normal < 0x80 || normal >= 0x7F80) return t;
+  t.zero_max = static_cast<std::uint16_t>(above_zero - 1);
+  t.normal_min = static_cast<std::uint16_t>(normal);
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    const float y = quotient(0x3F80 | m);
+    std::uint32_t b;
+    std::memcpy(&b, &y, 4);
+    // Rounded to kMant mantissa bits, ties to even: the biased exponent and mantissa, carried.
+    const std::uint32_t r = (b + (1u << (kShift - 1)) - 1u + ((b >> kShift) & 1u)) >> kShift;
+    const std::int32_t code = static_cast<std::int32_t>(r) - ((127 - kBias) << kMant);
+    t.code[m] = static_cast<std::int16_t>(code - (127 << kMant) -
+                                          static_cast<std::int32_t>(m >> (7 - kMant)));
+  }
+  t.usable = true;
+  return t;
+}
+
+// Whether the table of scale, shifted to scale * 2^shift (Fp8TableVectors), is exact: the
+// shifted thresholds must be normal bfloat16 magnitudes, so that the lanes they classify are
+// those of the unshifted table scaled by a power of two.
+inline bool ShiftedFp8TableValid(const Fp8Table& table, int shift) {
+  return table.usable && table.zero_max >= 0x80 && table.zero_max + shift * 128 >= 0x80 &&
+         table.normal_min + shift * 128 < 0x7F80;
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The table's 128 entries as four vectors of 32, for the 16-bit permutes.
+struct Fp8TableVectors {
+  __m512i t[4];
+  __m512i zero_max, normal_min;
+
+  explicit Fp8TableVectors(const Fp8Table& table) {
+    for (int k = 0; k < 4; ++k) t[k] = _mm512_load_si512(table.code + 32 * k);
+    zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(table.zero_max));
+    normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(table.normal_min));
+  }
+
+  // The table of scale * 2^shift, from the table of scale (float8 with kMant mantissa bits):
+  // x / (scale * 2^shift) is (x * 2^-shift) / scale, whose magnitude bits are x's less shift
+  // exponent steps, so the codes drop by shift << kMant and the thresholds rise by shift
+  // exponent steps. Valid where both shifted thresholds stay normal bfloat16 magnitudes
+  // (ShiftedFp8TableValid).
+  template <int kMant>
+  static Fp8TableVectors Shifted(const Fp8Table& table, int shift) {
+    Fp8TableVectors v(table);
+    const __m512i drop = _mm512_set1_epi16(static_cast<std::int16_t>(shift * (1 << kMant)));
+    for (int k = 0; k < 4; ++k) v.t[k] = _mm512_sub_epi16(v.t[k], drop);
+    v.zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(table.zero_max + shift * 128));
+    v.normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(table.normal_min + shift * 128));
+    return v;
+  }
+};
+
+// The float8 codes of the 64 bfloat16 values at src into dst; false, writing nothing, when a
+// lane is neither zero-rounding nor normal (the caller encodes the group exactly).
+template <bool kE4M3>
+HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8TableVectors& tv,
+                               unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2;
+  const __m512i max_code = _mm512_set1_epi16(kE4M3 ? 0x7E : 0x7B);
+  const auto codes = [&](__m512i w, __mmask32& ok) HWY_ATTR {
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+    // The permutes read the mantissa's low six bits; its seventh picks the table half.
+    const __m512i lo = _mm512_permutex2var_epi16(tv.t[0], w, tv.t[1]);
+    const __m512i hi = _mm512_permutex2var_epi16(tv.t[2], w, tv.t[3]);
+    const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
+    __m512i code = _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant),
+                                    _mm512_mask_blend_epi16(upper, lo, hi));
+    code = _mm512_min_epi16(code, max_code);
+    const __mmask32 normal = _mm512_mask_cmplt_epu16_mask(
+        _mm512_cmpge_epu16_mask(mag, tv.normal_min), mag, _mm512_set1_epi16(0x7F80));
+    ok = normal | _mm512_cmple_epu16_mask(mag, tv.zero_max);
+    return _mm512_maskz_mov_epi16(normal, code);
+  };
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  __mmask32 ok_a, ok_b;
+  const __m512i ca = codes(a, ok_a), cb = codes(b, ok_b);
+  if (HWY_UNLIKELY((ok_a & ok_b) != 0xFFFFFFFFu)) return false;
+  // Codes are at most 0x7E: the signed pack keeps them, the permute restores element order.
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m512i packed = _mm512_permutexvar_epi64(order, _mm512_packs_epi16(ca, cb));
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
+  _mm512_storeu_si512(dst, _mm512_mask_add_epi8(packed, neg, packed, _mm512_set1_epi8(-128)));
+  return true;
+}
+#endif
+
+// dst[i] = fp8(bfloat16 src[i] / sc.scale) as QuantizeBF16Row, for a scale whose table is
+// usable: groups of 64 by the table, the groups it does not cover by the shortcut's checked
+// path (exact for every lane), the tail by QuantizeBF16Row.
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeBF16RowByTable(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                         const Fp8Table& table, const BF16Shortcut& sc,
+                                         unsigned char* HWY_RESTRICT dst) {
+  std::size_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (table.usable && sc.mode != Shortcut::none) {
+    const Fp8TableVectors tv(table);
+    const QDF df;
+    const hn::RebindToUnsigned<QDF> du;
+    const CodeOrder<true>& order = CodeOrder<true>::Get();
+    const auto vr = hn::Set(df, sc.r);
+    const auto hi = hn::Set(du, 0xFFFF0000u);
+    for (; i + 64 <= n; i += 64) {
+      if (HWY_LIKELY(TableGroupAVX3<kE4M3>(src + i, tv, dst + i))) continue;
+      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i));
+      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i + 32));
+      QuantizeGroup<kE4M3, false, true>(
+          hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
+          hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, sc.scale,
+          order.Shuffle(), order.Lanes(), dst + i);
+    }
+  }
+#else
+  (void)table;
+#endif
+  if (i < n) QuantizeBF16Row<kE4M3>(src + i, n - i, sc, dst + i);
+}
+
+}  // namespace kvscatter::formats::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // KVSCATTER_FORMATS_FP8_TABLE_INL_H_
