@@ -595,9 +595,10 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
     if (hn::AllFalse(di, below)) continue;
     std::uint8_t bits[HWY_MAX_BYTES / 16 + 8] = {};
     hn::StoreMaskBits(di, below, bits);
-    for (std::int64_t k = 0; k < L; ++k) {
-      if ((bits[k / 8] >> (k % 8)) & 1) f(i + k);
-    }
+    // At most 32 lanes (GroupTag<32>): their bits fit one word, visited set bit by set bit.
+    std::uint64_t word = 0;
+    std::memcpy(&word, bits, sizeof(word));
+    for (; word != 0; word &= word - 1) f(i + std::countr_zero(word));
   }
 }
 
@@ -705,14 +706,88 @@ HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, st
 #endif
 }
 
+// The smallest lane of v; x86 folds it to one 128-bit block for phminposuw, where Highway's
+// MinOfLanes takes a longer sequence of shuffles.
+template <class D>
+HWY_INLINE std::uint16_t SmallestLane(D d, hn::Vec<D> v) {
+  return hn::GetLane(hn::MinOfLanes(d, v));
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_SSE4
+HWY_INLINE std::uint16_t SmallestLane(hn::Full128<std::uint16_t>, hn::Vec128<std::uint16_t> v) {
+  return static_cast<std::uint16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(v.raw)));
+}
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std::uint16_t> v) {
+  const __m128i m =
+      _mm_min_epu16(_mm256_castsi256_si128(v.raw), _mm256_extracti128_si256(v.raw, 1));
+  return static_cast<std::uint16_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(m)));
+}
+#endif
+
+// Magnitudes8Capped<kLanes, false> that also gives the smallest magnitude of all eight groups
+// together (zeros included), as Magnitudes8MinSat's saturated decrement in all eight entries of
+// min1. One minimum for eight groups costs a fold and one horizontal reduction where eight
+// minimums cost a second Reduce8; compared with the largest of the groups' thresholds it is a
+// stricter test than each group's own minimum, and almost as often passed.
+template <std::size_t kLanes>
+HWY_INLINE void Magnitudes8MinAll(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                                  std::uint16_t* HWY_RESTRICT amax,
+                                  std::uint16_t* HWY_RESTRICT min1) {
+#if KVS_SIZELESS_VECTORS
+  const GroupTag<32> d;
+#else
+  const GroupTag<kLanes> d;
+#endif
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+  V lo = mag;
+#if KVS_SIZELESS_VECTORS
+  for (int k = 0; k < 8; ++k) {
+    V hi = hn::Zero(d);
+    for (std::int64_t i = 0; i < n; i += L) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi = hn::Max(hi, b);
+      lo = hn::Min(lo, b);
+    }
+    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
+  }
+#else
+  V hi[8], lows[8];
+  for (int k = 0; k < 8; ++k) lows[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) {
+      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      hi[k] = hn::Max(hi[k], b);
+      lows[k] = hn::Min(lows[k], b);
+    }
+  }
+  Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
+  // A tree, not a chain through one accumulator.
+  lo = hn::Min(hn::Min(hn::Min(lows[0], lows[1]), hn::Min(lows[2], lows[3])),
+               hn::Min(hn::Min(lows[4], lows[5]), hn::Min(lows[6], lows[7])));
+#endif
+  const std::uint16_t m = SmallestLane(d, lo);
+  const std::uint16_t m1 = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
+  for (int k = 0; k < 8; ++k) min1[k] = m1;
+}
+
 // E4M3Pow2CodesInRange without the magnitude mask: the subtraction runs on the bf16 bits
 // themselves, where a negative lane's sign stays in place above its magnitude's difference.
 // Exact for every lane whose magnitude is at least E4M3NormalThreshold (the same as the masked
 // form); lanes below it, zeros included, come out wrong and must be rewritten: a group holding
 // any (Magnitudes8MinSat's min1 below the threshold) is not fast and takes the masked form.
+//
+// The sign needs no operation of its own here: t7 keeps it in bit 15, and as the rest of t7 is
+// at most 0x07E7 for those lanes, t7 << 4 plus bit 4 stays below 0x8000 and adding the sign bit
+// carries into nothing (E4M3Pow2CodesOfT7 or-s it in from w instead).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesUnmasked(D d, V w, V s7) {
-  return E4M3Pow2CodesOfT7(d, hn::SaturatedSub(w, s7), w);
+  const hn::RebindToSigned<D> di;
+  const auto t7 = hn::SaturatedSub(w, s7);
+  const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x8010})));
+  return hn::ShiftRight<8>(hn::BitCast(di, r));
 }
 
 // QuantizeE4M3Pow2RowInRange with E4M3Pow2CodesUnmasked.

@@ -492,5 +492,75 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
   set_num_threads(0);
 }
 
+// The bfloat16-into-e4m3 power-of-two paths (fp8 with round_scale, mxfp8) over every bf16 bit
+// pattern: in order (rows of neighbouring patterns, non-finite ones included), shuffled (rows
+// whose magnitudes span the whole range, so lanes below e4m3's normal range, zeros and negative
+// zeros sit next to large ones), under anchors of every exponent (a row's largest magnitude
+// fixed, the rest anything below it), and a row of signed zeros. Row lengths cover d = 128's own
+// kernel, the batched one and (mxfp8) rows of more than eight groups.
+std::vector<std::uint16_t> bf16_sweep_rows(std::int64_t d) {
+  std::vector<std::uint16_t> x(0x10000);
+  for (std::uint32_t p = 0; p < 0x10000; ++p) x[p] = static_cast<std::uint16_t>(p);
+  std::mt19937_64 rng(17);
+  std::vector<std::uint16_t> finite;
+  for (std::uint32_t p = 0; p < 0x10000; ++p) {
+    if ((p & 0x7F80u) != 0x7F80u) finite.push_back(static_cast<std::uint16_t>(p));
+  }
+  std::shuffle(finite.begin(), finite.end(), rng);
+  x.insert(x.end(), finite.begin(), finite.end());
+  for (std::uint32_t e = 0; e < 255; e += 3) {
+    for (std::int64_t r = 0; r < 2; ++r) {
+      const std::uint32_t top = (e << 7) | static_cast<std::uint32_t>(rng() % 128);
+      for (std::int64_t k = 0; k < d; ++k) {
+        const std::uint32_t mag = k % 32 == 0 ? top : static_cast<std::uint32_t>(rng() % (top + 1));
+        x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+      }
+    }
+  }
+  x.resize(x.size() / static_cast<std::size_t>(d) * static_cast<std::size_t>(d));
+  for (std::int64_t k = 0; k < d; ++k) x.push_back(rng() % 2 ? 0x8000 : 0);  // an all-zero row
+  return x;
+}
+
+TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
+  for (const auto mode : {IndexerQuantMode::fp8, IndexerQuantMode::mxfp8}) {
+    const bool mx = mode == IndexerQuantMode::mxfp8;
+    for (const std::int64_t d : {128, 96, 512}) {
+      std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+      const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = mx ? d / 32 : 1;
+      const DType sdt = mx ? DType::float8_e8m0 : DType::float32;
+      const std::int64_t sbytes = mx ? ws : 4;
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+      for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+      IndexerQuantCacheOptions o;
+      o.quant_mode = mode;
+      const auto go = [&](bool ref, Bytes& c, Bytes& s) {
+        run(plan_indexer_quant_cache(TensorView(c.data(), DType::float8_e4m3fn, {rows, 1, 1, d}),
+                                     TensorView(s.data(), sdt, {rows, 1, 1, ws}),
+                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                     TensorView(slots.data(), DType::int64, {rows}), o),
+            ref);
+      };
+      Bytes want_c(static_cast<std::size_t>(rows * d)),
+          want_s(static_cast<std::size_t>(rows * sbytes));
+      go(true, want_c, want_s);
+      for (std::int64_t target : simd_test::simd_targets()) {
+        simd_test::PinTarget pin(target);
+        Bytes c(want_c.size()), s(want_s.size());
+        go(false, c, s);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto at = [&](const Bytes& b, std::int64_t n) { return b.begin() + r * n; };
+          ASSERT_TRUE(std::equal(at(c, d), at(c, d) + d, at(want_c, d)))
+              << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
+              << hwy::TargetName(target);
+          ASSERT_TRUE(std::equal(at(s, sbytes), at(s, sbytes) + sbytes, at(want_s, sbytes)))
+              << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
+              << hwy::TargetName(target);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter

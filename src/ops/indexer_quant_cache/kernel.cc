@@ -8,9 +8,10 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
-//   not exact) are redone by the scalar rules over a lane form exact for zeros (fp8 rows whose
-//   minimum shows none take a cheaper one without the sign mask, which only zeros and those
-//   lanes need; mxfp8 rows learn whether they hold any from the quantizing pass itself).
+//   not exact) are redone by the scalar rules over a lane form exact for zeros. Rows whose
+//   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups)
+//   take a cheaper form without the sign mask, which only zeros and those lanes need; other
+//   mxfp8 rows learn whether they hold any from the quantizing pass itself.
 //   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
 //   dtype take the general path: the row widened to float32, the scalar scale rules of
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
@@ -199,8 +200,34 @@ void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
 
+// The smallest scale exponent (biased) whose lane operand sub - 7 does not wrap below zero:
+// sub = (e - 127) * 128 + 0x3C00 is at least 7 from e = 8 on.
+constexpr std::uint8_t kMinLaneExp = 8;
+
+// One fp8 row of fast_fp8_rows that may not take the unmasked form (see there).
+void fp8_row_any(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
+                 std::uint8_t* codes, std::uint8_t* scale, std::int64_t d, std::uint16_t amax,
+                 const std::uint32_t* subw, std::uint8_t exp, bool fast) {
+  if (amax >= kInfBits || (exp < kMinLaneExp && amax != 0)) {
+    general_row(p, s, src, codes);
+    std::memcpy(scale, s.scale, 4);
+    return;
+  }
+  if (fast) {
+    qn::QuantizeE4M3Pow2RowUnmasked<false>(src, codes, d, subw);
+  } else {  // the masked form: exact for zeros too, and all an all-zero row needs
+    qn::QuantizeE4M3Pow2RowInRange<false>(src, codes, d, subw);
+    if (amax != 0) fix_lanes_below_normal(src, codes, d, qn::E4M3NormalThreshold(*subw), exp);
+  }
+  const float stored = f32(std::uint32_t{exp} << 23);
+  std::memcpy(scale, &stored, 4);
+}
+
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
-// keeps an all-zero row's scale 0. A row with a non-finite element takes the general path.
+// keeps an all-zero row's scale 0. A row with a non-finite element, or (nonzero) one so small
+// that its scale is below 2^-119 (where the lane operand would wrap), takes the general path.
+// A set of eight rows that all take the unmasked form (the usual case) runs a loop of that
+// alone, which keeps the per-row bookkeeping in registers.
 template <std::int64_t kD>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d;
@@ -211,26 +238,27 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  bool all_fast[kMaxBatch / 8];
   for (int c = 0; c < n; c += 8) {
     qn::Magnitudes8MinSat<16>(units + c, d, amax + c, min1 + c);
-    qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
+    all_fast[c / 8] =
+        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
-  for (int k = 0; k < b.n; ++k) {
-    if (amax[k] < kInfBits) {
-      if (fast[k] != 0) {
-        qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
-      } else {  // the masked form: exact for zeros too, and all an all-zero row needs
-        qn::QuantizeE4M3Pow2RowInRange<false>(units[k], b.codes[k], d, subw + k);
-        if (amax[k] != 0) {
-          fix_lanes_below_normal(units[k], b.codes[k], d, qn::E4M3NormalThreshold(subw[k]),
-                                 exp[k]);
-        }
+  for (int c = 0; c < b.n; c += 8) {
+    const int m = std::min(c + 8, b.n);
+    bool tight = all_fast[c / 8];  // finite, and every lane at least e4m3-normal
+    for (int k = c; k < m; ++k) tight &= exp[k] >= kMinLaneExp;
+    if (!tight) {
+      for (int k = c; k < m; ++k) {
+        fp8_row_any(p, s, units[k], b.codes[k], b.scale[k], d, amax[k], subw + k, exp[k],
+                    fast[k] != 0);
       }
+      continue;
+    }
+    for (int k = c; k < m; ++k) {
+      qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale[k], &stored, 4);
-    } else {
-      general_row(p, s, units[k], b.codes[k]);
-      std::memcpy(b.scale[k], s.scale, 4);
     }
   }
 }
@@ -253,10 +281,11 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
   }
 }
 
-// Mode mxfp8, rows of at most eight groups. The groups' largest magnitudes only: whether a
-// lane falls below e4m3's normal range comes from the quantizing pass itself (the checked
-// form), and only a row where one may have is looked at again, instead of a per-group minimum
-// and its reduction for every group. Each row is finished (including any group redone by the
+// Mode mxfp8, rows of at most eight groups. Each set of eight groups has one minimum magnitude
+// besides their largest ones: a row whose groups all pass the normal test with it takes the
+// unmasked form. Any other row learns whether a lane fell below e4m3's normal range from the
+// quantizing pass itself (the checked form), and only a row where one may have, or with a
+// non-finite group, is looked at again. Each row is finished (including any group redone by the
 // scalar rules) before the next, so a repeated slot keeps its last writer.
 template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -268,27 +297,39 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   }
   const int used = n;
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
-  // No minimum: E4M3Pow2Scales8's normal test passes, and its fast flag says finite.
-  alignas(16) static constexpr std::uint16_t kNoMin[8] = {0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF,
-                                                          0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF};
-  HWY_ALIGN std::uint16_t amax[kMaxBatch];
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
-  HWY_ALIGN std::uint8_t exp[kMaxBatch], finite[kMaxBatch];
-  bool all = true;
+  HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
+  bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8Capped<16, false>(units + c, 32, amax + c, nullptr);
-    all &= qn::E4M3Pow2Scales8(amax + c, kNoMin, kC448Bits, kEpsBits, subw + c, exp + c,
-                               finite + c);
+    qn::Magnitudes8MinAll<16>(units + c, 32, amax + c, min1);
+    all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+  }
+  if (all) {  // the usual case, in a loop of its own that keeps its bookkeeping in registers
+    for (int k = 0; k < b.n; ++k) {
+      const std::int64_t u = k * groups;
+      std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+    }
+    return;
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
     if (groups == 4) {
       std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
     } else {
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
     }
-    if (low || !all) {
+    // Plain loops: a lambda here would not inherit the target's attributes, nor be inlined.
+    bool whole = true, finite = true;
+    for (std::int64_t g = 0; g < groups; ++g) whole &= fast[u + g] != 0;
+    if (whole) {
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+      continue;
+    }
+    for (std::int64_t g = 0; g < groups; ++g) finite &= amax[u + g] < kInfBits;
+    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
+    if (low || !finite) {
       redo_groups(s, units[u], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
     }
   }
