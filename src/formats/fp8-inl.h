@@ -19,7 +19,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <utility>
 
 #include "kvscatter/dtype.h"
 #include "kvscatter/formats.h"
@@ -473,111 +472,8 @@ HWY_INLINE bool DecidedGroupAVX3(__m512i a, __m512i b, __m512i low, __m512i span
 // Groups of 4N bfloat16 values quantized with the shortcut (vr = 1/scale), every constant set
 // up once: next(src, dst) names the next group (src: 4N values, dst: 4N codes), returning false
 // when there is none. Lets a caller walk several runs or rows without a setup per run.
-template <bool kE4M3, bool kExact, bool kTryDot = true, class VBytes, class Idx, class Next>
-HWY_INLINE void BF16GroupsOver(const BF16Shortcut& sc, VBytes shuffle, Idx lanes, Next next);
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-#ifndef KVSCATTER_FP8_DOT_ATTR
-// The AVX-512 target plus the bfloat16 dot product and byte multishift (checked at run time).
-#define KVSCATTER_FP8_DOT_ATTR __attribute__((target(HWY_TARGET_STR_AVX3 ",avx512vbmi,avx512bf16")))
-#endif
-// kExact on AVX-512 CPUs with the bfloat16 dot product and byte multishift instructions (run
-// time checks), for shortcuts whose rebased reciprocal is itself a bfloat16 value and whose
-// decided magnitudes are all normal bfloat16 values (the dot product treats subnormal inputs as
-// zero): DotDecidedGroup applies.
-HWY_INLINE bool DotShortcut(const BF16Shortcut& sc) {
-  static const bool cpu =
-      __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
-  std::uint32_t rb;
-  std::memcpy(&rb, &sc.r_rebased, 4);
-  return cpu && sc.mode == Shortcut::exact && sc.r_rebased != 0.0f && (rb & 0xFFFFu) == 0 &&
-         sc.exact_low >= 0x0080u;
-}
-
-// DecidedGroupAVX3 with fewer operations: each bfloat16 pair of a lane times (r, 0) or (0, r)
-// (vr_even, vr_odd: the rebased reciprocal's bfloat16 bits) through the dot product gives the
-// signed products directly (exact: 8-bit significands, the other term a zero), Veltkamp's split
-// rounds them symmetrically, one byte multishift per vector takes the magnitude codes (bits
-// kShift up; the bit above them is clear), a dword permutation puts them in element order and
-// the sign bits, gathered by a byte permutation, are or-ed in. Same codes, same contract.
-template <bool kE4M3>
-KVSCATTER_FP8_DOT_ATTR HWY_INLINE bool DotDecidedGroup(__m512i a, __m512i b, __m512i low,
-                                                       __m512i span, __m512i vr_even,
-                                                       __m512i vr_odd, __m512i ctrl, __m512i order,
-                                                       __m512i signs,
-                                                       unsigned char* HWY_RESTRICT dst) {
-  constexpr int kShift = kE4M3 ? 20 : 21;
-  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
-  const __m512i ma = _mm512_and_si512(a, abs_mask), mb = _mm512_and_si512(b, abs_mask);
-  const __m512i far = _mm512_max_epu16(_mm512_sub_epi16(ma, low), _mm512_sub_epi16(mb, low));
-  if (HWY_UNLIKELY(_mm512_cmpgt_epu16_mask(far, span) != 0)) return false;
-  const __m512 split = _mm512_set1_ps(static_cast<float>(1u << kShift));
-  const auto code = [&](__m512i x, __m512i r) KVSCATTER_FP8_DOT_ATTR {
-    const __m512 q = _mm512_dpbf16_ps(_mm512_setzero_ps(), (__m512bh)x, (__m512bh)r);
-    const __m512 c = _mm512_fmadd_ps(q, split, q);
-    return _mm512_castps_si512(_mm512_sub_ps(c, _mm512_sub_ps(c, q)));
-  };
-  // Byte layout of qword i: elements 4i, 4i + 1, 4i + 2, 4i + 3, then 32 + 4i ... 32 + 4i + 3.
-  __m512i w = _mm512_multishift_epi64_epi8(ctrl, code(a, vr_even));
-  w = _mm512_mask_multishift_epi64_epi8(w, 0x0A0A0A0A0A0A0A0Aull, ctrl, code(a, vr_odd));
-  w = _mm512_mask_multishift_epi64_epi8(w, 0x5050505050505050ull, ctrl, code(b, vr_even));
-  w = _mm512_mask_multishift_epi64_epi8(w, 0xA0A0A0A0A0A0A0A0ull, ctrl, code(b, vr_odd));
-  const __m512i ordered = _mm512_permutexvar_epi32(order, w);
-  const __m512i sign_bytes = _mm512_permutex2var_epi8(a, signs, b);
-  // 0xF8: ordered | (sign_bytes & 0x80).
-  _mm512_storeu_si512(dst,
-                      _mm512_ternarylogic_epi32(ordered, sign_bytes, _mm512_set1_epi8(-128), 0xF8));
-  return true;
-}
-
-// BF16GroupsOver for shortcuts that DotShortcut accepts: DotDecidedGroup, or the usual path for
-// the groups it does not decide.
-template <bool kE4M3, class VBytes, class Idx, class Next>
-KVSCATTER_FP8_DOT_ATTR HWY_NOINLINE void DotGroupsOver(const BF16Shortcut& sc, VBytes shuffle,
-                                                       Idx lanes, Next next) {
-  constexpr int kShift = kE4M3 ? 20 : 21;
-  std::uint32_t rb;
-  std::memcpy(&rb, &sc.r_rebased, 4);
-  const __m512i vr_even = _mm512_set1_epi32(static_cast<std::int32_t>(rb >> 16));
-  const __m512i vr_odd = _mm512_set1_epi32(static_cast<std::int32_t>(rb & 0xFFFF0000u));
-  const __m512i low = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_low));
-  const __m512i span = _mm512_set1_epi16(static_cast<std::int16_t>(sc.exact_high - sc.exact_low));
-  const __m512i ctrl = _mm512_set1_epi64(static_cast<std::int64_t>(
-      0x0101000001010000ull * (32 + kShift) + 0x0000010100000101ull * kShift));
-  // order: output dword o < 8 holds elements 4o.. (qword o's low dword), o >= 8 elements
-  // 32 + 4(o - 8).. (qword o - 8's high dword). signs: the high byte of element j's bfloat16 (bit 6
-  // of the index picks b).
-  alignas(64) static constexpr std::int32_t kOrder[16] = {0, 2, 4, 6, 8, 10, 12, 14,
-                                                          1, 3, 5, 7, 9, 11, 13, 15};
-  alignas(64) static constexpr std::int8_t kSigns[64] = {
-      1,  3,  5,   7,   9,   11,  13,  15,  17,  19,  21,  23,  25,  27,  29,  31,
-      33, 35, 37,  39,  41,  43,  45,  47,  49,  51,  53,  55,  57,  59,  61,  63,
-      65, 67, 69,  71,  73,  75,  77,  79,  81,  83,  85,  87,  89,  91,  93,  95,
-      97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
-  const __m512i order = _mm512_load_si512(kOrder), signs = _mm512_load_si512(kSigns);
-  const std::uint16_t* src;
-  unsigned char* dst;
-  while (next(src, dst)) {
-    const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
-    if (DotDecidedGroup<kE4M3>(a, b, low, span, vr_even, vr_odd, ctrl, order, signs, dst)) continue;
-    bool once = true;
-    BF16GroupsOver<kE4M3, true, false>(sc, shuffle, lanes,
-                                       [&](const std::uint16_t*& s, unsigned char*& d) HWY_ATTR {
-                                         s = src;
-                                         d = dst;
-                                         return std::exchange(once, false);
-                                       });
-  }
-}
-#endif
-
-template <bool kE4M3, bool kExact, bool kTryDot, class VBytes, class Idx, class Next>
+template <bool kE4M3, bool kExact, class VBytes, class Idx, class Next>
 HWY_INLINE void BF16GroupsOver(const BF16Shortcut& sc, VBytes shuffle, Idx lanes, Next next) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (kExact && kTryDot && sizeof(hn::Vec<QDF>) == 64) {
-    if (DotShortcut(sc)) return DotGroupsOver<kE4M3>(sc, shuffle, lanes, next);
-  }
-#endif
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
@@ -933,8 +829,8 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
 #endif
 }
 
-// The values per group of the bfloat16 shortcut: the run lengths QuantizeBF16HeadRuns and
-// QuantizeBF16Concat (fp8_table-inl.h) take are multiples of it.
+// The values per group of the bfloat16 shortcut: the run lengths QuantizeBF16HeadRuns
+// (fp8_table-inl.h) takes are multiples of it.
 HWY_INLINE std::size_t BF16GroupSize() { return 4 * hn::Lanes(QDF()); }
 
 // Every group of BF16GroupSize() values that next(src, dst) names (see BF16GroupsOver),

@@ -140,8 +140,8 @@ HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8T
     const __m512i lo = _mm512_permutex2var_epi16(tv.t[0], w, tv.t[1]);
     const __m512i hi = _mm512_permutex2var_epi16(tv.t[2], w, tv.t[3]);
     const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
-    __m512i code = _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant),
-                                    _mm512_mask_blend_epi16(upper, lo, hi));
+    __m512i code =
+        _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant), _mm512_mask_blend_epi16(upper, lo, hi));
     code = _mm512_min_epi16(code, max_code);
     const __mmask32 normal = _mm512_mask_cmplt_epu16_mask(
         _mm512_cmpge_epu16_mask(mag, tv.normal_min), mag, _mm512_set1_epi16(0x7F80));
@@ -226,7 +226,7 @@ HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Short
   QuantizeBF16Groups<kE4M3>(sc, next);
 }
 
-// How many tokens (rows) ahead QuantizeBF16HeadRuns and QuantizeBF16Concat prefetch their inputs.
+// How many tokens ahead QuantizeBF16HeadRuns prefetches its inputs.
 constexpr std::int64_t kAhead = 4;
 
 // The heads of a tile of tokens, sharing one shortcut sc (and its code table, when not null): for
@@ -264,36 +264,6 @@ HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t sr
         // inputs come from memory.
         hwy::Prefetch(s + kAhead * src_token);
         hwy::Prefetch(s + kAhead * src_token + 32);
-        i += group;
-        return true;
-      });
-}
-
-// Rows of two parts sharing one shortcut sc (and its code table, when not null): for each k < count
-// whose rows[k] is not null, the na values at a + k * a_step, then the nb values at b + k * b_step
-// (steps in elements; na and nb multiples of BF16GroupSize()), are written to rows[k] as na + nb
-// codes.
-template <bool kE4M3>
-HWY_NOINLINE void QuantizeBF16Concat(const std::uint16_t* a, std::int64_t a_step, std::size_t na,
-                                     const std::uint16_t* b, std::int64_t b_step, std::size_t nb,
-                                     std::int64_t count, unsigned char* const* rows,
-                                     const BF16Shortcut& sc, const Fp8Table* table) {
-  const std::size_t group = BF16GroupSize(), n = na + nb;
-  if (n == 0) return;
-  QuantizeBF16GroupsByTable<kE4M3>(
-      table, sc,
-      [=, k = std::int64_t{-1}, i = n](const std::uint16_t*& s,
-                                       unsigned char*& d) mutable HWY_ATTR {
-        if (i == n) {
-          do {
-            if (++k == count) return false;
-          } while (rows[k] == nullptr);
-          i = 0;
-        }
-        s = i < na ? a + k * a_step + i : b + k * b_step + (i - na);
-        d = rows[k] + i;
-        hwy::Prefetch(s + kAhead * (i < na ? a_step : b_step));
-        hwy::Prefetch(s + kAhead * (i < na ? a_step : b_step) + 32);
         i += group;
         return true;
       });

@@ -148,8 +148,8 @@ HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RES
   const fmt::Fp8TableVectors tv = fmt::Fp8TableVectors::Shifted<3>(table, k);
   for (std::int64_t g = 0; g < kDsTile; g += 64) {
     if (HWY_LIKELY(fmt::TableGroupAVX3<true>(tile + g, tv, codes + g))) continue;
-    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes,
-                                      codes + g);
+    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle,
+                                      lanes, codes + g);
   }
   return true;
 }
@@ -208,47 +208,22 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
 // much as quantizing a few thousand values the other way.
 constexpr std::int64_t kTableMinValues = 16384;
 
-// Rows [begin, end) whose parts are whole groups, in tiles of kTile rows: one
-// QuantizeBF16Concat call per tile (with the code table, when not null).
-template <bool kE4M3>
-void QuantizeBF16TokenTiles(const Job& job, std::int64_t begin, std::int64_t end,
-                            const BF16Shortcut& sc, const formats::HWY_NAMESPACE::Fp8Table* table) {
-  constexpr std::int64_t kTile = 32;
-  unsigned char* rows[kTile];
-  for (std::int64_t t0 = begin; t0 < end; t0 += kTile) {
-    const std::int64_t count = end - t0 < kTile ? end - t0 : kTile;
-    for (std::int64_t k = 0; k < count; ++k) {
-      const std::int64_t slot = job.slots[t0 + k];
-      rows[k] = slot < 0 ? nullptr
-                         : job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    }
-    formats::HWY_NAMESPACE::QuantizeBF16Concat<kE4M3>(
-        reinterpret_cast<const std::uint16_t*>(job.kv_c + t0 * job.kv_c_token), job.kv_c_token / 2,
-        static_cast<std::size_t>(job.latent_dim),
-        reinterpret_cast<const std::uint16_t*>(job.k_pe + t0 * job.k_pe_token), job.k_pe_token / 2,
-        static_cast<std::size_t>(job.pe_dim), count, rows, sc, table);
-  }
-}
-
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
-// enough chunk, the code table) done once; with the table, rows of whole groups go by tiles
-// (without it, on AVX2 say, the tiles measured no faster than a call per part).
+// enough chunk, the code table) done once.
 template <bool kE4M3>
 void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(job.scale);
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);
-  const std::size_t group = formats::HWY_NAMESPACE::BF16GroupSize();
-  const bool tiles = r % group == 0 && pe % group == 0;
   if ((end - begin) * (job.latent_dim + job.pe_dim) >= kTableMinValues) {
     const formats::HWY_NAMESPACE::Fp8Table table =
         formats::HWY_NAMESPACE::MakeFp8Table<kE4M3>(job.scale);
-    if (table.usable && tiles) return QuantizeBF16TokenTiles<kE4M3>(job, begin, end, sc, &table);
     if (table.usable) {
       for (std::int64_t t = begin; t < end; ++t) {
         const std::int64_t slot = job.slots[t];
         if (slot < 0) continue;
-        unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+        unsigned char* row =
+            job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
         const auto* kv_c = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
         const auto* k_pe = reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token);
         formats::HWY_NAMESPACE::QuantizeBF16RowByTable<kE4M3>(kv_c, r, table, sc, row);
