@@ -469,18 +469,16 @@ HWY_INLINE bool DecidedGroupAVX3(__m512i a, __m512i b, __m512i low, __m512i span
 }
 #endif
 
-// The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
-// returns how many values it wrote.
-template <bool kE4M3, bool kExact, class VBytes, class Idx>
-HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                  const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
-                                  unsigned char* HWY_RESTRICT dst) {
+// Groups of 4N bfloat16 values quantized with the shortcut (vr = 1/scale), every constant set
+// up once: next(src, dst) names the next group (src: 4N values, dst: 4N codes), returning false
+// when there is none. Lets a caller walk several runs or rows without a setup per run.
+template <bool kE4M3, bool kExact, class VBytes, class Idx, class Next>
+HWY_INLINE void BF16GroupsOver(const BF16Shortcut& sc, VBytes shuffle, Idx lanes, Next next) {
   const QDF df;
   const hn::RebindToUnsigned<QDF> du;
   const hn::Repartition<std::uint16_t, QDF> d16;
   const std::size_t N = hn::Lanes(df);
   const auto hi = hn::Set(du, 0xFFFF0000u);
-  std::size_t i = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   const bool rebased_ok = sc.r_rebased != 0.0f;
   const __m512 vr_rebased = _mm512_set1_ps(sc.r_rebased);
@@ -492,13 +490,15 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
   const auto low = hn::Set(d16, sc.exact_low);
   const auto span = hn::Set(d16, static_cast<std::uint16_t>(0x7F80 - sc.exact_low));
   const auto abs_mask = hn::Set(d16, 0x7FFF);
-  for (; i + 4 * N <= n; i += 4 * N) {
+  const std::uint16_t* src;
+  unsigned char* dst;
+  while (next(src, dst)) {
     // Lane j of a holds elements 2j (low half) and 2j + 1: a shift and a mask widen both.
-    const auto a16 = hn::LoadU(d16, src + i), b16 = hn::LoadU(d16, src + i + 2 * N);
+    const auto a16 = hn::LoadU(d16, src), b16 = hn::LoadU(d16, src + 2 * N);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     if constexpr (kExact && sizeof(hn::Vec<QDF>) == 64) {
-      if (rebased_ok && DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, vlow, vspan, vr_rebased, shuffle,
-                                                lanes, dst + i)) {
+      if (rebased_ok &&
+          DecidedGroupAVX3<kE4M3>(a16.raw, b16.raw, vlow, vspan, vr_rebased, shuffle, lanes, dst)) {
         continue;
       }
     }
@@ -515,13 +515,31 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
         StoreCodeGroup<true>(RecipCode<kE4M3, true>(df, x0, vr, ok),
                              RecipCode<kE4M3, true>(df, x1, vr, ok),
                              RecipCode<kE4M3, true>(df, x2, vr, ok),
-                             RecipCode<kE4M3, true>(df, x3, vr, ok), shuffle, lanes, dst + i);
+                             RecipCode<kE4M3, true>(df, x3, vr, ok), shuffle, lanes, dst);
         continue;
       }
     }
-    QuantizeGroup<kE4M3, kExact, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, kExact, true>(x0, x1, x2, x3, vr, scale, shuffle, lanes, dst);
   }
-  return i;
+}
+
+// The full groups of 4N bfloat16 values of a row, quantized with the shortcut (vr = 1/scale);
+// returns how many values it wrote.
+template <bool kE4M3, bool kExact, class VBytes, class Idx>
+HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                  const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
+                                  unsigned char* HWY_RESTRICT dst) {
+  const std::size_t group = 4 * hn::Lanes(QDF());
+  BF16GroupsOver<kE4M3, kExact>(
+      sc, shuffle, lanes,
+      [=, i = std::size_t{0}](const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
+        if (i + group > n) return false;
+        s = src + i;
+        d = dst + i;
+        i += group;
+        return true;
+      });
+  return n / group * group;
 }
 
 // RecipCode for products known to be neither NaN nor (beyond rounding) larger in magnitude than
@@ -809,6 +827,30 @@ HWY_NOINLINE void QuantizeBF16Runs(const std::uint16_t* src, std::int64_t src_st
     }
   }
 #endif
+}
+
+// The values per group of the bfloat16 shortcut: the run lengths QuantizeBF16HeadRuns
+// (fp8_table-inl.h) takes are multiples of it.
+HWY_INLINE std::size_t BF16GroupSize() { return 4 * hn::Lanes(QDF()); }
+
+// Every group of BF16GroupSize() values that next(src, dst) names (see BF16GroupsOver),
+// quantized with the one shortcut sc, its setup done once.
+template <bool kE4M3, class Next>
+HWY_INLINE void QuantizeBF16Groups(const BF16Shortcut& sc, Next next) {
+  const std::uint16_t* src;
+  unsigned char* dst;
+#if HWY_TARGET != HWY_SCALAR
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  if (sc.mode == Shortcut::exact) {
+    BF16GroupsOver<kE4M3, true>(sc, order.Shuffle(), order.Lanes(), next);
+    return;
+  }
+  if (sc.mode == Shortcut::checked) {
+    BF16GroupsOver<kE4M3, false>(sc, order.Shuffle(), order.Lanes(), next);
+    return;
+  }
+#endif
+  while (next(src, dst)) QuantizeBF16Row<kE4M3>(src, BF16GroupSize(), sc, dst);
 }
 
 #if HWY_TARGET != HWY_SCALAR

@@ -140,8 +140,8 @@ HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8T
     const __m512i lo = _mm512_permutex2var_epi16(tv.t[0], w, tv.t[1]);
     const __m512i hi = _mm512_permutex2var_epi16(tv.t[2], w, tv.t[3]);
     const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
-    __m512i code = _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant),
-                                    _mm512_mask_blend_epi16(upper, lo, hi));
+    __m512i code =
+        _mm512_add_epi16(_mm512_srli_epi16(mag, 7 - kMant), _mm512_mask_blend_epi16(upper, lo, hi));
     code = _mm512_min_epi16(code, max_code);
     const __mmask32 normal = _mm512_mask_cmplt_epu16_mask(
         _mm512_cmpge_epu16_mask(mag, tv.normal_min), mag, _mm512_set1_epi16(0x7F80));
@@ -191,6 +191,82 @@ HWY_NOINLINE void QuantizeBF16RowByTable(const std::uint16_t* HWY_RESTRICT src, 
   (void)table;
 #endif
   if (i < n) QuantizeBF16Row<kE4M3>(src + i, n - i, sc, dst + i);
+}
+
+// QuantizeBF16Groups with the scale's code table (when not null and usable): the groups that
+// next names by the table where it covers them, the others by the shortcut's checked path (exact
+// for every lane), as QuantizeBF16RowByTable does for one row.
+template <bool kE4M3, class Next>
+HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Shortcut& sc,
+                                          Next next) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (table != nullptr && table->usable && sc.mode != Shortcut::none) {
+    const Fp8TableVectors tv(*table);
+    const QDF df;
+    const hn::RebindToUnsigned<QDF> du;
+    const CodeOrder<true>& order = CodeOrder<true>::Get();
+    const auto vr = hn::Set(df, sc.r);
+    const auto hi = hn::Set(du, 0xFFFF0000u);
+    const std::uint16_t* src;
+    unsigned char* dst;
+    while (next(src, dst)) {
+      if (HWY_LIKELY(TableGroupAVX3<kE4M3>(src, tv, dst))) continue;
+      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src));
+      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 32));
+      QuantizeGroup<kE4M3, false, true>(
+          hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
+          hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, sc.scale,
+          order.Shuffle(), order.Lanes(), dst);
+    }
+    return;
+  }
+#else
+  (void)table;
+#endif
+  QuantizeBF16Groups<kE4M3>(sc, next);
+}
+
+// How many tokens ahead QuantizeBF16HeadRuns prefetches its inputs.
+constexpr std::int64_t kAhead = 4;
+
+// The heads of a tile of tokens, sharing one shortcut sc (and its code table, when not null): for
+// each token k < tokens whose rows[k] is not null and each head h < heads, the n values (a multiple
+// of BF16GroupSize()) at src + k * src_token + h * src_head (steps in elements) are written to
+// rows[k] + h * head_stride. Tokens are written in order (so a row named twice keeps the later
+// token's codes), each one's heads together: token-major reads are the ones prefetchers follow.
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t src_token,
+                                       std::int64_t src_head, std::size_t n, std::int64_t heads,
+                                       std::int64_t tokens, unsigned char* const* rows,
+                                       std::int64_t head_stride, const BF16Shortcut& sc,
+                                       const Fp8Table* table) {
+  if (n == 0 || heads <= 0) return;
+  const std::size_t group = BF16GroupSize();
+  // The walk's state lives in the generator itself, so that the group loop keeps it in registers.
+  QuantizeBF16GroupsByTable<kE4M3>(
+      table, sc,
+      [=, h = heads, k = std::int64_t{-1}, i = n, x = src, out = rows[0]](
+          const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
+        if (i == n) {
+          if (++h >= heads) {
+            h = 0;
+            do {
+              if (++k == tokens) return false;
+            } while (rows[k] == nullptr);
+          }
+          x = src + k * src_token + h * src_head;
+          out = rows[k] + h * head_stride;
+          i = 0;
+        }
+        s = x + i;
+        d = out + i;
+        // A few tokens ahead: without it the hardware prefetchers fall behind this loop when the
+        // inputs come from memory.
+        hwy::Prefetch(s + kAhead * src_token);
+        hwy::Prefetch(s + kAhead * src_token + 32);
+        i += group;
+        return true;
+      });
 }
 
 }  // namespace kvscatter::formats::HWY_NAMESPACE

@@ -25,16 +25,30 @@ using detail::HWY_NAMESPACE::StreamBytes;
 
 using formats::HWY_NAMESPACE::BF16Shortcut;
 using formats::HWY_NAMESPACE::Fp8Table;
-using formats::HWY_NAMESPACE::MakeFp8Table;
-using formats::HWY_NAMESPACE::QuantizeBF16RowByTable;
 using formats::HWY_NAMESPACE::MakeBF16Shortcut;
+using formats::HWY_NAMESPACE::MakeFp8Table;
+using formats::HWY_NAMESPACE::QuantizeBF16HeadRuns;
 using formats::HWY_NAMESPACE::QuantizeBF16Row;
+using formats::HWY_NAMESPACE::QuantizeBF16RowByTable;
 using formats::HWY_NAMESPACE::QuantizeBF16Runs;
 using formats::HWY_NAMESPACE::QuantizeRun;
 using formats::HWY_NAMESPACE::QuantizeRuns;
 
-// The bfloat16 shortcut's setup for one side, computed once per chunk: one entry for a merged
-// run with one scale, one per head for heads quantized apart; empty when the side takes
+// Values per run of side s on the QuantizeBF16HeadRuns path (aligned bfloat16 heads of whole
+// groups), 0 when the side does not take it: heads apart, or per-head scales that differ. A
+// token whose heads are one run with one scale keeps its one call per token (QuantizeToken),
+// which measured faster once its rows come from memory.
+std::int64_t HeadRunLength(const Job& job, const Side& s) {
+  const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
+                    s.src_head % 2 == 0;
+  if (job.dtype != DType::bfloat16 || !even || (s.merged && job.uniform_scale)) return 0;
+  return job.head_size % static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize()) == 0
+             ? job.head_size
+             : 0;
+}
+
+// The bfloat16 shortcut's setup for one side, computed once per chunk: one entry for one scale,
+// one per head for per-head scales that differ; empty when the side takes
 // QuantizeRun / QuantizeRuns (other dtypes, odd addresses or head sizes).
 template <bool kE4M3>
 std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
@@ -42,7 +56,7 @@ std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
   const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
                     s.src_head % 2 == 0;
   if (job.dtype != DType::bfloat16 || !even) return out;
-  if (s.merged && job.uniform_scale) {
+  if ((s.merged || HeadRunLength(job, s) > 0) && job.uniform_scale) {
     out.push_back(MakeBF16Shortcut<kE4M3>(s.scales[0]));
   } else if (job.head_size % static_cast<std::int64_t>(4 * hn::Lanes(hn::ScalableTag<float>())) ==
              0) {
@@ -108,19 +122,72 @@ HWY_INLINE void QuantizeToken(const Job& job, const Side& s, const std::vector<B
   QuantizeRuns<kE4M3>(job.dtype, src, s.src_head, d, job.num_heads, s.scales, row, s.head_stride);
 }
 
+// Tokens per tile of the QuantizeBF16HeadRuns path: one call per tile and side (or per tile,
+// side and head, for per-head scales that differ).
+constexpr std::int64_t kTile = 16;
+
+// Tokens [t0, t0 + count) of side s (count <= kTile) through QuantizeBF16HeadRuns; sc: one
+// shortcut, or one per head; tables: theirs, or none.
+template <bool kE4M3>
+void QuantizeHeadTile(const Job& job, const Side& s, const std::vector<BF16Shortcut>& sc,
+                      const std::vector<Fp8Table>& tables, std::int64_t t0, std::int64_t count) {
+  unsigned char* rows[kTile];
+  const auto d = static_cast<std::size_t>(job.head_size);
+  for (std::int64_t k = 0; k < count; ++k) {
+    const std::int64_t slot = job.slots[t0 + k];
+    rows[k] = slot < 0 ? nullptr : job.split.address(s.dst, s.block_stride, s.slot_stride, slot);
+  }
+  const auto table = [&](std::size_t k) { return tables.empty() ? nullptr : &tables[k]; };
+  const auto* x = reinterpret_cast<const std::uint16_t*>(s.src + t0 * s.src_token);
+  if (sc.size() == 1) {
+    QuantizeBF16HeadRuns<kE4M3>(x, s.src_token / 2, s.src_head / 2, d, job.num_heads, count, rows,
+                                s.head_stride, sc[0], table(0));
+    return;
+  }
+  for (std::int64_t h = 0; h < job.num_heads; ++h) {
+    const auto k = static_cast<std::size_t>(h);
+    QuantizeBF16HeadRuns<kE4M3>(x + h * (s.src_head / 2), s.src_token / 2, 0, d, 1, count, rows, 0,
+                                sc[k], table(k));
+    for (std::int64_t j = 0; j < count; ++j) {
+      if (rows[j] != nullptr) rows[j] += s.head_stride;
+    }
+  }
+}
+
 template <bool kE4M3>
 void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
   const std::vector<BF16Shortcut> sc[2] = {SideShortcuts<kE4M3>(job, job.side[0]),
                                            SideShortcuts<kE4M3>(job, job.side[1])};
   const std::vector<Fp8Table> tables[2] = {SideTables<kE4M3>(job, sc[0], end - begin),
                                            SideTables<kE4M3>(job, sc[1], end - begin)};
-  for (std::int64_t t = begin; t < end; ++t) {
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
+  const bool tiles[2] = {HeadRunLength(job, job.side[0]) > 0, HeadRunLength(job, job.side[1]) > 0};
+  if (!tiles[0] && !tiles[1]) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t slot = job.slots[t];
+      if (slot < 0) continue;
+      for (int k = 0; k < 2; ++k) {
+        const Side& s = job.side[k];
+        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
+                             job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+      }
+    }
+    return;
+  }
+  for (std::int64_t t0 = begin; t0 < end; t0 += kTile) {
+    const std::int64_t count = end - t0 < kTile ? end - t0 : kTile;
+    // Outputs that share memory are rejected before this runs: a tile is written side by side.
     for (int k = 0; k < 2; ++k) {
       const Side& s = job.side[k];
-      QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
-                           job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+      if (tiles[k]) {
+        QuantizeHeadTile<kE4M3>(job, s, sc[k], tables[k], t0, count);
+        continue;
+      }
+      for (std::int64_t t = t0; t < t0 + count; ++t) {
+        const std::int64_t slot = job.slots[t];
+        if (slot < 0) continue;
+        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
+                             job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+      }
     }
   }
 }
