@@ -5,7 +5,8 @@
 // - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of a row and,
 //   optionally, the smallest nonzero one, eight groups per horizontal reduction instead of one
 //   reduction (and one dependency chain) per group (Reduce8 is the reduction).
-// - Magnitudes8: the same for eight groups anywhere (whole rows, or the groups of a few rows).
+// - Magnitudes8Min: the same for eight groups anywhere (whole rows, or the groups of a few rows),
+//   with their smallest magnitudes per group or for all eight.
 // - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for many groups at
 //   once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads).
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
@@ -154,63 +155,6 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 #endif
 }
 
-// GroupMagnitudes for eight groups of n elements each (n a multiple of 32) that lie anywhere:
-// whole rows, or the 32-groups of a few rows. Rows are reduced together because one row's
-// reduction and scale are a dependency chain far longer than its arithmetic. Vectors hold at
-// most kLanes lanes: for 32-element groups, 16 lanes make two vectors per group and reduce
-// through transposes half as wide, which is cheaper than one 32-lane vector per group where
-// 512-bit operations take two issue slots (AMD Zen 4). Magnitudes8: kLanes = 32.
-template <std::size_t kLanes, bool kMin>
-HWY_INLINE void Magnitudes8Capped(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                                  std::uint16_t* HWY_RESTRICT amax,
-                                  std::uint16_t* HWY_RESTRICT min1) {
-#if KVS_SIZELESS_VECTORS
-  const GroupTag<32> d;
-#else
-  const GroupTag<kLanes> d;
-#endif
-  using V = hn::Vec<decltype(d)>;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const V one = hn::Set(d, std::uint16_t{1});
-#if KVS_SIZELESS_VECTORS
-  for (int k = 0; k < 8; ++k) {
-    V hi = hn::And(hn::LoadU(d, x[k]), mag);
-    V lo = hn::Sub(hi, one);
-    for (std::int64_t i = L; i < n; i += L) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
-      hi = hn::Max(hi, b);
-      lo = hn::Min(lo, hn::Sub(b, one));
-    }
-    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
-    if (kMin) min1[k] = hn::GetLane(hn::MinOfLanes(d, lo));
-  }
-#else
-  V hi[8], lo[8];
-  for (int k = 0; k < 8; ++k) {
-    hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
-    if (kMin) lo[k] = hn::Sub(hi[k], one);
-  }
-  for (std::int64_t i = L; i < n; i += L) {
-    for (int k = 0; k < 8; ++k) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
-      hi[k] = hn::Max(hi[k], b);
-      if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
-    }
-  }
-  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
-  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
-  Reduce8(d, hi, max_op, amax);
-  if (kMin) Reduce8(d, lo, min_op, min1);
-#endif
-}
-
-template <bool kMin>
-HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
-  Magnitudes8Capped<32, kMin>(x, n, amax, min1);
-}
-
 // The lane rule of E4M3Pow2Scales on 32-bit lanes: from amax and min1 (zero-extended), e and
 // sb (sub before its truncation to 16 bits); returns fast.
 template <class DU, class VU = hn::Vec<DU>>
@@ -269,7 +213,7 @@ HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
   }
 }
 
-// E4M3Pow2Scales for the eight groups of Magnitudes8, in the forms the quantizer loads:
+// E4M3Pow2Scales for the eight groups of Magnitudes8Min, in the forms the quantizer loads:
 // subw[k] = E4M3Pow2Codes' operand (sub - 7) in both 16-bit halves, as a 32-bit broadcast from
 // memory is a plain load; exp8[k] = e as a byte; fast[k] as there. Returns whether all eight
 // groups are fast.
@@ -554,7 +498,7 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // QuantizeE4M3Pow2RowInRange that also tells whether a lane may need the scalar rules, in place
-// of Magnitudes8MinSat's per-group minimum and its reduction: true when some lane's magnitude is
+// of Magnitudes8Min's per-group minimum and its reduction: true when some lane's magnitude is
 // below E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are
 // right, but which the check does not tell apart). Groups of a finite amax only.
 template <bool kPerGroup>
@@ -654,58 +598,6 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 
 // ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
 
-// Magnitudes8Capped<kLanes, true> with one operation less per vector: the smallest magnitude
-// itself (zeros included) instead of the smallest nonzero one, stored as its saturated
-// decrement. Without zeros that is Magnitudes8Capped's min1; a group holding a zero gets
-// min1 = 0, which E4M3Pow2Lanes reads as a nonzero magnitude below every threshold (not fast),
-// so its lanes below the normal range are looked for one by one (zeros need no fix).
-template <std::size_t kLanes>
-HWY_INLINE void Magnitudes8MinSat(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                                  std::uint16_t* HWY_RESTRICT amax,
-                                  std::uint16_t* HWY_RESTRICT min1) {
-#if KVS_SIZELESS_VECTORS
-  const GroupTag<32> d;
-  using V = hn::Vec<decltype(d)>;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  for (int k = 0; k < 8; ++k) {
-    V hi = hn::And(hn::LoadU(d, x[k]), mag);
-    V lo = hi;
-    for (std::int64_t i = L; i < n; i += L) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
-      hi = hn::Max(hi, b);
-      lo = hn::Min(lo, b);
-    }
-    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
-    const std::uint16_t m = hn::GetLane(hn::MinOfLanes(d, lo));
-    min1[k] = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);  // zeros included, saturated
-  }
-#else
-  const GroupTag<kLanes> d;
-  using V = hn::Vec<decltype(d)>;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  V hi[8], lo[8];
-  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
-  for (std::int64_t i = L; i < n; i += L) {
-    for (int k = 0; k < 8; ++k) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
-      hi[k] = hn::Max(hi[k], b);
-      lo[k] = hn::Min(lo[k], b);
-    }
-  }
-  const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
-  const auto min_op = [](auto a, auto b) { return hn::Min(a, b); };
-  Reduce8(d, hi, max_op, amax);
-  Reduce8(d, lo, min_op, min1);
-  const hn::CappedTag<std::uint16_t, 8> d8;
-  for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) {
-    hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
-               min1 + k);
-  }
-#endif
-}
-
 // The smallest lane of v; x86 folds it to one 128-bit block for phminposuw, where Highway's
 // MinOfLanes takes a longer sequence of shuffles.
 template <class D>
@@ -725,15 +617,24 @@ HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std
 }
 #endif
 
-// Magnitudes8Capped<kLanes, false> that also gives the smallest magnitude of all eight groups
-// together (zeros included), as Magnitudes8MinSat's saturated decrement in all eight entries of
-// min1. One minimum for eight groups costs a fold and one horizontal reduction where eight
-// minimums cost a second Reduce8; compared with the largest of the groups' thresholds it is a
-// stricter test than each group's own minimum, and almost as often passed.
-template <std::size_t kLanes>
-HWY_INLINE void Magnitudes8MinAll(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                                  std::uint16_t* HWY_RESTRICT amax,
-                                  std::uint16_t* HWY_RESTRICT min1) {
+// For eight groups of n elements each (n a multiple of the lanes) that lie anywhere (whole rows,
+// or the 32-groups of a few rows): amax[k], the largest magnitude (bf16 bits & 0x7FFF) of group
+// k, and the smallest magnitude (zeros included) as its saturated decrement in min1: per group
+// (kAll false), or one for all eight groups together in all eight entries (kAll true). Rows are
+// reduced together because one row's reduction and scale are a dependency chain far longer
+// than its arithmetic. Vectors hold at most kLanes lanes: for 32-element groups, 16 lanes make
+// two vectors per group and reduce through transposes half as wide, which is cheaper than one
+// 32-lane vector per group where 512-bit operations take two issue slots (AMD Zen 4).
+//
+// A group without zeros gets its smallest nonzero magnitude less one; a group holding a zero gets
+// min1 = 0, which E4M3Pow2Lanes reads as a nonzero magnitude below every threshold (not fast),
+// so its lanes below the normal range are looked for one by one (zeros need no fix). One
+// minimum for eight groups costs a fold and one horizontal reduction where eight minimums cost
+// a second Reduce8; compared with the largest of the groups' thresholds it is a stricter test
+// than each group's own minimum, and almost as often passed.
+template <std::size_t kLanes, bool kAll>
+HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                               std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
 #if KVS_SIZELESS_VECTORS
   const GroupTag<32> d;
 #else
@@ -742,42 +643,61 @@ HWY_INLINE void Magnitudes8MinAll(const std::uint16_t* const* HWY_RESTRICT x, st
   using V = hn::Vec<decltype(d)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  V lo = mag;
+  const auto decrement = [](std::uint16_t m) {
+    return static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);  // zeros included, saturated
+  };
+  V all = mag;  // kAll: the smallest magnitude of every group so far
 #if KVS_SIZELESS_VECTORS
   for (int k = 0; k < 8; ++k) {
-    V hi = hn::Zero(d);
-    for (std::int64_t i = 0; i < n; i += L) {
+    V hi = hn::And(hn::LoadU(d, x[k]), mag);
+    V lo = hi;
+    for (std::int64_t i = L; i < n; i += L) {
       const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
       hi = hn::Max(hi, b);
       lo = hn::Min(lo, b);
     }
     amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
+    if (kAll) {
+      all = hn::Min(all, lo);
+    } else {
+      min1[k] = decrement(hn::GetLane(hn::MinOfLanes(d, lo)));
+    }
   }
 #else
-  V hi[8], lows[8];
-  for (int k = 0; k < 8; ++k) lows[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+  V hi[8], lo[8];
+  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
   for (std::int64_t i = L; i < n; i += L) {
     for (int k = 0; k < 8; ++k) {
       const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
       hi[k] = hn::Max(hi[k], b);
-      lows[k] = hn::Min(lows[k], b);
+      lo[k] = hn::Min(lo[k], b);
     }
   }
   Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
-  // A tree, not a chain through one accumulator.
-  lo = hn::Min(hn::Min(hn::Min(lows[0], lows[1]), hn::Min(lows[2], lows[3])),
-               hn::Min(hn::Min(lows[4], lows[5]), hn::Min(lows[6], lows[7])));
+  if (kAll) {
+    // A tree, not a chain through one accumulator.
+    all = hn::Min(hn::Min(hn::Min(lo[0], lo[1]), hn::Min(lo[2], lo[3])),
+                  hn::Min(hn::Min(lo[4], lo[5]), hn::Min(lo[6], lo[7])));
+  } else {
+    Reduce8(d, lo, [](auto a, auto b) { return hn::Min(a, b); }, min1);
+    const hn::CappedTag<std::uint16_t, 8> d8;
+    for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) {
+      hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
+                 min1 + k);
+    }
+  }
 #endif
-  const std::uint16_t m = SmallestLane(d, lo);
-  const std::uint16_t m1 = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
-  for (int k = 0; k < 8; ++k) min1[k] = m1;
+  if (kAll) {
+    const std::uint16_t m1 = decrement(SmallestLane(d, all));
+    for (int k = 0; k < 8; ++k) min1[k] = m1;
+  }
 }
 
 // E4M3Pow2CodesInRange without the magnitude mask: the subtraction runs on the bf16 bits
 // themselves, where a negative lane's sign stays in place above its magnitude's difference.
 // Exact for every lane whose magnitude is at least E4M3NormalThreshold (the same as the masked
 // form); lanes below it, zeros included, come out wrong and must be rewritten: a group holding
-// any (Magnitudes8MinSat's min1 below the threshold) is not fast and takes the masked form.
+// any (Magnitudes8Min's min1 below the threshold) is not fast and takes the masked form.
 //
 // The sign needs no operation of its own here: t7 keeps it in bit 15, and as the rest of t7 is
 // at most 0x07E7 for those lanes, t7 << 4 plus bit 4 stays below 0x8000 and adding the sign bit

@@ -240,7 +240,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all_fast[kMaxBatch / 8];
   for (int c = 0; c < n; c += 8) {
-    qn::Magnitudes8MinSat<16>(units + c, d, amax + c, min1 + c);
+    qn::Magnitudes8Min<16, false>(units + c, d, amax + c, min1 + c);
     all_fast[c / 8] =
         qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
   }
@@ -302,7 +302,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
   for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8MinAll<16>(units + c, 32, amax + c, min1);
+    qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
     all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
   }
   if (all) {  // the usual case, in a loop of its own that keeps its bookkeeping in registers
