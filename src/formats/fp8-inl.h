@@ -23,6 +23,16 @@
 #include "kvscatter/dtype.h"
 #include "kvscatter/formats.h"
 
+// A mutable lambda with Highway's target attribute: gcc takes the attribute after `mutable`,
+// clang only before it.
+#ifndef KVS_MUTABLE_HWY_ATTR
+#if defined(__clang__)
+#define KVS_MUTABLE_HWY_ATTR HWY_ATTR mutable
+#else
+#define KVS_MUTABLE_HWY_ATTR mutable HWY_ATTR
+#endif
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::formats::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -532,7 +542,7 @@ HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::si
   const std::size_t group = 4 * hn::Lanes(QDF());
   BF16GroupsOver<kE4M3, kExact>(
       sc, shuffle, lanes,
-      [=, i = std::size_t{0}](const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
+      [=, i = std::size_t{0}](const std::uint16_t*& s, unsigned char*& d) KVS_MUTABLE_HWY_ATTR {
         if (i + group > n) return false;
         s = src + i;
         d = dst + i;

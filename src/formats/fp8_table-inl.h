@@ -246,7 +246,7 @@ HWY_NOINLINE void QuantizeBF16HeadRuns(const std::uint16_t* src, std::int64_t sr
   QuantizeBF16GroupsByTable<kE4M3>(
       table, sc,
       [=, h = heads, k = std::int64_t{-1}, i = n, x = src, out = rows[0]](
-          const std::uint16_t*& s, unsigned char*& d) mutable HWY_ATTR {
+          const std::uint16_t*& s, unsigned char*& d) KVS_MUTABLE_HWY_ATTR {
         if (i == n) {
           if (++h >= heads) {
             h = 0;
