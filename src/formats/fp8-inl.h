@@ -131,6 +131,19 @@ using QDBytes = hn::Rebind<std::uint8_t, QDF>;
 // Elements widened per step from a float16 or unaligned source (a stack buffer of floats).
 constexpr std::size_t kQuantizeChunk = 512;
 
+// The walk over the full groups of 4N values of a row for BF16GroupsOver: src + i and dst + i
+// for i = 0, 4N, ... while a whole group remains.
+HWY_INLINE auto RowGroups(const std::uint16_t* src, std::size_t n, unsigned char* dst) {
+  const std::size_t group = 4 * hn::Lanes(QDF());
+  return [=, i = std::size_t{0}](const std::uint16_t*& s, unsigned char*& d) KVS_MUTABLE_HWY_ATTR {
+    if (i + group > n) return false;
+    s = src + i;
+    d = dst + i;
+    i += group;
+    return true;
+  };
+}
+
 template <bool kE4M3>
 HWY_INLINE hn::Vec<QDBytes> EncodeFp8Bytes(QDF df, hn::Vec<QDF> q) {
   const hn::RebindToSigned<QDF> di;
@@ -539,16 +552,8 @@ template <bool kE4M3, bool kExact, class VBytes, class Idx>
 HWY_INLINE std::size_t BF16Groups(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                                   const BF16Shortcut& sc, VBytes shuffle, Idx lanes,
                                   unsigned char* HWY_RESTRICT dst) {
+  BF16GroupsOver<kE4M3, kExact>(sc, shuffle, lanes, RowGroups(src, n, dst));
   const std::size_t group = 4 * hn::Lanes(QDF());
-  BF16GroupsOver<kE4M3, kExact>(
-      sc, shuffle, lanes,
-      [=, i = std::size_t{0}](const std::uint16_t*& s, unsigned char*& d) KVS_MUTABLE_HWY_ATTR {
-        if (i + group > n) return false;
-        s = src + i;
-        d = dst + i;
-        i += group;
-        return true;
-      });
   return n / group * group;
 }
 

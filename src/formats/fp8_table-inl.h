@@ -43,6 +43,10 @@ struct Fp8Table {
 // Whether the table kernel exists on this target (AVX-512 with 16-bit permutes).
 constexpr bool kHaveFp8Table = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
 
+// Values per scale from which a caller builds the scale's table: its setup costs about as much
+// as quantizing a few thousand values the other way.
+constexpr std::int64_t kFp8TableMinValues = 16384;
+
 template <bool kE4M3>
 Fp8Table MakeFp8Table(float scale) {
   constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
@@ -161,38 +165,6 @@ HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8T
 }
 #endif
 
-// dst[i] = fp8(bfloat16 src[i] / sc.scale) as QuantizeBF16Row, for a scale whose table is
-// usable: groups of 64 by the table, the groups it does not cover by the shortcut's checked
-// path (exact for every lane), the tail by QuantizeBF16Row.
-template <bool kE4M3>
-HWY_NOINLINE void QuantizeBF16RowByTable(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                                         const Fp8Table& table, const BF16Shortcut& sc,
-                                         unsigned char* HWY_RESTRICT dst) {
-  std::size_t i = 0;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (table.usable && sc.mode != Shortcut::none) {
-    const Fp8TableVectors tv(table);
-    const QDF df;
-    const hn::RebindToUnsigned<QDF> du;
-    const CodeOrder<true>& order = CodeOrder<true>::Get();
-    const auto vr = hn::Set(df, sc.r);
-    const auto hi = hn::Set(du, 0xFFFF0000u);
-    for (; i + 64 <= n; i += 64) {
-      if (HWY_LIKELY(TableGroupAVX3<kE4M3>(src + i, tv, dst + i))) continue;
-      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i));
-      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + i + 32));
-      QuantizeGroup<kE4M3, false, true>(
-          hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
-          hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, sc.scale,
-          order.Shuffle(), order.Lanes(), dst + i);
-    }
-  }
-#else
-  (void)table;
-#endif
-  if (i < n) QuantizeBF16Row<kE4M3>(src + i, n - i, sc, dst + i);
-}
-
 // QuantizeBF16Groups with the scale's code table (when not null and usable): the groups that
 // next names by the table where it covers them, the others by the shortcut's checked path (exact
 // for every lane), as QuantizeBF16RowByTable does for one row.
@@ -224,6 +196,17 @@ HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Short
   (void)table;
 #endif
   QuantizeBF16Groups<kE4M3>(sc, next);
+}
+
+// dst[i] = fp8(bfloat16 src[i] / sc.scale) as QuantizeBF16Row: the row's full groups through
+// QuantizeBF16GroupsByTable, the tail by QuantizeBF16Row.
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeBF16RowByTable(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                         const Fp8Table& table, const BF16Shortcut& sc,
+                                         unsigned char* HWY_RESTRICT dst) {
+  const std::size_t full = n / BF16GroupSize() * BF16GroupSize();
+  QuantizeBF16GroupsByTable<kE4M3>(&table, sc, RowGroups(src, full, dst));
+  if (full < n) QuantizeBF16Row<kE4M3>(src + full, n - full, sc, dst + full);
 }
 
 // How many tokens ahead QuantizeBF16HeadRuns prefetches its inputs.

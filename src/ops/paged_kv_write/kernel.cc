@@ -34,14 +34,18 @@ using formats::HWY_NAMESPACE::QuantizeBF16Runs;
 using formats::HWY_NAMESPACE::QuantizeRun;
 using formats::HWY_NAMESPACE::QuantizeRuns;
 
+// Whether side s reads bfloat16 at even addresses and steps: the bfloat16 shortcut's inputs.
+bool AlignedBF16(const Job& job, const Side& s) {
+  return job.dtype == DType::bfloat16 && reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 &&
+         s.src_token % 2 == 0 && s.src_head % 2 == 0;
+}
+
 // Values per run of side s on the QuantizeBF16HeadRuns path (aligned bfloat16 heads of whole
 // groups), 0 when the side does not take it: heads apart, or per-head scales that differ. A
 // token whose heads are one run with one scale keeps its one call per token (QuantizeToken),
 // which measured faster once its rows come from memory.
 std::int64_t HeadRunLength(const Job& job, const Side& s) {
-  const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
-                    s.src_head % 2 == 0;
-  if (job.dtype != DType::bfloat16 || !even || (s.merged && job.uniform_scale)) return 0;
+  if (!AlignedBF16(job, s) || (s.merged && job.uniform_scale)) return 0;
   return job.head_size % static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize()) == 0
              ? job.head_size
              : 0;
@@ -53,9 +57,7 @@ std::int64_t HeadRunLength(const Job& job, const Side& s) {
 template <bool kE4M3>
 std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
   std::vector<BF16Shortcut> out;
-  const bool even = reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 && s.src_token % 2 == 0 &&
-                    s.src_head % 2 == 0;
-  if (job.dtype != DType::bfloat16 || !even) return out;
+  if (!AlignedBF16(job, s)) return out;
   if ((s.merged || HeadRunLength(job, s) > 0) && job.uniform_scale) {
     out.push_back(MakeBF16Shortcut<kE4M3>(s.scales[0]));
   } else if (job.head_size % static_cast<std::int64_t>(4 * hn::Lanes(hn::ScalableTag<float>())) ==
@@ -67,9 +69,6 @@ std::vector<BF16Shortcut> SideShortcuts(const Job& job, const Side& s) {
   return out;
 }
 
-// Values per scale from which a chunk builds the scale's code table (Fp8Table): its setup costs
-// about as much as quantizing a few thousand values the other way.
-constexpr std::int64_t kTableMinValues = 16384;
 
 // The code tables of a side's shortcuts (one per shortcut), or none when the chunk is too
 // short for them to pay off.
@@ -80,7 +79,7 @@ std::vector<Fp8Table> SideTables(const Job& job, const std::vector<BF16Shortcut>
   if (sc.empty() || !formats::HWY_NAMESPACE::kHaveFp8Table) return out;
   const std::int64_t per_scale =
       tokens * job.head_size * (sc.size() == 1 ? job.num_heads : std::int64_t{1});
-  if (per_scale < kTableMinValues) return out;
+  if (per_scale < formats::HWY_NAMESPACE::kFp8TableMinValues) return out;
   for (const BF16Shortcut& s : sc) out.push_back(MakeFp8Table<kE4M3>(s.scale));
   return out;
 }

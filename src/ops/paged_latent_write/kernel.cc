@@ -204,42 +204,31 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
 }
 #endif
 
-// Values from which a chunk builds the scale's code table (Fp8Table): its setup costs about as
-// much as quantizing a few thousand values the other way.
-constexpr std::int64_t kTableMinValues = 16384;
-
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
 // enough chunk, the code table) done once.
 template <bool kE4M3>
 void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
+  namespace fmt = formats::HWY_NAMESPACE;
   const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(job.scale);
-  const auto r = static_cast<std::size_t>(job.latent_dim),
-             pe = static_cast<std::size_t>(job.pe_dim);
-  if ((end - begin) * (job.latent_dim + job.pe_dim) >= kTableMinValues) {
-    const formats::HWY_NAMESPACE::Fp8Table table =
-        formats::HWY_NAMESPACE::MakeFp8Table<kE4M3>(job.scale);
+  const fmt::Fp8Table table =
+      (end - begin) * (job.latent_dim + job.pe_dim) >= fmt::kFp8TableMinValues
+          ? fmt::MakeFp8Table<kE4M3>(job.scale)
+          : fmt::Fp8Table();
+  const auto quantize = [&](const std::uint16_t* src, std::int64_t n, unsigned char* dst) {
     if (table.usable) {
-      for (std::int64_t t = begin; t < end; ++t) {
-        const std::int64_t slot = job.slots[t];
-        if (slot < 0) continue;
-        unsigned char* row =
-            job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-        const auto* kv_c = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-        const auto* k_pe = reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token);
-        formats::HWY_NAMESPACE::QuantizeBF16RowByTable<kE4M3>(kv_c, r, table, sc, row);
-        formats::HWY_NAMESPACE::QuantizeBF16RowByTable<kE4M3>(k_pe, pe, table, sc, row + r);
-      }
-      return;
+      fmt::QuantizeBF16RowByTable<kE4M3>(src, static_cast<std::size_t>(n), table, sc, dst);
+    } else {
+      QuantizeBF16Row<kE4M3>(src, static_cast<std::size_t>(n), sc, dst);
     }
-  }
+  };
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    const auto* kv_c = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-    const auto* k_pe = reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token);
-    QuantizeBF16Row<kE4M3>(kv_c, r, sc, row);
-    QuantizeBF16Row<kE4M3>(k_pe, pe, sc, row + r);
+    quantize(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token),
+             job.latent_dim, row);
+    quantize(reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token), job.pe_dim,
+             row + job.latent_dim);
   }
 }
 
