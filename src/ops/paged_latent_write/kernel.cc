@@ -103,15 +103,67 @@ HWY_INLINE std::uint16_t MaxMagnitudeBits(const std::uint16_t* HWY_RESTRICT x, s
   return static_cast<std::uint16_t>(hn::GetLane(hn::MaxOfLanes(di16, m)));
 }
 
+// The per-tile fallback of the fp8_ds_mla writers: a tile of kDsTile values with largest
+// magnitude bits m (a NaN when above 0x7F80) quantized by its scale with the bounded shortcut
+// (the scale bounds every product), or, with a NaN, by the checked path.
+HWY_INLINE void DsTileByShortcut(const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
+                                 unsigned char* HWY_RESTRICT codes, float& scale,
+                                 hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+                                 typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const std::uint32_t top = static_cast<std::uint32_t>(m) << 16;
+  float amax;
+  std::memcpy(&amax, &top, 4);
+  if (m > 0x7F80) amax = AbsMaxBF16(tile, kDsTile);  // a NaN: counted as 0
+  const float q = amax / 448.0f;
+  scale = q > FLT_MIN ? q : FLT_MIN;
+  const BF16Shortcut sc = MakeBF16Shortcut<true>(scale);
+  if (m > 0x7F80) {
+    fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc, codes, 0);
+  } else {
+    fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc, shuffle, lanes, codes);
+  }
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // The code tables of the fp8_ds_mla tile scales. A tile maximum amax = 1.a * 2^k (a: its
 // bfloat16's 7 mantissa bits) has the scale amax / 448 = 2^k * (1.a / 448) (a normal quotient
 // scales exactly), and a table serves every power-of-two multiple of its scale
 // (Fp8TableVectors' shifted form): 128 tables, built once, cover every tile. scale[a] is 1.a / 448.
+// The per-tile checks read only the small arrays after the tables: k_min[a] .. k_max[a] are the
+// exponents k whose shifted table is exact (an empty range where table a is not usable), and
+// zero_max / normal_min are table a's thresholds.
 struct DsTileTables {
   formats::HWY_NAMESPACE::Fp8Table table[128];
   float scale[128];
+  std::int16_t k_min[128], k_max[128];
+  std::uint16_t zero_max[128], normal_min[128];
 };
+
+// From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN, and up to 2^127 the
+// maximum is finite.
+constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
+
+// Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
+// codes within float8's finite range (then every lane does: the table's codes grow with the
+// magnitude, and each lane is at most the maximum).
+void SetTileExponents(DsTileTables& t, std::uint32_t a) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::Fp8Table& table = t.table[a];
+  t.k_min[a] = 1;
+  t.k_max[a] = 0;
+  t.zero_max[a] = table.zero_max;
+  t.normal_min[a] = table.normal_min;
+  // The maximum's code: its magnitude bits shifted right by 4 plus its table entry, less the
+  // shift's 8 k, which cancels the exponent's 8 k.
+  if (!table.usable || 1016 + static_cast<int>(a >> 4) + table.code[a] > 0x7E) return;
+  // The conditions are linear in k: the valid exponents form one interval.
+  for (int k = kDsMinExponent; k <= kDsMaxExponent; ++k) {
+    if (!fmt::ShiftedFp8TableValid(table, k)) continue;
+    if (t.k_min[a] > t.k_max[a]) t.k_min[a] = static_cast<std::int16_t>(k);
+    t.k_max[a] = static_cast<std::int16_t>(k);
+  }
+}
 
 const DsTileTables& TileTables() {
   static const DsTileTables* tables = [] {
@@ -122,81 +174,136 @@ const DsTileTables& TileTables() {
       std::memcpy(&one_a, &bits, 4);
       t->scale[a] = one_a / 448.0f;
       t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
+      SetTileExponents(*t, a);
     }
     return t;
   }();
   return *tables;
 }
 
-// One tile (no NaN, largest magnitude bits m) by its scale's shifted table; false, writing
-// nothing, where the shift leaves the table's range (tiny or huge maxima). A group of 64 the
-// table does not cover exactly takes the bounded shortcut.
+// The four tile maxima of a token's kv_c (16 vectors of 32 bfloat16), as magnitude bits with
+// NaNs included (above 0x7F80 exactly when one is NaN): tile i in bits 16 i up. The four are
+// reduced together, each step halving the lanes of all four at once.
+HWY_INLINE std::uint64_t TileMaxima(const std::uint16_t* HWY_RESTRICT x) {
+  const __m512i abs = _mm512_set1_epi16(0x7FFF);
+  __m512i m[4];
+  for (int i = 0; i < 4; ++i) {
+    const auto mag = [&](int j) HWY_ATTR {
+      return _mm512_and_si512(_mm512_loadu_si512(x + 32 * (4 * i + j)), abs);
+    };
+    m[i] = _mm512_max_epu16(_mm512_max_epu16(mag(0), mag(1)), _mm512_max_epu16(mag(2), mag(3)));
+  }
+  // Blocks of 128 bits: tiles 0 and 1, then 2 and 3, to two blocks each; then one block each.
+  const __m512i a = _mm512_max_epu16(_mm512_shuffle_i64x2(m[0], m[1], 0x44),
+                                     _mm512_shuffle_i64x2(m[0], m[1], 0xEE));
+  const __m512i b = _mm512_max_epu16(_mm512_shuffle_i64x2(m[2], m[3], 0x44),
+                                     _mm512_shuffle_i64x2(m[2], m[3], 0xEE));
+  __m512i c = _mm512_max_epu16(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
+  c = _mm512_max_epu16(c, _mm512_shuffle_epi32(c, _MM_PERM_BADC));
+  c = _mm512_max_epu16(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
+  c = _mm512_max_epu16(c, _mm512_srli_epi32(c, 16));
+  const __m512i first = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 24, 16, 8, 0);
+  return static_cast<std::uint64_t>(
+      _mm_cvtsi128_si64(_mm512_castsi512_si128(_mm512_permutexvar_epi16(first, c))));
+}
+
+// The codes of 64 values of a tile whose maximum the shifted table covers (so no lane is above
+// float8's range or infinite, and no clamp is needed): false, writing nothing, when a lane is
+// neither zero-rounding nor normal.
+HWY_INLINE bool BoundedTableGroup(const std::uint16_t* HWY_RESTRICT src,
+                                  const formats::HWY_NAMESPACE::Fp8TableVectors& tv,
+                                  unsigned char* HWY_RESTRICT dst) {
+  const auto codes = [&](__m512i w, __mmask32& bad) HWY_ATTR {
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+    // The permutes read the mantissa's low six bits; its seventh picks the table half.
+    const __m512i lo = _mm512_permutex2var_epi16(tv.t[0], w, tv.t[1]);
+    const __m512i hi = _mm512_permutex2var_epi16(tv.t[2], w, tv.t[3]);
+    const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
+    const __mmask32 normal = _mm512_cmpge_epu16_mask(mag, tv.normal_min);
+    bad = _mm512_mask_cmpgt_epu16_mask(_knot_mask32(normal), mag, tv.zero_max);
+    return _mm512_maskz_add_epi16(normal, _mm512_srli_epi16(mag, 4),
+                                  _mm512_mask_blend_epi16(upper, lo, hi));
+  };
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  __mmask32 bad_a, bad_b;
+  const __m512i ca = codes(a, bad_a), cb = codes(b, bad_b);
+  if (HWY_UNLIKELY((bad_a | bad_b) != 0)) return false;
+  // Codes are at most 0x7E: the signed pack keeps them, the permute restores element order.
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m512i packed = _mm512_permutexvar_epi64(order, _mm512_packs_epi16(ca, cb));
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
+  _mm512_storeu_si512(dst, _mm512_mask_add_epi8(packed, neg, packed, _mm512_set1_epi8(-128)));
+  return true;
+}
+
+// One tile (largest magnitude bits m) by its scale's shifted table; false, writing nothing,
+// where the table does not cover the maximum (tiny, huge or NaN maxima, unusable tables). A group
+// with a lane the table does not encode takes the bounded shortcut.
 HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
                             std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
                             hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
                             typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
   namespace fmt = formats::HWY_NAMESPACE;
+  const std::uint32_t a = m & 0x7F;
   const int k = static_cast<int>(m >> 7) - 127;
-  // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN.
-  if (k < -115 || m >= 0x7F80) return false;
-  const fmt::Fp8Table& table = tt.table[m & 0x7F];
-  if (!fmt::ShiftedFp8TableValid(table, k)) return false;
+  if (k < tt.k_min[a] || k > tt.k_max[a]) return false;
   std::uint32_t bits;
-  std::memcpy(&bits, &tt.scale[m & 0x7F], 4);
+  std::memcpy(&bits, &tt.scale[a], 4);
   bits += static_cast<std::uint32_t>(k) << 23;  // 2^k * scale[a], exact
   std::memcpy(&scale, &bits, 4);
-  const fmt::Fp8TableVectors tv = fmt::Fp8TableVectors::Shifted<3>(table, k);
+  // The shifted table (Fp8TableVectors::Shifted) from the small threshold arrays.
+  fmt::Fp8TableVectors tv;
+  const __m512i drop = _mm512_set1_epi16(static_cast<std::int16_t>(k * 8));
+  for (int j = 0; j < 4; ++j) {
+    tv.t[j] = _mm512_sub_epi16(_mm512_load_si512(tt.table[a].code + 32 * j), drop);
+  }
+  tv.zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(tt.zero_max[a] + k * 128));
+  tv.normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(tt.normal_min[a] + k * 128));
   for (std::int64_t g = 0; g < kDsTile; g += 64) {
-    if (HWY_LIKELY(fmt::TableGroupAVX3<true>(tile + g, tv, codes + g))) continue;
-    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle,
-                                      lanes, codes + g);
+    if (HWY_LIKELY(BoundedTableGroup(tile + g, tv, codes + g))) continue;
+    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes,
+                                      codes + g);
   }
   return true;
 }
 #endif
 
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows: the code tables fetched once per range; a
-// tile without NaNs quantized by its scale's code table (AVX-512) or with the bounded shortcut
-// (its scale bounds every product).
+// tile whose maximum a table covers quantized by it (AVX-512), the others by DsTileByShortcut.
 void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
-  namespace fmt = formats::HWY_NAMESPACE;
-  const fmt::CodeOrder<true>& order = fmt::CodeOrder<true>::Get();
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   const DsTileTables& tt = TileTables();
 #endif
+  constexpr std::int64_t kTiles = kDsLatent / kDsTile;
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
     const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-    constexpr std::int64_t kTiles = kDsLatent / kDsTile;
     float scales[kTiles];
-    // The maxima first: each tile's table then loads while the previous tile is quantized.
     std::uint16_t maxima[kTiles];
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    const std::uint64_t all = TileMaxima(x);
+    for (std::int64_t i = 0; i < kTiles; ++i) {
+      maxima[i] = static_cast<std::uint16_t>(all >> (16 * i));
+    }
+#else
     for (std::int64_t i = 0; i < kTiles; ++i) {
       maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
     }
+#endif
     for (std::int64_t i = 0; i < kTiles; ++i) {
       const std::uint16_t* tile = x + i * kDsTile;
       unsigned char* codes = row + i * kDsTile;
-      const std::uint16_t m = maxima[i];
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      if (TileByTable(tt, tile, m, codes, scales[i], shuffle, lanes)) continue;
+      if (TileByTable(tt, tile, maxima[i], codes, scales[i], shuffle, lanes)) continue;
 #endif
-      const std::uint32_t top = static_cast<std::uint32_t>(m) << 16;
-      float amax;
-      std::memcpy(&amax, &top, 4);
-      if (m > 0x7F80) amax = AbsMaxBF16(tile, kDsTile);  // a NaN: counted as 0
-      const float q = amax / 448.0f;
-      scales[i] = q > FLT_MIN ? q : FLT_MIN;
-      const BF16Shortcut sc = MakeBF16Shortcut<true>(scales[i]);
-      if (m > 0x7F80) {
-        fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc, codes, 0);
-      } else {
-        fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc, shuffle, lanes, codes);
-      }
+      DsTileByShortcut(tile, maxima[i], codes, scales[i], shuffle, lanes);
     }
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
