@@ -142,6 +142,9 @@ struct DsTileTables {
 
 // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN, and up to 2^127 the
 // maximum is finite.
+// How many tokens ahead WriteDsMlaBF16Tokens prefetches its inputs.
+constexpr std::int64_t kDsAhead = 4;
+
 constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
 
 // Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
@@ -280,15 +283,43 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
   const DsTileTables& tt = TileTables();
 #endif
   constexpr std::int64_t kTiles = kDsLatent / kDsTile;
+  const auto kv_c = [&](std::int64_t t) {
+    return reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+  };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // One token ahead: the next token's maxima (a long chain of reductions) and its tables' loads
+  // overlap this token's quantization.
+  const auto fetch = [&](std::uint64_t all) {
+    for (std::int64_t i = 0; i < kTiles; ++i) {
+      const std::int16_t* code = tt.table[(all >> (16 * i)) & 0x7F].code;
+      for (int j = 0; j < 4; ++j) hwy::Prefetch(code + 32 * j);
+    }
+  };
+  std::uint64_t next = begin < end ? TileMaxima(kv_c(begin)) : 0;
+  fetch(next);
+#endif
   for (std::int64_t t = begin; t < end; ++t) {
+    const auto* x = kv_c(t);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    const std::uint64_t all = next;
+    if (t + 1 < end) {
+      next = TileMaxima(kv_c(t + 1));
+      fetch(next);
+    }
+    // A few tokens ahead, the inputs: the hardware prefetchers fall behind this loop.
+    if (t + kDsAhead < end) {
+      const auto* ahead = reinterpret_cast<const char*>(kv_c(t + kDsAhead));
+      for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
+      hwy::Prefetch(job.k_pe + (t + kDsAhead) * job.k_pe_token);
+      hwy::Prefetch(job.k_pe + (t + kDsAhead) * job.k_pe_token + 64);
+    }
+#endif
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
     float scales[kTiles];
     std::uint16_t maxima[kTiles];
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    const std::uint64_t all = TileMaxima(x);
     for (std::int64_t i = 0; i < kTiles; ++i) {
       maxima[i] = static_cast<std::uint16_t>(all >> (16 * i));
     }
