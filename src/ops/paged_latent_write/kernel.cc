@@ -1,5 +1,6 @@
 // The PagedLatentWrite SIMD kernel, compiled once per target: [kv_c | k_pe] rows copied,
 // quantized with one scale, or packed into the fp8_ds_mla entry. No threads here.
+#include <atomic>
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
@@ -138,6 +139,11 @@ struct DsTileTables {
   float scale[128];
   std::int16_t k_min[128], k_max[128];
   std::uint16_t zero_max[128], normal_min[128];
+  // Byte tables (see ByteTableGroup): byte_code[a][m] is the float8 code of 1.m / scale[a]
+  // (below 2^9.81, so it fits a byte); byte_ok[a] where every entry is in the range the byte
+  // kernel assumes and the tile maximum codes within float8's finite range.
+  alignas(64) std::uint8_t byte_code[128][128];
+  bool byte_ok[128];
 };
 
 // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN, and up to 2^127 the
@@ -168,6 +174,19 @@ void SetTileExponents(DsTileTables& t, std::uint32_t a) {
   }
 }
 
+// The byte kernel's entries of table a: the word table's code plus what it leaves to the lane's
+// magnitude bits (1016 + m's top three bits, for the exponent of 1.m).
+void SetByteCodes(DsTileTables& t, std::uint32_t a) {
+  const formats::HWY_NAMESPACE::Fp8Table& table = t.table[a];
+  t.byte_ok[a] = table.usable && t.k_min[a] <= t.k_max[a];
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    const int code = table.code[m] + 1016 + static_cast<int>(m >> 4);
+    // ByteTableGroup adds up to 8 and relies on sums below 176.
+    if (code < 8 || code > 167) t.byte_ok[a] = false;
+    t.byte_code[a][m] = static_cast<std::uint8_t>(code & 0xFF);
+  }
+}
+
 const DsTileTables& TileTables() {
   static const DsTileTables* tables = [] {
     auto* t = new DsTileTables;  // lives for the process, as the dispatch tables do
@@ -178,6 +197,7 @@ const DsTileTables& TileTables() {
       t->scale[a] = one_a / 448.0f;
       t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
       SetTileExponents(*t, a);
+      SetByteCodes(*t, a);
     }
     return t;
   }();
@@ -272,73 +292,225 @@ HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RES
 }
 #endif
 
-// fp8_ds_mla entries of aligned bfloat16 kv_c rows: the code tables fetched once per range; a
-// tile whose maximum a table covers quantized by it (AVX-512), the others by DsTileByShortcut.
-void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
-  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
-      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
-  const auto shuffle = order.Shuffle();
-  const auto lanes = order.Lanes();
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  const DsTileTables& tt = TileTables();
-#endif
-  constexpr std::int64_t kTiles = kDsLatent / kDsTile;
-  const auto kv_c = [&](std::int64_t t) {
-    return reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-  };
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // One token ahead: the next token's maxima (a long chain of reductions) and its tables' loads
-  // overlap this token's quantization.
-  const auto fetch = [&](std::uint64_t all) {
-    for (std::int64_t i = 0; i < kTiles; ++i) {
+// The byte kernel needs AVX-512 VBMI's byte permutes, which the AVX3 target does not assume: it
+// runs where the CPU has them (Ice Lake and later, Zen 4) unless a test asks for the word kernel
+// (set_byte_tables_allowed).
+#define KVS_VBMI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
+
+HWY_INLINE bool UseByteTables() {
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return vbmi && byte_tables_allowed();
+}
+
+// From 2^-105 up, a tile's bfloat16 subnormals (and zeros) are at least 21 binades below its
+// maximum, where ByteTableGroup counts every lane as rounding to zero.
+constexpr int kByteMinExponent = -105;
+
+// The constants of ByteTableGroup: the permutes that gather the low and the high bytes of 64
+// bfloat16 values, and the table of the exponent term by d = 127 - (the difference of the
+// lane's and the maximum's exponents' top seven bits): 16 d capped at 240 (the difference of the
+// exponents, 8 per binade), with bit 0 set where the lane is at least 21 binades below the
+// maximum (its quotient is below 2^-10: code 0).
+struct ByteConstants {
+  __m512i low, high, term_lo, term_hi;
+};
+
+HWY_INLINE ByteConstants MakeByteConstants() {
+  HWY_ALIGN std::uint8_t idx[2][64], term[128];
+  for (int i = 0; i < 64; ++i) {
+    idx[0][i] = static_cast<std::uint8_t>(2 * i);
+    idx[1][i] = static_cast<std::uint8_t>(2 * i + 1);
+  }
+  for (int j = 0; j < 128; ++j) {
+    const int d = 127 - j;
+    term[j] = static_cast<std::uint8_t>(16 * (d < 15 ? d : 15) | (d >= 11 ? 1 : 0));
+  }
+  return {_mm512_load_si512(idx[0]), _mm512_load_si512(idx[1]), _mm512_load_si512(term),
+          _mm512_load_si512(term + 64)};
+}
+
+// The codes of 64 values of a tile with maximum exponent e (biased) by byte tables: tlo / thi
+// hold byte_code[a] less 8 (e & 1), top is 127 - (e >> 1) in every byte. A lane with exponent
+// el and mantissa m gets byte_code[a][m] - 8 (e - el) (saturated at 0), the formula of the word
+// tables counted in bytes: for every lane at most the maximum the difference is never negative,
+// and a code of at least 8 is the exact one (a quotient just below float8's normal range that
+// the formula rounds up to 2^-6 rounds there on the subnormal grid too). False, writing nothing,
+// when a lane is below 8 and not flagged as rounding to zero.
+KVS_VBMI_ATTR HWY_INLINE bool ByteTableGroup(const std::uint16_t* HWY_RESTRICT src,
+                                             const ByteConstants& k, __m512i tlo, __m512i thi,
+                                             __m512i top, unsigned char* HWY_RESTRICT dst) {
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  // low: the exponent's last bit and the mantissa; high: the sign and the exponent's top bits.
+  const __m512i low = _mm512_permutex2var_epi8(a, k.low, b);
+  const __m512i high = _mm512_permutex2var_epi8(a, k.high, b);
+  // The permutes read seven index bits: the mantissa, and the exponent's top bits less the sign.
+  __m512i q = _mm512_permutex2var_epi8(tlo, low, thi);
+  q = _mm512_mask_add_epi8(q, _mm512_movepi8_mask(low), q, _mm512_set1_epi8(8));
+  const __m512i term = _mm512_permutex2var_epi8(k.term_lo, _mm512_add_epi8(high, top), k.term_hi);
+  const __m512i code = _mm512_subs_epu8(q, term);
+  const __mmask64 ok = _mm512_cmpge_epu8_mask(code, _mm512_set1_epi8(8)) |
+                       _mm512_test_epi8_mask(term, _mm512_set1_epi8(1));
+  if (HWY_UNLIKELY(ok != ~__mmask64{0})) return false;
+  // Codes are at most 0x7E: the sign goes in bit 7.
+  _mm512_storeu_si512(dst, _mm512_ternarylogic_epi32(code, high, _mm512_set1_epi8(-128), 0xF8));
+  return true;
+}
+
+// The tiles of the byte kernel: a tile whose maximum the byte tables cover by them, the others
+// as the word kernel does.
+struct ByteTiles {
+  const DsTileTables& tt;
+  ByteConstants k;
+  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle;
+  typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes;
+
+  HWY_INLINE void Fetch(std::uint64_t all) const {
+    for (int i = 0; i < 4; ++i) hwy::Prefetch(tt.byte_code[(all >> (16 * i)) & 0x7F]);
+  }
+
+  // A token's tiles (maxima in all, 16 bits each): one call per token, as the loop that calls it
+  // is compiled without VBMI.
+  KVS_VBMI_ATTR HWY_NOINLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
+                                        unsigned char* HWY_RESTRICT row, float* scales) const {
+    for (int i = 0; i < 4; ++i) {
+      Tile(x + i * kDsTile, static_cast<std::uint16_t>(all >> (16 * i)), row + i * kDsTile,
+           scales[i]);
+    }
+  }
+
+  KVS_VBMI_ATTR HWY_INLINE void Tile(const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
+                                     unsigned char* HWY_RESTRICT codes, float& scale) const {
+    const std::uint32_t a = m & 0x7F;
+    const int e = m >> 7, kexp = e - 127;
+    if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) {
+      if (!TileByTable(tt, tile, m, codes, scale, shuffle, lanes)) {
+        DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
+      }
+      return;
+    }
+    std::uint32_t bits;
+    std::memcpy(&bits, &tt.scale[a], 4);
+    bits += static_cast<std::uint32_t>(kexp) << 23;  // 2^k * scale[a], exact
+    std::memcpy(&scale, &bits, 4);
+    const __m512i odd = _mm512_set1_epi8(static_cast<char>(8 * (e & 1)));
+    const __m512i tlo = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a]), odd);
+    const __m512i thi = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a] + 64), odd);
+    const __m512i top = _mm512_set1_epi8(static_cast<char>(127 - (e >> 1)));
+    for (std::int64_t g = 0; g < kDsTile; g += 64) {
+      if (HWY_LIKELY(ByteTableGroup(tile + g, k, tlo, thi, top, codes + g))) continue;
+      formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
+          tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
+    }
+  }
+};
+
+// The tiles of the word kernel (AVX-512 without VBMI).
+struct WordTiles {
+  const DsTileTables& tt;
+  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle;
+  typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes;
+
+  HWY_INLINE void Fetch(std::uint64_t all) const {
+    for (int i = 0; i < 4; ++i) {
       const std::int16_t* code = tt.table[(all >> (16 * i)) & 0x7F].code;
       for (int j = 0; j < 4; ++j) hwy::Prefetch(code + 32 * j);
     }
-  };
-  std::uint64_t next = begin < end ? TileMaxima(kv_c(begin)) : 0;
-  fetch(next);
-#endif
+  }
+
+  HWY_INLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
+                        unsigned char* HWY_RESTRICT row, float* scales) const {
+    for (int i = 0; i < 4; ++i) {
+      const std::uint16_t m = static_cast<std::uint16_t>(all >> (16 * i));
+      if (TileByTable(tt, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes)) {
+        continue;
+      }
+      DsTileByShortcut(x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes);
+    }
+  }
+};
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX-512, each tile by `tiles`. One token
+// ahead, the next token's maxima (a long chain of reductions) and its tables' lines, so that
+// they overlap this token's quantization; a few tokens ahead, the inputs (the hardware
+// prefetchers fall behind this loop).
+template <class Tiles>
+HWY_INLINE void DsMlaTokensAVX3(const Job& job, std::int64_t begin, std::int64_t end,
+                                const Tiles& tiles) {
+  constexpr std::int64_t kTiles = kDsLatent / kDsTile;
+  const unsigned char* kv_c = job.kv_c;
+  const std::int64_t step = job.kv_c_token;
+  std::uint64_t next = 0;
+  if (begin < end) {
+    next = TileMaxima(reinterpret_cast<const std::uint16_t*>(kv_c + begin * step));
+    tiles.Fetch(next);
+  }
   for (std::int64_t t = begin; t < end; ++t) {
-    const auto* x = kv_c(t);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     const std::uint64_t all = next;
     if (t + 1 < end) {
-      next = TileMaxima(kv_c(t + 1));
-      fetch(next);
+      next = TileMaxima(reinterpret_cast<const std::uint16_t*>(kv_c + (t + 1) * step));
+      tiles.Fetch(next);
     }
-    // A few tokens ahead, the inputs: the hardware prefetchers fall behind this loop.
     if (t + kDsAhead < end) {
-      const auto* ahead = reinterpret_cast<const char*>(kv_c(t + kDsAhead));
+      const unsigned char* ahead = kv_c + (t + kDsAhead) * step;
       for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
       hwy::Prefetch(job.k_pe + (t + kDsAhead) * job.k_pe_token);
       hwy::Prefetch(job.k_pe + (t + kDsAhead) * job.k_pe_token + 64);
     }
-#endif
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const auto* x = reinterpret_cast<const std::uint16_t*>(kv_c + t * step);
     float scales[kTiles];
-    std::uint16_t maxima[kTiles];
+    tiles.Token(x, all, row, scales);
+    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
+    CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+  }
+}
+
+HWY_NOINLINE void WriteDsMlaBytes(const Job& job, std::int64_t begin, std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  DsMlaTokensAVX3(job, begin, end,
+                  ByteTiles{TileTables(), MakeByteConstants(), order.Shuffle(), order.Lanes()});
+}
+
+HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  DsMlaTokensAVX3(job, begin, end, WordTiles{TileTables(), order.Shuffle(), order.Lanes()});
+}
+#endif
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows: on AVX-512 by the code tables (byte tables
+// where VBMI is available), elsewhere each tile by DsTileByShortcut.
+void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    for (std::int64_t i = 0; i < kTiles; ++i) {
-      maxima[i] = static_cast<std::uint16_t>(all >> (16 * i));
-    }
+  if (UseByteTables()) {
+    WriteDsMlaBytes(job, begin, end);
+  } else {
+    WriteDsMlaWords(job, begin, end);
+  }
 #else
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  constexpr std::int64_t kTiles = kDsLatent / kDsTile;
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+    float scales[kTiles];
     for (std::int64_t i = 0; i < kTiles; ++i) {
-      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
-    }
-#endif
-    for (std::int64_t i = 0; i < kTiles; ++i) {
-      const std::uint16_t* tile = x + i * kDsTile;
-      unsigned char* codes = row + i * kDsTile;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      if (TileByTable(tt, tile, maxima[i], codes, scales[i], shuffle, lanes)) continue;
-#endif
-      DsTileByShortcut(tile, maxima[i], codes, scales[i], shuffle, lanes);
+      DsTileByShortcut(x + i * kDsTile, MaxMagnitudeBits(x + i * kDsTile, kDsTile),
+                       row + i * kDsTile, scales[i], shuffle, lanes);
     }
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
   }
+#endif
 }
 #endif
 
@@ -434,6 +606,13 @@ HWY_AFTER_NAMESPACE();
 namespace kvscatter::detail::paged_latent_write {
 
 HWY_EXPORT(WriteTokenRange);
+
+namespace {
+std::atomic<bool> g_byte_tables{true};
+}  // namespace
+
+void set_byte_tables_allowed(bool allowed) { g_byte_tables.store(allowed); }
+bool byte_tables_allowed() { return g_byte_tables.load(std::memory_order_relaxed); }
 
 void write_token_range(const Job& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(WriteTokenRange)(job, begin, end);
