@@ -31,6 +31,9 @@ using formats::HWY_NAMESPACE::QuantizeRun;
 
 using DF = hn::ScalableTag<float>;
 
+// How many tokens ahead the quantizing writers prefetch their inputs.
+constexpr std::int64_t kAhead = 4;
+
 // Largest magnitude of n float32 values (n a multiple of the lane count), NaNs counted as 0:
 // the tile scale treats an all-NaN tile like an all-zero one.
 HWY_INLINE float AbsMax(const float* HWY_RESTRICT x, std::size_t n) {
@@ -148,9 +151,6 @@ struct DsTileTables {
 
 // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN, and up to 2^127 the
 // maximum is finite.
-// How many tokens ahead WriteDsMlaBF16Tokens prefetches its inputs.
-constexpr std::int64_t kDsAhead = 4;
-
 constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
 
 // Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
@@ -451,11 +451,11 @@ HWY_INLINE void DsMlaTokensAVX3(const Job& job, std::int64_t begin, std::int64_t
       next = TileMaxima(reinterpret_cast<const std::uint16_t*>(kv_c + (t + 1) * step));
       tiles.Fetch(next);
     }
-    if (t + kDsAhead < end) {
-      const unsigned char* ahead = kv_c + (t + kDsAhead) * step;
+    if (t + kAhead < end) {
+      const unsigned char* ahead = kv_c + (t + kAhead) * step;
       for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
-      hwy::Prefetch(job.k_pe + (t + kDsAhead) * job.k_pe_token);
-      hwy::Prefetch(job.k_pe + (t + kDsAhead) * job.k_pe_token + 64);
+      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
     }
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
@@ -514,6 +514,44 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
 }
 #endif
 
+// The groups of the rows of tokens [begin, end), for QuantizeBF16GroupsByTable: each written
+// token's kv_c then its k_pe (both lengths multiples of the group), in token order. The walk's
+// state lives in the generator, so that the group loop keeps it in registers.
+HWY_INLINE auto TokenGroups(const Job& job, std::int64_t begin, std::int64_t end) {
+  const auto group = static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize());
+  return [&job, end, group, t = begin - 1, i = std::int64_t{0}, n = std::int64_t{0}, pe = true,
+          x = static_cast<const unsigned char*>(nullptr),
+          out = static_cast<unsigned char*>(nullptr)](const std::uint16_t*& src,
+                                                      unsigned char*& dst) KVS_MUTABLE_HWY_ATTR {
+    while (i == n) {
+      if (pe) {
+        do {
+          if (++t >= end) return false;
+        } while (job.slots[t] < 0);
+        out = job.split.address(job.cache, job.block_stride, job.slot_stride, job.slots[t]);
+        x = job.kv_c + t * job.kv_c_token;
+        n = job.latent_dim;
+        // A few tokens ahead, the inputs: the hardware prefetchers fall behind this loop.
+        if (t + kAhead < end) {
+          const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
+          for (std::int64_t j = 0; j < 2 * job.latent_dim; j += 64) hwy::Prefetch(ahead + j);
+          hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+        }
+      } else {
+        out += job.latent_dim;
+        x = job.k_pe + t * job.k_pe_token;
+        n = job.pe_dim;
+      }
+      pe = !pe;
+      i = 0;
+    }
+    src = reinterpret_cast<const std::uint16_t*>(x) + i;
+    dst = out + i;
+    i += group;
+    return true;
+  };
+}
+
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
 // enough chunk, the code table) done once.
 template <bool kE4M3>
@@ -531,6 +569,12 @@ void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
       QuantizeBF16Row<kE4M3>(src, static_cast<std::size_t>(n), sc, dst);
     }
   };
+  const auto group = static_cast<std::int64_t>(fmt::BF16GroupSize());
+  if (job.latent_dim % group == 0 && job.pe_dim % group == 0) {
+    fmt::QuantizeBF16GroupsByTable<kE4M3>(table.usable ? &table : nullptr, sc,
+                                          TokenGroups(job, begin, end));
+    return;
+  }
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
