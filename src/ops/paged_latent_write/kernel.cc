@@ -349,9 +349,9 @@ KVS_VBMI_ATTR HWY_INLINE bool ByteTableGroup(const std::uint16_t* HWY_RESTRICT s
   q = _mm512_mask_add_epi8(q, _mm512_movepi8_mask(low), q, _mm512_set1_epi8(8));
   const __m512i term = _mm512_permutex2var_epi8(k.term_lo, _mm512_add_epi8(high, top), k.term_hi);
   const __m512i code = _mm512_subs_epu8(q, term);
-  const __mmask64 ok = _mm512_cmpge_epu8_mask(code, _mm512_set1_epi8(8)) |
-                       _mm512_test_epi8_mask(term, _mm512_set1_epi8(1));
-  if (HWY_UNLIKELY(ok != ~__mmask64{0})) return false;
+  const __mmask64 normal = _mm512_cmpge_epu8_mask(code, _mm512_set1_epi8(8));
+  const __mmask64 zero = _mm512_test_epi8_mask(term, _mm512_set1_epi8(1));
+  if (HWY_UNLIKELY(!_kortestc_mask64_u8(normal, zero))) return false;
   // Codes are at most 0x7E: the sign goes in bit 7.
   _mm512_storeu_si512(dst, _mm512_ternarylogic_epi32(code, high, _mm512_set1_epi8(-128), 0xF8));
   return true;
@@ -373,14 +373,17 @@ struct ByteTiles {
   // is compiled without VBMI.
   KVS_VBMI_ATTR HWY_NOINLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
                                         unsigned char* HWY_RESTRICT row, float* scales) const {
+    // In registers: the codes' stores could alias what `this` points to.
+    const ByteConstants constants = k;
     for (int i = 0; i < 4; ++i) {
       Tile(x + i * kDsTile, static_cast<std::uint16_t>(all >> (16 * i)), row + i * kDsTile,
-           scales[i]);
+           scales[i], constants);
     }
   }
 
   KVS_VBMI_ATTR HWY_INLINE void Tile(const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
-                                     unsigned char* HWY_RESTRICT codes, float& scale) const {
+                                     unsigned char* HWY_RESTRICT codes, float& scale,
+                                     const ByteConstants& constants) const {
     const std::uint32_t a = m & 0x7F;
     const int e = m >> 7, kexp = e - 127;
     if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) {
@@ -398,7 +401,7 @@ struct ByteTiles {
     const __m512i thi = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a] + 64), odd);
     const __m512i top = _mm512_set1_epi8(static_cast<char>(127 - (e >> 1)));
     for (std::int64_t g = 0; g < kDsTile; g += 64) {
-      if (HWY_LIKELY(ByteTableGroup(tile + g, k, tlo, thi, top, codes + g))) continue;
+      if (HWY_LIKELY(ByteTableGroup(tile + g, constants, tlo, thi, top, codes + g))) continue;
       formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
           tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
     }
