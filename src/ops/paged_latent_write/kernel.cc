@@ -555,6 +555,100 @@ HWY_INLINE auto TokenGroups(const Job& job, std::int64_t begin, std::int64_t end
   };
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Byte tables of one fp8 row scale s (see RowByteGroup): code[m] the code of 1.m / s moved by
+// e0 exponents (2 ref binades of bfloat16, ref its exponent's top seven bits) into [64, 96); by a
+// lane's exponent top bits e: plus[e] and minus[e] the code steps of 2 (e - ref) binades above
+// or below (capped at 0xF8), plus[e] bit 0 where every quotient of that exponent rounds to zero,
+// bit 1 where the lane needs the exact path (bfloat16 subnormals that may not round to zero,
+// infinities, NaNs and the largest binades). A quotient that overflows float32 saturates like
+// the clamp.
+struct RowByteTables {
+  __m512i code_lo, code_hi, plus_lo, plus_hi, minus_lo, minus_hi;
+};
+
+template <bool kE4M3>
+bool MakeRowByteTables(const formats::HWY_NAMESPACE::Fp8Table& table, float scale,
+                       RowByteTables& out) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kStep = 2 << kMant;
+  if (!table.usable) return false;
+  const auto quotient_code = [&](std::uint32_t m) {  // the code of 1.m / s, unclamped
+    return table.code[m] + (127 << kMant) + static_cast<int>(m >> (7 - kMant));
+  };
+  const int ref = (64 - quotient_code(0) + (127 << kMant) + kStep - 1) / kStep;
+  if (64 - quotient_code(0) + (127 << kMant) < 0 || ref > 126) return false;
+  HWY_ALIGN std::uint8_t code[128], plus[128], minus[128];
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    const int c = quotient_code(m) + (((2 * ref) - 127) << kMant);
+    if (c < 64 || c >= 96) return false;
+    code[m] = static_cast<std::uint8_t>(c);
+  }
+  for (int e = 0; e < 128; ++e) {
+    const std::uint32_t top = (static_cast<std::uint32_t>(2 * e + 1) << 23 | 0x7F0000u);
+    float largest;  // the largest magnitude with these exponent bits
+    std::memcpy(&largest, &top, 4);
+    const float q = largest / scale;
+    const int up = e > ref ? kStep * (e - ref) : 0, down = e < ref ? kStep * (ref - e) : 0;
+    plus[e] = static_cast<std::uint8_t>(up < 0xF8 ? up : 0xF8);
+    minus[e] = static_cast<std::uint8_t>(down < 0xF8 ? down : 0xF8);
+    if (e < 127 && q <= (kE4M3 ? 0x1p-10f : 0x1p-17f)) {
+      plus[e] = 1;  // half the smallest subnormal or less: code 0
+      minus[e] = 0xF8;
+    } else if (e == 0 || e == 127) {
+      plus[e] |= 2;
+    }
+  }
+  out = {_mm512_load_si512(code),      _mm512_load_si512(code + 64), _mm512_load_si512(plus),
+         _mm512_load_si512(plus + 64), _mm512_load_si512(minus),     _mm512_load_si512(minus + 64)};
+  return true;
+}
+
+// The codes of 64 bfloat16 values divided by the tables' scale: a lane with exponent
+// 2 e + e0 and mantissa m gets code[m] + e0 code steps, plus plus[e], less minus[e] (saturated),
+// clamped to the largest finite code: the word tables' formula counted in bytes. A code of at
+// least the smallest normal one is exact (a quotient just below the normal range that the
+// formula rounds up to it rounds there on the subnormal grid too). False, writing nothing, when a
+// lane is below that and not flagged as rounding to zero, or flagged for the exact path.
+template <bool kE4M3>
+KVS_VBMI_ATTR HWY_INLINE bool RowByteGroup(const std::uint16_t* HWY_RESTRICT src,
+                                           const ByteConstants& k, const RowByteTables& t,
+                                           unsigned char* HWY_RESTRICT dst) {
+  constexpr char kNormal = kE4M3 ? 8 : 4, kMax = kE4M3 ? 0x7E : 0x7B;
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  const __m512i low = _mm512_permutex2var_epi8(a, k.low, b);
+  const __m512i high = _mm512_permutex2var_epi8(a, k.high, b);
+  __m512i q = _mm512_permutex2var_epi8(t.code_lo, low, t.code_hi);
+  q = _mm512_mask_add_epi8(q, _mm512_movepi8_mask(low), q, _mm512_set1_epi8(kNormal));
+  const __m512i plus = _mm512_permutex2var_epi8(t.plus_lo, high, t.plus_hi);
+  const __m512i minus = _mm512_permutex2var_epi8(t.minus_lo, high, t.minus_hi);
+  const __m512i code =
+      _mm512_min_epu8(_mm512_subs_epu8(_mm512_adds_epu8(q, plus), minus), _mm512_set1_epi8(kMax));
+  const __mmask64 normal = _mm512_cmpge_epu8_mask(code, _mm512_set1_epi8(kNormal));
+  const __mmask64 zero = _mm512_test_epi8_mask(plus, _mm512_set1_epi8(1));
+  const __mmask64 exact = _mm512_test_epi8_mask(plus, _mm512_set1_epi8(2));
+  if (HWY_UNLIKELY(!_kortestc_mask64_u8(_kandn_mask64(exact, normal), zero))) return false;
+  _mm512_storeu_si512(dst, _mm512_ternarylogic_epi32(code, high, _mm512_set1_epi8(-128), 0xF8));
+  return true;
+}
+
+// fp8 rows of tokens [begin, end) by byte tables: groups the tables do not encode by the
+// shortcut's exact row path.
+template <bool kE4M3>
+KVS_VBMI_ATTR HWY_NOINLINE void WriteRowsBytes(const Job& job, std::int64_t begin, std::int64_t end,
+                                               const RowByteTables& tables,
+                                               const BF16Shortcut& sc) {
+  const ByteConstants k = MakeByteConstants();
+  const RowByteTables t = tables;
+  auto next = TokenGroups(job, begin, end);
+  const std::uint16_t* src;
+  unsigned char* dst;
+  while (next(src, dst)) {
+    if (HWY_LIKELY(RowByteGroup<kE4M3>(src, k, t, dst))) continue;
+    QuantizeBF16Row<kE4M3>(src, formats::HWY_NAMESPACE::BF16GroupSize(), sc, dst);
+  }
+}
+#endif
+
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
 // enough chunk, the code table) done once.
 template <bool kE4M3>
@@ -574,6 +668,13 @@ void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
   };
   const auto group = static_cast<std::int64_t>(fmt::BF16GroupSize());
   if (job.latent_dim % group == 0 && job.pe_dim % group == 0) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    RowByteTables tables;
+    if (UseByteTables() && MakeRowByteTables<kE4M3>(table, job.scale, tables)) {
+      WriteRowsBytes<kE4M3>(job, begin, end, tables, sc);
+      return;
+    }
+#endif
     fmt::QuantizeBF16GroupsByTable<kE4M3>(table.usable ? &table : nullptr, sc,
                                           TokenGroups(job, begin, end));
     return;
