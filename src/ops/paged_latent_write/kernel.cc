@@ -369,10 +369,9 @@ struct ByteTiles {
     for (int i = 0; i < 4; ++i) hwy::Prefetch(tt.byte_code[(all >> (16 * i)) & 0x7F]);
   }
 
-  // A token's tiles (maxima in all, 16 bits each): one call per token, as the loop that calls it
-  // is compiled without VBMI.
-  KVS_VBMI_ATTR HWY_NOINLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
-                                        unsigned char* HWY_RESTRICT row, float* scales) const {
+  // A token's tiles (maxima in all, 16 bits each).
+  KVS_VBMI_ATTR HWY_INLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
+                                      unsigned char* HWY_RESTRICT row, float* scales) const {
     // In registers: the codes' stores could alias what `this` points to.
     const ByteConstants constants = k;
     for (int i = 0; i < 4; ++i) {
@@ -433,55 +432,81 @@ struct WordTiles {
   }
 };
 
-// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX-512, each tile by `tiles`. One token
-// ahead, the next token's maxima (a long chain of reductions) and its tables' lines, so that
-// they overlap this token's quantization; a few tokens ahead, the inputs (the hardware
-// prefetchers fall behind this loop).
-template <class Tiles>
-HWY_INLINE void DsMlaTokensAVX3(const Job& job, std::int64_t begin, std::int64_t end,
-                                const Tiles& tiles) {
-  constexpr std::int64_t kTiles = kDsLatent / kDsTile;
-  const unsigned char* kv_c = job.kv_c;
-  const std::int64_t step = job.kv_c_token;
-  std::uint64_t next = 0;
-  if (begin < end) {
-    next = TileMaxima(reinterpret_cast<const std::uint16_t*>(kv_c + begin * step));
-    tiles.Fetch(next);
-  }
-  for (std::int64_t t = begin; t < end; ++t) {
-    const std::uint64_t all = next;
-    if (t + 1 < end) {
-      next = TileMaxima(reinterpret_cast<const std::uint16_t*>(kv_c + (t + 1) * step));
-      tiles.Fetch(next);
-    }
-    if (t + kAhead < end) {
-      const unsigned char* ahead = kv_c + (t + kAhead) * step;
-      for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
-      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
-      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
-    }
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
-    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    const auto* x = reinterpret_cast<const std::uint16_t*>(kv_c + t * step);
-    float scales[kTiles];
-    tiles.Token(x, all, row, scales);
-    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
-    CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
-  }
+// The inputs of token t + kAhead prefetched (the hardware prefetchers fall behind the token
+// loops), where it exists.
+HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) {
+  if (t + kAhead >= end) return;
+  const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
+  for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
+  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
 }
 
-HWY_NOINLINE void WriteDsMlaBytes(const Job& job, std::int64_t begin, std::int64_t end) {
+// The maxima of token t (TileMaxima), its tables' lines fetched; 0 past the range.
+template <class Tiles>
+HWY_INLINE std::uint64_t DsMlaMaxima(const Job& job, std::int64_t t, std::int64_t end,
+                                     const Tiles& tiles) {
+  if (t >= end) return 0;
+  const std::uint64_t all =
+      TileMaxima(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token));
+  tiles.Fetch(all);
+  return all;
+}
+
+// Token t's entry (null for padding), and its kv_c.
+HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x) {
+  const std::int64_t slot = job.slots[t];
+  if (slot < 0) return nullptr;
+  x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+  return job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+}
+
+// The rest of token t's entry once its codes are written: the tile scales and k_pe.
+HWY_INLINE void DsMlaFinish(const Job& job, std::int64_t t, unsigned char* row,
+                            const float* scales) {
+  std::memcpy(row + kDsScaleOffset, scales, 4 * (kDsLatent / kDsTile));
+  CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+}
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX-512, by the byte tables (compiled with
+// VBMI, so that the tiles inline) or the word tables. One token ahead, the next token's maxima
+// (a long chain of reductions) and its tables' lines, so that they overlap this token's
+// quantization.
+KVS_VBMI_ATTR HWY_NOINLINE void WriteDsMlaBytes(const Job& job, std::int64_t begin,
+                                                std::int64_t end) {
   const formats::HWY_NAMESPACE::CodeOrder<true>& order =
       formats::HWY_NAMESPACE::CodeOrder<true>::Get();
-  DsMlaTokensAVX3(job, begin, end,
-                  ByteTiles{TileTables(), MakeByteConstants(), order.Shuffle(), order.Lanes()});
+  const ByteTiles tiles{TileTables(), MakeByteConstants(), order.Shuffle(), order.Lanes()};
+  std::uint64_t next = DsMlaMaxima(job, begin, end, tiles);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::uint64_t all = next;
+    next = DsMlaMaxima(job, t + 1, end, tiles);
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    tiles.Token(x, all, row, scales);
+    DsMlaFinish(job, t, row, scales);
+  }
 }
 
 HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64_t end) {
   const formats::HWY_NAMESPACE::CodeOrder<true>& order =
       formats::HWY_NAMESPACE::CodeOrder<true>::Get();
-  DsMlaTokensAVX3(job, begin, end, WordTiles{TileTables(), order.Shuffle(), order.Lanes()});
+  const WordTiles tiles{TileTables(), order.Shuffle(), order.Lanes()};
+  std::uint64_t next = DsMlaMaxima(job, begin, end, tiles);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::uint64_t all = next;
+    next = DsMlaMaxima(job, t + 1, end, tiles);
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    tiles.Token(x, all, row, scales);
+    DsMlaFinish(job, t, row, scales);
+  }
 }
 #endif
 
