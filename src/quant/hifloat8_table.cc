@@ -23,9 +23,6 @@ const std::uint8_t* hifloat8_sat_table() noexcept {
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
   static const HiFloat8Bf16Tables tables = [] {
     HiFloat8Bf16Tables t{};
-    // Entries no code needs keep a magnitude as it is: above the cap for the exponents that
-    // read them (above 142), and the caller's zeros for those below 104.
-    for (std::uint16_t& k : t.keep) k = 0x7FFF;
     for (int biased = 104; biased <= 142; ++biased) {
       const int i = biased % 64, e = biased - 127;
       const int ae = e < 0 ? -e : e;
@@ -35,8 +32,7 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
       const unsigned code = formats::encode_hifloat8(std::ldexp(1.0f, e), true);
       const unsigned top = static_cast<unsigned>(biased) << 7;
       t.half[i] = static_cast<std::uint16_t>(1u << (6 - kept));
-      t.keep[i] = static_cast<std::uint16_t>(0x7FFFu & ~((2u << (6 - kept)) - 1u));
-      t.shift[i] = static_cast<std::uint16_t>(7 - kept);
+      t.scale[i] = static_cast<std::uint16_t>(1u << (9 + kept));
       t.offset[i] = static_cast<std::uint16_t>(code - (top >> (7 - kept)));
     }
     return t;

@@ -17,19 +17,21 @@ const std::uint8_t* hifloat8_sat_table() noexcept;
 
 // HiFloat8 codes of bfloat16 magnitudes a (15 bits) by exponent field E = a >> 7, each table
 // indexed by E mod 64 (a 64-entry lookup reads an index's low six bits, so no clamp is needed):
-// for 2^-23 <= |x| <= 1.25 * 2^15, E lies in [104, 142], whose residues differ. The magnitude
-// rounds (half away from zero) to r = (a + half[E]) & keep[E]; with r capped at 0x4700 (the bits
-// of 2^15, which saturates everything above) and R = r >> 7, the code is
-// (r >> shift[R]) + offset[R] (mod 2^16): shift[R] drops the mantissa bits HiFloat8 does not keep
-// in that binade (r has them clear), and offset[R] turns R's bits that remain into the code of
-// 2^(R - 127). Any E above 142 rounds to an r above the cap, whatever entry it reads; lanes below
-// 2^-23 (code 0) and NaNs (code 0) are the caller's. Since a code depends only on the top 13 bits
-// of a float32 (see above), the bfloat16 that truncates a float32 has the same code.
+// for 2^-23 <= |x| <= 1.25 * 2^15, E lies in [104, 142], whose residues differ.
+// - u = min(a + half[E], 0x473F) is the magnitude plus half a unit of the last mantissa bit
+//   HiFloat8 keeps in binade E (round half away from zero), capped just below where 2^15
+//   saturates; any E above 142 exceeds the cap, whatever entry it reads.
+// - With R = u >> 7 (the rounded binade; a carry out of the mantissa moves to R = E + 1, where
+//   the bits below those kept stay below the next binade's unit), the code is
+//   (u * scale[R] >> 16) + offset[R] (mod 2^16): scale[R] = 2^(16 - dropped bits) shifts the
+//   kept bits down, offset[R] turns what remains of R into the code of 2^(R - 127).
+// Lanes below 2^-23 (code 0) and NaNs (code 0) are the caller's. Since a code depends only on
+// the top 13 bits of a float32 (see above), the bfloat16 that truncates a float32 has the same
+// code.
 struct HiFloat8Bf16Tables {
   alignas(64) std::uint16_t half[64];
-  alignas(64) std::uint16_t keep[64];
+  alignas(64) std::uint16_t scale[64];
   alignas(64) std::uint16_t offset[64];
-  alignas(64) std::uint16_t shift[64];
 };
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 
