@@ -755,27 +755,25 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest
-// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in t0g[k]. Returns whether
-// all eight groups take the lane form: m finite, and s at least 4, so that the operand is not
-// negative and every y the codes tell apart is normal.
-HWY_INLINE bool FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax, std::uint16_t emax,
-                               std::uint16_t first, std::uint8_t* HWY_RESTRICT scale8,
-                               std::uint16_t* HWY_RESTRICT t0g) {
-  const hn::CappedTag<std::uint16_t, 8> d;
+// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in t0g[k]. Returns a lane per
+// group, zero where the group takes the lane form: m finite, and s at least 4, so that the
+// operand is not negative and every y the codes tell apart is normal (a caller ors the results
+// of many calls and tests them once).
+using FP4Tag8 = hn::CappedTag<std::uint16_t, 8>;
+HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
+                                           std::uint16_t emax, std::uint16_t first,
+                                           std::uint8_t* HWY_RESTRICT scale8,
+                                           std::uint16_t* HWY_RESTRICT t0g) {
+  const FP4Tag8 d;  // eight lanes on every target with vectors
   const hn::Rebind<std::uint8_t, decltype(d)> d8;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  bool all = true;
-  for (std::int64_t g = 0; g < 8; g += L) {
-    const auto m = hn::ShiftRight<7>(hn::LoadU(d, amax + g));
-    const auto s = hn::SaturatedSub(m, hn::Set(d, emax));
-    const auto base = static_cast<std::uint16_t>(first - 127 * 128);
-    hn::StoreU(hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base)), d, t0g + g);
-    hn::StoreU(hn::TruncateTo(d8, s), d8, scale8 + g);
-    const auto ok =
-        hn::And(hn::Gt(s, hn::Set(d, std::uint16_t{3})), hn::Lt(m, hn::Set(d, std::uint16_t{255})));
-    all = all && hn::AllTrue(d, ok);
-  }
-  return all;
+  const auto m = hn::ShiftRight<7>(hn::LoadU(d, amax));
+  const auto s = hn::SaturatedSub(m, hn::Set(d, emax));
+  const auto base = static_cast<std::uint16_t>(first - 127 * 128);
+  hn::StoreU(hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base)), d, t0g);
+  hn::StoreU(hn::TruncateTo(d8, s), d8, scale8);
+  // Nonzero where m > 254 or s < 4.
+  return hn::Or(hn::SaturatedSub(m, hn::Set(d, std::uint16_t{254})),
+                hn::SaturatedSub(hn::Set(d, std::uint16_t{4}), s));
 }
 
 // ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------

@@ -402,11 +402,13 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
   HWY_ALIGN std::uint16_t amax[kMaxBatch], t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
-  bool all = true;
+  const qn::FP4Tag8 d8;
+  auto bad = hn::Zero(d8);
   for (int c = 0; c < used; c += 8) {
     qn::Maxima8<16>(units + c, 32, amax + c);
-    all &= qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c);
+    bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
   }
+  const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
@@ -422,10 +424,13 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::int64_t groups = p.d / 32;
   qn::GroupMagnitudes<32, false>(src, groups, s.amax, s.min1);
-  bool all = true;
+  const qn::FP4Tag8 d8;
+  auto bad = hn::Zero(d8);
   for (std::int64_t g = 0; g < groups; g += 8) {
-    all &= qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.sub + g);
+    bad = hn::Or(bad,
+                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.sub + g));
   }
+  const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
   qn::QuantizeFP4Pow2Row(src, codes, p.d, s.sub, table);
   if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
