@@ -666,30 +666,35 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
   return t;
 }
 
-// FP4 codes (sign in bit 3) of the 16-bit lanes w of groups whose operand t0g = first + (s -
-// 127) * 128 is at least 0 and whose y stay below the table's largest: t0 = |w| - t0g
-// (saturating) is above 0 past the first threshold, t1 = t0 - kFP4Span (saturating) is t's
-// place in the buckets, whose entry is looked up by bytes (the index's high byte 0 reads
-// entry[0] = 0 into the lane's high byte).
+// FP4 codes of the 16-bit lanes w of groups whose operand t0g = first + (s - 127) * 128 is at
+// least 0 and whose y stay below the table's largest, each as its magnitude plus its sign in
+// bit 10 (the packing below moves it to bit 3): t0 = |w| - t0g (saturating) is above 0 past the
+// first threshold, t1 = t0 - kFP4Span (saturating) is t's place in the buckets, whose entry is
+// looked up by bytes (the index's high byte 0 reads entry[0] = 0 into the lane's high byte).
+// Wherever t1 is above 0 its offset in its bucket is w's (every subtrahend is a multiple of 32),
+// and where it is 0, entry 0 leaves any offset below the carry: so the offset comes from w,
+// with w's sign riding along from bit 15 to bit 10.
 template <class D, class V = hn::Vec<D>, class VB>
 HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
   const hn::Repartition<std::uint8_t, D> d8;
   const V t0 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), t0g);
   const V t1 = hn::SaturatedSub(t0, hn::Set(d, kFP4Span));
   const V e = hn::BitCast(d, hn::TableLookupBytes(entries, hn::BitCast(d8, hn::ShiftRight<5>(t1))));
-  const V mag = hn::Add(hn::ShiftRight<5>(hn::Add(e, hn::And(t1, hn::Set(d, std::uint16_t{31})))),
-                        hn::Min(t0, hn::Set(d, std::uint16_t{1})));
-  return hn::OrAnd(mag, hn::ShiftRight<12>(w), hn::Set(d, std::uint16_t{8}));
+  const V x = hn::Add(e, hn::And(w, hn::Set(d, std::uint16_t{0x801F})));
+  return hn::Add(hn::ShiftRight<5>(x), hn::Min(t0, hn::Set(d, std::uint16_t{1})));
 }
 
-// Packs FP4 codes (16-bit lanes, each at most 15) two per byte, element 2i in the low nibble:
-// one vector (its lanes / 2 bytes), or four (twice its lanes).
+// Packs FP4Pow2Codes' lanes two per byte, element 2i in the low nibble, each nibble's sign in
+// its bit 3: one vector (its lanes / 2 bytes), or four (twice its lanes). A pair's codes and
+// signs, formed as c0 + 16 * c1 + 1024 * s0 + 16384 * s1, become the byte by or-ing in that
+// value shifted right by 7 (the signs to bits 3 and 7) and keeping the low byte.
 template <class D, class V>
 HWY_INLINE void StoreFP4Nibbles(D, V c, std::uint8_t* HWY_RESTRICT out) {
   const hn::Repartition<std::uint32_t, D> d32;
   const hn::Rebind<std::uint8_t, decltype(d32)> d8;
   const auto p = hn::BitCast(d32, c);
-  hn::StoreU(hn::TruncateTo(d8, hn::Or(p, hn::ShiftRight<12>(p))), d8, out);
+  const auto pair = hn::Or(p, hn::ShiftRight<12>(p));
+  hn::StoreU(hn::TruncateTo(d8, hn::Or(pair, hn::ShiftRight<7>(pair))), d8, out);
 }
 template <class D, class V>
 HWY_INLINE void StoreFP4Nibbles4(D d, V c0, V c1, V c2, V c3, std::uint8_t* HWY_RESTRICT out) {
@@ -700,30 +705,39 @@ HWY_INLINE void StoreFP4Nibbles4(D d, V c0, V c1, V c2, V c3, std::uint8_t* HWY_
   StoreFP4Nibbles(d, c3, out + 3 * half);
 }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// The pairs by E2M1NibblePairs (below 0x8000, so its signed pack keeps them), the signs moved on
+// 16-bit lanes, then E2M1NibbleBytes.
+HWY_INLINE __m256i FP4SignedPairs(hn::Vec256<std::uint16_t> a, hn::Vec256<std::uint16_t> b) {
+  const hn::Full256<std::int16_t> di;
+  const __m256i p = E2M1NibblePairs(hn::BitCast(di, a), hn::BitCast(di, b));
+  return _mm256_and_si256(_mm256_or_si256(p, _mm256_srli_epi16(p, 7)), _mm256_set1_epi16(0xFF));
+}
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec256<std::uint16_t> c0, hn::Vec256<std::uint16_t> c1,
                                  hn::Vec256<std::uint16_t> c2, hn::Vec256<std::uint16_t> c3,
                                  std::uint8_t* HWY_RESTRICT out) {
-  const hn::Full256<std::int16_t> di;
-  StoreE2M1Nibbles(hn::BitCast(di, c0), hn::BitCast(di, c1), hn::BitCast(di, c2),
-                   hn::BitCast(di, c3), out);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      E2M1NibbleBytes(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3)));
 }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// A multiply-add of each lane pair by (1, 16) forms each byte in a 32-bit lane; two packs by
-// 128-bit block and one dword permute put the four vectors' bytes in order.
+// A multiply-add of each lane pair by (1, 16) forms each pair's value in a 32-bit lane; after
+// the signed pack to 16 bits the signs move, then an unsigned pack and one dword permute put
+// the four vectors' bytes in order.
+HWY_INLINE __m512i FP4SignedPairs(hn::Vec512<std::uint16_t> a, hn::Vec512<std::uint16_t> b) {
+  const __m512i w = _mm512_set1_epi32(0x00100001);
+  const __m512i p = _mm512_packs_epi32(_mm512_madd_epi16(a.raw, w), _mm512_madd_epi16(b.raw, w));
+  // (p | p >> 7) & 0xFF
+  return _mm512_ternarylogic_epi32(p, _mm512_srli_epi16(p, 7), _mm512_set1_epi16(0xFF), 0xA8);
+}
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std::uint16_t> c1,
                                  hn::Vec512<std::uint16_t> c2, hn::Vec512<std::uint16_t> c3,
                                  std::uint8_t* HWY_RESTRICT out) {
-  const __m512i w = _mm512_set1_epi32(0x00100001);
-  const __m512i p01 =
-      _mm512_packs_epi32(_mm512_madd_epi16(c0.raw, w), _mm512_madd_epi16(c1.raw, w));
-  const __m512i p23 =
-      _mm512_packs_epi32(_mm512_madd_epi16(c2.raw, w), _mm512_madd_epi16(c3.raw, w));
+  const __m512i bytes = _mm512_packus_epi16(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3));
   // Block b of the bytes holds dwords 4b..4b+3 of c0, c1, c2, c3 in turn.
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
 }
 #endif
 
