@@ -409,11 +409,19 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
+  if (all) {  // the usual case, in a loop of its own
+    for (int k = 0; k < b.n; ++k) {
+      const std::int64_t u = k * groups;
+      std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+      qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
+    }
+    return;
+  }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
     qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
-    if (!all) redo_fp4_groups(s, e2m1, units[u], amax + u, groups, b.codes[k], b.scale[k]);
+    redo_fp4_groups(s, e2m1, units[u], amax + u, groups, b.codes[k], b.scale[k]);
   }
 }
 
