@@ -17,6 +17,9 @@
 //
 // - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
 //   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
+// - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
+//   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
+//   16-entry byte table (FP4Pow2Codes), packed two per byte.
 //
 // All of them are exact lane forms of the scalar rules; none of them depends on the target.
 // They need at least 8 lanes of 16 bits, so the scalar target has none of them.

@@ -16,6 +16,9 @@
 //   dtype take the general path: the row widened to float32, the scalar scale rules of
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
 //   reference.
+// - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
+//   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes). Groups of zeros, with a
+//   non-finite element, or with a scale below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -372,7 +375,7 @@ bool fast_fp4(const IndexerQuantCachePlan& p) {
 }
 
 // The groups of one mxfp4 row that the lane form does not cover (zero or non-finite groups,
-// and those near either end of bf16's range: FP4Pow2Scales8), rewritten by the scalar rules.
+// and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules.
 void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint16_t* amax,
                      std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   const std::uint32_t emax = e2m1 ? 2 : 0;
