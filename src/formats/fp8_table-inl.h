@@ -1,6 +1,6 @@
 // Float8 codes of bfloat16 values divided by one scale, by a table of the scale's 128 mantissa
 // quotients (Highway -inl.h pattern, included once per target from inside a foreach_target
-// translation unit; the table kernel itself is AVX-512 only).
+// translation unit; the table kernels exist for AVX-512 and AVX2).
 //
 // Why it is exact: a finite bfloat16 x = 1.m * 2^(e - 127) (e >= 1) has x / s = 2^(e - 127) *
 // (1.m / s). Where that quotient is a normal float8 value (its magnitude at least the smallest
@@ -14,6 +14,14 @@
 // complete it. Magnitudes are sorted like their quotients, so two thresholds found once per scale
 // split the lanes: quotients that round to zero (code 0 with the sign), normal ones (the table),
 // and the rest (subnormal float8 results, infinities, NaNs), which the caller encodes exactly.
+//
+// AVX-512 looks the entries up with 16-bit permutes. Narrower targets use the table's shape
+// instead: within each block of 16 consecutive mantissas an entry exceeds the block's first by
+// 0, 1 or 2 (the block's quotients span less than two float8 steps), so an entry is the block's
+// first plus two compares of the mantissa's low four bits against the block's step points:
+// three lookups into 8-entry tables (TableLookupBytes), about 30 operations per vector of 16-bit
+// lanes. That beats the reciprocal shortcut with 256-bit vectors (AVX2); with 128-bit ones
+// (SSE4) it measured no faster, so those targets keep the shortcut.
 #if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
 #undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
@@ -38,10 +46,36 @@ struct Fp8Table {
   std::uint16_t zero_max = 0;    // magnitude bits up to this: the quotient rounds to zero
   std::uint16_t normal_min = 0;  // from this up to below infinity: a normal float8 quotient
   HWY_ALIGN std::int16_t code[128] = {};
+  // The blocks of 16 entries: block a's first entry, and the low four mantissa bits less one
+  // from which it is exceeded by 1 and by 2 (15: never).
+  HWY_ALIGN std::int16_t block_first[8] = {}, step1[8] = {}, step2[8] = {};
 };
 
-// Whether the table kernel exists on this target (AVX-512 with 16-bit permutes).
-constexpr bool kHaveFp8Table = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
+// Whether a table kernel exists on this target: AVX-512's permutes, AVX2's blocks.
+#undef KVS_FP8_TABLE_BLOCKS
+#define KVS_FP8_TABLE_BLOCKS (HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2)
+constexpr bool kHaveFp8Table = (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS;
+
+// Fills the block form of t.code; false where an entry leaves its block's 0..2 range.
+inline bool MakeFp8TableBlocks(Fp8Table& t) {
+  for (int a = 0; a < 8; ++a) {
+    const std::int16_t* e = t.code + 16 * a;
+    int first1 = 16, first2 = 16;
+    for (int b = 15; b >= 0; --b) {
+      const int d = e[b] - e[0];
+      if (d < 0 || d > 2) return false;
+      if (d >= 1) first1 = b;
+      if (d >= 2) first2 = b;
+    }
+    for (int b = 0; b < 16; ++b) {  // the entries must rise with b (the quotients do)
+      if (e[b] - e[0] != (b >= first1) + (b >= first2)) return false;
+    }
+    t.block_first[a] = e[0];
+    t.step1[a] = static_cast<std::int16_t>(first1 - 1);
+    t.step2[a] = static_cast<std::int16_t>(first2 - 1);
+  }
+  return true;
+}
 
 // Values per scale from which a caller builds the scale's table: its setup costs about as much
 // as quantizing a few thousand values the other way.
@@ -91,7 +125,7 @@ Fp8Table MakeFp8Table(float scale) {
     t.code[m] = static_cast<std::int16_t>(code - (127 << kMant) -
                                           static_cast<std::int32_t>(m >> (7 - kMant)));
   }
-  t.usable = true;
+  t.usable = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 ? true : MakeFp8TableBlocks(t);
   return t;
 }
 
@@ -163,6 +197,72 @@ HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8T
   _mm512_storeu_si512(dst, _mm512_mask_add_epi8(packed, neg, packed, _mm512_set1_epi8(-128)));
   return true;
 }
+
+// The table kernel of this target, for QuantizeBF16GroupsByTable.
+using Fp8TableKernel = Fp8TableVectors;
+template <bool kE4M3>
+HWY_INLINE bool TableGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8TableVectors& tv,
+                           unsigned char* HWY_RESTRICT dst) {
+  return TableGroupAVX3<kE4M3>(src, tv, dst);
+}
+#elif KVS_FP8_TABLE_BLOCKS
+// The block form of a table as vectors (each 8-entry table duplicated per 16-byte block) and
+// the thresholds, moved by one for strict compares (16-bit magnitudes: no overflow).
+struct Fp8TableBlockVectors {
+  using D = hn::ScalableTag<std::int16_t>;
+  hn::Vec<D> first, step1, step2, zero_above, normal_above;
+
+  explicit Fp8TableBlockVectors(const Fp8Table& table)
+      : first(hn::LoadDup128(D(), table.block_first)),
+        step1(hn::LoadDup128(D(), table.step1)),
+        step2(hn::LoadDup128(D(), table.step2)),
+        zero_above(hn::Set(D(), static_cast<std::int16_t>(table.zero_max + 1))),
+        normal_above(hn::Set(D(), static_cast<std::int16_t>(table.normal_min - 1))) {}
+};
+
+using Fp8TableKernel = Fp8TableBlockVectors;
+
+// TableGroupAVX3 for the other targets, two vectors of 16-bit lanes per group (the shortcut's
+// group size).
+template <bool kE4M3>
+HWY_INLINE bool TableGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8TableBlockVectors& tv,
+                           unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2;
+  using D = Fp8TableBlockVectors::D;
+  const D d;
+  const hn::Repartition<std::uint8_t, D> dbytes;
+  const hn::Rebind<std::uint8_t, D> d8;
+  using V = hn::Vec<D>;
+  const auto look = [&](V table, V idx) HWY_ATTR {
+    return hn::BitCast(d, hn::TableLookupBytes(hn::BitCast(dbytes, table),
+                                               hn::BitCast(dbytes, idx)));
+  };
+  const auto codes = [&](V w, hn::Mask<D>& ok) HWY_ATTR {
+    const V mag = hn::And(w, hn::Set(d, 0x7FFF));
+    // Byte indices 2a and 2a + 1 of block a's 16-bit entries; b: the mantissa's low four bits.
+    const V a = hn::And(hn::ShiftRight<4>(w), hn::Set(d, 7));
+    const V idx = hn::Add(hn::Mul(a, hn::Set(d, 0x0202)), hn::Set(d, 0x0100));
+    const V b = hn::And(w, hn::Set(d, 15));
+    V code = hn::Add(hn::ShiftRight<7 - kMant>(mag), look(tv.first, idx));
+    code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step1, idx))));
+    code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step2, idx))));
+    code = hn::Min(code, hn::Set(d, kE4M3 ? 0x7E : 0x7B));
+    const auto normal = hn::And(hn::Gt(mag, tv.normal_above), hn::Lt(mag, hn::Set(d, 0x7F80)));
+    ok = hn::Or(normal, hn::Lt(mag, tv.zero_above));
+    // Codes are at most 0x7E: the sign bit or-ed in keeps them within a byte.
+    return hn::Or(hn::IfThenElseZero(normal, code),
+                  hn::And(hn::ShiftRight<8>(w), hn::Set(d, 0x80)));
+  };
+  const std::size_t N = hn::Lanes(d);
+  const V wa = hn::BitCast(d, hn::LoadU(hn::RebindToUnsigned<D>(), src));
+  const V wb = hn::BitCast(d, hn::LoadU(hn::RebindToUnsigned<D>(), src + N));
+  hn::Mask<D> ok_a, ok_b;
+  const V ca = codes(wa, ok_a), cb = codes(wb, ok_b);
+  if (HWY_UNLIKELY(!hn::AllTrue(d, hn::And(ok_a, ok_b)))) return false;
+  hn::StoreU(hn::DemoteTo(d8, ca), d8, dst);
+  hn::StoreU(hn::DemoteTo(d8, cb), d8, dst + N);
+  return true;
+}
 #endif
 
 // QuantizeBF16Groups with the scale's code table (when not null and usable): the groups that
@@ -171,20 +271,21 @@ HWY_INLINE bool TableGroupAVX3(const std::uint16_t* HWY_RESTRICT src, const Fp8T
 template <bool kE4M3, class Next>
 HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Shortcut& sc,
                                           Next next) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS
   if (table != nullptr && table->usable && sc.mode != Shortcut::none) {
-    const Fp8TableVectors tv(*table);
+    const Fp8TableKernel tv(*table);
     const QDF df;
     const hn::RebindToUnsigned<QDF> du;
     const CodeOrder<true>& order = CodeOrder<true>::Get();
     const auto vr = hn::Set(df, sc.r);
     const auto hi = hn::Set(du, 0xFFFF0000u);
+    const std::size_t half = hn::Lanes(du);  // a group is four float vectors' worth
     const std::uint16_t* src;
     unsigned char* dst;
     while (next(src, dst)) {
-      if (HWY_LIKELY(TableGroupAVX3<kE4M3>(src, tv, dst))) continue;
+      if (HWY_LIKELY(TableGroup<kE4M3>(src, tv, dst))) continue;
       const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src));
-      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 32));
+      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 2 * half));
       QuantizeGroup<kE4M3, false, true>(
           hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
           hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, sc.scale,

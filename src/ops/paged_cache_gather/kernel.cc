@@ -83,7 +83,6 @@ HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned cha
   }
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // A 16-bit destination holds one of 256 values per call (a function of the code alone), so the
 // codes of every row are looked up in a table of those values, made once by DequantRow itself.
 struct CodeTable {
@@ -99,6 +98,7 @@ HWY_INLINE void FillTable(const Job& job, CodeTable& table) {
   DequantRow<kE4M3>(one, codes, reinterpret_cast<unsigned char*>(table.values));
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // n codes -> n 16-bit values at dst (any address), 32 per step: vpermi2w reads 64 entries of
 // two registers, so four of them cover the table and bits 6 and 7 of the code pick the result.
 HWY_INLINE void LookupRow(const CodeTable& table, const std::uint8_t* src, std::size_t n,
@@ -130,6 +130,123 @@ HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t e
     const Row& r = job.rows[k];
     LookupRow(table, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
               job.dst + r.dst_row * job.dst_row_bytes);
+  }
+  return true;
+}
+#elif HWY_TARGET != HWY_SCALAR
+// Narrower vectors have no 16-bit lookup into 256 entries, but the table has structure: a code
+// of exponent e and mantissa m decodes to 2^e times a value of m alone, and wherever the scaled
+// product and its 16-bit rounding stay normal, scaling by 2^e is exact, so the result is the
+// entry of m with e added to its exponent field. The codes of exponent 0 (subnormal) get
+// entries of their own, the code's sign flips the result's, and the NaN codes give the
+// canonical NaN (e5m2's largest exponent, infinities included, has entries of its own too).
+// The entries are read from the exact table, and the rule is checked against all 256 of its
+// values before use: a scale that breaks it anywhere (results outside the normal range) keeps
+// the exact path.
+template <bool kE4M3>
+struct CodeRule {
+  static constexpr int kMant = kE4M3 ? 3 : 2;                   // mantissa bits
+  static constexpr std::uint16_t kMantMask = (1u << kMant) - 1;
+  static constexpr std::uint16_t kExpMask = 0x7F & ~kMantMask;  // the exponent field in place
+
+  // m's entries, eight 16-bit values: one 16-byte block for TableLookupBytes.
+  HWY_ALIGN std::uint16_t low[8] = {}, normal[8] = {}, top[8] = {};
+  int shift = 0;  // the exponent field in place, shifted by this, is e exponent steps
+
+  std::uint16_t Apply(std::uint16_t c) const {
+    const std::uint16_t t = c & kExpMask, m = c & kMantMask;
+    std::uint16_t v = static_cast<std::uint16_t>(normal[m] + (t << shift));
+    if (t == 0) v = low[m];
+    if (!kE4M3 && t == kExpMask) v = top[m];
+    v = static_cast<std::uint16_t>(v ^ ((c & 0x80) << 8));
+    if (kE4M3) return (c & 0x7F) == 0x7F ? std::uint16_t{0x7FFF} : v;
+    return t == kExpMask && m != 0 ? std::uint16_t{0x7FFF} : v;
+  }
+
+  // From the exact table; false where the rule does not reproduce every entry.
+  bool From(const CodeTable& table, DType dst) {
+    const std::uint16_t* v = table.values;
+    shift = (dst == DType::bfloat16 ? 7 : 10) - kMant;
+    for (std::uint16_t m = 0; m <= kMantMask; ++m) {
+      low[m] = v[m];
+      top[m] = v[kExpMask | m];
+      normal[m] = static_cast<std::uint16_t>(v[(1u << kMant) | m] - (1u << (kMant + shift)));
+    }
+    for (int c = 0; c < 256; ++c) {
+      if (Apply(static_cast<std::uint16_t>(c)) != v[c]) return false;
+    }
+    return true;
+  }
+};
+
+// One vector of codes by CodeRule, each sign-extended to 16 bits (bit 15 is the code's sign);
+// the tables are duplicated per 16-byte block.
+template <bool kE4M3, class D, class V = hn::Vec<D>>
+HWY_INLINE V RuleVector(D d16, V c, V low, V normal, V top, int shift) {
+  using R = CodeRule<kE4M3>;
+  const hn::Repartition<std::uint8_t, D> dbytes;
+  const auto t = hn::And(c, hn::Set(d16, R::kExpMask));
+  const auto m = hn::And(c, hn::Set(d16, R::kMantMask));
+  // Byte indices 2m and 2m + 1 of m's 16-bit entry.
+  const auto idx = hn::BitCast(dbytes, hn::Add(hn::Mul(m, hn::Set(d16, 0x0202)), hn::Set(d16, 0x0100)));
+  const auto look = [&](V table) {
+    return hn::BitCast(d16, hn::TableLookupBytes(hn::BitCast(dbytes, table), idx));
+  };
+  auto v = hn::Add(look(normal), hn::ShiftLeftSame(t, shift));
+  v = hn::IfThenElse(hn::Eq(t, hn::Zero(d16)), look(low), v);
+  const auto canonical = hn::Set(d16, 0x7FFF);
+  if (kE4M3) {
+    v = hn::Xor(v, hn::And(c, hn::Set(d16, 0x8000)));
+    return hn::IfThenElse(hn::Eq(hn::And(c, hn::Set(d16, 0x7F)), hn::Set(d16, 0x7F)), canonical, v);
+  }
+  const auto top_e = hn::Eq(t, hn::Set(d16, R::kExpMask));
+  v = hn::IfThenElse(top_e, look(top), v);
+  v = hn::Xor(v, hn::And(c, hn::Set(d16, 0x8000)));
+  return hn::IfThenElse(hn::AndNot(hn::Eq(m, hn::Zero(d16)), top_e), canonical, v);
+}
+
+// n codes -> n 16-bit values at dst (any address) by CodeRule.
+template <bool kE4M3>
+HWY_INLINE void RuleRow(const CodeRule<kE4M3>& rule, const std::uint8_t* HWY_RESTRICT src,
+                        std::size_t n, unsigned char* HWY_RESTRICT dst) {
+  const hn::ScalableTag<std::uint16_t> d16;
+  const hn::Rebind<std::int8_t, decltype(d16)> d8;
+  const hn::RebindToSigned<decltype(d16)> di16;
+  const hn::Repartition<std::uint8_t, decltype(d16)> dbytes;
+  const std::size_t N = hn::Lanes(d16);
+  const auto low = hn::LoadDup128(d16, rule.low), normal = hn::LoadDup128(d16, rule.normal);
+  const auto top = hn::LoadDup128(d16, rule.top);
+  const auto one = [&](const std::uint8_t* s, unsigned char* o) HWY_ATTR {
+    const auto codes = hn::LoadU(d8, reinterpret_cast<const std::int8_t*>(s));
+    const auto c = hn::BitCast(d16, hn::PromoteTo(di16, codes));
+    const auto v = RuleVector<kE4M3>(d16, c, low, normal, top, rule.shift);
+    hn::StoreU(hn::BitCast(dbytes, v), dbytes, o);  // bytes: any alignment
+  };
+  std::size_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    one(src + i, dst + 2 * i);
+    one(src + i + N, dst + 2 * (i + N));
+  }
+  for (; i + N <= n; i += N) one(src + i, dst + 2 * i);
+  if (i == n) return;
+  HWY_ALIGN std::uint8_t tail_src[HWY_MAX_BYTES] = {};
+  HWY_ALIGN unsigned char tail_dst[HWY_MAX_BYTES * 2];
+  std::memcpy(tail_src, src + i, n - i);
+  one(tail_src, tail_dst);
+  std::memcpy(dst + 2 * i, tail_dst, 2 * (n - i));
+}
+
+template <bool kE4M3>
+HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t end) {
+  if (job.dst_dtype == DType::float32) return false;
+  CodeTable table;
+  FillTable<kE4M3>(job, table);
+  CodeRule<kE4M3> rule;
+  if (!rule.From(table, job.dst_dtype)) return false;
+  for (std::int64_t k = begin; k < end; ++k) {
+    const Row& r = job.rows[k];
+    RuleRow(rule, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
+            job.dst + r.dst_row * job.dst_row_bytes);
   }
   return true;
 }
