@@ -23,16 +23,17 @@ const std::uint8_t* hifloat8_sat_table() noexcept {
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
   static const HiFloat8Bf16Tables tables = [] {
     HiFloat8Bf16Tables t{};
-    for (int i = 0; i < 64; ++i) {
-      const int e = i + 103 - 127;  // unbiased exponent
+    for (int biased = 104; biased <= 142; ++biased) {
+      const int i = biased % 64, e = biased - 127;
       const int ae = e < 0 ? -e : e;
       // Mantissa bits HiFloat8 keeps: 3, 2, 1 in the binades up to 2^+-3, 2^+-7, 2^+-15; none
       // for the denormals below.
       const int kept = ae <= 3 ? 3 : ae <= 7 ? 2 : ae <= 15 ? 1 : 0;
+      const unsigned code = formats::encode_hifloat8(std::ldexp(1.0f, e), true);
+      const unsigned top = static_cast<unsigned>(biased) << 7;
       t.half[i] = static_cast<std::uint16_t>(1u << (6 - kept));
-      t.keep[i] = static_cast<std::uint16_t>(~((2u << (6 - kept)) - 1u));
-      t.code[i] = e >= -23 && e <= 15 ? formats::encode_hifloat8(std::ldexp(1.0f, e), true) : 0;
-      t.shift[i] = static_cast<std::uint16_t>(7 - kept);
+      t.scale[i] = static_cast<std::uint16_t>(1u << (9 + kept));
+      t.offset[i] = static_cast<std::uint16_t>(code - (top >> (7 - kept)));
     }
     return t;
   }();

@@ -15,18 +15,23 @@ inline constexpr int kHiFloat8TableShift = 19;
 // non-NaN float x. Built on first use, thread-safe.
 const std::uint8_t* hifloat8_sat_table() noexcept;
 
-// HiFloat8 codes of bfloat16 magnitudes a (15 bits) by exponent: with E = a >> 7 and
-// i(E) = min(max(E - 103, 0), 63), the magnitude rounds (half away from zero) to
-// r = (a + half[i(E)]) & keep[i(E)], and for 2^-23 <= |x| <= 1.25 * 2^15 (r capped at the bits
-// of 2^15 saturates the rest) the code is code[i(R)] | (r & 0x7F) >> shift[i(R)] with
-// R = r >> 7: the code of 2^(R - 127) plus the mantissa bits HiFloat8 keeps in that binade.
-// Since a code depends only on the top 13 bits of a float32 (see above), the bfloat16 that
-// truncates a float32 has the same code.
+// HiFloat8 codes of bfloat16 magnitudes a (15 bits) by exponent field E = a >> 7, each table
+// indexed by E mod 64 (a 64-entry lookup reads an index's low six bits, so no clamp is needed):
+// for 2^-23 <= |x| <= 1.25 * 2^15, E lies in [104, 142], whose residues differ.
+// - u = min(a + half[E], 0x473F) is the magnitude plus half a unit of the last mantissa bit
+//   HiFloat8 keeps in binade E (round half away from zero), capped just below where 2^15
+//   saturates; any E above 142 exceeds the cap, whatever entry it reads.
+// - With R = u >> 7 (the rounded binade; a carry out of the mantissa moves to R = E + 1, where
+//   the bits below those kept stay below the next binade's unit), the code is
+//   (u * scale[R] >> 16) + offset[R] (mod 2^16): scale[R] = 2^(16 - dropped bits) shifts the
+//   kept bits down, offset[R] turns what remains of R into the code of 2^(R - 127).
+// Lanes below 2^-23 (code 0) and NaNs (code 0) are the caller's. Since a code depends only on
+// the top 13 bits of a float32 (see above), the bfloat16 that truncates a float32 has the same
+// code.
 struct HiFloat8Bf16Tables {
   alignas(64) std::uint16_t half[64];
-  alignas(64) std::uint16_t keep[64];
-  alignas(64) std::uint16_t code[64];
-  alignas(64) std::uint16_t shift[64];
+  alignas(64) std::uint16_t scale[64];
+  alignas(64) std::uint16_t offset[64];
 };
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 

@@ -20,6 +20,9 @@
 // - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
 //   16-entry byte table (FP4Pow2Codes), packed two per byte.
+// - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
+//   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
+//   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
 //
 // All of them are exact lane forms of the scalar rules; none of them depends on the target.
 // They need at least 8 lanes of 16 bits, so the scalar target has none of them.
@@ -51,6 +54,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define KVS_E2M1_BUCKETS 1
 #else
 #define KVS_E2M1_BUCKETS 0
+#endif
+
+// HiF8CodesBf16Row exists where this is 1 (AVX-512 targets).
+#undef KVS_HIF8_BF16
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define KVS_HIF8_BF16 1
+#else
+#define KVS_HIF8_BF16 0
 #endif
 
 #if HWY_TARGET != HWY_SCALAR
@@ -916,6 +927,100 @@ HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
       [](auto d, auto w, auto s7, auto&) HWY_ATTR { return E4M3Pow2CodesUnmasked(d, w, s7); }, x,
       out, n, subw);
 }
+
+#if KVS_HIF8_BF16
+// The 64-entry tables of hifloat8_bf16_tables() in registers, two halves each; vpermi2w has no
+// portable Highway form in this version, so this part is written for AVX-512.
+struct HiF8Bf16Regs {
+  __m512i half[2], scale[2], offset[2];
+};
+
+HWY_INLINE HiF8Bf16Regs LoadHiF8Bf16Regs() {
+  const detail::HiFloat8Bf16Tables& t = detail::hifloat8_bf16_tables();
+  HiF8Bf16Regs r;
+  for (int k = 0; k < 2; ++k) {
+    r.half[k] = _mm512_load_si512(t.half + 32 * k);
+    r.scale[k] = _mm512_load_si512(t.scale + 32 * k);
+    r.offset[k] = _mm512_load_si512(t.offset + 32 * k);
+  }
+  return r;
+}
+
+// Entry i mod 64 of a table held as two halves.
+HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
+  return _mm512_permutex2var_epi16(tab[0], i, tab[1]);
+}
+
+// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00), by the tables' rule
+// (hifloat8_table.h), one per 16-bit lane (the high bytes zero). The shifts right are high
+// halves of products (vpmulhuw): on Zen 4 shifts share two pipes with the lookups, multiplies
+// have two of their own.
+HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
+  const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+  const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
+  const __m512i e = _mm512_mulhi_epu16(a, by128);
+  const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, LookUp64(t.half, e)),
+                                     _mm512_set1_epi16(0x473F));  // saturation
+  const __m512i re = _mm512_mulhi_epu16(u, by128);
+  // Codes other than 0x00 for 2^-23 <= |x| and no NaN (the only zero has no sign): the masked
+  // operations zero the other lanes.
+  const __mmask32 live = _mm512_mask_cmple_epu16_mask(
+      _mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x3400)), a, _mm512_set1_epi16(0x7F80));
+  const __m512i c = _mm512_maskz_add_epi16(live, _mm512_mulhi_epu16(u, LookUp64(t.scale, re)),
+                                           LookUp64(t.offset, re));
+  const __m512i sign = _mm512_maskz_mulhi_epu16(live, w, _mm512_set1_epi16(0x100));  // w >> 8
+  return _mm512_ternarylogic_epi32(c, sign, _mm512_set1_epi16(0x80), 0xF8);
+}
+
+// The 32 bfloat16 at src times x_scale, each float32 product truncated to a bfloat16, in
+// element order. The truncation keeps a product's HiFloat8 code (its top 13 bits), infinities,
+// and NaNs: a NaN from arithmetic is quiet, and its quiet bit (22) is kept.
+HWY_INLINE __m512i Bf16ProductsTruncated(const std::uint16_t* HWY_RESTRICT src, __m512 xs) {
+  const __m512i w = _mm512_loadu_si512(src);
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512 even = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(w, 16)), xs);
+  const __m512 odd = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(w, high)), xs);
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(_mm512_castps_si512(even), 16),
+                                   _mm512_castps_si512(odd), high, 0xF8);
+}
+
+// 32 values of HiF8CodesBf16Row at j: the products, or with x_scale 1 the inputs themselves
+// (x * 1 is x, and a NaN stays a NaN).
+template <bool kScaled>
+HWY_INLINE __m512i HiF8Codes32(const HiF8Bf16Regs& t, const std::uint16_t* HWY_RESTRICT src,
+                               __m512 xs) {
+  return HiF8CodesOfBf16(t, kScaled ? Bf16ProductsTruncated(src, xs) : _mm512_loadu_si512(src));
+}
+
+template <bool kScaled>
+HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* HWY_RESTRICT src,
+                                   std::uint8_t* HWY_RESTRICT out, std::int64_t n, __m512 xs) {
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  std::int64_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    const __m512i lo = HiF8Codes32<kScaled>(t, src + j, xs);
+    const __m512i hi = HiF8Codes32<kScaled>(t, src + j + 32, xs);
+    _mm512_storeu_si512(out + j, _mm512_permutexvar_epi64(order, _mm512_packus_epi16(lo, hi)));
+  }
+  if (j < n) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                        _mm512_cvtepi16_epi8(HiF8Codes32<kScaled>(t, src + j, xs)));
+  }
+}
+
+// n bfloat16 values times x_scale (n a multiple of 32), their HiFloat8 codes: round half away
+// from zero, saturating, NaN to 0x00, as the scalar encoder of each float32 product. Two code
+// vectors narrow together (a pack and a qword permute) where vpmovwb takes two operations each.
+HWY_INLINE void HiF8CodesBf16Row(const HiF8Bf16Regs& t, const std::uint16_t* HWY_RESTRICT src,
+                                 std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale) {
+  const __m512 xs = _mm512_set1_ps(x_scale);
+  if (x_scale == 1.0f) {
+    HiF8CodesBf16RowOf<false>(t, src, out, n, xs);
+  } else {
+    HiF8CodesBf16RowOf<true>(t, src, out, n, xs);
+  }
+}
+#endif  // KVS_HIF8_BF16
 
 // n bf16 values times x_scale, each product's HiFloat8 code looked up by the top bits of its
 // float32 (hifloat8_table.h), the products formed a vector at a time; n is a multiple of 8 and

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -557,6 +558,47 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
               << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
               << hwy::TargetName(target);
         }
+      }
+    }
+  }
+}
+
+// Mode hifloat8 from bfloat16: every bit pattern (NaNs, infinities, zeros, subnormals) times
+// scales that keep the products in range, push them into HiFloat8's denormals, below its
+// smallest code, to saturation and to infinity, or make them all NaN, on every SIMD target.
+TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float scales[] = {1.0f,      0.75f,   1.0f / 3.0f, 0x1p-3f, -0x1p-20f, 0x1p-40f, 0x1p-126f,
+                          0x1p-149f, 0x1p20f, -0x1.8p100f, 3e38f,   0.0f,      inf,      nan};
+  for (const std::int64_t d : {128, 96}) {
+    std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+    const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+    for (const float x_scale : scales) {
+      IndexerQuantCacheOptions o;
+      o.quant_mode = IndexerQuantMode::hifloat8;
+      o.x_scale = x_scale;
+      Bytes scale_row(static_cast<std::size_t>(rows * 4));
+      const auto go = [&](bool ref, Bytes& c) {
+        run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {rows, 1, 1, d}),
+                                     TensorView(scale_row.data(), DType::float32, {rows, 1, 1, 1}),
+                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                     TensorView(slots.data(), DType::int64, {rows}), o),
+            ref);
+      };
+      Bytes want(static_cast<std::size_t>(rows * d), 0xA5);
+      go(true, want);
+      for (std::int64_t target : simd_test::simd_targets()) {
+        simd_test::PinTarget pin(target);
+        Bytes c(want.size(), 0x5A);
+        go(false, c);
+        const auto diff = std::mismatch(c.begin(), c.end(), want.begin());
+        ASSERT_TRUE(diff.first == c.end())
+            << "d" << d << " x_scale " << x_scale << " " << hwy::TargetName(target) << ": bf16 0x"
+            << std::hex << x[static_cast<std::size_t>(diff.first - c.begin())] << " gives 0x"
+            << int(*diff.first) << ", the reference 0x" << int(*diff.second);
       }
     }
   }

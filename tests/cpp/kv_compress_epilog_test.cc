@@ -762,19 +762,17 @@ TEST(KvCompressEpilogSimd, EncodersMatchScalarExhaustive) {
   }
 }
 
-// The AVX-512 HiFloat8 path of the rope (x_scale 1) on every bfloat16 but the NaNs, which send
-// the rope to the general encoder.
+// The AVX-512 HiFloat8 path of the rope (x_scale 1) on every bfloat16, NaNs (code 0x00)
+// included.
 TEST(KvCompressEpilogSimd, HiFloat8FromBf16Exhaustive) {
-  std::vector<std::uint16_t> x;
-  for (std::uint32_t b = 0; b < 0x10000; ++b) {
-    if ((b & 0x7FFF) <= 0x7F80) x.push_back(static_cast<std::uint16_t>(b));
-  }
-  while (x.size() % 64 != 0) x.push_back(0);
+  std::vector<std::uint16_t> x(0x10000);
+  for (std::uint32_t b = 0; b < 0x10000; ++b) x[b] = static_cast<std::uint16_t>(b);
   Bytes out(x.size());
   int ran = 0;
   for (std::int64_t target : targets()) {
     const simd_test::PinTarget pin(target);
     SCOPED_TRACE(hwy::TargetName(target));
+    std::fill(out.begin(), out.end(), std::uint8_t{0xA5});
     if (!detail::simd_encode_hifloat8_bf16(x.data(), out.data(), x.size())) continue;
     ++ran;
     std::size_t bad = 0;
@@ -786,12 +784,57 @@ TEST(KvCompressEpilogSimd, HiFloat8FromBf16Exhaustive) {
       }
     }
     EXPECT_EQ(bad, 0u);
-    // A NaN anywhere in a chunk of 64 hands the chunk back.
-    std::vector<std::uint16_t> nan_row(64, 0x3F80);
-    nan_row[37] = 0xFFC1;
-    EXPECT_FALSE(detail::simd_encode_hifloat8_bf16(nan_row.data(), out.data(), 64));
   }
   std::printf("targets with the bfloat16 HiFloat8 path: %d\n", ran);
+}
+
+// The rope of mode hifloat8_fp4 through the operator: every bfloat16 bit pattern in the rope
+// times scales that keep the products in range, push them into HiFloat8's denormals, below its
+// smallest code, to saturation and to infinity, or make them all NaN; every target against the
+// reference.
+TEST(KvCompressEpilogSimd, HiFloat8RopeScaledMatchesReference) {
+  constexpr std::int64_t kD = 128, kRows = 0x10000 / 64;
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(kRows * kD));
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    for (std::int64_t k = 0; k < 64; ++k) {
+      x[static_cast<std::size_t>(r * kD + k)] = bf16(static_cast<float>(k - 32) / 8.0f);
+      x[static_cast<std::size_t>(r * kD + 64 + k)] = static_cast<std::uint16_t>(r * 64 + k);
+    }
+  }
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(kRows));
+  for (std::int64_t r = 0; r < kRows; ++r) {
+    slots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float scales[] = {1.0f,      0.75f,   1.0f / 3.0f, 0x1p-3f, -0x1p-20f, 0x1p-40f,
+                          0x1p-126f, 0x1p20f, 3e38f,       0.0f,    inf,       nan};
+  for (const float x_scale : scales) {
+    const auto go = [&](bool ref) {
+      Bytes cache(static_cast<std::size_t>(kRows * 256), 0xCD);
+      auto plan =
+          plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {kRows, 1, 1, 256}),
+                                  TensorView(x.data(), DType::bfloat16, {kRows, kD}),
+                                  TensorView(slots.data(), DType::int32, {kRows}), 64,
+                                  QuantMode::hifloat8_fp4, true, x_scale);
+      if (ref) {
+        reference::execute(plan);
+      } else {
+        execute(plan);
+      }
+      return cache;
+    };
+    const Bytes want = go(true);
+    for (std::int64_t target : targets()) {
+      const simd_test::PinTarget pin(target);
+      const Bytes got = go(false);
+      const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+      ASSERT_TRUE(diff.first == got.end())
+          << "x_scale " << x_scale << " " << hwy::TargetName(target) << ": byte "
+          << (diff.first - got.begin()) << " is 0x" << std::hex << int(*diff.first)
+          << ", the reference's 0x" << int(*diff.second);
+    }
+  }
 }
 
 // The AVX-512 FP4 path by bucket tables: every finite bfloat16 times multipliers with every

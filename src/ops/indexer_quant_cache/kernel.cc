@@ -504,6 +504,20 @@ struct RowAddresses {
   bool rank2;
 };
 
+#if KVS_HIF8_BF16
+// Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included.
+void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
+                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
+  const float x_scale = p.options.x_scale;
+  const std::int64_t d = p.d;
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t slot = slots[r];
+    if (slot >= 0) qn::HiF8CodesBf16Row(t, a.src(r), a.codes(slot), d, x_scale);
+  }
+}
+#endif
+
 #if HWY_TARGET != HWY_SCALAR
 // The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
 // order.
@@ -554,6 +568,12 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
 #if HWY_TARGET != HWY_SCALAR
   if (fast_e4m3(p) || fast_fp4(p)) {
     fast_batches(p, s, a, slots, begin, end);
+    return;
+  }
+#endif
+#if KVS_HIF8_BF16
+  if (p.options.quant_mode == IndexerQuantMode::hifloat8 && p.x.dtype == DType::bfloat16) {
+    hif8_bf16_rows(p, a, slots, begin, end);
     return;
   }
 #endif

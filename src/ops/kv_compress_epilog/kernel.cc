@@ -11,7 +11,8 @@
 //   that skip NaN handling; the rare others take careful encoders with the reference's NaN
 //   rules. All encoders are lane forms of the scalar rules (tests sweep them).
 // - On AVX-512, hifloat8_fp4 rows look codes up in registers (vpermw): the FP4 nope by the
-//   bucket tables of quant/e2m1_buckets.h, the HiFloat8 rope (x_scale 1) by exponent tables.
+//   bucket tables of quant/e2m1_buckets.h, the HiFloat8 rope by exponent tables over the
+//   products truncated to bfloat16 (quant_simd-inl.h, HiF8CodesBf16Row).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -496,50 +497,15 @@ HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t*
 }
 #endif
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// The rope's HiFloat8 codes when x_scale is 1 (the products are the bfloat16 inputs), 32 per
-// vector from the 16-bit values (hifloat8_bf16_tables); false (nothing written) on a NaN.
-// vpermi2w has no portable Highway form in this version, so this is written for AVX-512.
-HWY_INLINE bool HiF8RopeBf16(const std::uint16_t* HWY_RESTRICT rope,
-                             std::uint8_t* HWY_RESTRICT out) {
-  const HiFloat8Bf16Tables& t = hifloat8_bf16_tables();
-  const auto table = [](const std::uint16_t* p, int k) { return _mm512_load_si512(p + 32 * k); };
-  const __m512i half0 = table(t.half, 0), half1 = table(t.half, 1);
-  const __m512i keep0 = table(t.keep, 0), keep1 = table(t.keep, 1);
-  const __m512i code0 = table(t.code, 0), code1 = table(t.code, 1);
-  const __m512i shift0 = table(t.shift, 0), shift1 = table(t.shift, 1);
-  const __m512i bias = _mm512_set1_epi16(103), last = _mm512_set1_epi16(63);
-  __m512i w[2];
-  __mmask32 nan = 0;
-  for (int k = 0; k < 2; ++k) {
-    w[k] = _mm512_loadu_si512(rope + 32 * k);
-    nan |= _mm512_cmpgt_epu16_mask(_mm512_and_si512(w[k], _mm512_set1_epi16(0x7FFF)),
-                                   _mm512_set1_epi16(0x7F80));
-  }
-  if (HWY_UNLIKELY(nan != 0)) return false;
-  for (int k = 0; k < 2; ++k) {
-    const __m512i a = _mm512_and_si512(w[k], _mm512_set1_epi16(0x7FFF));
-    const __m512i i = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(a, 7), bias), last);
-    __m512i r = _mm512_and_si512(_mm512_add_epi16(a, _mm512_permutex2var_epi16(half0, i, half1)),
-                                 _mm512_permutex2var_epi16(keep0, i, keep1));
-    r = _mm512_min_epu16(r, _mm512_set1_epi16(0x4700));  // 2^15: saturation
-    const __m512i j = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(r, 7), bias), last);
-    const __m512i m = _mm512_srlv_epi16(_mm512_and_si512(r, _mm512_set1_epi16(0x7F)),
-                                        _mm512_permutex2var_epi16(shift0, j, shift1));
-    __m512i c = _mm512_or_si512(_mm512_permutex2var_epi16(code0, j, code1), m);
-    c = _mm512_ternarylogic_epi32(c, _mm512_srli_epi16(w[k], 8), _mm512_set1_epi16(0x80), 0xF8);
-    // |x| < 2^-23 is the only zero (no -0).
-    c = _mm512_maskz_mov_epi16(_mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x3400)), c);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), _mm512_cvtepi16_epi8(c));
-  }
+// The rope's 64 HiFloat8 codes; false (nothing written) where a NaN product sends the rope to
+// the lane encoder: only with the table, on targets without AVX-512.
+HWY_INLINE bool HiF8Rope(const std::uint16_t* HWY_RESTRICT rope, std::uint8_t* HWY_RESTRICT out,
+                         float x_scale) {
+#if KVS_HIF8_BF16
+  quant::HWY_NAMESPACE::HiF8CodesBf16Row(quant::HWY_NAMESPACE::LoadHiF8Bf16Regs(), rope, out, 64,
+                                         x_scale);
   return true;
-}
-#endif
-
-// The rope's 64 HiFloat8 codes by table lookup; false (nothing written) when a product is NaN.
-HWY_INLINE bool HiF8RopeByTable(const std::uint16_t* HWY_RESTRICT rope,
-                                std::uint8_t* HWY_RESTRICT out, float x_scale) {
-#if HWY_TARGET != HWY_SCALAR
+#elif HWY_TARGET != HWY_SCALAR
   alignas(64) std::uint16_t keys[64];
   return quant::HWY_NAMESPACE::HiF8CodesByTable(rope, out, 64, x_scale, keys);
 #else
@@ -557,13 +523,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float c6 = f32_from_bits(kC6Bits);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  const bool rope_done =
-      x_scale == 1.0f ? HiF8RopeBf16(x + n, out) : HiF8RopeByTable(x + n, out, x_scale);
-#else
-  const bool rope_done = HiF8RopeByTable(x + n, out, x_scale);
-#endif
-  if (!rope_done) {
+  if (!HiF8Rope(x + n, out, x_scale)) {
     const VF xs = hn::Set(df, x_scale);
     for (std::int64_t j = 0; j < 64; j += step) {
       const VU w = LoadPairs(x + n + j);
@@ -756,10 +716,9 @@ void EncodeHiF8Batch(const float* x, std::uint8_t* out, std::size_t n) {
 }
 
 bool HiF8Bf16Batch(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  for (std::size_t i = 0; i < n; i += 64) {
-    if (!HiF8RopeBf16(x + i, out + i)) return false;
-  }
+#if KVS_HIF8_BF16
+  quant::HWY_NAMESPACE::HiF8CodesBf16Row(quant::HWY_NAMESPACE::LoadHiF8Bf16Regs(), x, out,
+                                         static_cast<std::int64_t>(n), 1.0f);
   return true;
 #else
   (void)x;

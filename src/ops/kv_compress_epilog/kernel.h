@@ -30,9 +30,8 @@ void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n);
 void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr);
 // The AVX-512 fast paths, for n a multiple of 64; false (nothing defined written) where the
 // target has none or the input is outside the path's domain. HiFloat8 codes of bfloat16 inputs
-// (the rope with x_scale 1; false when a chunk of 64 holds a NaN); FP4 codes, packed, of
-// bfloat16 inputs (finite) times the bf16 multiplier mult, by bucket tables (false when the
-// tables do not apply to mult).
+// (the rope with x_scale 1; NaN gives 0x00); FP4 codes, packed, of bfloat16 inputs (finite)
+// times the bf16 multiplier mult, by bucket tables (false when the tables do not apply to mult).
 bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::size_t n);
 bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
                                  std::size_t n);
