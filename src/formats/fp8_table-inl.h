@@ -143,6 +143,7 @@ struct Fp8TableVectors {
   __m512i t[4];
   __m512i zero_max, normal_min;
 
+  Fp8TableVectors() = default;  // for callers that fill the vectors themselves
   explicit Fp8TableVectors(const Fp8Table& table) {
     for (int k = 0; k < 4; ++k) t[k] = _mm512_load_si512(table.code + 32 * k);
     zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(table.zero_max));

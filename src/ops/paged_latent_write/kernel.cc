@@ -1,5 +1,6 @@
 // The PagedLatentWrite SIMD kernel, compiled once per target: [kv_c | k_pe] rows copied,
 // quantized with one scale, or packed into the fp8_ds_mla entry. No threads here.
+#include <atomic>
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +30,9 @@ using formats::HWY_NAMESPACE::QuantizeFp8F32;
 using formats::HWY_NAMESPACE::QuantizeRun;
 
 using DF = hn::ScalableTag<float>;
+
+// How many tokens ahead the quantizing writers prefetch their inputs.
+constexpr std::int64_t kAhead = 4;
 
 // Largest magnitude of n float32 values (n a multiple of the lane count), NaNs counted as 0:
 // the tile scale treats an all-NaN tile like an all-zero one.
@@ -103,15 +107,85 @@ HWY_INLINE std::uint16_t MaxMagnitudeBits(const std::uint16_t* HWY_RESTRICT x, s
   return static_cast<std::uint16_t>(hn::GetLane(hn::MaxOfLanes(di16, m)));
 }
 
+// The per-tile fallback of the fp8_ds_mla writers: a tile of kDsTile values with largest
+// magnitude bits m (a NaN when above 0x7F80) quantized by its scale with the bounded shortcut
+// (the scale bounds every product), or, with a NaN, by the checked path.
+HWY_INLINE void DsTileByShortcut(const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
+                                 unsigned char* HWY_RESTRICT codes, float& scale,
+                                 hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+                                 typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const std::uint32_t top = static_cast<std::uint32_t>(m) << 16;
+  float amax;
+  std::memcpy(&amax, &top, 4);
+  if (m > 0x7F80) amax = AbsMaxBF16(tile, kDsTile);  // a NaN: counted as 0
+  const float q = amax / 448.0f;
+  scale = q > FLT_MIN ? q : FLT_MIN;
+  const BF16Shortcut sc = MakeBF16Shortcut<true>(scale);
+  if (m > 0x7F80) {
+    fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc, codes, 0);
+  } else {
+    fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc, shuffle, lanes, codes);
+  }
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // The code tables of the fp8_ds_mla tile scales. A tile maximum amax = 1.a * 2^k (a: its
 // bfloat16's 7 mantissa bits) has the scale amax / 448 = 2^k * (1.a / 448) (a normal quotient
 // scales exactly), and a table serves every power-of-two multiple of its scale
 // (Fp8TableVectors' shifted form): 128 tables, built once, cover every tile. scale[a] is 1.a / 448.
+// The per-tile checks read only the small arrays after the tables: k_min[a] .. k_max[a] are the
+// exponents k whose shifted table is exact (an empty range where table a is not usable), and
+// zero_max / normal_min are table a's thresholds.
 struct DsTileTables {
   formats::HWY_NAMESPACE::Fp8Table table[128];
   float scale[128];
+  std::int16_t k_min[128], k_max[128];
+  std::uint16_t zero_max[128], normal_min[128];
+  // Byte tables (see ByteTableGroup): byte_code[a][m] is the float8 code of 1.m / scale[a]
+  // (below 2^9.81, so it fits a byte); byte_ok[a] where every entry is in the range the byte
+  // kernel assumes and the tile maximum codes within float8's finite range.
+  alignas(64) std::uint8_t byte_code[128][128];
+  bool byte_ok[128];
 };
+
+// From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN, and up to 2^127 the
+// maximum is finite.
+constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
+
+// Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
+// codes within float8's finite range (then every lane does: the table's codes grow with the
+// magnitude, and each lane is at most the maximum).
+void SetTileExponents(DsTileTables& t, std::uint32_t a) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::Fp8Table& table = t.table[a];
+  t.k_min[a] = 1;
+  t.k_max[a] = 0;
+  t.zero_max[a] = table.zero_max;
+  t.normal_min[a] = table.normal_min;
+  // The maximum's code: its magnitude bits shifted right by 4 plus its table entry, less the
+  // shift's 8 k, which cancels the exponent's 8 k.
+  if (!table.usable || 1016 + static_cast<int>(a >> 4) + table.code[a] > 0x7E) return;
+  // The conditions are linear in k: the valid exponents form one interval.
+  for (int k = kDsMinExponent; k <= kDsMaxExponent; ++k) {
+    if (!fmt::ShiftedFp8TableValid(table, k)) continue;
+    if (t.k_min[a] > t.k_max[a]) t.k_min[a] = static_cast<std::int16_t>(k);
+    t.k_max[a] = static_cast<std::int16_t>(k);
+  }
+}
+
+// The byte kernel's entries of table a: the word table's code plus what it leaves to the lane's
+// magnitude bits (1016 + m's top three bits, for the exponent of 1.m).
+void SetByteCodes(DsTileTables& t, std::uint32_t a) {
+  const formats::HWY_NAMESPACE::Fp8Table& table = t.table[a];
+  t.byte_ok[a] = table.usable && t.k_min[a] <= t.k_max[a];
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    const int code = table.code[m] + 1016 + static_cast<int>(m >> 4);
+    // ByteTableGroup adds up to 8 and relies on sums below 176.
+    if (code < 8 || code > 167) t.byte_ok[a] = false;
+    t.byte_code[a][m] = static_cast<std::uint8_t>(code & 0xFF);
+  }
+}
 
 const DsTileTables& TileTables() {
   static const DsTileTables* tables = [] {
@@ -122,84 +196,480 @@ const DsTileTables& TileTables() {
       std::memcpy(&one_a, &bits, 4);
       t->scale[a] = one_a / 448.0f;
       t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
+      SetTileExponents(*t, a);
+      SetByteCodes(*t, a);
     }
     return t;
   }();
   return *tables;
 }
 
-// One tile (no NaN, largest magnitude bits m) by its scale's shifted table; false, writing
-// nothing, where the shift leaves the table's range (tiny or huge maxima). A group of 64 the
-// table does not cover exactly takes the bounded shortcut.
+// The four tile maxima of a token's kv_c (16 vectors of 32 bfloat16), as magnitude bits with
+// NaNs included (above 0x7F80 exactly when one is NaN): tile i in bits 16 i up. The four are
+// reduced together, each step halving the lanes of all four at once.
+HWY_INLINE std::uint64_t TileMaxima(const std::uint16_t* HWY_RESTRICT x) {
+  const __m512i abs = _mm512_set1_epi16(0x7FFF);
+  __m512i m[4];
+  for (int i = 0; i < 4; ++i) {
+    const auto mag = [&](int j) HWY_ATTR {
+      return _mm512_and_si512(_mm512_loadu_si512(x + 32 * (4 * i + j)), abs);
+    };
+    m[i] = _mm512_max_epu16(_mm512_max_epu16(mag(0), mag(1)), _mm512_max_epu16(mag(2), mag(3)));
+  }
+  // Blocks of 128 bits: tiles 0 and 1, then 2 and 3, to two blocks each; then one block each.
+  const __m512i a = _mm512_max_epu16(_mm512_shuffle_i64x2(m[0], m[1], 0x44),
+                                     _mm512_shuffle_i64x2(m[0], m[1], 0xEE));
+  const __m512i b = _mm512_max_epu16(_mm512_shuffle_i64x2(m[2], m[3], 0x44),
+                                     _mm512_shuffle_i64x2(m[2], m[3], 0xEE));
+  __m512i c = _mm512_max_epu16(_mm512_shuffle_i64x2(a, b, 0x88), _mm512_shuffle_i64x2(a, b, 0xDD));
+  c = _mm512_max_epu16(c, _mm512_shuffle_epi32(c, _MM_PERM_BADC));
+  c = _mm512_max_epu16(c, _mm512_shuffle_epi32(c, _MM_PERM_CDAB));
+  c = _mm512_max_epu16(c, _mm512_srli_epi32(c, 16));
+  const __m512i first = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                         0, 0, 0, 0, 0, 0, 0, 0, 24, 16, 8, 0);
+  return static_cast<std::uint64_t>(
+      _mm_cvtsi128_si64(_mm512_castsi512_si128(_mm512_permutexvar_epi16(first, c))));
+}
+
+// The codes of 64 values of a tile whose maximum the shifted table covers (so no lane is above
+// float8's range or infinite, and no clamp is needed): false, writing nothing, when a lane is
+// neither zero-rounding nor normal.
+HWY_INLINE bool BoundedTableGroup(const std::uint16_t* HWY_RESTRICT src,
+                                  const formats::HWY_NAMESPACE::Fp8TableVectors& tv,
+                                  unsigned char* HWY_RESTRICT dst) {
+  const auto codes = [&](__m512i w, __mmask32& bad) HWY_ATTR {
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+    // The permutes read the mantissa's low six bits; its seventh picks the table half.
+    const __m512i lo = _mm512_permutex2var_epi16(tv.t[0], w, tv.t[1]);
+    const __m512i hi = _mm512_permutex2var_epi16(tv.t[2], w, tv.t[3]);
+    const __mmask32 upper = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x40));
+    const __mmask32 normal = _mm512_cmpge_epu16_mask(mag, tv.normal_min);
+    bad = _mm512_mask_cmpgt_epu16_mask(_knot_mask32(normal), mag, tv.zero_max);
+    return _mm512_maskz_add_epi16(normal, _mm512_srli_epi16(mag, 4),
+                                  _mm512_mask_blend_epi16(upper, lo, hi));
+  };
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  __mmask32 bad_a, bad_b;
+  const __m512i ca = codes(a, bad_a), cb = codes(b, bad_b);
+  if (HWY_UNLIKELY((bad_a | bad_b) != 0)) return false;
+  // Codes are at most 0x7E: the signed pack keeps them, the permute restores element order.
+  const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m512i packed = _mm512_permutexvar_epi64(order, _mm512_packs_epi16(ca, cb));
+  const __mmask64 neg = _mm512_kunpackd(_mm512_movepi16_mask(b), _mm512_movepi16_mask(a));
+  _mm512_storeu_si512(dst, _mm512_mask_add_epi8(packed, neg, packed, _mm512_set1_epi8(-128)));
+  return true;
+}
+
+// One tile (largest magnitude bits m) by its scale's shifted table; false, writing nothing,
+// where the table does not cover the maximum (tiny, huge or NaN maxima, unusable tables). A group
+// with a lane the table does not encode takes the bounded shortcut.
 HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
                             std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
                             hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
                             typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
   namespace fmt = formats::HWY_NAMESPACE;
+  const std::uint32_t a = m & 0x7F;
   const int k = static_cast<int>(m >> 7) - 127;
-  // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN.
-  if (k < -115 || m >= 0x7F80) return false;
-  const fmt::Fp8Table& table = tt.table[m & 0x7F];
-  if (!fmt::ShiftedFp8TableValid(table, k)) return false;
+  if (k < tt.k_min[a] || k > tt.k_max[a]) return false;
   std::uint32_t bits;
-  std::memcpy(&bits, &tt.scale[m & 0x7F], 4);
+  std::memcpy(&bits, &tt.scale[a], 4);
   bits += static_cast<std::uint32_t>(k) << 23;  // 2^k * scale[a], exact
   std::memcpy(&scale, &bits, 4);
-  const fmt::Fp8TableVectors tv = fmt::Fp8TableVectors::Shifted<3>(table, k);
+  // The shifted table (Fp8TableVectors::Shifted) from the small threshold arrays.
+  fmt::Fp8TableVectors tv;
+  const __m512i drop = _mm512_set1_epi16(static_cast<std::int16_t>(k * 8));
+  for (int j = 0; j < 4; ++j) {
+    tv.t[j] = _mm512_sub_epi16(_mm512_load_si512(tt.table[a].code + 32 * j), drop);
+  }
+  tv.zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(tt.zero_max[a] + k * 128));
+  tv.normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(tt.normal_min[a] + k * 128));
   for (std::int64_t g = 0; g < kDsTile; g += 64) {
-    if (HWY_LIKELY(fmt::TableGroupAVX3<true>(tile + g, tv, codes + g))) continue;
-    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle,
-                                      lanes, codes + g);
+    if (HWY_LIKELY(BoundedTableGroup(tile + g, tv, codes + g))) continue;
+    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes,
+                                      codes + g);
   }
   return true;
 }
 #endif
 
-// fp8_ds_mla entries of aligned bfloat16 kv_c rows: the code tables fetched once per range; a
-// tile without NaNs quantized by its scale's code table (AVX-512) or with the bounded shortcut
-// (its scale bounds every product).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The byte kernel needs AVX-512 VBMI's byte permutes, which the AVX3 target does not assume: it
+// runs where the CPU has them (Ice Lake and later, Zen 4) unless a test asks for the word kernel
+// (set_byte_tables_allowed).
+#define KVS_VBMI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
+
+HWY_INLINE bool UseByteTables() {
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return vbmi && byte_tables_allowed();
+}
+
+// From 2^-105 up, a tile's bfloat16 subnormals (and zeros) are at least 21 binades below its
+// maximum, where ByteTableGroup counts every lane as rounding to zero.
+constexpr int kByteMinExponent = -105;
+
+// The constants of ByteTableGroup: the permutes that gather the low and the high bytes of 64
+// bfloat16 values, and the table of the exponent term by d = 127 - (the difference of the
+// lane's and the maximum's exponents' top seven bits): 16 d capped at 240 (the difference of the
+// exponents, 8 per binade), with bit 0 set where the lane is at least 21 binades below the
+// maximum (its quotient is below 2^-10: code 0).
+struct ByteConstants {
+  __m512i low, high, term_lo, term_hi;
+};
+
+HWY_INLINE ByteConstants MakeByteConstants() {
+  HWY_ALIGN std::uint8_t idx[2][64], term[128];
+  for (int i = 0; i < 64; ++i) {
+    idx[0][i] = static_cast<std::uint8_t>(2 * i);
+    idx[1][i] = static_cast<std::uint8_t>(2 * i + 1);
+  }
+  for (int j = 0; j < 128; ++j) {
+    const int d = 127 - j;
+    term[j] = static_cast<std::uint8_t>(16 * (d < 15 ? d : 15) | (d >= 11 ? 1 : 0));
+  }
+  return {_mm512_load_si512(idx[0]), _mm512_load_si512(idx[1]), _mm512_load_si512(term),
+          _mm512_load_si512(term + 64)};
+}
+
+// The codes of 64 values of a tile with maximum exponent e (biased) by byte tables: tlo / thi
+// hold byte_code[a] less 8 (e & 1), top is 127 - (e >> 1) in every byte. A lane with exponent
+// el and mantissa m gets byte_code[a][m] - 8 (e - el) (saturated at 0), the formula of the word
+// tables counted in bytes: for every lane at most the maximum the difference is never negative,
+// and a code of at least 8 is the exact one (a quotient just below float8's normal range that
+// the formula rounds up to 2^-6 rounds there on the subnormal grid too). False, writing nothing,
+// when a lane is below 8 and not flagged as rounding to zero.
+KVS_VBMI_ATTR HWY_INLINE bool ByteTableGroup(const std::uint16_t* HWY_RESTRICT src,
+                                             const ByteConstants& k, __m512i tlo, __m512i thi,
+                                             __m512i top, unsigned char* HWY_RESTRICT dst) {
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  // low: the exponent's last bit and the mantissa; high: the sign and the exponent's top bits.
+  const __m512i low = _mm512_permutex2var_epi8(a, k.low, b);
+  const __m512i high = _mm512_permutex2var_epi8(a, k.high, b);
+  // The permutes read seven index bits: the mantissa, and the exponent's top bits less the sign.
+  __m512i q = _mm512_permutex2var_epi8(tlo, low, thi);
+  q = _mm512_mask_add_epi8(q, _mm512_movepi8_mask(low), q, _mm512_set1_epi8(8));
+  const __m512i term = _mm512_permutex2var_epi8(k.term_lo, _mm512_add_epi8(high, top), k.term_hi);
+  const __m512i code = _mm512_subs_epu8(q, term);
+  const __mmask64 normal = _mm512_cmpge_epu8_mask(code, _mm512_set1_epi8(8));
+  const __mmask64 zero = _mm512_test_epi8_mask(term, _mm512_set1_epi8(1));
+  if (HWY_UNLIKELY(!_kortestc_mask64_u8(normal, zero))) return false;
+  // Codes are at most 0x7E: the sign goes in bit 7.
+  _mm512_storeu_si512(dst, _mm512_ternarylogic_epi32(code, high, _mm512_set1_epi8(-128), 0xF8));
+  return true;
+}
+
+// The tiles of the byte kernel: a tile whose maximum the byte tables cover by them, the others
+// as the word kernel does.
+struct ByteTiles {
+  const DsTileTables& tt;
+  ByteConstants k;
+  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle;
+  typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes;
+
+  HWY_INLINE void Fetch(std::uint64_t all) const {
+    for (int i = 0; i < 4; ++i) hwy::Prefetch(tt.byte_code[(all >> (16 * i)) & 0x7F]);
+  }
+
+  // A token's tiles (maxima in all, 16 bits each).
+  KVS_VBMI_ATTR HWY_INLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
+                                      unsigned char* HWY_RESTRICT row, float* scales) const {
+    // In registers: the codes' stores could alias what `this` points to.
+    const ByteConstants constants = k;
+    for (int i = 0; i < 4; ++i) {
+      Tile(x + i * kDsTile, static_cast<std::uint16_t>(all >> (16 * i)), row + i * kDsTile,
+           scales[i], constants);
+    }
+  }
+
+  KVS_VBMI_ATTR HWY_INLINE void Tile(const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
+                                     unsigned char* HWY_RESTRICT codes, float& scale,
+                                     const ByteConstants& constants) const {
+    const std::uint32_t a = m & 0x7F;
+    const int e = m >> 7, kexp = e - 127;
+    if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) {
+      if (!TileByTable(tt, tile, m, codes, scale, shuffle, lanes)) {
+        DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
+      }
+      return;
+    }
+    std::uint32_t bits;
+    std::memcpy(&bits, &tt.scale[a], 4);
+    bits += static_cast<std::uint32_t>(kexp) << 23;  // 2^k * scale[a], exact
+    std::memcpy(&scale, &bits, 4);
+    const __m512i odd = _mm512_set1_epi8(static_cast<char>(8 * (e & 1)));
+    const __m512i tlo = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a]), odd);
+    const __m512i thi = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a] + 64), odd);
+    const __m512i top = _mm512_set1_epi8(static_cast<char>(127 - (e >> 1)));
+    for (std::int64_t g = 0; g < kDsTile; g += 64) {
+      if (HWY_LIKELY(ByteTableGroup(tile + g, constants, tlo, thi, top, codes + g))) continue;
+      formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
+          tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
+    }
+  }
+};
+
+// The tiles of the word kernel (AVX-512 without VBMI).
+struct WordTiles {
+  const DsTileTables& tt;
+  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle;
+  typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes;
+
+  HWY_INLINE void Fetch(std::uint64_t all) const {
+    for (int i = 0; i < 4; ++i) {
+      const std::int16_t* code = tt.table[(all >> (16 * i)) & 0x7F].code;
+      for (int j = 0; j < 4; ++j) hwy::Prefetch(code + 32 * j);
+    }
+  }
+
+  HWY_INLINE void Token(const std::uint16_t* HWY_RESTRICT x, std::uint64_t all,
+                        unsigned char* HWY_RESTRICT row, float* scales) const {
+    for (int i = 0; i < 4; ++i) {
+      const std::uint16_t m = static_cast<std::uint16_t>(all >> (16 * i));
+      if (TileByTable(tt, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes)) {
+        continue;
+      }
+      DsTileByShortcut(x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes);
+    }
+  }
+};
+
+// The inputs of token t + kAhead prefetched (the hardware prefetchers fall behind the token
+// loops), where it exists.
+HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) {
+  if (t + kAhead >= end) return;
+  const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
+  for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
+  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
+}
+
+// The maxima of token t (TileMaxima), its tables' lines fetched; 0 past the range.
+template <class Tiles>
+HWY_INLINE std::uint64_t DsMlaMaxima(const Job& job, std::int64_t t, std::int64_t end,
+                                     const Tiles& tiles) {
+  if (t >= end) return 0;
+  const std::uint64_t all =
+      TileMaxima(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token));
+  tiles.Fetch(all);
+  return all;
+}
+
+// Token t's entry (null for padding), and its kv_c.
+HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x) {
+  const std::int64_t slot = job.slots[t];
+  if (slot < 0) return nullptr;
+  x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+  return job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+}
+
+// The rest of token t's entry once its codes are written: the tile scales and k_pe.
+HWY_INLINE void DsMlaFinish(const Job& job, std::int64_t t, unsigned char* row,
+                            const float* scales) {
+  std::memcpy(row + kDsScaleOffset, scales, 4 * (kDsLatent / kDsTile));
+  CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+}
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX-512, by the byte tables (compiled with
+// VBMI, so that the tiles inline) or the word tables. One token ahead, the next token's maxima
+// (a long chain of reductions) and its tables' lines, so that they overlap this token's
+// quantization.
+KVS_VBMI_ATTR HWY_NOINLINE void WriteDsMlaBytes(const Job& job, std::int64_t begin,
+                                                std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  const ByteTiles tiles{TileTables(), MakeByteConstants(), order.Shuffle(), order.Lanes()};
+  std::uint64_t next = DsMlaMaxima(job, begin, end, tiles);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::uint64_t all = next;
+    next = DsMlaMaxima(job, t + 1, end, tiles);
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    tiles.Token(x, all, row, scales);
+    DsMlaFinish(job, t, row, scales);
+  }
+}
+
+HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  const WordTiles tiles{TileTables(), order.Shuffle(), order.Lanes()};
+  std::uint64_t next = DsMlaMaxima(job, begin, end, tiles);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::uint64_t all = next;
+    next = DsMlaMaxima(job, t + 1, end, tiles);
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    tiles.Token(x, all, row, scales);
+    DsMlaFinish(job, t, row, scales);
+  }
+}
+#endif
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows: on AVX-512 by the code tables (byte tables
+// where VBMI is available), elsewhere each tile by DsTileByShortcut.
 void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
-  namespace fmt = formats::HWY_NAMESPACE;
-  const fmt::CodeOrder<true>& order = fmt::CodeOrder<true>::Get();
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if (UseByteTables()) {
+    WriteDsMlaBytes(job, begin, end);
+  } else {
+    WriteDsMlaWords(job, begin, end);
+  }
+#else
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  const DsTileTables& tt = TileTables();
-#endif
+  constexpr std::int64_t kTiles = kDsLatent / kDsTile;
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
     const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-    constexpr std::int64_t kTiles = kDsLatent / kDsTile;
     float scales[kTiles];
-    // The maxima first: each tile's table then loads while the previous tile is quantized.
-    std::uint16_t maxima[kTiles];
     for (std::int64_t i = 0; i < kTiles; ++i) {
-      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
-    }
-    for (std::int64_t i = 0; i < kTiles; ++i) {
-      const std::uint16_t* tile = x + i * kDsTile;
-      unsigned char* codes = row + i * kDsTile;
-      const std::uint16_t m = maxima[i];
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-      if (TileByTable(tt, tile, m, codes, scales[i], shuffle, lanes)) continue;
-#endif
-      const std::uint32_t top = static_cast<std::uint32_t>(m) << 16;
-      float amax;
-      std::memcpy(&amax, &top, 4);
-      if (m > 0x7F80) amax = AbsMaxBF16(tile, kDsTile);  // a NaN: counted as 0
-      const float q = amax / 448.0f;
-      scales[i] = q > FLT_MIN ? q : FLT_MIN;
-      const BF16Shortcut sc = MakeBF16Shortcut<true>(scales[i]);
-      if (m > 0x7F80) {
-        fmt::QuantizeBF16Runs<true>(tile, 0, kDsTile, 1, &sc, codes, 0);
-      } else {
-        fmt::QuantizeBoundedBF16Run<true>(tile, kDsTile, sc, shuffle, lanes, codes);
-      }
+      DsTileByShortcut(x + i * kDsTile, MaxMagnitudeBits(x + i * kDsTile, kDsTile),
+                       row + i * kDsTile, scales[i], shuffle, lanes);
     }
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+  }
+#endif
+}
+#endif
+
+// The groups of the rows of tokens [begin, end), for QuantizeBF16GroupsByTable: each written
+// token's kv_c then its k_pe (both lengths multiples of the group), in token order. The walk's
+// state lives in the generator, so that the group loop keeps it in registers.
+HWY_INLINE auto TokenGroups(const Job& job, std::int64_t begin, std::int64_t end) {
+  const auto group = static_cast<std::int64_t>(formats::HWY_NAMESPACE::BF16GroupSize());
+  return [&job, end, group, t = begin - 1, i = std::int64_t{0}, n = std::int64_t{0}, pe = true,
+          x = static_cast<const unsigned char*>(nullptr),
+          out = static_cast<unsigned char*>(nullptr)](const std::uint16_t*& src,
+                                                      unsigned char*& dst) KVS_MUTABLE_HWY_ATTR {
+    while (i == n) {
+      if (pe) {
+        do {
+          if (++t >= end) return false;
+        } while (job.slots[t] < 0);
+        out = job.split.address(job.cache, job.block_stride, job.slot_stride, job.slots[t]);
+        x = job.kv_c + t * job.kv_c_token;
+        n = job.latent_dim;
+        // A few tokens ahead, the inputs: the hardware prefetchers fall behind this loop.
+        if (t + kAhead < end) {
+          const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
+          for (std::int64_t j = 0; j < 2 * job.latent_dim; j += 64) hwy::Prefetch(ahead + j);
+          hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+        }
+      } else {
+        out += job.latent_dim;
+        x = job.k_pe + t * job.k_pe_token;
+        n = job.pe_dim;
+      }
+      pe = !pe;
+      i = 0;
+    }
+    src = reinterpret_cast<const std::uint16_t*>(x) + i;
+    dst = out + i;
+    i += group;
+    return true;
+  };
+}
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Byte tables of one fp8 row scale s (see RowByteGroup): code[m] the code of 1.m / s moved by
+// e0 exponents (2 ref binades of bfloat16, ref its exponent's top seven bits) into [64, 96); by a
+// lane's exponent top bits e: plus[e] and minus[e] the code steps of 2 (e - ref) binades above
+// or below (capped at 0xF8), plus[e] bit 0 where every quotient of that exponent rounds to zero,
+// bit 1 where the lane needs the exact path (bfloat16 subnormals that may not round to zero,
+// infinities, NaNs and the largest binades). A quotient that overflows float32 saturates like
+// the clamp.
+struct RowByteTables {
+  __m512i code_lo, code_hi, plus_lo, plus_hi, minus_lo, minus_hi;
+};
+
+template <bool kE4M3>
+bool MakeRowByteTables(const formats::HWY_NAMESPACE::Fp8Table& table, float scale,
+                       RowByteTables& out) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kStep = 2 << kMant;
+  if (!table.usable) return false;
+  const auto quotient_code = [&](std::uint32_t m) {  // the code of 1.m / s, unclamped
+    return table.code[m] + (127 << kMant) + static_cast<int>(m >> (7 - kMant));
+  };
+  const int ref = (64 - quotient_code(0) + (127 << kMant) + kStep - 1) / kStep;
+  if (64 - quotient_code(0) + (127 << kMant) < 0 || ref > 126) return false;
+  HWY_ALIGN std::uint8_t code[128], plus[128], minus[128];
+  for (std::uint32_t m = 0; m < 128; ++m) {
+    const int c = quotient_code(m) + (((2 * ref) - 127) << kMant);
+    if (c < 64 || c >= 96) return false;
+    code[m] = static_cast<std::uint8_t>(c);
+  }
+  for (int e = 0; e < 128; ++e) {
+    const std::uint32_t top = (static_cast<std::uint32_t>(2 * e + 1) << 23 | 0x7F0000u);
+    float largest;  // the largest magnitude with these exponent bits
+    std::memcpy(&largest, &top, 4);
+    const float q = largest / scale;
+    const int up = e > ref ? kStep * (e - ref) : 0, down = e < ref ? kStep * (ref - e) : 0;
+    plus[e] = static_cast<std::uint8_t>(up < 0xF8 ? up : 0xF8);
+    minus[e] = static_cast<std::uint8_t>(down < 0xF8 ? down : 0xF8);
+    if (e < 127 && q <= (kE4M3 ? 0x1p-10f : 0x1p-17f)) {
+      plus[e] = 1;  // half the smallest subnormal or less: code 0
+      minus[e] = 0xF8;
+    } else if (e == 0 || e == 127) {
+      plus[e] |= 2;
+    }
+  }
+  out = {_mm512_load_si512(code),      _mm512_load_si512(code + 64), _mm512_load_si512(plus),
+         _mm512_load_si512(plus + 64), _mm512_load_si512(minus),     _mm512_load_si512(minus + 64)};
+  return true;
+}
+
+// The codes of 64 bfloat16 values divided by the tables' scale: a lane with exponent
+// 2 e + e0 and mantissa m gets code[m] + e0 code steps, plus plus[e], less minus[e] (saturated),
+// clamped to the largest finite code: the word tables' formula counted in bytes. A code of at
+// least the smallest normal one is exact (a quotient just below the normal range that the
+// formula rounds up to it rounds there on the subnormal grid too). False, writing nothing, when a
+// lane is below that and not flagged as rounding to zero, or flagged for the exact path.
+template <bool kE4M3>
+KVS_VBMI_ATTR HWY_INLINE bool RowByteGroup(const std::uint16_t* HWY_RESTRICT src,
+                                           const ByteConstants& k, const RowByteTables& t,
+                                           unsigned char* HWY_RESTRICT dst) {
+  constexpr char kNormal = kE4M3 ? 8 : 4, kMax = kE4M3 ? 0x7E : 0x7B;
+  const __m512i a = _mm512_loadu_si512(src), b = _mm512_loadu_si512(src + 32);
+  const __m512i low = _mm512_permutex2var_epi8(a, k.low, b);
+  const __m512i high = _mm512_permutex2var_epi8(a, k.high, b);
+  __m512i q = _mm512_permutex2var_epi8(t.code_lo, low, t.code_hi);
+  q = _mm512_mask_add_epi8(q, _mm512_movepi8_mask(low), q, _mm512_set1_epi8(kNormal));
+  const __m512i plus = _mm512_permutex2var_epi8(t.plus_lo, high, t.plus_hi);
+  const __m512i minus = _mm512_permutex2var_epi8(t.minus_lo, high, t.minus_hi);
+  const __m512i code =
+      _mm512_min_epu8(_mm512_subs_epu8(_mm512_adds_epu8(q, plus), minus), _mm512_set1_epi8(kMax));
+  const __mmask64 normal = _mm512_cmpge_epu8_mask(code, _mm512_set1_epi8(kNormal));
+  const __mmask64 zero = _mm512_test_epi8_mask(plus, _mm512_set1_epi8(1));
+  const __mmask64 exact = _mm512_test_epi8_mask(plus, _mm512_set1_epi8(2));
+  if (HWY_UNLIKELY(!_kortestc_mask64_u8(_kandn_mask64(exact, normal), zero))) return false;
+  _mm512_storeu_si512(dst, _mm512_ternarylogic_epi32(code, high, _mm512_set1_epi8(-128), 0xF8));
+  return true;
+}
+
+// fp8 rows of tokens [begin, end) by byte tables: groups the tables do not encode by the
+// shortcut's exact row path.
+template <bool kE4M3>
+KVS_VBMI_ATTR HWY_NOINLINE void WriteRowsBytes(const Job& job, std::int64_t begin, std::int64_t end,
+                                               const RowByteTables& tables,
+                                               const BF16Shortcut& sc) {
+  const ByteConstants k = MakeByteConstants();
+  const RowByteTables t = tables;
+  auto next = TokenGroups(job, begin, end);
+  const std::uint16_t* src;
+  unsigned char* dst;
+  while (next(src, dst)) {
+    if (HWY_LIKELY(RowByteGroup<kE4M3>(src, k, t, dst))) continue;
+    QuantizeBF16Row<kE4M3>(src, formats::HWY_NAMESPACE::BF16GroupSize(), sc, dst);
   }
 }
 #endif
@@ -221,6 +691,19 @@ void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
       QuantizeBF16Row<kE4M3>(src, static_cast<std::size_t>(n), sc, dst);
     }
   };
+  const auto group = static_cast<std::int64_t>(fmt::BF16GroupSize());
+  if (job.latent_dim % group == 0 && job.pe_dim % group == 0) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    RowByteTables tables;
+    if (UseByteTables() && MakeRowByteTables<kE4M3>(table, job.scale, tables)) {
+      WriteRowsBytes<kE4M3>(job, begin, end, tables, sc);
+      return;
+    }
+#endif
+    fmt::QuantizeBF16GroupsByTable<kE4M3>(table.usable ? &table : nullptr, sc,
+                                          TokenGroups(job, begin, end));
+    return;
+  }
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
@@ -296,6 +779,13 @@ HWY_AFTER_NAMESPACE();
 namespace kvscatter::detail::paged_latent_write {
 
 HWY_EXPORT(WriteTokenRange);
+
+namespace {
+std::atomic<bool> g_byte_tables{true};
+}  // namespace
+
+void set_byte_tables_allowed(bool allowed) { g_byte_tables.store(allowed); }
+bool byte_tables_allowed() { return g_byte_tables.load(std::memory_order_relaxed); }
 
 void write_token_range(const Job& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(WriteTokenRange)(job, begin, end);
