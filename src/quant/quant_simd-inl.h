@@ -17,6 +17,9 @@
 //
 // - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
 //   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
+// - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
+//   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
+//   16-entry byte table (FP4Pow2Codes), packed two per byte.
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
@@ -606,6 +609,200 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
   return left;
 }
 #endif  // KVS_E2M1_BUCKETS
+
+// ---- FP4 codes under power-of-two scales ---------------------------------------------------
+
+// The largest magnitude (bf16 bits & 0x7FFF) of each of eight groups of n elements that lie
+// anywhere (n a multiple of the lanes), for the FP4 rows: Magnitudes8Min without the minimum.
+template <std::size_t kLanes>
+HWY_INLINE void Maxima8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                        std::uint16_t* HWY_RESTRICT amax) {
+#if KVS_SIZELESS_VECTORS
+  const GroupTag<32> d;
+#else
+  const GroupTag<kLanes> d;
+#endif
+  using V = hn::Vec<decltype(d)>;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
+#if KVS_SIZELESS_VECTORS
+  for (int k = 0; k < 8; ++k) {
+    V hi = hn::And(hn::LoadU(d, x[k]), mag);
+    for (std::int64_t i = L; i < n; i += L) hi = hn::Max(hi, hn::And(hn::LoadU(d, x[k] + i), mag));
+    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
+  }
+#else
+  V hi[8];
+  for (int k = 0; k < 8; ++k) hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+  for (std::int64_t i = L; i < n; i += L) {
+    for (int k = 0; k < 8; ++k) hi[k] = hn::Max(hi[k], hn::And(hn::LoadU(d, x[k] + i), mag));
+  }
+  Reduce8(
+      d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
+#endif
+}
+
+// An FP4 format (float4_e2m1, float4_e1m2) under a power-of-two scale 2^(s - 127): the quotient
+// y = x * 2^(127 - s) of a bf16 x has the bf16 bits t = a - (s - 127) * 128 (a: x's magnitude
+// bits) wherever y is normal, and its code's magnitude (nearest even, saturating) is the
+// number of thresholds thr[k] (the largest bits of a y whose code is at most k) that t
+// exceeds. The first threshold is tested on its own; the other six lie in the 16 buckets of
+// 32 bit patterns from first + kFP4Span on, at most one in each, and entry[i] = 32 * (the
+// thresholds below bucket i) + 31 - (the offset in the bucket of the one inside it, 31 for
+// none): added to t's offset in its bucket, it carries into bit 5 exactly when t passes that
+// threshold. entry[0] is 0 (the lookup's high bytes read it); ok tells the layout holds.
+constexpr std::uint16_t kFP4Span = 0xA0;
+struct FP4Pow2Table {
+  std::uint16_t first = 0;
+  alignas(16) std::uint8_t entry[16] = {};
+  bool ok = true;
+};
+
+constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest) {
+  FP4Pow2Table t;
+  t.first = thr[0];
+  const int from = thr[0] + kFP4Span;
+  t.ok = thr[1] >= from && largest - from < 16 * 32;
+  for (int i = 0; i < 16; ++i) {
+    const int lo = from + 32 * i;
+    int below = 0, inside = 0, offset = 31;
+    for (int k = 1; k < 7; ++k) {
+      below += thr[k] < lo;
+      if (thr[k] >= lo && thr[k] < lo + 32) {
+        ++inside;
+        offset = thr[k] - lo;
+      }
+    }
+    t.ok = t.ok && inside <= 1;
+    t.entry[i] = static_cast<std::uint8_t>(32 * below + 31 - offset);
+  }
+  t.ok = t.ok && t.entry[0] == 0;
+  return t;
+}
+
+// FP4 codes of the 16-bit lanes w of groups whose operand t0g = first + (s - 127) * 128 is at
+// least 0 and whose y stay below the table's largest, each as its magnitude plus its sign in
+// bit 10 (the packing below moves it to bit 3): t0 = |w| - t0g (saturating) is above 0 past the
+// first threshold, t1 = t0 - kFP4Span (saturating) is t's place in the buckets, whose entry is
+// looked up by bytes (the index's high byte 0 reads entry[0] = 0 into the lane's high byte).
+// Wherever t1 is above 0 its offset in its bucket is w's (every subtrahend is a multiple of 32),
+// and where it is 0, entry 0 leaves any offset below the carry: so the offset comes from w,
+// with w's sign riding along from bit 15 to bit 10.
+template <class D, class V = hn::Vec<D>, class VB>
+HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
+  const hn::Repartition<std::uint8_t, D> d8;
+  const V t0 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), t0g);
+  const V t1 = hn::SaturatedSub(t0, hn::Set(d, kFP4Span));
+  const V e = hn::BitCast(d, hn::TableLookupBytes(entries, hn::BitCast(d8, hn::ShiftRight<5>(t1))));
+  const V x = hn::Add(e, hn::And(w, hn::Set(d, std::uint16_t{0x801F})));
+  return hn::Add(hn::ShiftRight<5>(x), hn::Min(t0, hn::Set(d, std::uint16_t{1})));
+}
+
+// Packs FP4Pow2Codes' lanes two per byte, element 2i in the low nibble, each nibble's sign in
+// its bit 3: one vector (its lanes / 2 bytes), or four (twice its lanes). A pair's codes and
+// signs, formed as c0 + 16 * c1 + 1024 * s0 + 16384 * s1, become the byte by or-ing in that
+// value shifted right by 7 (the signs to bits 3 and 7) and keeping the low byte.
+template <class D, class V>
+HWY_INLINE void StoreFP4Nibbles(D, V c, std::uint8_t* HWY_RESTRICT out) {
+  const hn::Repartition<std::uint32_t, D> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+  const auto p = hn::BitCast(d32, c);
+  const auto pair = hn::Or(p, hn::ShiftRight<12>(p));
+  hn::StoreU(hn::TruncateTo(d8, hn::Or(pair, hn::ShiftRight<7>(pair))), d8, out);
+}
+template <class D, class V>
+HWY_INLINE void StoreFP4Nibbles4(D d, V c0, V c1, V c2, V c3, std::uint8_t* HWY_RESTRICT out) {
+  const std::size_t half = hn::Lanes(d) / 2;
+  StoreFP4Nibbles(d, c0, out);
+  StoreFP4Nibbles(d, c1, out + half);
+  StoreFP4Nibbles(d, c2, out + 2 * half);
+  StoreFP4Nibbles(d, c3, out + 3 * half);
+}
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// The pairs by E2M1NibblePairs (below 0x8000, so its signed pack keeps them), the signs moved on
+// 16-bit lanes, then E2M1NibbleBytes.
+HWY_INLINE __m256i FP4SignedPairs(hn::Vec256<std::uint16_t> a, hn::Vec256<std::uint16_t> b) {
+  const hn::Full256<std::int16_t> di;
+  const __m256i p = E2M1NibblePairs(hn::BitCast(di, a), hn::BitCast(di, b));
+  return _mm256_and_si256(_mm256_or_si256(p, _mm256_srli_epi16(p, 7)), _mm256_set1_epi16(0xFF));
+}
+template <class D>
+HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec256<std::uint16_t> c0, hn::Vec256<std::uint16_t> c1,
+                                 hn::Vec256<std::uint16_t> c2, hn::Vec256<std::uint16_t> c3,
+                                 std::uint8_t* HWY_RESTRICT out) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      E2M1NibbleBytes(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3)));
+}
+#endif
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// A multiply-add of each lane pair by (1, 16) forms each pair's value in a 32-bit lane; after
+// the signed pack to 16 bits the signs move, then an unsigned pack and one dword permute put
+// the four vectors' bytes in order.
+HWY_INLINE __m512i FP4SignedPairs(hn::Vec512<std::uint16_t> a, hn::Vec512<std::uint16_t> b) {
+  const __m512i w = _mm512_set1_epi32(0x00100001);
+  const __m512i p = _mm512_packs_epi32(_mm512_madd_epi16(a.raw, w), _mm512_madd_epi16(b.raw, w));
+  // (p | p >> 7) & 0xFF
+  return _mm512_ternarylogic_epi32(p, _mm512_srli_epi16(p, 7), _mm512_set1_epi16(0xFF), 0xA8);
+}
+template <class D>
+HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std::uint16_t> c1,
+                                 hn::Vec512<std::uint16_t> c2, hn::Vec512<std::uint16_t> c3,
+                                 std::uint8_t* HWY_RESTRICT out) {
+  const __m512i bytes = _mm512_packus_epi16(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3));
+  // Block b of the bytes holds dwords 4b..4b+3 of c0, c1, c2, c3 in turn.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+}
+#endif
+
+// FP4 codes of a row of n bf16 values (n a multiple of 32) whose 32-groups g have the
+// FP4Pow2Codes operands t0g[g], packed two per byte into n / 2 bytes at out.
+HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
+                                   std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                   const std::uint16_t* HWY_RESTRICT t0g,
+                                   const FP4Pow2Table& table) {
+  const GroupTag<32> d;
+  const hn::Repartition<std::uint8_t, decltype(d)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const auto entries = hn::LoadDup128(d8, table.entry);
+  std::int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    const auto c0 = FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries);
+    const auto c1 =
+        FP4Pow2Codes(d, hn::LoadU(d, x + i + L), hn::Set(d, t0g[(i + L) / 32]), entries);
+    const auto c2 =
+        FP4Pow2Codes(d, hn::LoadU(d, x + i + 2 * L), hn::Set(d, t0g[(i + 2 * L) / 32]), entries);
+    const auto c3 =
+        FP4Pow2Codes(d, hn::LoadU(d, x + i + 3 * L), hn::Set(d, t0g[(i + 3 * L) / 32]), entries);
+    StoreFP4Nibbles4(d, c0, c1, c2, c3, out + i / 2);
+  }
+  for (; i < n; i += L) {
+    StoreFP4Nibbles(d, FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries),
+                    out + i / 2);
+  }
+}
+
+// The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest
+// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in t0g[k]. Returns a lane per
+// group, zero where the group takes the lane form: m finite, and s at least 4, so that the
+// operand is not negative and every y the codes tell apart is normal (a caller ors the results
+// of many calls and tests them once).
+using FP4Tag8 = hn::CappedTag<std::uint16_t, 8>;
+HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
+                                           std::uint16_t emax, std::uint16_t first,
+                                           std::uint8_t* HWY_RESTRICT scale8,
+                                           std::uint16_t* HWY_RESTRICT t0g) {
+  const FP4Tag8 d;  // eight lanes on every target with vectors
+  const hn::Rebind<std::uint8_t, decltype(d)> d8;
+  const auto m = hn::ShiftRight<7>(hn::LoadU(d, amax));
+  const auto s = hn::SaturatedSub(m, hn::Set(d, emax));
+  const auto base = static_cast<std::uint16_t>(first - 127 * 128);
+  hn::StoreU(hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base)), d, t0g);
+  hn::StoreU(hn::TruncateTo(d8, s), d8, scale8);
+  // Nonzero where m > 254 or s < 4.
+  return hn::Or(hn::SaturatedSub(m, hn::Set(d, std::uint16_t{254})),
+                hn::SaturatedSub(hn::Set(d, std::uint16_t{4}), s));
+}
 
 // ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
 

@@ -604,5 +604,43 @@ TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
   }
 }
 
+// Mode mxfp4 from bfloat16 rows over the same bit patterns, into both FP4 caches: every code,
+// including the lanes whose quotients round to zero (signed zeros), the groups of all zeros and
+// those holding infinities or NaNs, and the groups near either end of bf16's range.
+TEST(IndexerSweep, Bfloat16Mxfp4MatchesReference) {
+  for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
+    for (const std::int64_t d : {128, 96, 512, 32}) {
+      std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+      const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32, cb = d / 2;
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+      for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+      IndexerQuantCacheOptions o;
+      o.quant_mode = IndexerQuantMode::mxfp4;
+      const auto go = [&](bool ref, Bytes& c, Bytes& s) {
+        run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, cb}),
+                                     TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
+                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                     TensorView(slots.data(), DType::int64, {rows}), o),
+            ref);
+      };
+      Bytes want_c(static_cast<std::size_t>(rows * cb)),
+          want_s(static_cast<std::size_t>(rows * ws));
+      go(true, want_c, want_s);
+      for (std::int64_t target : simd_test::simd_targets()) {
+        simd_test::PinTarget pin(target);
+        Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
+        go(false, c, s);
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const auto at = [&](const Bytes& b, std::int64_t n) { return b.begin() + r * n; };
+          ASSERT_TRUE(std::equal(at(c, cb), at(c, cb) + cb, at(want_c, cb)))
+              << dtype_name(cdt) << " d" << d << " row " << r << " " << hwy::TargetName(target);
+          ASSERT_TRUE(std::equal(at(s, ws), at(s, ws) + ws, at(want_s, ws)))
+              << dtype_name(cdt) << " d" << d << " row " << r << " " << hwy::TargetName(target);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter

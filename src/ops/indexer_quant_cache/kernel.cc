@@ -16,6 +16,9 @@
 //   dtype take the general path: the row widened to float32, the scalar scale rules of
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
 //   reference.
+// - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
+//   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes). Groups of zeros, with a
+//   non-finite element, or with a scale below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -183,7 +186,7 @@ struct Batch {
 // from the loads to the scales outlasted the batch's work; eight sets beat four, four two).
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
-  if (p.options.quant_mode != IndexerQuantMode::mxfp8) return 16;
+  if (p.options.quant_mode == IndexerQuantMode::fp8) return 16;
   return groups <= 8 ? static_cast<int>(kMaxBatch / groups) : 1;
 }
 
@@ -356,35 +359,92 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
 }
 
-// Mode mxfp4, bfloat16 rows. A group's scale 2^(s - 127) is a power of two, so the y = x *
-// 2^(127 - s) where a code steps up are x values whose bf16 bits are those of the steps (below)
-// shifted by (s - 127) << 7: QuantizeE2M1Group's compares, exactly. Groups whose steps would
-// leave bf16's normal range (s below 4 or above 250: magnitudes near 2^-125 or 2^125), zero and
-// non-finite groups take the scalar rules.
+// Mode mxfp4, bfloat16 rows. A group's scale 2^(s - 127) is a power of two, so its quotients'
+// bf16 bits are the inputs' magnitude bits less (s - 127) * 128, and each code comes from them
+// by a byte table (FP4Pow2Codes). The thresholds: the bf16 bits of y one below the smallest
+// with code >= k + 1 (ties to the even code); the largest y a scale allows is just below 8
+// (e2m1) or 2 (e1m2).
+constexpr std::uint16_t kE2M1Steps[7] = {0x3E80, 0x3F3F, 0x3FA0, 0x3FDF, 0x4020, 0x405F, 0x40A0};
+constexpr std::uint16_t kE1M2Steps[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90, 0x3FAF, 0x3FD0};
+constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF);
+constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF);
+static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
+
+bool fast_fp4(const IndexerQuantCachePlan& p) {
+  return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::mxfp4;
+}
+
+// The groups of one mxfp4 row that the lane form does not cover (zero or non-finite groups,
+// and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules.
+void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint16_t* amax,
+                     std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
+  const std::uint32_t emax = e2m1 ? 2 : 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::uint32_t m = amax[g] >> 7u;
+    if (m < 255 && std::max(m, emax) - emax >= 4) continue;
+    formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+    mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
+  }
+}
+
+// Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
+// time, their scales as one vector, then each row's codes. A row with a group the lane form
+// does not cover is finished by the scalar rules before the next row is written.
+template <std::int64_t kD>
+void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
+  const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
+  const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
+  const std::uint16_t emax = e2m1 ? 2 : 0;
+  const std::uint16_t* units[kMaxBatch];
+  int n = 0;
+  for (int k = 0; k < b.n; ++k) {
+    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
+  }
+  const int used = n;
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], t0g[kMaxBatch];
+  HWY_ALIGN std::uint8_t exp[kMaxBatch];
+  const qn::FP4Tag8 d8;
+  auto bad = hn::Zero(d8);
+  for (int c = 0; c < used; c += 8) {
+    qn::Maxima8<16>(units + c, 32, amax + c);
+    bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+  }
+  const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
+  if (all) {  // the usual case, in a loop of its own
+    for (int k = 0; k < b.n; ++k) {
+      const std::int64_t u = k * groups;
+      std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+      qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
+    }
+    return;
+  }
+  for (int k = 0; k < b.n; ++k) {
+    const std::int64_t u = k * groups;
+    std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+    qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
+    redo_fp4_groups(s, e2m1, units[u], amax + u, groups, b.codes[k], b.scale[k]);
+  }
+}
+
+// Mode mxfp4, rows of more than eight groups: the row's own groups fill the reductions.
 void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t* src,
                     std::uint8_t* codes, std::uint8_t* scale) {
-  // bf16 bits of y one below the smallest with code >= k + 1 (ties to the even code).
-  constexpr std::int32_t kE2M1[7] = {0x3E80, 0x3F3F, 0x3FA0, 0x3FDF, 0x4020, 0x405F, 0x40A0};
-  constexpr std::int32_t kE1M2[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90, 0x3FAF, 0x3FD0};
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
-  const std::int32_t* steps = e2m1 ? kE2M1 : kE1M2;
-  const std::uint32_t emax = e2m1 ? 2 : 0;
+  const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::int64_t groups = p.d / 32;
   qn::GroupMagnitudes<32, false>(src, groups, s.amax, s.min1);
-  for (std::int64_t g = 0; g < groups; ++g) {
-    const std::uint32_t m = s.amax[g] >> 7;  // the largest exponent field
-    const std::uint32_t sg = std::max(m, emax) - emax;
-    if (m == 0 || m >= 255 || sg < 4 || sg > 250) {
-      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
-      mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
-      continue;
-    }
-    std::uint16_t thr[7];
-    const std::int32_t shift = (static_cast<std::int32_t>(sg) - 127) * 128;
-    for (int k = 0; k < 7; ++k) thr[k] = static_cast<std::uint16_t>(steps[k] + shift);
-    qn::QuantizeE2M1Group<32>(src + 32 * g, codes + 16 * g, thr, 1);
-    scale[g] = static_cast<std::uint8_t>(sg);
+  const qn::FP4Tag8 d8;
+  auto bad = hn::Zero(d8);
+  for (std::int64_t g = 0; g < groups; g += 8) {
+    bad = hn::Or(bad,
+                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.sub + g));
   }
+  const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
+  std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
+  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.sub, table);
+  if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
 }
 
 // The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
@@ -394,6 +454,8 @@ template <std::int64_t kD>
 void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
     fast_fp8_rows<kD>(p, s, b);
+  } else if (p.options.quant_mode == IndexerQuantMode::mxfp4) {
+    fast_mxfp4_rows<kD>(p, s, b);
   } else {
     fast_mxfp8_rows<kD>(p, s, b);
   }
@@ -404,6 +466,8 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     fast_rows_of<128>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32) {
     fast_rows_of<0>(p, s, b);
+  } else if (p.options.quant_mode == IndexerQuantMode::mxfp4) {
+    fast_mxfp4_row(p, s, b.src[0], b.codes[0], b.scale[0]);
   } else {
     fast_mxfp8_row(p.d, s, b.src[0], b.codes[0], b.scale[0]);
   }
@@ -502,7 +566,7 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   s.y = rows.data() + p.d;
   const RowAddresses a(p);
 #if HWY_TARGET != HWY_SCALAR
-  if (fast_e4m3(p)) {
+  if (fast_e4m3(p) || fast_fp4(p)) {
     fast_batches(p, s, a, slots, begin, end);
     return;
   }
@@ -516,7 +580,6 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
 #if HWY_TARGET != HWY_SCALAR
   const bool bf16 = p.x.dtype == DType::bfloat16;
   const bool hif8_table = p.options.quant_mode == IndexerQuantMode::hifloat8 && bf16;
-  const bool fp4_bf16 = p.options.quant_mode == IndexerQuantMode::mxfp4 && bf16;
 #endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
@@ -528,10 +591,6 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
     if (hif8_table &&
         qn::HiF8CodesByTable(a.src(r), a.codes(slot), p.d, p.options.x_scale, s.keys)) {
       continue;  // no scale in this mode
-    }
-    if (fp4_bf16) {
-      fast_mxfp4_row(p, s, a.src(r), a.codes(slot), scale);
-      continue;
     }
 #endif
     general_row(p, s, a.src(r), a.codes(slot));
