@@ -219,6 +219,18 @@ struct Fp8TableBlockVectors {
         step2(hn::LoadDup128(D(), table.step2)),
         zero_above(hn::Set(D(), static_cast<std::int16_t>(table.zero_max + 1))),
         normal_above(hn::Set(D(), static_cast<std::int16_t>(table.normal_min - 1))) {}
+
+  // The table of scale * 2^shift, from the table of scale, as Fp8TableVectors::Shifted: the
+  // blocks' first codes drop by shift << kMant (the step points stay), the thresholds rise by
+  // shift exponent steps. Valid where ShiftedFp8TableValid holds.
+  template <int kMant>
+  static Fp8TableBlockVectors Shifted(const Fp8Table& table, int shift) {
+    Fp8TableBlockVectors v(table);
+    v.first = hn::Sub(v.first, hn::Set(D(), static_cast<std::int16_t>(shift * (1 << kMant))));
+    v.zero_above = hn::Set(D(), static_cast<std::int16_t>(table.zero_max + shift * 128 + 1));
+    v.normal_above = hn::Set(D(), static_cast<std::int16_t>(table.normal_min + shift * 128 - 1));
+    return v;
+  }
 };
 
 using Fp8TableKernel = Fp8TableBlockVectors;

@@ -129,11 +129,12 @@ HWY_INLINE void DsTileByShortcut(const std::uint16_t* HWY_RESTRICT tile, std::ui
   }
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS
 // The code tables of the fp8_ds_mla tile scales. A tile maximum amax = 1.a * 2^k (a: its
 // bfloat16's 7 mantissa bits) has the scale amax / 448 = 2^k * (1.a / 448) (a normal quotient
 // scales exactly), and a table serves every power-of-two multiple of its scale
-// (Fp8TableVectors' shifted form): 128 tables, built once, cover every tile. scale[a] is 1.a / 448.
+// (the Shifted form of Fp8TableVectors, or of Fp8TableBlockVectors on AVX2): 128 tables, built
+// once, cover every tile. scale[a] is 1.a / 448. The byte tables exist for AVX-512 only.
 // The per-tile checks read only the small arrays after the tables: k_min[a] .. k_max[a] are the
 // exponents k whose shifted table is exact (an empty range where table a is not usable), and
 // zero_max / normal_min are table a's thresholds.
@@ -197,12 +198,17 @@ const DsTileTables& TileTables() {
       t->scale[a] = one_a / 448.0f;
       t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
       SetTileExponents(*t, a);
+#if HWY_TARGET <= HWY_AVX3
       SetByteCodes(*t, a);
+#endif
     }
     return t;
   }();
   return *tables;
 }
+#endif
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 
 // The four tile maxima of a token's kv_c (16 vectors of 32 bfloat16), as magnitude bits with
 // NaNs included (above 0x7F80 exactly when one is NaN): tile i in bits 16 i up. The four are
@@ -287,6 +293,74 @@ HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RES
     if (HWY_LIKELY(BoundedTableGroup(tile + g, tv, codes + g))) continue;
     fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes,
                                       codes + g);
+  }
+  return true;
+}
+#endif
+
+#if KVS_FP8_TABLE_BLOCKS
+// BoundedTableGroup for AVX2's block tables: the codes of 32 values of a tile whose maximum the
+// shifted table covers (no clamp, no infinity test); false, writing nothing, when a lane is
+// neither zero-rounding nor normal.
+HWY_INLINE bool BoundedBlockGroup(const std::uint16_t* HWY_RESTRICT src,
+                                  const formats::HWY_NAMESPACE::Fp8TableBlockVectors& tv,
+                                  unsigned char* HWY_RESTRICT dst) {
+  using D = formats::HWY_NAMESPACE::Fp8TableBlockVectors::D;
+  using V = hn::Vec<D>;
+  const D d;
+  const hn::Repartition<std::uint8_t, D> dbytes;
+  const auto look = [&](V table, V idx) HWY_ATTR {
+    return hn::BitCast(d, hn::TableLookupBytes(hn::BitCast(dbytes, table),
+                                               hn::BitCast(dbytes, idx)));
+  };
+  const auto codes = [&](V w, hn::Mask<D>& ok) HWY_ATTR {
+    const V mag = hn::And(w, hn::Set(d, 0x7FFF));
+    // Byte indices 2a and 2a + 1 of block a's 16-bit entries; b: the mantissa's low four bits.
+    const V a = hn::And(hn::ShiftRight<4>(w), hn::Set(d, 7));
+    const V idx = hn::Add(hn::Mul(a, hn::Set(d, 0x0202)), hn::Set(d, 0x0100));
+    const V b = hn::And(w, hn::Set(d, 15));
+    V code = hn::Add(hn::ShiftRight<4>(mag), look(tv.first, idx));
+    code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step1, idx))));
+    code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step2, idx))));
+    const auto normal = hn::Gt(mag, tv.normal_above);
+    ok = hn::Or(normal, hn::Lt(mag, tv.zero_above));
+    // Codes are at most 0x7E: the sign bit or-ed in keeps them within a byte.
+    return hn::Or(hn::IfThenElseZero(normal, code),
+                  hn::And(hn::ShiftRight<8>(w), hn::Set(d, 0x80)));
+  };
+  const std::size_t N = hn::Lanes(d);
+  const V wa = hn::BitCast(d, hn::LoadU(hn::RebindToUnsigned<D>(), src));
+  const V wb = hn::BitCast(d, hn::LoadU(hn::RebindToUnsigned<D>(), src + N));
+  hn::Mask<D> ok_a, ok_b;
+  const V ca = codes(wa, ok_a), cb = codes(wb, ok_b);
+  if (HWY_UNLIKELY(!hn::AllTrue(d, hn::And(ok_a, ok_b)))) return false;
+  // One pack of both vectors (it interleaves their halves), the permute restores element order.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(ca.raw, cb.raw), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), packed);
+  return true;
+}
+
+// TileByTable on AVX2: one tile (largest magnitude bits m) by its scale's shifted block table;
+// false, writing nothing, where the table does not cover the maximum. A group with a lane the
+// table does not encode takes the bounded shortcut.
+HWY_INLINE bool TileByBlocks(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
+                             std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
+                             hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+                             typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const std::uint32_t a = m & 0x7F;
+  const int k = static_cast<int>(m >> 7) - 127;
+  if (k < tt.k_min[a] || k > tt.k_max[a]) return false;
+  std::uint32_t bits;
+  std::memcpy(&bits, &tt.scale[a], 4);
+  bits += static_cast<std::uint32_t>(k) << 23;  // 2^k * scale[a], exact
+  std::memcpy(&scale, &bits, 4);
+  const auto tv = fmt::Fp8TableBlockVectors::Shifted<3>(tt.table[a], k);
+  constexpr std::int64_t kGroup = 32;
+  for (std::int64_t g = 0; g < kDsTile; g += kGroup) {
+    if (HWY_LIKELY(BoundedBlockGroup(tile + g, tv, codes + g))) continue;
+    fmt::QuantizeBoundedBF16Run<true>(tile + g, kGroup, MakeBF16Shortcut<true>(scale), shuffle,
+                                      lanes, codes + g);
   }
   return true;
 }
@@ -511,7 +585,8 @@ HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64
 #endif
 
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows: on AVX-512 by the code tables (byte tables
-// where VBMI is available), elsewhere each tile by DsTileByShortcut.
+// where VBMI is available), on AVX2 each tile by its block table where one covers it, elsewhere
+// each tile by DsTileByShortcut.
 void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (UseByteTables()) {
@@ -525,6 +600,9 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   constexpr std::int64_t kTiles = kDsLatent / kDsTile;
+#if KVS_FP8_TABLE_BLOCKS
+  const DsTileTables& tables = TileTables();
+#endif
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
@@ -532,8 +610,13 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
     const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
     float scales[kTiles];
     for (std::int64_t i = 0; i < kTiles; ++i) {
-      DsTileByShortcut(x + i * kDsTile, MaxMagnitudeBits(x + i * kDsTile, kDsTile),
-                       row + i * kDsTile, scales[i], shuffle, lanes);
+      const std::uint16_t m = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+#if KVS_FP8_TABLE_BLOCKS
+      if (TileByBlocks(tables, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes)) {
+        continue;
+      }
+#endif
+      DsTileByShortcut(x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes);
     }
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
