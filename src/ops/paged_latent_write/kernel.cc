@@ -148,11 +148,22 @@ struct DsTileTables {
   // kernel assumes and the tile maximum codes within float8's finite range.
   alignas(64) std::uint8_t byte_code[128][128];
   bool byte_ok[128];
+#if KVS_FP8_TABLE_BLOCKS
+  // byte_code[a] in block form, for BlockByteGroup: block_code[a][o][i] is the code of block
+  // i & 7's first mantissa, plus 8 (i >> 3) less 8 o; block_step[a][0 or 1][i] are block i & 7's
+  // step points (Fp8Table::step1, step2).
+  alignas(16) std::uint8_t block_code[128][2][16];
+  alignas(16) std::int8_t block_step[128][2][16];
+#endif
 };
 
 // From 2^-115 up the quotient amax / 448 is a normal float above FLT_MIN, and up to 2^127 the
 // maximum is finite.
 constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
+
+// From 2^-105 up, a tile's bfloat16 subnormals (and zeros) are at least 21 binades below its
+// maximum, where the byte kernels count every lane as rounding to zero.
+constexpr int kByteMinExponent = -105;
 
 // Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
 // codes within float8's finite range (then every lane does: the table's codes grow with the
@@ -188,6 +199,23 @@ void SetByteCodes(DsTileTables& t, std::uint32_t a) {
   }
 }
 
+#if KVS_FP8_TABLE_BLOCKS
+// The block form of table a's byte codes: byte_code[a][m] for m = 16 c + b is the block's first
+// code plus 0, 1 or 2 (the table's step points) plus 1016 + c.
+void SetBlockBytes(DsTileTables& t, std::uint32_t a) {
+  const formats::HWY_NAMESPACE::Fp8Table& table = t.table[a];
+  for (int o = 0; o < 2; ++o) {
+    for (int i = 0; i < 16; ++i) {
+      const int c = i & 7;
+      const int code = table.block_first[c] + 1016 + c + 8 * (i >> 3) - 8 * o;
+      t.block_code[a][o][i] = static_cast<std::uint8_t>(code & 0xFF);
+      t.block_step[a][0][i] = static_cast<std::int8_t>(table.step1[c]);
+      t.block_step[a][1][i] = static_cast<std::int8_t>(table.step2[c]);
+    }
+  }
+}
+#endif
+
 const DsTileTables& TileTables() {
   static const DsTileTables* tables = [] {
     auto* t = new DsTileTables;  // lives for the process, as the dispatch tables do
@@ -198,8 +226,9 @@ const DsTileTables& TileTables() {
       t->scale[a] = one_a / 448.0f;
       t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
       SetTileExponents(*t, a);
-#if HWY_TARGET <= HWY_AVX3
       SetByteCodes(*t, a);
+#if KVS_FP8_TABLE_BLOCKS
+      SetBlockBytes(*t, a);
 #endif
     }
     return t;
@@ -364,6 +393,70 @@ HWY_INLINE bool TileByBlocks(const DsTileTables& tt, const std::uint16_t* HWY_RE
   }
   return true;
 }
+
+// ByteTableGroup on AVX2: the codes of 32 values of a tile with maximum exponent e (biased) by
+// the block form of its byte tables: first = block_code[a][e & 1], step1 / step2 =
+// block_step[a], top = e >> 1 in every byte. The lanes' low bytes (the exponent's last bit and the
+// mantissa) index the 16-entry tables by their top four bits; the exponent term, 16 d capped at
+// 240 for d = top less the lane's exponent top bits, is computed, and d >= 11 flags a lane that
+// rounds to zero. False, writing nothing, when a lane is below code 8 and not flagged.
+HWY_INLINE bool BlockByteGroup(const std::uint16_t* HWY_RESTRICT src, __m256i first,
+                               __m256i step1, __m256i step2, __m256i top,
+                               unsigned char* HWY_RESTRICT dst) {
+  // Each 16-byte block: its eight low bytes, then its eight high bytes.
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                         2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
+                                        split);
+  const __m256i b = _mm256_shuffle_epi8(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), split);
+  // Values 0-7 of a and of b, then 8-15 of each: the permute at the end restores the order.
+  const __m256i low = _mm256_unpacklo_epi64(a, b), high = _mm256_unpackhi_epi64(a, b);
+  const __m256i nibble = _mm256_set1_epi8(15);
+  const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(low, 4), nibble);
+  const __m256i mant = _mm256_and_si256(low, nibble);
+  __m256i q = _mm256_shuffle_epi8(first, idx);
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(mant, _mm256_shuffle_epi8(step1, idx)));
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(mant, _mm256_shuffle_epi8(step2, idx)));
+  const __m256i d = _mm256_sub_epi8(top, _mm256_and_si256(high, _mm256_set1_epi8(0x7F)));
+  // d is at most 127 and each byte of min(d, 15) at most 15: the 16-bit shift stays in its byte.
+  const __m256i term = _mm256_slli_epi16(_mm256_min_epu8(d, nibble), 4);
+  const __m256i code = _mm256_subs_epu8(q, term);
+  const __m256i ok = _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
+                                     _mm256_cmpgt_epi8(d, _mm256_set1_epi8(10)));
+  if (HWY_UNLIKELY(_mm256_movemask_epi8(ok) != -1)) return false;
+  // Codes are at most 0x7E: the sign goes in bit 7.
+  const __m256i out = _mm256_or_si256(code, _mm256_and_si256(high, _mm256_set1_epi8(-128)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute4x64_epi64(out, 0xD8));
+  return true;
+}
+
+// ByteTiles::Tile on AVX2: one tile (largest magnitude bits m) by BlockByteGroup; false, writing
+// nothing, where the byte tables do not cover the maximum.
+HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
+                                 std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
+                                 hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+                                 typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
+  const std::uint32_t a = m & 0x7F;
+  const int e = m >> 7, kexp = e - 127;
+  if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) return false;
+  std::uint32_t bits;
+  std::memcpy(&bits, &tt.scale[a], 4);
+  bits += static_cast<std::uint32_t>(kexp) << 23;  // 2^k * scale[a], exact
+  std::memcpy(&scale, &bits, 4);
+  const auto dup = [](const void* p) HWY_ATTR {
+    return _mm256_broadcastsi128_si256(_mm_load_si128(static_cast<const __m128i*>(p)));
+  };
+  const __m256i first = dup(tt.block_code[a][e & 1]);
+  const __m256i step1 = dup(tt.block_step[a][0]), step2 = dup(tt.block_step[a][1]);
+  const __m256i top = _mm256_set1_epi8(static_cast<char>(e >> 1));
+  for (std::int64_t g = 0; g < kDsTile; g += 32) {
+    if (HWY_LIKELY(BlockByteGroup(tile + g, first, step1, step2, top, codes + g))) continue;
+    formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
+        tile + g, 32, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
+  }
+  return true;
+}
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -377,9 +470,6 @@ HWY_INLINE bool UseByteTables() {
   return vbmi && byte_tables_allowed();
 }
 
-// From 2^-105 up, a tile's bfloat16 subnormals (and zeros) are at least 21 binades below its
-// maximum, where ByteTableGroup counts every lane as rounding to zero.
-constexpr int kByteMinExponent = -105;
 
 // The constants of ByteTableGroup: the permutes that gather the low and the high bytes of 64
 // bfloat16 values, and the table of the exponent term by d = 127 - (the difference of the
@@ -612,7 +702,9 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
     for (std::int64_t i = 0; i < kTiles; ++i) {
       const std::uint16_t m = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
 #if KVS_FP8_TABLE_BLOCKS
-      if (TileByBlocks(tables, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes)) {
+      if (TileByBlockBytes(tables, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle,
+                           lanes) ||
+          TileByBlocks(tables, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes)) {
         continue;
       }
 #endif
