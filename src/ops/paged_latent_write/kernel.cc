@@ -674,6 +674,80 @@ HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64
 }
 #endif
 
+#if KVS_FP8_TABLE_BLOCKS
+// TileMaxima on AVX2: the four tile maxima of a token's kv_c (32 vectors of 16 bfloat16), tile i
+// in bits 16 i up, reduced together.
+HWY_INLINE std::uint64_t TileMaximaAVX2(const std::uint16_t* HWY_RESTRICT x) {
+  const __m256i abs = _mm256_set1_epi16(0x7FFF);
+  __m256i m[4];
+  for (int i = 0; i < 4; ++i) {
+    const auto mag = [&](int j) HWY_ATTR {
+      return _mm256_and_si256(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16 * (8 * i + j))), abs);
+    };
+    m[i] = _mm256_max_epu16(
+        _mm256_max_epu16(_mm256_max_epu16(mag(0), mag(1)), _mm256_max_epu16(mag(2), mag(3))),
+        _mm256_max_epu16(_mm256_max_epu16(mag(4), mag(5)), _mm256_max_epu16(mag(6), mag(7))));
+  }
+  // Halves: tiles 0 and 1 in a, 2 and 3 in b; then per half, four lanes of tile 0 (or 1) and
+  // four of tile 2 (or 3), reduced to lanes 0 and 4.
+  const __m256i a = _mm256_max_epu16(_mm256_permute2x128_si256(m[0], m[1], 0x20),
+                                     _mm256_permute2x128_si256(m[0], m[1], 0x31));
+  const __m256i b = _mm256_max_epu16(_mm256_permute2x128_si256(m[2], m[3], 0x20),
+                                     _mm256_permute2x128_si256(m[2], m[3], 0x31));
+  __m256i c = _mm256_max_epu16(_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b));
+  c = _mm256_max_epu16(c, _mm256_shuffle_epi32(c, _MM_SHUFFLE(2, 3, 0, 1)));
+  c = _mm256_max_epu16(c, _mm256_srli_epi32(c, 16));
+  const __m128i lo = _mm256_castsi256_si128(c), hi = _mm256_extracti128_si256(c, 1);
+  const __m128i all = _mm_unpacklo_epi32(_mm_unpacklo_epi16(lo, hi), _mm_unpackhi_epi16(lo, hi));
+  return static_cast<std::uint64_t>(_mm_cvtsi128_si64(all));
+}
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX2: each tile by the block byte tables,
+// else the block word tables, else the shortcut. As on AVX-512, the next token's maxima are
+// reduced one token ahead, so that the reductions overlap this token's quantization.
+HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  const DsTileTables& tt = TileTables();
+  const auto maxima = [&job, end](std::int64_t t) HWY_ATTR {
+    return t < end ? TileMaximaAVX2(
+                         reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token))
+                   : std::uint64_t{0};
+  };
+  std::uint64_t next = maxima(begin);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::uint64_t all = next;
+    next = maxima(t + 1);
+    if (t + kAhead < end) {  // the hardware prefetchers fall behind the token loop
+      const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
+      for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
+      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
+    }
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+    float scales[kDsLatent / kDsTile];
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      const auto m = static_cast<std::uint16_t>(all >> (16 * i));
+      const std::uint16_t* tile = x + i * kDsTile;
+      unsigned char* codes = row + i * kDsTile;
+      if (TileByBlockBytes(tt, tile, m, codes, scales[i], shuffle, lanes) ||
+          TileByBlocks(tt, tile, m, codes, scales[i], shuffle, lanes)) {
+        continue;
+      }
+      DsTileByShortcut(tile, m, codes, scales[i], shuffle, lanes);
+    }
+    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
+    CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+  }
+}
+#endif
+
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows: on AVX-512 by the code tables (byte tables
 // where VBMI is available), on AVX2 each tile by its block table where one covers it, elsewhere
 // each tile by DsTileByShortcut.
@@ -684,15 +758,14 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
   } else {
     WriteDsMlaWords(job, begin, end);
   }
+#elif KVS_FP8_TABLE_BLOCKS
+  WriteDsMlaBlocks(job, begin, end);
 #else
   const formats::HWY_NAMESPACE::CodeOrder<true>& order =
       formats::HWY_NAMESPACE::CodeOrder<true>::Get();
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   constexpr std::int64_t kTiles = kDsLatent / kDsTile;
-#if KVS_FP8_TABLE_BLOCKS
-  const DsTileTables& tables = TileTables();
-#endif
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
@@ -700,15 +773,8 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
     const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
     float scales[kTiles];
     for (std::int64_t i = 0; i < kTiles; ++i) {
-      const std::uint16_t m = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
-#if KVS_FP8_TABLE_BLOCKS
-      if (TileByBlockBytes(tables, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle,
-                           lanes) ||
-          TileByBlocks(tables, x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes)) {
-        continue;
-      }
-#endif
-      DsTileByShortcut(x + i * kDsTile, m, row + i * kDsTile, scales[i], shuffle, lanes);
+      DsTileByShortcut(x + i * kDsTile, MaxMagnitudeBits(x + i * kDsTile, kDsTile),
+                       row + i * kDsTile, scales[i], shuffle, lanes);
     }
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
