@@ -149,9 +149,9 @@ struct DsTileTables {
   alignas(64) std::uint8_t byte_code[128][128];
   bool byte_ok[128];
 #if KVS_FP8_TABLE_BLOCKS
-  // byte_code[a] in block form, for BlockByteGroup: block_code[a][o][i] is the code of block
-  // i & 7's first mantissa, plus 8 (i >> 3) less 8 o; block_step[a][0 or 1][i] are block i & 7's
-  // step points (Fp8Table::step1, step2).
+  // byte_code[a] in block form, for BlockByteCodes: block_code[a][o][i] is the code of block
+  // i & 7's first mantissa, plus 8 (i >> 3) less 8 o; block_step[a][0 or 1][i] is i << 4 or-ed
+  // with block i & 7's step point (Fp8Table::step1, step2).
   alignas(16) std::uint8_t block_code[128][2][16];
   alignas(16) std::int8_t block_step[128][2][16];
 #endif
@@ -209,8 +209,8 @@ void SetBlockBytes(DsTileTables& t, std::uint32_t a) {
       const int c = i & 7;
       const int code = table.block_first[c] + 1016 + c + 8 * (i >> 3) - 8 * o;
       t.block_code[a][o][i] = static_cast<std::uint8_t>(code & 0xFF);
-      t.block_step[a][0][i] = static_cast<std::int8_t>(table.step1[c]);
-      t.block_step[a][1][i] = static_cast<std::int8_t>(table.step2[c]);
+      t.block_step[a][0][i] = static_cast<std::int8_t>(i << 4 | table.step1[c]);
+      t.block_step[a][1][i] = static_cast<std::int8_t>(i << 4 | table.step2[c]);
     }
   }
 }
@@ -395,14 +395,18 @@ HWY_INLINE bool TileByBlocks(const DsTileTables& tt, const std::uint16_t* HWY_RE
 }
 
 // ByteTableGroup on AVX2: the codes of 32 values of a tile with maximum exponent e (biased) by
-// the block form of its byte tables: first = block_code[a][e & 1], step1 / step2 =
-// block_step[a], top = e >> 1 in every byte. The lanes' low bytes (the exponent's last bit and the
-// mantissa) index the 16-entry tables by their top four bits; the exponent term, 16 d capped at
-// 240 for d = top less the lane's exponent top bits, is computed, and d >= 11 flags a lane that
-// rounds to zero. False, writing nothing, when a lane is below code 8 and not flagged.
-HWY_INLINE bool BlockByteGroup(const std::uint16_t* HWY_RESTRICT src, __m256i first,
-                               __m256i step1, __m256i step2, __m256i top,
-                               unsigned char* HWY_RESTRICT dst) {
+// the block form of its byte tables (see DsTileTables): first = block_code[a][e & 1], step1 /
+// step2 = block_step[a], top = e >> 1 in every byte. The lanes' low bytes (the exponent's last
+// bit and the mantissa) index the 16-entry tables by their top four bits; the exponent term, 16 d
+// capped at 240 for d = top less the lane's exponent top bits, is computed, and d >= 11 flags a
+// lane that rounds to zero. Stores the codes and returns the lanes whose code is exact (at least
+// 8, or flagged), all ones where the group is.
+struct BlockBytes {
+  __m256i first, step1, step2, top;
+};
+
+HWY_INLINE __m256i BlockByteCodes(const std::uint16_t* HWY_RESTRICT src, const BlockBytes& t,
+                                  unsigned char* HWY_RESTRICT dst) {
   // Each 16-byte block: its eight low bytes, then its eight high bytes.
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
                                          2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
@@ -412,27 +416,27 @@ HWY_INLINE bool BlockByteGroup(const std::uint16_t* HWY_RESTRICT src, __m256i fi
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), split);
   // Values 0-7 of a and of b, then 8-15 of each: the permute at the end restores the order.
   const __m256i low = _mm256_unpacklo_epi64(a, b), high = _mm256_unpackhi_epi64(a, b);
-  const __m256i nibble = _mm256_set1_epi8(15);
+  const __m256i nibble = _mm256_set1_epi8(15), magnitude = _mm256_set1_epi8(0x7F);
   const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(low, 4), nibble);
-  const __m256i mant = _mm256_and_si256(low, nibble);
-  __m256i q = _mm256_shuffle_epi8(first, idx);
-  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(mant, _mm256_shuffle_epi8(step1, idx)));
-  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(mant, _mm256_shuffle_epi8(step2, idx)));
-  const __m256i d = _mm256_sub_epi8(top, _mm256_and_si256(high, _mm256_set1_epi8(0x7F)));
-  // d is at most 127 and each byte of min(d, 15) at most 15: the 16-bit shift stays in its byte.
-  const __m256i term = _mm256_slli_epi16(_mm256_min_epu8(d, nibble), 4);
-  const __m256i code = _mm256_subs_epu8(q, term);
-  const __m256i ok = _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
-                                     _mm256_cmpgt_epi8(d, _mm256_set1_epi8(10)));
-  if (HWY_UNLIKELY(_mm256_movemask_epi8(ok) != -1)) return false;
+  // The step tables hold idx << 4 | step: compared with the whole low byte, whose top four bits
+  // are idx, they compare the mantissa's low four bits with the step.
+  __m256i q = _mm256_shuffle_epi8(t.first, idx);
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(t.step1, idx)));
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(t.step2, idx)));
+  const __m256i d = _mm256_min_epu8(_mm256_sub_epi8(t.top, _mm256_and_si256(high, magnitude)),
+                                    nibble);
+  // Each byte of d is at most 15: the 16-bit shift stays within its byte.
+  const __m256i code = _mm256_subs_epu8(q, _mm256_slli_epi16(d, 4));
   // Codes are at most 0x7E: the sign goes in bit 7.
-  const __m256i out = _mm256_or_si256(code, _mm256_and_si256(high, _mm256_set1_epi8(-128)));
+  const __m256i out = _mm256_or_si256(code, _mm256_andnot_si256(magnitude, high));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute4x64_epi64(out, 0xD8));
-  return true;
+  return _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
+                         _mm256_cmpgt_epi8(d, _mm256_set1_epi8(10)));
 }
 
-// ByteTiles::Tile on AVX2: one tile (largest magnitude bits m) by BlockByteGroup; false, writing
-// nothing, where the byte tables do not cover the maximum.
+// ByteTiles::Tile on AVX2: one tile (largest magnitude bits m) by BlockByteCodes, the groups it
+// does not encode exactly again by the bounded shortcut; false, writing nothing, where the byte
+// tables do not cover the maximum.
 HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
                                  std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
                                  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
@@ -447,11 +451,16 @@ HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HW
   const auto dup = [](const void* p) HWY_ATTR {
     return _mm256_broadcastsi128_si256(_mm_load_si128(static_cast<const __m128i*>(p)));
   };
-  const __m256i first = dup(tt.block_code[a][e & 1]);
-  const __m256i step1 = dup(tt.block_step[a][0]), step2 = dup(tt.block_step[a][1]);
-  const __m256i top = _mm256_set1_epi8(static_cast<char>(e >> 1));
+  const BlockBytes t{dup(tt.block_code[a][e & 1]), dup(tt.block_step[a][0]),
+                     dup(tt.block_step[a][1]), _mm256_set1_epi8(static_cast<char>(e >> 1))};
+  // All groups first, one test for the tile; the rare inexact group is written again.
+  __m256i ok = BlockByteCodes(tile, t, codes);
+  for (std::int64_t g = 32; g < kDsTile; g += 32) {
+    ok = _mm256_and_si256(ok, BlockByteCodes(tile + g, t, codes + g));
+  }
+  if (HWY_LIKELY(_mm256_movemask_epi8(ok) == -1)) return true;
   for (std::int64_t g = 0; g < kDsTile; g += 32) {
-    if (HWY_LIKELY(BlockByteGroup(tile + g, first, step1, step2, top, codes + g))) continue;
+    if (_mm256_movemask_epi8(BlockByteCodes(tile + g, t, codes + g)) == -1) continue;
     formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
         tile + g, 32, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
   }
