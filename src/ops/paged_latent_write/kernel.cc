@@ -408,12 +408,12 @@ struct BlockBytes {
 HWY_INLINE __m256i BlockByteCodes(const std::uint16_t* HWY_RESTRICT src, const BlockBytes& t,
                                   unsigned char* HWY_RESTRICT dst) {
   // Each 16-byte block: its eight low bytes, then its eight high bytes.
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                                         2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m256i a = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)),
-                                        split);
-  const __m256i b = _mm256_shuffle_epi8(
-      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), split);
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i a =
+      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), split);
+  const __m256i b =
+      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), split);
   // Values 0-7 of a and of b, then 8-15 of each: the permute at the end restores the order.
   const __m256i low = _mm256_unpacklo_epi64(a, b), high = _mm256_unpackhi_epi64(a, b);
   const __m256i nibble = _mm256_set1_epi8(15), magnitude = _mm256_set1_epi8(0x7F);
@@ -423,8 +423,8 @@ HWY_INLINE __m256i BlockByteCodes(const std::uint16_t* HWY_RESTRICT src, const B
   __m256i q = _mm256_shuffle_epi8(t.first, idx);
   q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(t.step1, idx)));
   q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(t.step2, idx)));
-  const __m256i d = _mm256_min_epu8(_mm256_sub_epi8(t.top, _mm256_and_si256(high, magnitude)),
-                                    nibble);
+  const __m256i d =
+      _mm256_min_epu8(_mm256_sub_epi8(t.top, _mm256_and_si256(high, magnitude)), nibble);
   // Each byte of d is at most 15: the 16-bit shift stays within its byte.
   const __m256i code = _mm256_subs_epu8(q, _mm256_slli_epi16(d, 4));
   // Codes are at most 0x7E: the sign goes in bit 7.
@@ -478,7 +478,6 @@ HWY_INLINE bool UseByteTables() {
   static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
   return vbmi && byte_tables_allowed();
 }
-
 
 // The constants of ByteTableGroup: the permutes that gather the low and the high bytes of 64
 // bfloat16 values, and the table of the exponent term by d = 127 - (the difference of the
