@@ -612,36 +612,6 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 
 // ---- FP4 codes under power-of-two scales ---------------------------------------------------
 
-// The largest magnitude (bf16 bits & 0x7FFF) of each of eight groups of n elements that lie
-// anywhere (n a multiple of the lanes), for the FP4 rows: Magnitudes8Min without the minimum.
-template <std::size_t kLanes>
-HWY_INLINE void Maxima8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                        std::uint16_t* HWY_RESTRICT amax) {
-#if KVS_SIZELESS_VECTORS
-  const GroupTag<32> d;
-#else
-  const GroupTag<kLanes> d;
-#endif
-  using V = hn::Vec<decltype(d)>;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-#if KVS_SIZELESS_VECTORS
-  for (int k = 0; k < 8; ++k) {
-    V hi = hn::And(hn::LoadU(d, x[k]), mag);
-    for (std::int64_t i = L; i < n; i += L) hi = hn::Max(hi, hn::And(hn::LoadU(d, x[k] + i), mag));
-    amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
-  }
-#else
-  V hi[8];
-  for (int k = 0; k < 8; ++k) hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
-  for (std::int64_t i = L; i < n; i += L) {
-    for (int k = 0; k < 8; ++k) hi[k] = hn::Max(hi[k], hn::And(hn::LoadU(d, x[k] + i), mag));
-  }
-  Reduce8(
-      d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
-#endif
-}
-
 // An FP4 format (float4_e2m1, float4_e1m2) under a power-of-two scale 2^(s - 127): the quotient
 // y = x * 2^(127 - s) of a bf16 x has the bf16 bits t = a - (s - 127) * 128 (a: x's magnitude
 // bits) wherever y is normal, and its code's magnitude (nearest even, saturating) is the
@@ -840,9 +810,11 @@ HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std
 // minimum for eight groups costs a fold and one horizontal reduction where eight minimums cost
 // a second Reduce8; compared with the largest of the groups' thresholds it is a stricter test
 // than each group's own minimum, and almost as often passed.
-template <std::size_t kLanes, bool kAll>
-HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
-                               std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+// kMin: 0 the maxima alone, 1 the minimum of each group, 2 one minimum for all eight.
+template <std::size_t kLanes, int kMin>
+HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+  constexpr bool kAll = kMin == 2;
 #if KVS_SIZELESS_VECTORS
   const GroupTag<32> d;
 #else
@@ -865,7 +837,9 @@ HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::
       lo = hn::Min(lo, b);
     }
     amax[k] = hn::GetLane(hn::MaxOfLanes(d, hi));
-    if (kAll) {
+    if constexpr (kMin == 0) {
+      (void)lo;
+    } else if (kAll) {
       all = hn::Min(all, lo);
     } else {
       min1[k] = decrement(hn::GetLane(hn::MinOfLanes(d, lo)));
@@ -878,11 +852,13 @@ HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::
     for (int k = 0; k < 8; ++k) {
       const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
       hi[k] = hn::Max(hi[k], b);
-      lo[k] = hn::Min(lo[k], b);
+      if constexpr (kMin != 0) lo[k] = hn::Min(lo[k], b);
     }
   }
   Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
-  if (kAll) {
+  if constexpr (kMin == 0) {
+    return;
+  } else if (kAll) {
     // A tree, not a chain through one accumulator.
     all = hn::Min(hn::Min(hn::Min(lo[0], lo[1]), hn::Min(lo[2], lo[3])),
                   hn::Min(hn::Min(lo[4], lo[5]), hn::Min(lo[6], lo[7])));
@@ -895,10 +871,24 @@ HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::
     }
   }
 #endif
-  if (kAll) {
+  if constexpr (kAll) {
     const std::uint16_t m1 = decrement(SmallestLane(d, all));
     for (int k = 0; k < 8; ++k) min1[k] = m1;
   }
+}
+
+template <std::size_t kLanes, bool kAll>
+HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                               std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+  Magnitudes8<kLanes, kAll ? 2 : 1>(x, n, amax, min1);
+}
+
+// The largest magnitude (bf16 bits & 0x7FFF) of each of eight groups of n elements that lie
+// anywhere (n a multiple of the lanes), for the FP4 rows: Magnitudes8Min without the minimum.
+template <std::size_t kLanes>
+HWY_INLINE void Maxima8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+                        std::uint16_t* HWY_RESTRICT amax) {
+  Magnitudes8<kLanes, 0>(x, n, amax, nullptr);
 }
 
 // E4M3Pow2CodesInRange without the magnitude mask: the subtraction runs on the bf16 bits
