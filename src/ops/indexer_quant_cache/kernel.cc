@@ -180,6 +180,19 @@ struct Batch {
   int n = 0;
 };
 
+// The 32-value groups of a batch's rows, in row order, padded to a multiple of eight with the
+// last one (the reductions work in eights; results past the rows land in unused entries).
+// Returns how many are the rows' own.
+inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t** units) {
+  int n = 0;
+  for (int k = 0; k < b.n; ++k) {
+    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
+  }
+  const int used = n;
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];
+  return used;
+}
+
 // Rows per batch: sixteen fp8 rows or sixty-four mxfp8 32-groups, in sets of eight that each
 // share one reduction of their magnitudes and one vector of scale rules, so the rows'
 // dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
@@ -294,12 +307,7 @@ template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const std::uint16_t* units[kMaxBatch];
-  int n = 0;
-  for (int k = 0; k < b.n; ++k) {
-    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
-  }
-  const int used = n;
-  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  const int used = batch_groups(b, groups, units);
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
@@ -397,12 +405,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::uint16_t emax = e2m1 ? 2 : 0;
   const std::uint16_t* units[kMaxBatch];
-  int n = 0;
-  for (int k = 0; k < b.n; ++k) {
-    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
-  }
-  const int used = n;
-  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  const int used = batch_groups(b, groups, units);
   HWY_ALIGN std::uint16_t amax[kMaxBatch], t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
   const qn::FP4Tag8 d8;
