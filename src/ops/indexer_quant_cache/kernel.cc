@@ -180,6 +180,19 @@ struct Batch {
   int n = 0;
 };
 
+// The 32-value groups of a batch's rows, in row order, padded to a multiple of eight with the
+// last one (the reductions work in eights; results past the rows land in unused entries).
+// Returns how many are the rows' own.
+inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t** units) {
+  int n = 0;
+  for (int k = 0; k < b.n; ++k) {
+    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
+  }
+  const int used = n;
+  for (; n % 8 != 0; ++n) units[n] = units[n - 1];
+  return used;
+}
+
 // Rows per batch: sixteen fp8 rows or sixty-four mxfp8 32-groups, in sets of eight that each
 // share one reduction of their magnitudes and one vector of scale rules, so the rows'
 // dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
@@ -294,12 +307,7 @@ template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const std::uint16_t* units[kMaxBatch];
-  int n = 0;
-  for (int k = 0; k < b.n; ++k) {
-    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
-  }
-  const int used = n;
-  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  const int used = batch_groups(b, groups, units);
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
@@ -397,12 +405,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::uint16_t emax = e2m1 ? 2 : 0;
   const std::uint16_t* units[kMaxBatch];
-  int n = 0;
-  for (int k = 0; k < b.n; ++k) {
-    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
-  }
-  const int used = n;
-  for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
+  const int used = batch_groups(b, groups, units);
   HWY_ALIGN std::uint16_t amax[kMaxBatch], t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
   const qn::FP4Tag8 d8;
@@ -506,14 +509,49 @@ struct RowAddresses {
 
 #if KVS_HIF8_BF16
 // Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included.
-void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
-                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+// kScaled: x_scale is not 1; kD: the row length when known at compile time (0: d). Both fixed
+// per call, so that the row loop keeps the tables and constants in registers and unrolls the
+// row; the addresses live in locals, as the code stores may alias anything reached through a
+// reference. A slot that follows the previous row's in the same block (a prefill's run) has
+// its row one pitch further on: no block split, no multiplies.
+template <bool kScaled, std::int64_t kD>
+void hif8_bf16_rows_of(const RowAddresses& addr, std::int64_t d, float x_scale,
+                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const RowAddresses a = addr;
   const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
-  const float x_scale = p.options.x_scale;
-  const std::int64_t d = p.d;
+  const __m512 xs = _mm512_set1_ps(x_scale);
+  const std::int64_t n = kD != 0 ? kD : d, c1 = a.c1, block_size = a.split.block_size();
+  std::int64_t next = -1, left = 0;
+  std::uint8_t* codes = nullptr;
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
-    if (slot >= 0) qn::HiF8CodesBf16Row(t, a.src(r), a.codes(slot), d, x_scale);
+    if (slot < 0) continue;
+    if (slot == next && left > 0) {
+      codes += c1;
+      --left;
+    } else {
+      codes = a.codes(slot);
+      left = block_size - 1 - a.split.offset(slot);
+    }
+    next = slot + 1;
+    qn::HiF8CodesBf16RowOf<kScaled>(t, a.src(r), codes, n, xs);
+  }
+}
+
+void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
+                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const float x_scale = p.options.x_scale;
+  // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
+  if (x_scale == 1.0f) {
+    if (p.d == 128) {
+      hif8_bf16_rows_of<false, 128>(a, p.d, x_scale, slots, begin, end);
+    } else {
+      hif8_bf16_rows_of<false, 0>(a, p.d, x_scale, slots, begin, end);
+    }
+  } else if (p.d == 128) {
+    hif8_bf16_rows_of<true, 128>(a, p.d, x_scale, slots, begin, end);
+  } else {
+    hif8_bf16_rows_of<true, 0>(a, p.d, x_scale, slots, begin, end);
   }
 }
 #endif

@@ -141,23 +141,22 @@ void check_bound_data(const IndexerQuantCachePlan& p) {
 
 namespace {
 
-// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). As unsigned
-// numbers the valid slots plus one are exactly [0, num_slots], so the scan is one maximum; the
-// rare failing call pays a second scan for the message.
+// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). The scan only
+// tells whether there is one; the rare failing call pays a second scan for the message.
 void check_slot_values(const IndexerQuantCachePlan& p, const std::int64_t* s, std::int64_t n) {
-  const auto ns = static_cast<std::uint64_t>(p.num_slots);
-  std::uint64_t most[4] = {0, 0, 0, 0};  // four chains: a compare and a move per slot each
-  std::int64_t t = 0;
-  for (; t + 4 <= n; t += 4) {
-    for (int k = 0; k < 4; ++k) {
-      const std::uint64_t v = static_cast<std::uint64_t>(s[t + k]) + 1;
-      most[k] = most[k] > v ? most[k] : v;
-    }
+  // s is -1 or in [0, num_slots) exactly when s + 1 and num_slots - 1 - s are both at least 0
+  // (neither overflows where it matters: s + 1 wraps only for the largest s, to a negative
+  // value): the sign bits of all of them or-ed together, a loop of adds and ors that the
+  // compiler vectorizes.
+  const std::uint64_t last = static_cast<std::uint64_t>(p.num_slots) - 1;
+  std::uint64_t signs = 0;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const auto v = static_cast<std::uint64_t>(s[t]);
+    signs |= (v + 1) | (last - v);
   }
-  for (; t < n; ++t) most[0] = std::max(most[0], static_cast<std::uint64_t>(s[t]) + 1);
-  if (std::max(std::max(most[0], most[1]), std::max(most[2], most[3])) <= ns) return;
+  if (signs >> 63 == 0) return;
   for (std::int64_t i = 0; i < n; ++i) {
-    if (s[i] != -1 && static_cast<std::uint64_t>(s[i]) >= ns) {
+    if (s[i] != -1 && (s[i] < 0 || s[i] >= p.num_slots)) {
       invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", s[i],
               " is out of range: -1 (skip) or [0, ", p.num_slots, ")");
     }
