@@ -49,6 +49,11 @@ struct Fp8Table {
   // The blocks of 16 entries: block a's first entry, and the low four mantissa bits less one
   // from which it is exceeded by 1 and by 2 (15: never).
   HWY_ALIGN std::int16_t block_first[8] = {}, step1[8] = {}, step2[8] = {};
+  // The byte form of the blocks, where bytes_usable (see MakeFp8TableBytes): three tables of 16
+  // entries and the exponent top bits top and zero_d.
+  bool bytes_usable = false;
+  std::int8_t byte_top = 0, byte_zero_d = 0;
+  HWY_ALIGN std::int8_t byte_first[16] = {}, byte_step1[16] = {}, byte_step2[16] = {};
 };
 
 // Whether a table kernel exists on this target: AVX-512's permutes, AVX2's blocks.
@@ -75,6 +80,40 @@ inline bool MakeFp8TableBlocks(Fp8Table& t) {
     t.step2[a] = static_cast<std::int16_t>(first2 - 1);
   }
   return true;
+}
+
+// The byte form of t's blocks (t.code and its block form filled): with H a lane's exponent top
+// bits and d = top - H (0 at or above top, capped), a lane's code is the block form's code at
+// exponent 2 top or 2 top + 1 (byte_first and the step points, in bytes) less d steps of two
+// binades (2^(kMant + 1) codes each), saturated at 0. Lanes above top are at least the largest
+// finite code, which a clamp gives; d >= zero_d holds exactly where every magnitude of H is at
+// most the zero threshold, and there the difference reaches 0. False where a piece does not fit.
+template <int kMant>
+bool MakeFp8TableBytes(Fp8Table& t) {
+  constexpr int kStep = 2 << kMant, kCap = 255 / kStep, kMaxCode = kMant == 3 ? 0x7E : 0x7B;
+  // The code at exponent e of mantissa 16 c: e 2^kMant, c's share of the magnitude bits, the
+  // block's first entry.
+  const auto code = [&t](int e, int c) {
+    return (e << kMant) + (c >> (3 - kMant)) + t.block_first[c];
+  };
+  int top = 0;
+  while (top < 127 && code(2 * top + 2, 0) < kMaxCode) ++top;
+  int zero_d = 0;  // the smallest d whose magnitudes (H << 8 | 0xFF at most) all round to zero
+  while (zero_d <= top && ((top - zero_d) << 8 | 0xFF) > t.zero_max) ++zero_d;
+  int q_min = 255, q_max = 0;
+  for (int i = 0; i < 16; ++i) {
+    const int c = i & 7, q = code(2 * top + (i >> 3), c);
+    q_min = q < q_min ? q : q_min;
+    q_max = q + 2 > q_max ? q + 2 : q_max;
+    t.byte_first[i] = static_cast<std::int8_t>(q);
+    t.byte_step1[i] = static_cast<std::int8_t>(i << 4 | t.step1[c]);
+    t.byte_step2[i] = static_cast<std::int8_t>(i << 4 | t.step2[c]);
+  }
+  t.byte_top = static_cast<std::int8_t>(top);
+  t.byte_zero_d = static_cast<std::int8_t>(zero_d);
+  // Bytes without wrap; a bfloat16 zero or subnormal (H = 0) among the zero-rounding lanes; their
+  // difference reaching 0.
+  return q_min >= 0 && q_max <= 255 && zero_d <= top && zero_d <= kCap && zero_d * kStep >= q_max;
 }
 
 // Values per scale from which a caller builds the scale's table: its setup costs about as much
@@ -126,6 +165,7 @@ Fp8Table MakeFp8Table(float scale) {
                                           static_cast<std::int32_t>(m >> (7 - kMant)));
   }
   t.usable = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 ? true : MakeFp8TableBlocks(t);
+  t.bytes_usable = KVS_FP8_TABLE_BLOCKS && t.usable && MakeFp8TableBytes<kMant>(t);
   return t;
 }
 
@@ -276,6 +316,81 @@ HWY_INLINE bool TableGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8Table
   hn::StoreU(hn::DemoteTo(d8, cb), d8, dst + N);
   return true;
 }
+
+// The byte kernels of AVX2 read 32 bfloat16 values as two vectors of bytes: low (the exponent's
+// last bit, then the mantissa) and high (the sign, then the exponent's top seven bits), values
+// 0-7 of each 16-value half first, then 8-15; StoreBlockBytes restores element order.
+struct BlockByteLanes {
+  __m256i low, high;
+};
+
+HWY_INLINE BlockByteLanes SplitBlockBytes(const std::uint16_t* HWY_RESTRICT src) {
+  // Each 16-byte block: its eight low bytes, then its eight high bytes.
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i a =
+      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), split);
+  const __m256i b =
+      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), split);
+  return {_mm256_unpacklo_epi64(a, b), _mm256_unpackhi_epi64(a, b)};
+}
+
+// The block form's code of each lane at one exponent: first[i] plus one per step point passed,
+// i the low byte's top four bits (tables of 16 entries, the same in each 16-byte block). The step
+// tables hold i << 4 | step: compared with the whole low byte, whose top four bits are i, they
+// compare the mantissa's low four bits with the step.
+HWY_INLINE __m256i BlockByteQuotient(__m256i low, __m256i first, __m256i step1, __m256i step2) {
+  const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(low, 4), _mm256_set1_epi8(15));
+  __m256i q = _mm256_shuffle_epi8(first, idx);
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(step1, idx)));
+  return _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(step2, idx)));
+}
+
+HWY_INLINE void StoreBlockBytes(__m256i out, unsigned char* HWY_RESTRICT dst) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute4x64_epi64(out, 0xD8));
+}
+
+// A table's byte form as vectors, for RowByteCodes.
+struct Fp8RowBytes {
+  __m256i first, step1, step2, top, zero_d_less1;
+
+  explicit Fp8RowBytes(const Fp8Table& t) {
+    const auto dup = [](const std::int8_t* p) HWY_ATTR {
+      return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+    };
+    first = dup(t.byte_first);
+    step1 = dup(t.byte_step1);
+    step2 = dup(t.byte_step2);
+    top = _mm256_set1_epi8(t.byte_top);
+    zero_d_less1 = _mm256_set1_epi8(static_cast<char>(t.byte_zero_d - 1));
+  }
+};
+
+// The float8 codes of the 32 bfloat16 values at src by a table's byte form (MakeFp8TableBytes)
+// into dst; returns the lanes whose code is exact (normal, zero-rounding or saturated finite),
+// all ones where the group is. The others (subnormal results, infinities, NaNs) the caller
+// encodes again.
+template <bool kE4M3>
+HWY_INLINE __m256i RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8RowBytes& t,
+                                unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kCap = 255 / (2 << kMant);
+  const BlockByteLanes v = SplitBlockBytes(src);
+  const __m256i magnitude = _mm256_set1_epi8(0x7F);
+  const __m256i h = _mm256_and_si256(v.high, magnitude);
+  const __m256i q = BlockByteQuotient(v.low, t.first, t.step1, t.step2);
+  const __m256i d = _mm256_min_epu8(_mm256_subs_epu8(t.top, h), _mm256_set1_epi8(kCap));
+  // Each byte of d is at most kCap: the 16-bit shift stays within its byte.
+  __m256i code = _mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant + 1));
+  // Lanes above top: 255 (all ones added, saturated), then the clamp.
+  code = _mm256_min_epu8(_mm256_adds_epu8(code, _mm256_cmpgt_epi8(h, t.top)),
+                         _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
+  // Codes are at most 0x7E: the sign goes in bit 7.
+  StoreBlockBytes(_mm256_or_si256(code, _mm256_andnot_si256(magnitude, v.high)), dst);
+  const __m256i ok = _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
+                                     _mm256_cmpgt_epi8(d, t.zero_d_less1));
+  // Infinities and NaNs: every exponent bit set (the low byte's top bit the last of them).
+  return _mm256_andnot_si256(_mm256_and_si256(_mm256_cmpeq_epi8(h, magnitude), v.low), ok);
+}
 #endif
 
 // QuantizeBF16Groups with the scale's code table (when not null and usable): the groups that
@@ -293,17 +408,30 @@ HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Short
     const auto vr = hn::Set(df, sc.r);
     const auto hi = hn::Set(du, 0xFFFF0000u);
     const std::size_t half = hn::Lanes(du);  // a group is four float vectors' worth
-    const std::uint16_t* src;
-    unsigned char* dst;
-    while (next(src, dst)) {
-      if (HWY_LIKELY(TableGroup<kE4M3>(src, tv, dst))) continue;
-      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src));
-      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 2 * half));
+    const auto by_words = [&](const std::uint16_t* s, unsigned char* d) HWY_ATTR {
+      if (HWY_LIKELY(TableGroup<kE4M3>(s, tv, d))) return;
+      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(s));
+      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(s + 2 * half));
       QuantizeGroup<kE4M3, false, true>(
           hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
           hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, sc.scale,
-          order.Shuffle(), order.Lanes(), dst);
+          order.Shuffle(), order.Lanes(), d);
+    };
+    const std::uint16_t* src;
+    unsigned char* dst;
+#if KVS_FP8_TABLE_BLOCKS
+    // Byte codes, 32 per vector (the group size here), where the table has its byte form; a
+    // group with a lane they do not encode exactly is written again by the word kernel.
+    if (table->bytes_usable) {
+      const Fp8RowBytes rb(*table);
+      while (next(src, dst)) {
+        if (HWY_LIKELY(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, rb, dst)) == -1)) continue;
+        by_words(src, dst);
+      }
+      return;
     }
+#endif
+    while (next(src, dst)) by_words(src, dst);
     return;
   }
 #else

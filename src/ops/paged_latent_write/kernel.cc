@@ -407,29 +407,16 @@ struct BlockBytes {
 
 HWY_INLINE __m256i BlockByteCodes(const std::uint16_t* HWY_RESTRICT src, const BlockBytes& t,
                                   unsigned char* HWY_RESTRICT dst) {
-  // Each 16-byte block: its eight low bytes, then its eight high bytes.
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
-                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-  const __m256i a =
-      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), split);
-  const __m256i b =
-      _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 16)), split);
-  // Values 0-7 of a and of b, then 8-15 of each: the permute at the end restores the order.
-  const __m256i low = _mm256_unpacklo_epi64(a, b), high = _mm256_unpackhi_epi64(a, b);
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::BlockByteLanes v = fmt::SplitBlockBytes(src);
   const __m256i nibble = _mm256_set1_epi8(15), magnitude = _mm256_set1_epi8(0x7F);
-  const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(low, 4), nibble);
-  // The step tables hold idx << 4 | step: compared with the whole low byte, whose top four bits
-  // are idx, they compare the mantissa's low four bits with the step.
-  __m256i q = _mm256_shuffle_epi8(t.first, idx);
-  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(t.step1, idx)));
-  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(t.step2, idx)));
+  const __m256i q = fmt::BlockByteQuotient(v.low, t.first, t.step1, t.step2);
   const __m256i d =
-      _mm256_min_epu8(_mm256_sub_epi8(t.top, _mm256_and_si256(high, magnitude)), nibble);
+      _mm256_min_epu8(_mm256_sub_epi8(t.top, _mm256_and_si256(v.high, magnitude)), nibble);
   // Each byte of d is at most 15: the 16-bit shift stays within its byte.
   const __m256i code = _mm256_subs_epu8(q, _mm256_slli_epi16(d, 4));
   // Codes are at most 0x7E: the sign goes in bit 7.
-  const __m256i out = _mm256_or_si256(code, _mm256_andnot_si256(magnitude, high));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute4x64_epi64(out, 0xD8));
+  fmt::StoreBlockBytes(_mm256_or_si256(code, _mm256_andnot_si256(magnitude, v.high)), dst);
   return _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
                          _mm256_cmpgt_epi8(d, _mm256_set1_epi8(10)));
 }
