@@ -393,6 +393,41 @@ HWY_INLINE __m256i RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8
 }
 #endif
 
+#if KVS_FP8_TABLE_BLOCKS
+// One group of QuantizeBF16GroupsByBytes that the byte kernel does not encode exactly: by the
+// word kernel, else by the shortcut's checked path. Rare, so kept out of the byte loop.
+template <bool kE4M3>
+HWY_NOINLINE void WordGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8Table& table,
+                            const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
+  if (TableGroup<kE4M3>(src, Fp8TableBlockVectors(table), dst)) return;
+  const QDF df;
+  const hn::RebindToUnsigned<QDF> du;
+  const CodeOrder<true>& order = CodeOrder<true>::Get();
+  const auto hi = hn::Set(du, 0xFFFF0000u);
+  const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src));
+  const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 2 * hn::Lanes(du)));
+  QuantizeGroup<kE4M3, false, true>(
+      hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
+      hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)),
+      hn::Set(df, sc.r), sc.scale, order.Shuffle(), order.Lanes(), dst);
+}
+
+// QuantizeBF16GroupsByTable on AVX2 where the table has its byte form: each group of 32 values
+// (the group size here) by RowByteCodes, one vector of codes; a group with a lane the bytes do
+// not encode exactly is written again by WordGroup.
+template <bool kE4M3, class Next>
+HWY_INLINE void QuantizeBF16GroupsByBytes(const Fp8Table& table, const BF16Shortcut& sc,
+                                          Next next) {
+  const Fp8RowBytes rb(table);
+  const std::uint16_t* src;
+  unsigned char* dst;
+  while (next(src, dst)) {
+    if (HWY_LIKELY(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, rb, dst)) == -1)) continue;
+    WordGroup<kE4M3>(src, table, sc, dst);
+  }
+}
+#endif
+
 // QuantizeBF16Groups with the scale's code table (when not null and usable): the groups that
 // next names by the table where it covers them, the others by the shortcut's checked path (exact
 // for every lane), as QuantizeBF16RowByTable does for one row.
@@ -400,6 +435,12 @@ template <bool kE4M3, class Next>
 HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Shortcut& sc,
                                           Next next) {
 #if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_TABLE_BLOCKS
+  if (table != nullptr && table->bytes_usable && sc.mode != Shortcut::none) {
+    QuantizeBF16GroupsByBytes<kE4M3>(*table, sc, next);
+    return;
+  }
+#endif
   if (table != nullptr && table->usable && sc.mode != Shortcut::none) {
     const Fp8TableKernel tv(*table);
     const QDF df;
@@ -408,30 +449,17 @@ HWY_INLINE void QuantizeBF16GroupsByTable(const Fp8Table* table, const BF16Short
     const auto vr = hn::Set(df, sc.r);
     const auto hi = hn::Set(du, 0xFFFF0000u);
     const std::size_t half = hn::Lanes(du);  // a group is four float vectors' worth
-    const auto by_words = [&](const std::uint16_t* s, unsigned char* d) HWY_ATTR {
-      if (HWY_LIKELY(TableGroup<kE4M3>(s, tv, d))) return;
-      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(s));
-      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(s + 2 * half));
+    const std::uint16_t* src;
+    unsigned char* dst;
+    while (next(src, dst)) {
+      if (HWY_LIKELY(TableGroup<kE4M3>(src, tv, dst))) continue;
+      const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src));
+      const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 2 * half));
       QuantizeGroup<kE4M3, false, true>(
           hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
           hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)), vr, sc.scale,
-          order.Shuffle(), order.Lanes(), d);
-    };
-    const std::uint16_t* src;
-    unsigned char* dst;
-#if KVS_FP8_TABLE_BLOCKS
-    // Byte codes, 32 per vector (the group size here), where the table has its byte form; a
-    // group with a lane they do not encode exactly is written again by the word kernel.
-    if (table->bytes_usable) {
-      const Fp8RowBytes rb(*table);
-      while (next(src, dst)) {
-        if (HWY_LIKELY(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, rb, dst)) == -1)) continue;
-        by_words(src, dst);
-      }
-      return;
+          order.Shuffle(), order.Lanes(), dst);
     }
-#endif
-    while (next(src, dst)) by_words(src, dst);
     return;
   }
 #else
