@@ -21,7 +21,10 @@
 // first plus two compares of the mantissa's low four bits against the block's step points:
 // three lookups into 8-entry tables (TableLookupBytes), about 30 operations per vector of 16-bit
 // lanes. That beats the reciprocal shortcut with 256-bit vectors (AVX2); with 128-bit ones
-// (SSE4) it measured no faster, so those targets keep the shortcut.
+// (SSE4) it measured no faster, so those targets keep the shortcut. AVX2 goes further in bytes
+// (MakeFp8TableBytes, RowByteCodes): the same lookups at one reference exponent, indexed by the
+// exponent's last bit and the mantissa's top three, less the lane's distance below it, encode 32
+// values per vector, the 16-bit kernel the fallback.
 #if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
 #undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
