@@ -278,16 +278,16 @@ struct Fp8TableBlockVectors {
 
 using Fp8TableKernel = Fp8TableBlockVectors;
 
-// TableGroupAVX3 for the other targets, two vectors of 16-bit lanes per group (the shortcut's
-// group size).
-template <bool kE4M3>
+// TableGroupAVX3 for AVX2, two vectors of 16-bit lanes per group (the shortcut's group size).
+// kBounded: every lane is known to lie at or below a magnitude the table covers (a tile's
+// maximum), so no lane needs the clamp or the infinity test.
+template <bool kE4M3, bool kBounded = false>
 HWY_INLINE bool TableGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8TableBlockVectors& tv,
                            unsigned char* HWY_RESTRICT dst) {
   constexpr int kMant = kE4M3 ? 3 : 2;
   using D = Fp8TableBlockVectors::D;
   const D d;
   const hn::Repartition<std::uint8_t, D> dbytes;
-  const hn::Rebind<std::uint8_t, D> d8;
   using V = hn::Vec<D>;
   const auto look = [&](V table, V idx) HWY_ATTR {
     return hn::BitCast(d, hn::TableLookupBytes(hn::BitCast(dbytes, table),
@@ -302,8 +302,11 @@ HWY_INLINE bool TableGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8Table
     V code = hn::Add(hn::ShiftRight<7 - kMant>(mag), look(tv.first, idx));
     code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step1, idx))));
     code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step2, idx))));
-    code = hn::Min(code, hn::Set(d, kE4M3 ? 0x7E : 0x7B));
-    const auto normal = hn::And(hn::Gt(mag, tv.normal_above), hn::Lt(mag, hn::Set(d, 0x7F80)));
+    auto normal = hn::Gt(mag, tv.normal_above);
+    if constexpr (!kBounded) {
+      code = hn::Min(code, hn::Set(d, kE4M3 ? 0x7E : 0x7B));
+      normal = hn::And(normal, hn::Lt(mag, hn::Set(d, 0x7F80)));
+    }
     ok = hn::Or(normal, hn::Lt(mag, tv.zero_above));
     // Codes are at most 0x7E: the sign bit or-ed in keeps them within a byte.
     return hn::Or(hn::IfThenElseZero(normal, code),
@@ -315,8 +318,9 @@ HWY_INLINE bool TableGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8Table
   hn::Mask<D> ok_a, ok_b;
   const V ca = codes(wa, ok_a), cb = codes(wb, ok_b);
   if (HWY_UNLIKELY(!hn::AllTrue(d, hn::And(ok_a, ok_b)))) return false;
-  hn::StoreU(hn::DemoteTo(d8, ca), d8, dst);
-  hn::StoreU(hn::DemoteTo(d8, cb), d8, dst + N);
+  // One pack of both vectors (it interleaves their halves), the permute restores element order.
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(ca.raw, cb.raw), 0xD8);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), packed);
   return true;
 }
 

@@ -328,47 +328,6 @@ HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RES
 #endif
 
 #if KVS_FP8_TABLE_BLOCKS
-// BoundedTableGroup for AVX2's block tables: the codes of 32 values of a tile whose maximum the
-// shifted table covers (no clamp, no infinity test); false, writing nothing, when a lane is
-// neither zero-rounding nor normal.
-HWY_INLINE bool BoundedBlockGroup(const std::uint16_t* HWY_RESTRICT src,
-                                  const formats::HWY_NAMESPACE::Fp8TableBlockVectors& tv,
-                                  unsigned char* HWY_RESTRICT dst) {
-  using D = formats::HWY_NAMESPACE::Fp8TableBlockVectors::D;
-  using V = hn::Vec<D>;
-  const D d;
-  const hn::Repartition<std::uint8_t, D> dbytes;
-  const auto look = [&](V table, V idx) HWY_ATTR {
-    return hn::BitCast(d, hn::TableLookupBytes(hn::BitCast(dbytes, table),
-                                               hn::BitCast(dbytes, idx)));
-  };
-  const auto codes = [&](V w, hn::Mask<D>& ok) HWY_ATTR {
-    const V mag = hn::And(w, hn::Set(d, 0x7FFF));
-    // Byte indices 2a and 2a + 1 of block a's 16-bit entries; b: the mantissa's low four bits.
-    const V a = hn::And(hn::ShiftRight<4>(w), hn::Set(d, 7));
-    const V idx = hn::Add(hn::Mul(a, hn::Set(d, 0x0202)), hn::Set(d, 0x0100));
-    const V b = hn::And(w, hn::Set(d, 15));
-    V code = hn::Add(hn::ShiftRight<4>(mag), look(tv.first, idx));
-    code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step1, idx))));
-    code = hn::Sub(code, hn::VecFromMask(d, hn::Gt(b, look(tv.step2, idx))));
-    const auto normal = hn::Gt(mag, tv.normal_above);
-    ok = hn::Or(normal, hn::Lt(mag, tv.zero_above));
-    // Codes are at most 0x7E: the sign bit or-ed in keeps them within a byte.
-    return hn::Or(hn::IfThenElseZero(normal, code),
-                  hn::And(hn::ShiftRight<8>(w), hn::Set(d, 0x80)));
-  };
-  const std::size_t N = hn::Lanes(d);
-  const V wa = hn::BitCast(d, hn::LoadU(hn::RebindToUnsigned<D>(), src));
-  const V wb = hn::BitCast(d, hn::LoadU(hn::RebindToUnsigned<D>(), src + N));
-  hn::Mask<D> ok_a, ok_b;
-  const V ca = codes(wa, ok_a), cb = codes(wb, ok_b);
-  if (HWY_UNLIKELY(!hn::AllTrue(d, hn::And(ok_a, ok_b)))) return false;
-  // One pack of both vectors (it interleaves their halves), the permute restores element order.
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi16(ca.raw, cb.raw), 0xD8);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), packed);
-  return true;
-}
-
 // TileByTable on AVX2: one tile (largest magnitude bits m) by its scale's shifted block table;
 // false, writing nothing, where the table does not cover the maximum. A group with a lane the
 // table does not encode takes the bounded shortcut.
@@ -387,7 +346,7 @@ HWY_INLINE bool TileByBlocks(const DsTileTables& tt, const std::uint16_t* HWY_RE
   const auto tv = fmt::Fp8TableBlockVectors::Shifted<3>(tt.table[a], k);
   constexpr std::int64_t kGroup = 32;
   for (std::int64_t g = 0; g < kDsTile; g += kGroup) {
-    if (HWY_LIKELY(BoundedBlockGroup(tile + g, tv, codes + g))) continue;
+    if (HWY_LIKELY((fmt::TableGroup<true, true>(tile + g, tv, codes + g)))) continue;
     fmt::QuantizeBoundedBF16Run<true>(tile + g, kGroup, MakeBF16Shortcut<true>(scale), shuffle,
                                       lanes, codes + g);
   }
