@@ -136,13 +136,11 @@ HWY_INLINE void DsTileByShortcut(const std::uint16_t* HWY_RESTRICT tile, std::ui
 // (the Shifted form of Fp8TableVectors, or of Fp8TableBlockVectors on AVX2): 128 tables, built
 // once, cover every tile. scale[a] is 1.a / 448. The byte tables exist for AVX-512 only.
 // The per-tile checks read only the small arrays after the tables: k_min[a] .. k_max[a] are the
-// exponents k whose shifted table is exact (an empty range where table a is not usable), and
-// zero_max / normal_min are table a's thresholds.
+// exponents k whose shifted table is exact (an empty range where table a is not usable).
 struct DsTileTables {
   formats::HWY_NAMESPACE::Fp8Table table[128];
   float scale[128];
   std::int16_t k_min[128], k_max[128];
-  std::uint16_t zero_max[128], normal_min[128];
   // Byte tables (see ByteTableGroup): byte_code[a][m] is the float8 code of 1.m / scale[a]
   // (below 2^9.81, so it fits a byte); byte_ok[a] where every entry is in the range the byte
   // kernel assumes and the tile maximum codes within float8's finite range.
@@ -165,6 +163,42 @@ constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
 // maximum, where the byte kernels count every lane as rounding to zero.
 constexpr int kByteMinExponent = -105;
 
+// The scale of a tile whose maximum has mantissa bits a and exponent k: 2^k * scale[a], exact
+// (both callers keep k where the product is a normal float).
+HWY_INLINE float TileScale(const DsTileTables& t, std::uint32_t a, int k) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &t.scale[a], 4);
+  bits += static_cast<std::uint32_t>(k) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return scale;
+}
+
+// A tile's groups that its tables do not encode (rare) go through the bounded shortcut (the
+// tile's scale bounds every product), made once per tile at the first such group.
+class TileRedo {
+ public:
+  TileRedo(float scale, hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+           typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes)
+      : scale_(scale), shuffle_(shuffle), lanes_(lanes) {}
+
+  HWY_INLINE void Group(const std::uint16_t* HWY_RESTRICT src, std::int64_t n,
+                        unsigned char* HWY_RESTRICT codes) {
+    if (!made_) {
+      sc_ = MakeBF16Shortcut<true>(scale_);
+      made_ = true;
+    }
+    formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(src, n, sc_, shuffle_, lanes_, codes);
+  }
+
+ private:
+  float scale_;
+  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle_;
+  typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes_;
+  BF16Shortcut sc_;
+  bool made_ = false;
+};
+
 // Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
 // codes within float8's finite range (then every lane does: the table's codes grow with the
 // magnitude, and each lane is at most the maximum).
@@ -173,8 +207,6 @@ void SetTileExponents(DsTileTables& t, std::uint32_t a) {
   const fmt::Fp8Table& table = t.table[a];
   t.k_min[a] = 1;
   t.k_max[a] = 0;
-  t.zero_max[a] = table.zero_max;
-  t.normal_min[a] = table.normal_min;
   // The maximum's code: its magnitude bits shifted right by 4 plus its table entry, less the
   // shift's 8 k, which cancels the exponent's 8 k.
   if (!table.usable || 1016 + static_cast<int>(a >> 4) + table.code[a] > 0x7E) return;
@@ -302,26 +334,15 @@ HWY_INLINE bool TileByTable(const DsTileTables& tt, const std::uint16_t* HWY_RES
                             std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
                             hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
                             typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
-  namespace fmt = formats::HWY_NAMESPACE;
   const std::uint32_t a = m & 0x7F;
   const int k = static_cast<int>(m >> 7) - 127;
   if (k < tt.k_min[a] || k > tt.k_max[a]) return false;
-  std::uint32_t bits;
-  std::memcpy(&bits, &tt.scale[a], 4);
-  bits += static_cast<std::uint32_t>(k) << 23;  // 2^k * scale[a], exact
-  std::memcpy(&scale, &bits, 4);
-  // The shifted table (Fp8TableVectors::Shifted) from the small threshold arrays.
-  fmt::Fp8TableVectors tv;
-  const __m512i drop = _mm512_set1_epi16(static_cast<std::int16_t>(k * 8));
-  for (int j = 0; j < 4; ++j) {
-    tv.t[j] = _mm512_sub_epi16(_mm512_load_si512(tt.table[a].code + 32 * j), drop);
-  }
-  tv.zero_max = _mm512_set1_epi16(static_cast<std::int16_t>(tt.zero_max[a] + k * 128));
-  tv.normal_min = _mm512_set1_epi16(static_cast<std::int16_t>(tt.normal_min[a] + k * 128));
+  scale = TileScale(tt, a, k);
+  const auto tv = formats::HWY_NAMESPACE::Fp8TableVectors::Shifted<3>(tt.table[a], k);
+  TileRedo redo(scale, shuffle, lanes);
   for (std::int64_t g = 0; g < kDsTile; g += 64) {
     if (HWY_LIKELY(BoundedTableGroup(tile + g, tv, codes + g))) continue;
-    fmt::QuantizeBoundedBF16Run<true>(tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes,
-                                      codes + g);
+    redo.Group(tile + g, 64, codes + g);
   }
   return true;
 }
@@ -339,16 +360,13 @@ HWY_INLINE bool TileByBlocks(const DsTileTables& tt, const std::uint16_t* HWY_RE
   const std::uint32_t a = m & 0x7F;
   const int k = static_cast<int>(m >> 7) - 127;
   if (k < tt.k_min[a] || k > tt.k_max[a]) return false;
-  std::uint32_t bits;
-  std::memcpy(&bits, &tt.scale[a], 4);
-  bits += static_cast<std::uint32_t>(k) << 23;  // 2^k * scale[a], exact
-  std::memcpy(&scale, &bits, 4);
+  scale = TileScale(tt, a, k);
   const auto tv = fmt::Fp8TableBlockVectors::Shifted<3>(tt.table[a], k);
+  TileRedo redo(scale, shuffle, lanes);
   constexpr std::int64_t kGroup = 32;
   for (std::int64_t g = 0; g < kDsTile; g += kGroup) {
     if (HWY_LIKELY((fmt::TableGroup<true, true>(tile + g, tv, codes + g)))) continue;
-    fmt::QuantizeBoundedBF16Run<true>(tile + g, kGroup, MakeBF16Shortcut<true>(scale), shuffle,
-                                      lanes, codes + g);
+    redo.Group(tile + g, kGroup, codes + g);
   }
   return true;
 }
@@ -390,10 +408,7 @@ HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HW
   const std::uint32_t a = m & 0x7F;
   const int e = m >> 7, kexp = e - 127;
   if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) return false;
-  std::uint32_t bits;
-  std::memcpy(&bits, &tt.scale[a], 4);
-  bits += static_cast<std::uint32_t>(kexp) << 23;  // 2^k * scale[a], exact
-  std::memcpy(&scale, &bits, 4);
+  scale = TileScale(tt, a, kexp);
   const auto dup = [](const void* p) HWY_ATTR {
     return _mm256_broadcastsi128_si256(_mm_load_si128(static_cast<const __m128i*>(p)));
   };
@@ -405,10 +420,10 @@ HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HW
     ok = _mm256_and_si256(ok, BlockByteCodes(tile + g, t, codes + g));
   }
   if (HWY_LIKELY(_mm256_movemask_epi8(ok) == -1)) return true;
+  TileRedo redo(scale, shuffle, lanes);
   for (std::int64_t g = 0; g < kDsTile; g += 32) {
     if (_mm256_movemask_epi8(BlockByteCodes(tile + g, t, codes + g)) == -1) continue;
-    formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
-        tile + g, 32, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
+    redo.Group(tile + g, 32, codes + g);
   }
   return true;
 }
@@ -509,18 +524,15 @@ struct ByteTiles {
       }
       return;
     }
-    std::uint32_t bits;
-    std::memcpy(&bits, &tt.scale[a], 4);
-    bits += static_cast<std::uint32_t>(kexp) << 23;  // 2^k * scale[a], exact
-    std::memcpy(&scale, &bits, 4);
+    scale = TileScale(tt, a, kexp);
     const __m512i odd = _mm512_set1_epi8(static_cast<char>(8 * (e & 1)));
     const __m512i tlo = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a]), odd);
     const __m512i thi = _mm512_sub_epi8(_mm512_load_si512(tt.byte_code[a] + 64), odd);
     const __m512i top = _mm512_set1_epi8(static_cast<char>(127 - (e >> 1)));
+    TileRedo redo(scale, shuffle, lanes);
     for (std::int64_t g = 0; g < kDsTile; g += 64) {
       if (HWY_LIKELY(ByteTableGroup(tile + g, constants, tlo, thi, top, codes + g))) continue;
-      formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(
-          tile + g, 64, MakeBF16Shortcut<true>(scale), shuffle, lanes, codes + g);
+      redo.Group(tile + g, 64, codes + g);
     }
   }
 };
