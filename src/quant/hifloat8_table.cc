@@ -34,6 +34,9 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
       t.half[i] = static_cast<std::uint16_t>(1u << (6 - kept));
       t.scale[i] = static_cast<std::uint16_t>(1u << (9 + kept));
       t.offset[i] = static_cast<std::uint16_t>(code - (top >> (7 - kept)));
+      t.half8[i] = static_cast<std::uint8_t>(t.half[i]);
+      t.shift8[i] = static_cast<std::uint8_t>(7 - kept);
+      t.offset8[i] = static_cast<std::uint8_t>(t.offset[i] & 0xFF);
     }
     return t;
   }();

@@ -28,10 +28,16 @@ const std::uint8_t* hifloat8_sat_table() noexcept;
 // Lanes below 2^-23 (code 0) and NaNs (code 0) are the caller's. Since a code depends only on
 // the top 13 bits of a float32 (see above), the bfloat16 that truncates a float32 has the same
 // code.
+// The byte forms, for 64-entry byte permutes: half as it is (at most 64), the shift
+// 16 - log2(scale) in place of the multiply, and the offset's low byte (the code is below 256,
+// so the sum's low byte is the code whatever the high bytes hold).
 struct HiFloat8Bf16Tables {
   alignas(64) std::uint16_t half[64];
   alignas(64) std::uint16_t scale[64];
   alignas(64) std::uint16_t offset[64];
+  alignas(64) std::uint8_t half8[64];
+  alignas(64) std::uint8_t shift8[64];
+  alignas(64) std::uint8_t offset8[64];
 };
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 

@@ -41,6 +41,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/vbmi.h"
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 
@@ -936,6 +937,14 @@ HWY_INLINE HiF8Bf16Regs LoadHiF8Bf16Regs() {
   return r;
 }
 
+// The lanes of magnitudes a with codes other than 0x00: 2^-23 <= |x| and no NaN (the only zero
+// has no sign). One compare of a - 2^-23, which wraps below it, where two would share the
+// permutes' port.
+HWY_INLINE __mmask32 HiF8Live(__m512i a) {
+  return _mm512_cmple_epu16_mask(_mm512_sub_epi16(a, _mm512_set1_epi16(0x3400)),
+                                 _mm512_set1_epi16(0x7F80 - 0x3400));
+}
+
 // Entry i mod 64 of a table held as two halves.
 HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
   return _mm512_permutex2var_epi16(tab[0], i, tab[1]);
@@ -954,8 +963,7 @@ HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
   const __m512i re = _mm512_mulhi_epu16(u, by128);
   // Codes other than 0x00 for 2^-23 <= |x| and no NaN (the only zero has no sign): the masked
   // operations zero the other lanes.
-  const __mmask32 live = _mm512_mask_cmple_epu16_mask(
-      _mm512_cmpge_epu16_mask(a, _mm512_set1_epi16(0x3400)), a, _mm512_set1_epi16(0x7F80));
+  const __mmask32 live = HiF8Live(a);
   const __m512i c = _mm512_maskz_add_epi16(live, _mm512_mulhi_epu16(u, LookUp64(t.scale, re)),
                                            LookUp64(t.offset, re));
   const __m512i sign = _mm512_maskz_mulhi_epu16(live, w, _mm512_set1_epi16(0x100));  // w >> 8
@@ -995,6 +1003,59 @@ HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* H
   if (j < n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
                         _mm512_cvtepi16_epi8(HiF8Codes32<kScaled>(t, src + j, xs)));
+  }
+}
+
+// The byte tables of hifloat8_bf16_tables() in registers, for the VBMI form.
+struct HiF8ByteRegs {
+  __m512i half, shift, offset, even;
+};
+
+HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
+  const detail::HiFloat8Bf16Tables& t = detail::hifloat8_bf16_tables();
+  HWY_ALIGN std::uint8_t even[64];
+  for (int i = 0; i < 64; ++i) even[i] = static_cast<std::uint8_t>(2 * i);
+  return {_mm512_load_si512(t.half8), _mm512_load_si512(t.shift8), _mm512_load_si512(t.offset8),
+          _mm512_load_si512(even)};
+}
+
+// HiF8CodesOfBf16 by the byte tables: a 64-entry byte permute reads an index byte's low six
+// bits, the exponent mod 64 in each lane's low byte, and with the high bytes masked to zero it
+// gives a 16-bit entry in one operation where the 16-bit permute over two registers takes two
+// (on Intel, on the port of the other permutes). The shift replaces the multiply by scale; the
+// codes are the lanes' low bytes (the high bytes are not zero).
+KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfBf16Bytes(const HiF8ByteRegs& t, __m512i w) {
+  const __mmask64 low = 0x5555555555555555ull;
+  const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+  const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
+  const __m512i half = _mm512_maskz_permutexvar_epi8(low, _mm512_mulhi_epu16(a, by128), t.half);
+  const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, half), _mm512_set1_epi16(0x473F));
+  const __m512i re = _mm512_mulhi_epu16(u, by128);
+  const __mmask32 live = HiF8Live(a);
+  const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, t.shift));
+  const __m512i c = _mm512_maskz_add_epi16(live, kept, _mm512_permutexvar_epi8(re, t.offset));
+  const __m512i sign = _mm512_maskz_mulhi_epu16(live, w, _mm512_set1_epi16(0x100));  // w >> 8
+  return _mm512_ternarylogic_epi32(c, sign, _mm512_set1_epi16(0x80), 0xF8);
+}
+
+// HiF8CodesBf16RowOf by the byte tables: the low bytes of two code vectors in order by one
+// two-register byte permute.
+template <bool kScaled>
+KVS_VBMI_ATTR HWY_INLINE void HiF8CodesBf16RowBytes(const HiF8ByteRegs& t,
+                                                    const std::uint16_t* HWY_RESTRICT src,
+                                                    std::uint8_t* HWY_RESTRICT out,
+                                                    std::int64_t n, __m512 xs) {
+  const auto codes = [&](std::int64_t j) KVS_VBMI_ATTR {
+    return HiF8CodesOfBf16Bytes(
+        t, kScaled ? Bf16ProductsTruncated(src + j, xs) : _mm512_loadu_si512(src + j));
+  };
+  std::int64_t j = 0;
+  for (; j + 64 <= n; j += 64) {
+    _mm512_storeu_si512(out + j, _mm512_permutex2var_epi8(codes(j), t.even, codes(j + 32)));
+  }
+  if (j < n) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
+                        _mm512_castsi512_si256(_mm512_permutexvar_epi8(t.even, codes(j))));
   }
 }
 

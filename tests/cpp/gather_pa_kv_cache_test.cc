@@ -680,8 +680,8 @@ void check_random(std::mt19937_64& rng, const RandomCase& c) {
       set_num_threads(threads);
       auto k = key0, v = val0;
       run_once(false, k, v);
-      ASSERT_EQ(k, want_k) << hwy::TargetName(target) << " threads " << threads;
-      ASSERT_EQ(v, want_v) << hwy::TargetName(target) << " threads " << threads;
+      ASSERT_EQ(k, want_k) << simd_test::target_name(target) << " threads " << threads;
+      ASSERT_EQ(v, want_v) << simd_test::target_name(target) << " threads " << threads;
     }
   }
   set_num_threads(0);

@@ -485,8 +485,8 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
         set_num_threads(threads);
         Bytes c = cache0, s = scale0;
         go(false, c, s);
-        ASSERT_EQ(c, want_c) << i << " " << hwy::TargetName(target) << " t" << threads;
-        ASSERT_EQ(s, want_s) << i << " " << hwy::TargetName(target) << " t" << threads;
+        ASSERT_EQ(c, want_c) << i << " " << simd_test::target_name(target) << " t" << threads;
+        ASSERT_EQ(s, want_s) << i << " " << simd_test::target_name(target) << " t" << threads;
       }
     }
   }
@@ -553,10 +553,10 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
           const auto at = [&](const Bytes& b, std::int64_t n) { return b.begin() + r * n; };
           ASSERT_TRUE(std::equal(at(c, d), at(c, d) + d, at(want_c, d)))
               << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
-              << hwy::TargetName(target);
+              << simd_test::target_name(target);
           ASSERT_TRUE(std::equal(at(s, sbytes), at(s, sbytes) + sbytes, at(want_s, sbytes)))
               << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
-              << hwy::TargetName(target);
+              << simd_test::target_name(target);
         }
       }
     }
@@ -596,7 +596,8 @@ TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
         go(false, c);
         const auto diff = std::mismatch(c.begin(), c.end(), want.begin());
         ASSERT_TRUE(diff.first == c.end())
-            << "d" << d << " x_scale " << x_scale << " " << hwy::TargetName(target) << ": bf16 0x"
+            << "d" << d << " x_scale " << x_scale << " " << simd_test::target_name(target)
+            << ": bf16 0x"
             << std::hex << x[static_cast<std::size_t>(diff.first - c.begin())] << " gives 0x"
             << int(*diff.first) << ", the reference 0x" << int(*diff.second);
       }
@@ -633,9 +634,11 @@ TEST(IndexerSweep, Bfloat16Mxfp4MatchesReference) {
         for (std::int64_t r = 0; r < rows; ++r) {
           const auto at = [&](const Bytes& b, std::int64_t n) { return b.begin() + r * n; };
           ASSERT_TRUE(std::equal(at(c, cb), at(c, cb) + cb, at(want_c, cb)))
-              << dtype_name(cdt) << " d" << d << " row " << r << " " << hwy::TargetName(target);
+              << dtype_name(cdt) << " d" << d << " row " << r << " "
+              << simd_test::target_name(target);
           ASSERT_TRUE(std::equal(at(s, ws), at(s, ws) + ws, at(want_s, ws)))
-              << dtype_name(cdt) << " d" << d << " row " << r << " " << hwy::TargetName(target);
+              << dtype_name(cdt) << " d" << d << " row " << r << " "
+              << simd_test::target_name(target);
         }
       }
     }

@@ -659,7 +659,7 @@ std::vector<std::int64_t> targets() { return kvscatter::simd_test::simd_targets(
 
 TEST(KvCompressEpilogSimd, TargetsCovered) {
   std::string names;
-  for (std::int64_t t : targets()) names += std::string(hwy::TargetName(t)) + " ";
+  for (std::int64_t t : targets()) names += std::string(simd_test::target_name(t)) + " ";
   std::printf("SIMD targets exercised: %s\n", names.c_str());
   // x86 always runs the portable fallback besides its best target. An aarch64 CPU without SVE
   // runs NEON only: NEON is the Arm fallback, and no scalar kernel is compiled there.
@@ -701,7 +701,7 @@ void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
   if (!all_targets) ts.resize(1);
   for (std::int64_t target : ts) {
     const simd_test::PinTarget pin(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+    SCOPED_TRACE(simd_test::target_name(target));
     struct Case {
       const char* name;
       void (*simd)(const float*, std::uint8_t*, std::size_t);
@@ -771,7 +771,7 @@ TEST(KvCompressEpilogSimd, HiFloat8FromBf16Exhaustive) {
   int ran = 0;
   for (std::int64_t target : targets()) {
     const simd_test::PinTarget pin(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+    SCOPED_TRACE(simd_test::target_name(target));
     std::fill(out.begin(), out.end(), std::uint8_t{0xA5});
     if (!detail::simd_encode_hifloat8_bf16(x.data(), out.data(), x.size())) continue;
     ++ran;
@@ -830,7 +830,7 @@ TEST(KvCompressEpilogSimd, HiFloat8RopeScaledMatchesReference) {
       const Bytes got = go(false);
       const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
       ASSERT_TRUE(diff.first == got.end())
-          << "x_scale " << x_scale << " " << hwy::TargetName(target) << ": byte "
+          << "x_scale " << x_scale << " " << simd_test::target_name(target) << ": byte "
           << (diff.first - got.begin()) << " is 0x" << std::hex << int(*diff.first)
           << ", the reference's 0x" << int(*diff.second);
     }
@@ -849,7 +849,7 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
   Bytes out(x.size() / 2);
   for (std::int64_t target : targets()) {
     const simd_test::PinTarget pin(target);
-    SCOPED_TRACE(hwy::TargetName(target));
+    SCOPED_TRACE(simd_test::target_name(target));
     if (!detail::simd_encode_e2m1_by_buckets(1.0f, x.data(), out.data(), 64)) continue;  // none
     int ran = 0;
     for (std::uint32_t e : {1u,   2u,   3u,   30u,  60u,  90u,  120u, 125u, 126u, 127u, 128u,
@@ -875,7 +875,8 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
       }
     }
     EXPECT_GE(ran, 19 * 128);  // every exponent up to 250 takes the tables
-    std::printf("%s: %d multipliers by bucket tables\n", hwy::TargetName(target), ran);
+    std::printf("%s: %d multipliers by bucket tables\n", simd_test::target_name(target).c_str(),
+                ran);
   }
 }
 

@@ -17,7 +17,6 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
-#include "ops/paged_latent_write/kernel.h"
 #include "simd_targets.h"
 
 namespace kvscatter {
@@ -58,49 +57,44 @@ TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
   const auto value = [](std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); };
   const int threads = get_num_threads();
   set_num_threads(1);
-  // On AVX-512 with VBMI, both the byte and the word tables.
-  for (const bool bytes : {true, false}) {
-    detail::paged_latent_write::set_byte_tables_allowed(bytes);
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      // 0x1.fdp-121: bfloat16 subnormals divided by it are float8 subnormals, and the smallest
-      // normal bfloat16 a normal float8 (the tables' formula would misplace the subnormals).
-      for (float scale :
-           {1.0f, 0.05f, 0.0537f, 3.7f, 1.0f / 3.0f, 1e-30f, 0x1p125f, 0x1p-125f, 0x1.fdp-121f}) {
-        for (bool e4m3 : {true, false}) {
-          const auto encode = [&](std::uint16_t b) {
-            const float q = value(b) / scale;
-            return e4m3 ? formats::encode_float8_e4m3fn_satfinite(q)
-                        : formats::encode_float8_e5m2_satfinite(q);
-          };
-          Bytes cache(static_cast<std::size_t>(T * (R + P)), 0);
-          PagedLatentWriteOptions o;
-          o.format = e4m3 ? LatentCacheFormat::fp8_e4m3 : LatentCacheFormat::fp8_e5m2;
-          o.scale = TensorView(&scale, DType::float32, {1});
-          paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
-                             TensorView(k_pe.data(), DType::bfloat16, {T, P}),
-                             TensorView(cache.data(), DType::uint8, {1, T, R + P}),
-                             TensorView(slots.data(), DType::int64, {T}), o);
-          int bad = 0;
-          for (std::int64_t t = 0; t < T; ++t) {
-            const std::uint8_t* row = &cache[static_cast<std::size_t>((T - 1 - t) * (R + P))];
-            for (std::int64_t i = 0; i < R + P; ++i) {
-              const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
-                                            : k_pe[static_cast<std::size_t>(t * P + i - R)];
-              if (row[i] != encode(b) && ++bad <= 3) {
-                ADD_FAILURE() << simd_target() << (bytes ? "" : " (word tables)")
-                              << (e4m3 ? " e4m3" : " e5m2") << " scale " << scale << " x "
-                              << value(b) << ": got " << int{row[i]} << ", expected "
-                              << int{encode(b)};
-              }
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    // 0x1.fdp-121: bfloat16 subnormals divided by it are float8 subnormals, and the smallest
+    // normal bfloat16 a normal float8 (the tables' formula would misplace the subnormals).
+    for (float scale :
+         {1.0f, 0.05f, 0.0537f, 3.7f, 1.0f / 3.0f, 1e-30f, 0x1p125f, 0x1p-125f, 0x1.fdp-121f}) {
+      for (bool e4m3 : {true, false}) {
+        const auto encode = [&](std::uint16_t b) {
+          const float q = value(b) / scale;
+          return e4m3 ? formats::encode_float8_e4m3fn_satfinite(q)
+                      : formats::encode_float8_e5m2_satfinite(q);
+        };
+        Bytes cache(static_cast<std::size_t>(T * (R + P)), 0);
+        PagedLatentWriteOptions o;
+        o.format = e4m3 ? LatentCacheFormat::fp8_e4m3 : LatentCacheFormat::fp8_e5m2;
+        o.scale = TensorView(&scale, DType::float32, {1});
+        paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
+                           TensorView(k_pe.data(), DType::bfloat16, {T, P}),
+                           TensorView(cache.data(), DType::uint8, {1, T, R + P}),
+                           TensorView(slots.data(), DType::int64, {T}), o);
+        int bad = 0;
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::uint8_t* row = &cache[static_cast<std::size_t>((T - 1 - t) * (R + P))];
+          for (std::int64_t i = 0; i < R + P; ++i) {
+            const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
+                                          : k_pe[static_cast<std::size_t>(t * P + i - R)];
+            if (row[i] != encode(b) && ++bad <= 3) {
+              ADD_FAILURE() << simd_test::target_name(target)
+                            << (e4m3 ? " e4m3" : " e5m2") << " scale " << scale << " x "
+                            << value(b) << ": got " << int{row[i]} << ", expected "
+                            << int{encode(b)};
             }
           }
-          EXPECT_EQ(bad, 0);
         }
+        EXPECT_EQ(bad, 0);
       }
     }
   }
-  detail::paged_latent_write::set_byte_tables_allowed(true);
   set_num_threads(threads);
 }
 
@@ -119,35 +113,31 @@ TEST(PagedLatentWriteFp8, SubnormalsAmongNormalsOnEveryTarget) {
   const auto value = [](std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); };
   const int threads = get_num_threads();
   set_num_threads(1);
-  for (const bool bytes : {true, false}) {
-    detail::paged_latent_write::set_byte_tables_allowed(bytes);
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      Bytes cache(static_cast<std::size_t>(T * (R + P)), 0);
-      PagedLatentWriteOptions o;
-      o.format = LatentCacheFormat::fp8_e4m3;
-      o.scale = TensorView(&scale, DType::float32, {1});
-      paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
-                         TensorView(k_pe.data(), DType::bfloat16, {T, P}),
-                         TensorView(cache.data(), DType::uint8, {1, T, R + P}),
-                         TensorView(slots.data(), DType::int64, {T}), o);
-      int bad = 0;
-      for (std::int64_t t = 0; t < T; ++t) {
-        for (std::int64_t i = 0; i < R + P; ++i) {
-          const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
-                                        : k_pe[static_cast<std::size_t>(t * P + i - R)];
-          const int want = formats::encode_float8_e4m3fn_satfinite(value(b) / scale);
-          const int got = cache[static_cast<std::size_t>(t * (R + P) + i)];
-          if (got != want && ++bad <= 3) {
-            ADD_FAILURE() << simd_target() << (bytes ? "" : " (word tables)") << " x " << value(b)
-                          << ": got " << got << ", expected " << want;
-          }
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes cache(static_cast<std::size_t>(T * (R + P)), 0);
+    PagedLatentWriteOptions o;
+    o.format = LatentCacheFormat::fp8_e4m3;
+    o.scale = TensorView(&scale, DType::float32, {1});
+    paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
+                       TensorView(k_pe.data(), DType::bfloat16, {T, P}),
+                       TensorView(cache.data(), DType::uint8, {1, T, R + P}),
+                       TensorView(slots.data(), DType::int64, {T}), o);
+    int bad = 0;
+    for (std::int64_t t = 0; t < T; ++t) {
+      for (std::int64_t i = 0; i < R + P; ++i) {
+        const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
+                                      : k_pe[static_cast<std::size_t>(t * P + i - R)];
+        const int want = formats::encode_float8_e4m3fn_satfinite(value(b) / scale);
+        const int got = cache[static_cast<std::size_t>(t * (R + P) + i)];
+        if (got != want && ++bad <= 3) {
+          ADD_FAILURE() << simd_test::target_name(target) << " x " << value(b)
+                        << ": got " << got << ", expected " << want;
         }
       }
-      EXPECT_EQ(bad, 0);
     }
+    EXPECT_EQ(bad, 0);
   }
-  detail::paged_latent_write::set_byte_tables_allowed(true);
   set_num_threads(threads);
 }
 
@@ -187,48 +177,43 @@ TEST(PagedLatentWriteDsMla, TileScalesOnEveryTarget) {
   for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;
   const int threads = get_num_threads();
   set_num_threads(1);
-  // On AVX-512 with VBMI, both the byte and the word tables.
-  for (const bool bytes : {true, false}) {
-    detail::paged_latent_write::set_byte_tables_allowed(bytes);
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      Bytes cache(static_cast<std::size_t>(T * 656), 0);
-      float unused = 1.0f;
-      PagedLatentWriteOptions o;
-      o.format = LatentCacheFormat::fp8_ds_mla;
-      o.scale = TensorView(&unused, DType::float32, {1});
-      paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, 512}),
-                         TensorView(k_pe.data(), DType::bfloat16, {T, 64}),
-                         TensorView(cache.data(), DType::uint8, {1, T, 656}),
-                         TensorView(slots.data(), DType::int64, {T}), o);
-      int bad = 0;
-      for (std::size_t tile = 0; tile < maxima.size(); ++tile) {
-        const std::uint8_t* entry = &cache[tile / 4 * 656];
-        const float q = value(maxima[tile]) / 448.0f;
-        const float scale =
-            q > std::numeric_limits<float>::min() ? q : std::numeric_limits<float>::min();
-        float got_scale;
-        std::memcpy(&got_scale, entry + 512 + 4 * (tile % 4), 4);
-        if (std::bit_cast<std::uint32_t>(got_scale) != std::bit_cast<std::uint32_t>(scale) &&
-            ++bad <= 3) {
-          ADD_FAILURE() << simd_target() << (bytes ? "" : " (word tables)") << " max "
-                        << value(maxima[tile]) << ": scale " << got_scale << ", expected " << scale;
-        }
-        for (std::size_t i = 0; i < 128; ++i) {
-          const std::uint16_t b = kv_c[tile * 128 + i];
-          const std::uint8_t want = formats::encode_float8_e4m3fn_satfinite(value(b) / scale);
-          const std::uint8_t got = entry[tile % 4 * 128 + i];
-          if (got != want && ++bad <= 3) {
-            ADD_FAILURE() << simd_target() << (bytes ? "" : " (word tables)") << " max "
-                          << value(maxima[tile]) << " x " << value(b) << ": got " << int{got}
-                          << ", expected " << int{want};
-          }
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes cache(static_cast<std::size_t>(T * 656), 0);
+    float unused = 1.0f;
+    PagedLatentWriteOptions o;
+    o.format = LatentCacheFormat::fp8_ds_mla;
+    o.scale = TensorView(&unused, DType::float32, {1});
+    paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, 512}),
+                       TensorView(k_pe.data(), DType::bfloat16, {T, 64}),
+                       TensorView(cache.data(), DType::uint8, {1, T, 656}),
+                       TensorView(slots.data(), DType::int64, {T}), o);
+    int bad = 0;
+    for (std::size_t tile = 0; tile < maxima.size(); ++tile) {
+      const std::uint8_t* entry = &cache[tile / 4 * 656];
+      const float q = value(maxima[tile]) / 448.0f;
+      const float scale =
+          q > std::numeric_limits<float>::min() ? q : std::numeric_limits<float>::min();
+      float got_scale;
+      std::memcpy(&got_scale, entry + 512 + 4 * (tile % 4), 4);
+      if (std::bit_cast<std::uint32_t>(got_scale) != std::bit_cast<std::uint32_t>(scale) &&
+          ++bad <= 3) {
+        ADD_FAILURE() << simd_test::target_name(target) << " max "
+                      << value(maxima[tile]) << ": scale " << got_scale << ", expected " << scale;
+      }
+      for (std::size_t i = 0; i < 128; ++i) {
+        const std::uint16_t b = kv_c[tile * 128 + i];
+        const std::uint8_t want = formats::encode_float8_e4m3fn_satfinite(value(b) / scale);
+        const std::uint8_t got = entry[tile % 4 * 128 + i];
+        if (got != want && ++bad <= 3) {
+          ADD_FAILURE() << simd_test::target_name(target) << " max "
+                        << value(maxima[tile]) << " x " << value(b) << ": got " << int{got}
+                        << ", expected " << int{want};
         }
       }
-      EXPECT_EQ(bad, 0);
     }
+    EXPECT_EQ(bad, 0);
   }
-  detail::paged_latent_write::set_byte_tables_allowed(true);
   set_num_threads(threads);
 }
 

@@ -86,7 +86,7 @@ TEST(ScatterPaKvCacheStrided, MatchesReferenceEveryTargetAndThreadCount) {
         set_num_threads(threads);
         std::vector<std::uint16_t> k = init, v = vinit;
         call(k, v, false);
-        ASSERT_EQ(k, rk) << describe(l, H, D, bs) << " target " << hwy::TargetName(target)
+        ASSERT_EQ(k, rk) << describe(l, H, D, bs) << " target " << simd_test::target_name(target)
                          << " threads " << threads;
         ASSERT_EQ(v, rv) << describe(l, H, D, bs);
       }

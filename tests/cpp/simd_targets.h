@@ -1,5 +1,6 @@
 // SIMD targets for tests that pin Highway's dispatch (hwy::SetSupportedTargetsForTest), so the
-// SSE4 and scalar paths of the optimized kernels are checked on a machine that prefers AVX2.
+// SSE4 and scalar paths of the optimized kernels are checked on a machine that prefers AVX2, and
+// the AVX-512 kernels' forms without VBMI (core/vbmi.h) on a CPU that has it.
 #pragma once
 
 #include <hwy/targets.h>
@@ -11,26 +12,48 @@
 #include <string>
 #include <vector>
 
+#include "core/vbmi.h"
 #include "kvscatter/runtime.h"
 
 namespace kvscatter::simd_test {
 
-// Every target the library was compiled for that this CPU can run.
+// Marks an AVX-512 target with the VBMI forms switched off.
+inline constexpr std::int64_t kNoVbmi = std::int64_t{1} << 47;
+static_assert((HWY_TARGETS & kNoVbmi) == 0, "kNoVbmi must not be a compiled target's bit");
+
+// Every target the library was compiled for that this CPU can run; on a CPU with VBMI, each
+// AVX-512 target a second time with kNoVbmi.
 inline std::vector<std::int64_t> simd_targets() {
   std::istringstream lib(simd_targets_available());
   std::vector<std::string> names{std::istream_iterator<std::string>(lib), {}};
   std::vector<std::int64_t> out;
   for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) {
-    if (std::find(names.begin(), names.end(), hwy::TargetName(t)) != names.end()) out.push_back(t);
+    if (std::find(names.begin(), names.end(), hwy::TargetName(t)) == names.end()) continue;
+    out.push_back(t);
+#if HWY_ARCH_X86
+    if (t <= HWY_AVX3 && detail::vbmi_usable()) out.push_back(t | kNoVbmi);
+#endif
   }
   return out;
 }
 
-// Pins dispatch to one target for a scope.
+// The target's name for messages.
+inline std::string target_name(std::int64_t target) {
+  return std::string(hwy::TargetName(target & ~kNoVbmi)) +
+         ((target & kNoVbmi) != 0 ? " without VBMI" : "");
+}
+
+// Pins dispatch to one target (and whether the VBMI forms may run) for a scope.
 class PinTarget {
  public:
-  explicit PinTarget(std::int64_t target) { hwy::SetSupportedTargetsForTest(target); }
-  ~PinTarget() { hwy::SetSupportedTargetsForTest(0); }
+  explicit PinTarget(std::int64_t target) {
+    hwy::SetSupportedTargetsForTest(target & ~kNoVbmi);
+    detail::set_vbmi_allowed((target & kNoVbmi) == 0);
+  }
+  ~PinTarget() {
+    hwy::SetSupportedTargetsForTest(0);
+    detail::set_vbmi_allowed(true);
+  }
   PinTarget(const PinTarget&) = delete;
   PinTarget& operator=(const PinTarget&) = delete;
 };

@@ -31,6 +31,7 @@
 #include <hwy/highway.h>
 
 #include "core/slots.h"
+#include "core/vbmi.h"
 #include "kvscatter/formats.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "ops/kv_compress_epilog/kernel.h"  // the shared float8 / HiFloat8 batch encoders
@@ -507,61 +508,12 @@ struct RowAddresses {
   bool rank2;
 };
 
-#if KVS_HIF8_BF16
-// Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included.
-// kScaled: x_scale is not 1; kD: the row length when known at compile time (0: d). Both fixed
-// per call, so that the row loop keeps the tables and constants in registers and unrolls the
-// row; the addresses live in locals, as the code stores may alias anything reached through a
-// reference. A slot that follows the previous row's in the same block (a prefill's run) has
-// its row one pitch further on: no block split, no multiplies.
-template <bool kScaled, std::int64_t kD>
-void hif8_bf16_rows_of(const RowAddresses& addr, std::int64_t d, float x_scale,
-                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  const RowAddresses a = addr;
-  const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
-  const __m512 xs = _mm512_set1_ps(x_scale);
-  const std::int64_t n = kD != 0 ? kD : d, c1 = a.c1, block_size = a.split.block_size();
-  std::int64_t next = -1, left = 0;
-  std::uint8_t* codes = nullptr;
-  for (std::int64_t r = begin; r < end; ++r) {
-    const std::int64_t slot = slots[r];
-    if (slot < 0) continue;
-    if (slot == next && left > 0) {
-      codes += c1;
-      --left;
-    } else {
-      codes = a.codes(slot);
-      left = block_size - 1 - a.split.offset(slot);
-    }
-    next = slot + 1;
-    qn::HiF8CodesBf16RowOf<kScaled>(t, a.src(r), codes, n, xs);
-  }
-}
-
-void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
-                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  const float x_scale = p.options.x_scale;
-  // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
-  if (x_scale == 1.0f) {
-    if (p.d == 128) {
-      hif8_bf16_rows_of<false, 128>(a, p.d, x_scale, slots, begin, end);
-    } else {
-      hif8_bf16_rows_of<false, 0>(a, p.d, x_scale, slots, begin, end);
-    }
-  } else if (p.d == 128) {
-    hif8_bf16_rows_of<true, 128>(a, p.d, x_scale, slots, begin, end);
-  } else {
-    hif8_bf16_rows_of<true, 0>(a, p.d, x_scale, slots, begin, end);
-  }
-}
-#endif
-
 #if HWY_TARGET != HWY_SCALAR
 // The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
-// order.
-void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
-                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  const int per_batch = batch_rows(p);
+// order, each handed to rows(batch).
+template <class Rows>
+void walk_batches(const RowAddresses& a, const std::int64_t* slots, std::int64_t begin,
+                  std::int64_t end, int per_batch, Rows rows) {
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
   // A slot that follows the previous row's in the same block (a prefill's run) has its rows
@@ -587,12 +539,64 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
     b.scale[n] = scale;
     if (++n == per_batch) {
       b.n = n;
-      fast_rows(p, s, b);
+      rows(b);
       n = 0;
     }
   }
   b.n = n;
-  if (n > 0) fast_rows(p, s, b);
+  if (n > 0) rows(b);
+}
+#endif
+
+#if KVS_HIF8_BF16
+// Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included,
+// by the byte tables where the CPU has VBMI (core/vbmi.h), else by the 16-bit ones. kScaled:
+// x_scale is not 1; kD: the row length when known at compile time (0: d). Both fixed per call,
+// so that a batch's loop keeps the tables and constants in registers and unrolls the row.
+template <bool kScaled, std::int64_t kD>
+void hif8_words(const Batch& b, std::int64_t d, __m512 xs) {
+  const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
+  for (int k = 0; k < b.n; ++k) {
+    qn::HiF8CodesBf16RowOf<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
+  }
+}
+
+template <bool kScaled, std::int64_t kD>
+KVS_VBMI_ATTR void hif8_bytes(const Batch& b, std::int64_t d, __m512 xs) {
+  const qn::HiF8ByteRegs t = qn::LoadHiF8ByteRegs();
+  for (int k = 0; k < b.n; ++k) {
+    qn::HiF8CodesBf16RowBytes<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
+  }
+}
+
+template <bool kScaled, std::int64_t kD>
+void hif8_bf16_rows_of(const RowAddresses& a, std::int64_t d, float x_scale,
+                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const __m512 xs = _mm512_set1_ps(x_scale);
+  if (vbmi_usable()) {
+    walk_batches(a, slots, begin, end, kMaxBatch,
+                 [&](const Batch& b) HWY_ATTR { hif8_bytes<kScaled, kD>(b, d, xs); });
+  } else {
+    walk_batches(a, slots, begin, end, kMaxBatch,
+                 [&](const Batch& b) HWY_ATTR { hif8_words<kScaled, kD>(b, d, xs); });
+  }
+}
+
+void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
+                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const float x_scale = p.options.x_scale;
+  // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
+  if (x_scale == 1.0f) {
+    if (p.d == 128) {
+      hif8_bf16_rows_of<false, 128>(a, p.d, x_scale, slots, begin, end);
+    } else {
+      hif8_bf16_rows_of<false, 0>(a, p.d, x_scale, slots, begin, end);
+    }
+  } else if (p.d == 128) {
+    hif8_bf16_rows_of<true, 128>(a, p.d, x_scale, slots, begin, end);
+  } else {
+    hif8_bf16_rows_of<true, 0>(a, p.d, x_scale, slots, begin, end);
+  }
 }
 #endif
 
@@ -605,7 +609,8 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   const RowAddresses a(p);
 #if HWY_TARGET != HWY_SCALAR
   if (fast_e4m3(p) || fast_fp4(p)) {
-    fast_batches(p, s, a, slots, begin, end);
+    walk_batches(a, slots, begin, end, batch_rows(p),
+                 [&](const Batch& b) HWY_ATTR { fast_rows(p, s, b); });
     return;
   }
 #endif

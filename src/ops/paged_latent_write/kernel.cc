@@ -1,6 +1,5 @@
 // The PagedLatentWrite SIMD kernel, compiled once per target: [kv_c | k_pe] rows copied,
 // quantized with one scale, or packed into the fp8_ds_mla entry. No threads here.
-#include <atomic>
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
@@ -12,6 +11,7 @@
 #include <hwy/highway.h>
 
 #include "core/bytes-inl.h"
+#include "core/vbmi.h"
 #include "formats/fp8-inl.h"
 #include "formats/fp8_table-inl.h"
 #include "kvscatter/formats.h"
@@ -430,15 +430,8 @@ HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HW
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// The byte kernel needs AVX-512 VBMI's byte permutes, which the AVX3 target does not assume: it
-// runs where the CPU has them (Ice Lake and later, Zen 4) unless a test asks for the word kernel
-// (set_byte_tables_allowed).
-#define KVS_VBMI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
-
-HWY_INLINE bool UseByteTables() {
-  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
-  return vbmi && byte_tables_allowed();
-}
+// The byte kernels need AVX-512 VBMI's byte permutes (core/vbmi.h): they run where
+// vbmi_usable() says so, the word kernels elsewhere.
 
 // The constants of ByteTableGroup: the permutes that gather the low and the high bytes of 64
 // bfloat16 values, and the table of the exponent term by d = 127 - (the difference of the
@@ -719,7 +712,7 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
 // each tile by DsTileByShortcut.
 void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if (UseByteTables()) {
+  if (vbmi_usable()) {
     WriteDsMlaBytes(job, begin, end);
   } else {
     WriteDsMlaWords(job, begin, end);
@@ -902,7 +895,7 @@ void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.latent_dim % group == 0 && job.pe_dim % group == 0) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     RowByteTables tables;
-    if (UseByteTables() && MakeRowByteTables<kE4M3>(table, job.scale, tables)) {
+    if (vbmi_usable() && MakeRowByteTables<kE4M3>(table, job.scale, tables)) {
       WriteRowsBytes<kE4M3>(job, begin, end, tables, sc);
       return;
     }
@@ -986,13 +979,6 @@ HWY_AFTER_NAMESPACE();
 namespace kvscatter::detail::paged_latent_write {
 
 HWY_EXPORT(WriteTokenRange);
-
-namespace {
-std::atomic<bool> g_byte_tables{true};
-}  // namespace
-
-void set_byte_tables_allowed(bool allowed) { g_byte_tables.store(allowed); }
-bool byte_tables_allowed() { return g_byte_tables.load(std::memory_order_relaxed); }
 
 void write_token_range(const Job& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(WriteTokenRange)(job, begin, end);

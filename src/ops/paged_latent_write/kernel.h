@@ -28,10 +28,4 @@ struct Job {
 // Dispatched entry point: tokens [begin, end).
 void write_token_range(const Job& job, std::int64_t begin, std::int64_t end);
 
-// Whether the AVX-512 fp8_ds_mla kernel may use its byte tables where the CPU has AVX-512 VBMI
-// (the default); tests switch it off to check the word tables on such a CPU too. Both write the
-// same bytes.
-void set_byte_tables_allowed(bool allowed);
-bool byte_tables_allowed();
-
 }  // namespace kvscatter::detail::paged_latent_write

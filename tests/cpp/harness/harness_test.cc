@@ -199,7 +199,7 @@ TEST_P(Harness, OptimizedMatchesReferenceOnEveryTargetAndThreadCount) {
         const Outcome opt = run_case(c, false);
         if (std::string p = judge(c, opt, want); !p.empty()) {
           ++failed;
-          ADD_FAILURE() << where(std::string("target ") + hwy::TargetName(target) + ", threads " +
+          ADD_FAILURE() << where("target " + simd_test::target_name(target) + ", threads " +
                                  std::to_string(threads))
                         << ": " << p;
           if (failed >= 3) return;  // enough to debug with; keeps the log readable

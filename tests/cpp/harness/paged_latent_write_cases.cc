@@ -10,7 +10,6 @@
 
 #include "harness.h"
 #include "kvscatter/paged_latent_write.h"
-#include "ops/paged_latent_write/kernel.h"
 
 namespace kvscatter::harness::paged_latent_write_cases {
 namespace {
@@ -145,14 +144,7 @@ Case generate(std::mt19937_64& rng) {
                 static_cast<std::size_t>(uniform(rng, 0, 3) * ces)};
   c.expect_error = bad_slot;
   c.stream = uniform(rng, 0, 3) == 0;  // the non-temporal copy path on small calls
-  // A third of the quantizing cases on the word tables, where AVX-512 would take the byte tables.
-  const bool word_tables = format != LatentCacheFormat::copy && uniform(rng, 0, 2) == 0;
-  if (word_tables) c.name += " word tables";
   c.run = [=](const std::vector<std::uint8_t*>& data, bool reference) {
-    struct Tables {  // restored when the call throws, too
-      explicit Tables(bool bytes) { detail::paged_latent_write::set_byte_tables_allowed(bytes); }
-      ~Tables() { detail::paged_latent_write::set_byte_tables_allowed(true); }
-    } tables(!word_tables);
     const std::int64_t cs[2] = {c_stride, 1}, ps[2] = {p_stride, 1};
     const std::int64_t ks[3] = {block_stride, slot_stride, 1};
     PagedLatentWriteOptions o;
