@@ -122,9 +122,11 @@ HWY_INLINE void LookupRow(const CodeTable& table, const std::uint8_t* src, std::
   }
 }
 
-// With VBMI's byte permutes the table is two tables of 256 bytes, the results' low and high
-// bytes: each is two vpermi2b (the code's low seven bits) and a blend (its top bit), and two
-// vpermt2b interleave them into the 16-bit results, 64 codes per step. The AVX3 target does not
+// With VBMI's byte permutes the table is two tables of the results' low and high bytes, and two
+// vpermt2b interleave them into the 16-bit results, 64 codes per step. The high bytes are two
+// vpermi2b (the code's low seven bits) and a blend (its top bit). The low bytes are one: a
+// code's sign flips only the sign of its result (or gives the same canonical NaN), so codes c
+// and c | 0x80 share theirs; ByteLookupRows checks that per call. The AVX3 target does not
 // assume VBMI: this runs where the CPU has it (Ice Lake and later, Zen 4) unless a test asks
 // for the word permutes above (set_byte_lookup_allowed).
 #undef KVS_VBMI_ATTR
@@ -135,18 +137,18 @@ HWY_INLINE bool UseByteLookup() {
   return vbmi && byte_lookup_allowed();
 }
 
-KVS_VBMI_ATTR HWY_NOINLINE void ByteLookupRows(const Job& job, const CodeTable& table,
+// False (nothing written) where the low bytes of the table are not shared as above.
+KVS_VBMI_ATTR HWY_NOINLINE bool ByteLookupRows(const Job& job, const CodeTable& table,
                                                std::int64_t begin, std::int64_t end) {
   HWY_ALIGN std::uint8_t bytes[2][256];
   for (int c = 0; c < 256; ++c) {
     bytes[0][c] = static_cast<std::uint8_t>(table.values[c]);
     bytes[1][c] = static_cast<std::uint8_t>(table.values[c] >> 8);
   }
-  __m512i lo[4], hi[4];
-  for (int k = 0; k < 4; ++k) {
-    lo[k] = _mm512_load_si512(bytes[0] + 64 * k);
-    hi[k] = _mm512_load_si512(bytes[1] + 64 * k);
-  }
+  if (std::memcmp(bytes[0], bytes[0] + 128, 128) != 0) return false;
+  __m512i lo[2], hi[4];
+  for (int k = 0; k < 4; ++k) hi[k] = _mm512_load_si512(bytes[1] + 64 * k);
+  for (int k = 0; k < 2; ++k) lo[k] = _mm512_load_si512(bytes[0] + 64 * k);
   // Byte j of the first output is byte j / 2 of the low bytes (j even) or of the high bytes
   // (j odd, index bit 6 set); the second output is the same for bytes 32 to 63.
   HWY_ALIGN std::uint8_t inter[2][64];
@@ -155,34 +157,36 @@ KVS_VBMI_ATTR HWY_NOINLINE void ByteLookupRows(const Job& job, const CodeTable& 
     inter[1][j] = static_cast<std::uint8_t>(32 + j / 2 + (j % 2) * 64);
   }
   const __m512i inter0 = _mm512_load_si512(inter[0]), inter1 = _mm512_load_si512(inter[1]);
+  const auto Look = [&](__m512i c, __m512i& v0, __m512i& v1) KVS_VBMI_ATTR {
+    const __mmask64 top = _mm512_movepi8_mask(c);
+    const __m512i l = _mm512_permutex2var_epi8(lo[0], c, lo[1]);
+    const __m512i h = _mm512_mask_mov_epi8(_mm512_permutex2var_epi8(hi[0], c, hi[1]), top,
+                                           _mm512_permutex2var_epi8(hi[2], c, hi[3]));
+    v0 = _mm512_permutex2var_epi8(l, inter0, h);
+    v1 = _mm512_permutex2var_epi8(l, inter1, h);
+  };
   const auto n = static_cast<std::size_t>(job.entry);
   for (std::int64_t k = begin; k < end; ++k) {
     const Row& r = job.rows[k];
     const std::uint8_t* src = job.src + r.src_offset * job.src_es;
     unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
-    for (std::size_t i = 0; i < n; i += 64) {
-      const std::size_t left = n - i;
-      const __mmask64 live = left >= 64 ? ~__mmask64{0} : (__mmask64{1} << left) - 1;
-      const __m512i c = _mm512_maskz_loadu_epi8(live, src + i);
-      const __mmask64 top = _mm512_movepi8_mask(c);
-      const __m512i l = _mm512_mask_mov_epi8(_mm512_permutex2var_epi8(lo[0], c, lo[1]), top,
-                                             _mm512_permutex2var_epi8(lo[2], c, lo[3]));
-      const __m512i h = _mm512_mask_mov_epi8(_mm512_permutex2var_epi8(hi[0], c, hi[1]), top,
-                                             _mm512_permutex2var_epi8(hi[2], c, hi[3]));
-      const __m512i v0 = _mm512_permutex2var_epi8(l, inter0, h);
-      const __m512i v1 = _mm512_permutex2var_epi8(l, inter1, h);
-      if (left >= 64) {
-        _mm512_storeu_si512(dst + 2 * i, v0);
-        _mm512_storeu_si512(dst + 2 * i + 64, v1);
-      } else {
-        const auto words = static_cast<unsigned>(left);
-        const __mmask32 m0 = words >= 32 ? ~__mmask32{0} : (__mmask32{1} << words) - 1;
-        const __mmask32 m1 = words > 32 ? (__mmask32{1} << (words - 32)) - 1 : 0;
-        _mm512_mask_storeu_epi16(dst + 2 * i, m0, v0);
-        _mm512_mask_storeu_epi16(dst + 2 * i + 64, m1, v1);
-      }
+    std::size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      __m512i v0, v1;
+      Look(_mm512_loadu_si512(src + i), v0, v1);
+      _mm512_storeu_si512(dst + 2 * i, v0);
+      _mm512_storeu_si512(dst + 2 * i + 64, v1);
     }
+    if (i == n) continue;
+    const auto left = static_cast<unsigned>(n - i);
+    __m512i v0, v1;
+    Look(_mm512_maskz_loadu_epi8((__mmask64{1} << left) - 1, src + i), v0, v1);
+    const __mmask32 m0 = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+    const __mmask32 m1 = left > 32 ? (__mmask32{1} << (left - 32)) - 1 : 0;
+    _mm512_mask_storeu_epi16(dst + 2 * i, m0, v0);
+    _mm512_mask_storeu_epi16(dst + 2 * i + 64, m1, v1);
   }
+  return true;
 }
 
 template <bool kE4M3>
@@ -190,10 +194,7 @@ HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t e
   if (job.dst_dtype == DType::float32) return false;
   CodeTable table;
   FillTable<kE4M3>(job, table);
-  if (UseByteLookup()) {
-    ByteLookupRows(job, table, begin, end);
-    return true;
-  }
+  if (UseByteLookup() && ByteLookupRows(job, table, begin, end)) return true;
   for (std::int64_t k = begin; k < end; ++k) {
     const Row& r = job.rows[k];
     LookupRow(table, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
