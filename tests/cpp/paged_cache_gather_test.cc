@@ -284,7 +284,7 @@ TEST(PagedCacheGatherDequant, EveryCodeOnEveryTarget) {
   const float inf = std::numeric_limits<float>::infinity();
   const int threads = get_num_threads();
   set_num_threads(1);
-  // On AVX-512 with VBMI, both the byte and the word permutes.
+  // On AVX-512 with VBMI, both the byte lookup and the paths without VBMI.
   for (const bool bytes : {true, false}) {
     detail::paged_cache_gather::set_byte_lookup_allowed(bytes);
     for (std::int64_t target : simd_test::simd_targets()) {
