@@ -1,5 +1,6 @@
 // The PagedCacheGather SIMD kernel, compiled once per target: entry copies, or fp8 codes decoded,
 // scaled and rounded to the destination's float type. No threads here.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -98,51 +99,16 @@ HWY_INLINE void FillTable(const Job& job, CodeTable& table) {
   DequantRow<kE4M3>(one, codes, reinterpret_cast<unsigned char*>(table.values));
 }
 
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// n codes -> n 16-bit values at dst (any address), 32 per step: vpermi2w reads 64 entries of
-// two registers, so four of them cover the table and bits 6 and 7 of the code pick the result.
-HWY_INLINE void LookupRow(const CodeTable& table, const std::uint8_t* src, std::size_t n,
-                          unsigned char* dst) {
-  __m512i t[8];
-  for (int k = 0; k < 8; ++k) t[k] = _mm512_load_si512(table.values + 32 * k);
-  const __m512i bit6 = _mm512_set1_epi16(0x40), bit7 = _mm512_set1_epi16(0x80);
-  for (std::size_t i = 0; i < n; i += 32) {
-    const __mmask32 live = n - i >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - i)) - 1;
-    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, src + i));
-    const __m512i r0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);
-    const __m512i r1 = _mm512_permutex2var_epi16(t[2], idx, t[3]);
-    const __m512i r2 = _mm512_permutex2var_epi16(t[4], idx, t[5]);
-    const __m512i r3 = _mm512_permutex2var_epi16(t[6], idx, t[7]);
-    const __mmask32 m6 = _mm512_test_epi16_mask(idx, bit6);
-    const __m512i lo = _mm512_mask_mov_epi16(r0, m6, r1);
-    const __m512i hi = _mm512_mask_mov_epi16(r2, m6, r3);
-    const __m512i v = _mm512_mask_mov_epi16(lo, _mm512_test_epi16_mask(idx, bit7), hi);
-    _mm512_mask_storeu_epi16(dst + 2 * i, live, v);
-  }
-}
-
-template <bool kE4M3>
-HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t end) {
-  if (job.dst_dtype == DType::float32) return false;
-  CodeTable table;
-  FillTable<kE4M3>(job, table);
-  for (std::int64_t k = begin; k < end; ++k) {
-    const Row& r = job.rows[k];
-    LookupRow(table, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
-              job.dst + r.dst_row * job.dst_row_bytes);
-  }
-  return true;
-}
-#elif HWY_TARGET != HWY_SCALAR
-// Narrower vectors have no 16-bit lookup into 256 entries, but the table has structure: a code
-// of exponent e and mantissa m decodes to 2^e times a value of m alone, and wherever the scaled
-// product and its 16-bit rounding stay normal, scaling by 2^e is exact, so the result is the
-// entry of m with e added to its exponent field. The codes of exponent 0 (subnormal) get
-// entries of their own, the code's sign flips the result's, and the NaN codes give the
-// canonical NaN (e5m2's largest exponent, infinities included, has entries of its own too).
-// The entries are read from the exact table, and the rule is checked against all 256 of its
-// values before use: a scale that breaks it anywhere (results outside the normal range) keeps
-// the exact path.
+#if HWY_TARGET != HWY_SCALAR
+// Without VBMI, AVX-512 has no 16-bit lookup into 256 entries cheaper than four word permutes (and
+// narrower vectors none at all), but the table has structure: a code of exponent e and mantissa m
+// decodes to 2^e times a value of m alone, and wherever the scaled product and its 16-bit rounding
+// stay normal, scaling by 2^e is exact, so the result is the entry of m with e added to its
+// exponent field. The codes of exponent 0 (subnormal) get entries of their own, the code's sign
+// flips the result's, and the NaN codes give the canonical NaN (e5m2's largest exponent, infinities
+// included, has entries of its own too). The entries are read from the exact table, and the rule is
+// checked against all 256 of its values before use: a scale that breaks it anywhere (results
+// outside the normal range) keeps the exact path (the word permutes on AVX-512).
 template <bool kE4M3>
 struct CodeRule {
   static constexpr int kMant = kE4M3 ? 3 : 2;                   // mantissa bits
@@ -188,7 +154,8 @@ HWY_INLINE V RuleVector(D d16, V c, V low, V normal, V top, int shift) {
   const auto t = hn::And(c, hn::Set(d16, R::kExpMask));
   const auto m = hn::And(c, hn::Set(d16, R::kMantMask));
   // Byte indices 2m and 2m + 1 of m's 16-bit entry.
-  const auto idx = hn::BitCast(dbytes, hn::Add(hn::Mul(m, hn::Set(d16, 0x0202)), hn::Set(d16, 0x0100)));
+  const auto idx =
+      hn::BitCast(dbytes, hn::Add(hn::Mul(m, hn::Set(d16, 0x0202)), hn::Set(d16, 0x0100)));
   const auto look = [&](V table) {
     return hn::BitCast(d16, hn::TableLookupBytes(hn::BitCast(dbytes, table), idx));
   };
@@ -236,19 +203,228 @@ HWY_INLINE void RuleRow(const CodeRule<kE4M3>& rule, const std::uint8_t* HWY_RES
   std::memcpy(dst + 2 * i, tail_dst, 2 * (n - i));
 }
 
+// e4m3's CodeRule on bytes, one vector of codes per step: every term of a result's 16 bits
+// splits into its low and high bytes. The exponent e = 2 x + y adds y to the entry of m (the
+// code's low nibble c & 15 indexes those sums) and x, whole, to the high byte, as the sign adds
+// 0x80 (both read by the high nibble). The subnormal codes (c & 0x7F below 8) add the
+// difference of their entry and the normal one, read at (c & 0x7F) + 0x78, an index whose top
+// bit (a zero result) is set for every other code; the NaN codes are set to 0x7FFF by a mask.
+// The lookups are 16-byte blocks, as are the interleaves that make the 16-bit results, so the
+// codes' 8-byte halves of blocks are first reordered (on AVX2, quadwords 0, 2, 1, 3).
+class ByteRule {
+ public:
+  explicit ByteRule(const CodeRule<true>& rule) {
+    using R = CodeRule<true>;
+    HWY_ALIGN std::uint8_t t[5][16];
+    // The exponent field starts at bit kMant + shift of a result, so x at bit x_shift of its
+    // high byte; the high nibble is the sign and x.
+    const int x_shift = rule.shift + R::kMant + 1 - 8;
+    for (int i = 0; i < 16; ++i) {
+      const std::uint16_t m = i & R::kMantMask, y = static_cast<std::uint16_t>(i >> R::kMant);
+      const auto base = static_cast<std::uint16_t>(rule.normal[m] + (y << (R::kMant + rule.shift)));
+      t[0][i] = static_cast<std::uint8_t>(base);
+      t[1][i] = static_cast<std::uint8_t>(base >> 8);
+      t[2][i] = static_cast<std::uint8_t>(((i & 7) << x_shift) + (i & 8) * 16);
+      // Subnormal code m sits at index 8 + m; its normal entry is the base of y = 0.
+      const std::uint16_t own = rule.low[i & 7], normal = rule.normal[i & 7];
+      t[3][i] = i < 8 ? 0 : static_cast<std::uint8_t>((own & 0xFF) - (normal & 0xFF));
+      t[4][i] = i < 8 ? 0 : static_cast<std::uint8_t>((own >> 8) - (normal >> 8));
+    }
+    lo_ = hn::LoadDup128(d8_, t[0]);
+    hi_ = hn::LoadDup128(d8_, t[1]);
+    high_nibble_ = hn::LoadDup128(d8_, t[2]);
+    sub_lo_ = hn::LoadDup128(d8_, t[3]);
+    sub_hi_ = hn::LoadDup128(d8_, t[4]);
+    // Quadword 2 k + h of the reordered codes is quadword k of the lower (h = 0) or upper half.
+    HWY_ALIGN std::uint64_t order[HWY_MAX_BYTES / 8];
+    const std::size_t n64 = hn::Lanes(d64_);
+    for (std::size_t i = 0; i < n64; ++i) order[i] = i / 2 + (i % 2) * (n64 / 2);
+    order_ = hn::SetTableIndices(d64_, order);
+  }
+
+  // One vector of codes -> as many results at o (any address).
+  HWY_INLINE void Step(const std::uint8_t* s, unsigned char* o) const {
+    const auto nibble = hn::Set(d8_, 15), magnitude = hn::Set(d8_, 0x7F);
+    const auto c = hn::BitCast(
+        d8_, hn::TableLookupLanes(hn::BitCast(d64_, hn::LoadU(d8_, s)), order_));
+    const auto low_nibble = hn::And(c, nibble);
+    const auto mag = hn::And(c, magnitude);
+    const auto sub = hn::Add(mag, hn::Set(d8_, 0x78));
+    const auto nan = hn::VecFromMask(d8_, hn::Eq(mag, magnitude));
+    const auto top = hn::And(hn::BitCast(d8_, hn::ShiftRight<4>(hn::BitCast(d16_, c))), nibble);
+    auto l = hn::Add(hn::TableLookupBytes(lo_, low_nibble), hn::TableLookupBytesOr0(sub_lo_, sub));
+    auto h = hn::Add(hn::TableLookupBytes(hi_, low_nibble), hn::TableLookupBytesOr0(sub_hi_, sub));
+    h = hn::Add(h, hn::TableLookupBytes(high_nibble_, top));
+    l = hn::Or(l, nan);
+    h = hn::Xor(hn::Or(h, nan), hn::And(nan, hn::Set(d8_, 0x80)));
+    hn::StoreU(hn::InterleaveLower(d8_, l, h), d8_, o);
+    hn::StoreU(hn::InterleaveUpper(d8_, l, h), d8_, o + hn::Lanes(d8_));
+  }
+
+ private:
+  using D8 = hn::ScalableTag<std::uint8_t>;
+  D8 d8_;
+  hn::Repartition<std::uint16_t, D8> d16_;
+  hn::Repartition<std::uint64_t, D8> d64_;
+  hn::Vec<D8> lo_, hi_, high_nibble_, sub_lo_, sub_hi_;
+  decltype(hn::SetTableIndices(d64_, static_cast<const std::uint64_t*>(nullptr))) order_;
+};
+
+HWY_INLINE void ByteRuleRows(const Job& job, const CodeRule<true>& rule, std::int64_t begin,
+                             std::int64_t end) {
+  const ByteRule b(rule);
+  const std::size_t N = hn::Lanes(hn::ScalableTag<std::uint8_t>());
+  const auto n = static_cast<std::size_t>(job.entry);
+  for (std::int64_t k = begin; k < end; ++k) {
+    const Row& r = job.rows[k];
+    const std::uint8_t* src = job.src + r.src_offset * job.src_es;
+    unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
+    std::size_t i = 0;
+    for (; i + N <= n; i += N) b.Step(src + i, dst + 2 * i);
+    if (i == n) continue;
+    HWY_ALIGN std::uint8_t tail_src[HWY_MAX_BYTES] = {};
+    HWY_ALIGN unsigned char tail_dst[2 * HWY_MAX_BYTES];
+    std::memcpy(tail_src, src + i, n - i);
+    b.Step(tail_src, tail_dst);
+    std::memcpy(dst + 2 * i, tail_dst, 2 * (n - i));
+  }
+}
+
+// Rows [begin, end) by CodeRule, e4m3 codes by ByteRule and e5m2 codes by RuleRow; false
+// (nothing written) where the rule does not hold for the table.
+template <bool kE4M3>
+HWY_INLINE bool GatherByRule(const Job& job, const CodeTable& table, std::int64_t begin,
+                             std::int64_t end) {
+  CodeRule<kE4M3> rule;
+  if (!rule.From(table, job.dst_dtype)) return false;
+  if constexpr (kE4M3) {
+    ByteRuleRows(job, rule, begin, end);
+  } else {
+    for (std::int64_t k = begin; k < end; ++k) {
+      const Row& r = job.rows[k];
+      RuleRow(rule, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
+              job.dst + r.dst_row * job.dst_row_bytes);
+    }
+  }
+  return true;
+}
+
+#endif  // HWY_TARGET != HWY_SCALAR
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// n codes -> n 16-bit values at dst (any address), 32 per step: vpermi2w reads 64 entries of
+// two registers, so four of them cover the table and bits 6 and 7 of the code pick the result.
+HWY_INLINE void LookupRow(const CodeTable& table, const std::uint8_t* src, std::size_t n,
+                          unsigned char* dst) {
+  __m512i t[8];
+  for (int k = 0; k < 8; ++k) t[k] = _mm512_load_si512(table.values + 32 * k);
+  const __m512i bit6 = _mm512_set1_epi16(0x40), bit7 = _mm512_set1_epi16(0x80);
+  for (std::size_t i = 0; i < n; i += 32) {
+    const __mmask32 live = n - i >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n - i)) - 1;
+    const __m512i idx = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(live, src + i));
+    const __m512i r0 = _mm512_permutex2var_epi16(t[0], idx, t[1]);
+    const __m512i r1 = _mm512_permutex2var_epi16(t[2], idx, t[3]);
+    const __m512i r2 = _mm512_permutex2var_epi16(t[4], idx, t[5]);
+    const __m512i r3 = _mm512_permutex2var_epi16(t[6], idx, t[7]);
+    const __mmask32 m6 = _mm512_test_epi16_mask(idx, bit6);
+    const __m512i lo = _mm512_mask_mov_epi16(r0, m6, r1);
+    const __m512i hi = _mm512_mask_mov_epi16(r2, m6, r3);
+    const __m512i v = _mm512_mask_mov_epi16(lo, _mm512_test_epi16_mask(idx, bit7), hi);
+    _mm512_mask_storeu_epi16(dst + 2 * i, live, v);
+  }
+}
+
+// With VBMI's byte permutes the table is two tables of the results' low and high bytes, and two
+// vpermt2b interleave them into the 16-bit results, 64 codes per step. The high bytes are two
+// vpermi2b (the code's low seven bits) and a blend (its top bit). The low bytes are one: a
+// code's sign flips only the sign of its result (or gives the same canonical NaN), so codes c
+// and c | 0x80 share theirs; ByteLookupRows checks that per call. The AVX3 target does not
+// assume VBMI: this runs where the CPU has it (Ice Lake and later, Zen 4) unless a test asks
+// for the paths without it (set_byte_lookup_allowed): e4m3 by CodeRule where it holds, else
+// the word permutes above.
+#undef KVS_VBMI_ATTR
+#define KVS_VBMI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
+
+HWY_INLINE bool UseByteLookup() {
+  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
+  return vbmi && byte_lookup_allowed();
+}
+
+// False (nothing written) where the low bytes of the table are not shared as above.
+KVS_VBMI_ATTR HWY_NOINLINE bool ByteLookupRows(const Job& job, const CodeTable& table,
+                                               std::int64_t begin, std::int64_t end) {
+  HWY_ALIGN std::uint8_t bytes[2][256];
+  for (int c = 0; c < 256; ++c) {
+    bytes[0][c] = static_cast<std::uint8_t>(table.values[c]);
+    bytes[1][c] = static_cast<std::uint8_t>(table.values[c] >> 8);
+  }
+  if (std::memcmp(bytes[0], bytes[0] + 128, 128) != 0) return false;
+  __m512i lo[2], hi[4];
+  for (int k = 0; k < 4; ++k) hi[k] = _mm512_load_si512(bytes[1] + 64 * k);
+  for (int k = 0; k < 2; ++k) lo[k] = _mm512_load_si512(bytes[0] + 64 * k);
+  // Byte j of the first output is byte j / 2 of the low bytes (j even) or of the high bytes
+  // (j odd, index bit 6 set); the second output is the same for bytes 32 to 63.
+  HWY_ALIGN std::uint8_t inter[2][64];
+  for (int j = 0; j < 64; ++j) {
+    inter[0][j] = static_cast<std::uint8_t>(j / 2 + (j % 2) * 64);
+    inter[1][j] = static_cast<std::uint8_t>(32 + j / 2 + (j % 2) * 64);
+  }
+  const __m512i inter0 = _mm512_load_si512(inter[0]), inter1 = _mm512_load_si512(inter[1]);
+  const auto Look = [&](__m512i c, __m512i& v0, __m512i& v1) KVS_VBMI_ATTR {
+    const __mmask64 top = _mm512_movepi8_mask(c);
+    const __m512i l = _mm512_permutex2var_epi8(lo[0], c, lo[1]);
+    const __m512i h = _mm512_mask_mov_epi8(_mm512_permutex2var_epi8(hi[0], c, hi[1]), top,
+                                           _mm512_permutex2var_epi8(hi[2], c, hi[3]));
+    v0 = _mm512_permutex2var_epi8(l, inter0, h);
+    v1 = _mm512_permutex2var_epi8(l, inter1, h);
+  };
+  const auto n = static_cast<std::size_t>(job.entry);
+  for (std::int64_t k = begin; k < end; ++k) {
+    const Row& r = job.rows[k];
+    const std::uint8_t* src = job.src + r.src_offset * job.src_es;
+    unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
+    std::size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+      __m512i v0, v1;
+      Look(_mm512_loadu_si512(src + i), v0, v1);
+      _mm512_storeu_si512(dst + 2 * i, v0);
+      _mm512_storeu_si512(dst + 2 * i + 64, v1);
+    }
+    if (i == n) continue;
+    const auto left = static_cast<unsigned>(n - i);
+    __m512i v0, v1;
+    Look(_mm512_maskz_loadu_epi8((__mmask64{1} << left) - 1, src + i), v0, v1);
+    const __mmask32 m0 = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+    const __mmask32 m1 = left > 32 ? (__mmask32{1} << (left - 32)) - 1 : 0;
+    _mm512_mask_storeu_epi16(dst + 2 * i, m0, v0);
+    _mm512_mask_storeu_epi16(dst + 2 * i + 64, m1, v1);
+  }
+  return true;
+}
+
 template <bool kE4M3>
 HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.dst_dtype == DType::float32) return false;
   CodeTable table;
   FillTable<kE4M3>(job, table);
-  CodeRule<kE4M3> rule;
-  if (!rule.From(table, job.dst_dtype)) return false;
+  if (UseByteLookup() && ByteLookupRows(job, table, begin, end)) return true;
+  if constexpr (kE4M3) {
+    if (GatherByRule<true>(job, table, begin, end)) return true;
+  }
   for (std::int64_t k = begin; k < end; ++k) {
     const Row& r = job.rows[k];
-    RuleRow(rule, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
-            job.dst + r.dst_row * job.dst_row_bytes);
+    LookupRow(table, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
+              job.dst + r.dst_row * job.dst_row_bytes);
   }
   return true;
+}
+#elif HWY_TARGET != HWY_SCALAR
+template <bool kE4M3>
+HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t end) {
+  if (job.dst_dtype == DType::float32) return false;
+  CodeTable table;
+  FillTable<kE4M3>(job, table);
+  return GatherByRule<kE4M3>(job, table, begin, end);
 }
 #else
 template <bool kE4M3>
@@ -291,6 +467,13 @@ HWY_AFTER_NAMESPACE();
 namespace kvscatter::detail::paged_cache_gather {
 
 HWY_EXPORT(GatherRows);
+
+namespace {
+std::atomic<bool> g_byte_lookup{true};
+}  // namespace
+
+void set_byte_lookup_allowed(bool allowed) { g_byte_lookup.store(allowed); }
+bool byte_lookup_allowed() { return g_byte_lookup.load(std::memory_order_relaxed); }
 
 void gather_rows(const Job& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(GatherRows)(job, begin, end);
