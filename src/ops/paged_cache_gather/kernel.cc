@@ -1,6 +1,5 @@
 // The PagedCacheGather SIMD kernel, compiled once per target: entry copies, or fp8 codes decoded,
 // scaled and rounded to the destination's float type. No threads here.
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <hwy/highway.h>
 
 #include "core/bytes-inl.h"
+#include "core/vbmi.h"
 #include "formats/fp8-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/paged_cache_gather/kernel.h"
@@ -338,17 +338,8 @@ HWY_INLINE void LookupRow(const CodeTable& table, const std::uint8_t* src, std::
 // vpermt2b interleave them into the 16-bit results, 64 codes per step. The high bytes are two
 // vpermi2b (the code's low seven bits) and a blend (its top bit). The low bytes are one: a
 // code's sign flips only the sign of its result (or gives the same canonical NaN), so codes c
-// and c | 0x80 share theirs; ByteLookupRows checks that per call. The AVX3 target does not
-// assume VBMI: this runs where the CPU has it (Ice Lake and later, Zen 4) unless a test asks
-// for the paths without it (set_byte_lookup_allowed): e4m3 by CodeRule where it holds, else
-// the word permutes above.
-#undef KVS_VBMI_ATTR
-#define KVS_VBMI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi")))
-
-HWY_INLINE bool UseByteLookup() {
-  static const bool vbmi = __builtin_cpu_supports("avx512vbmi");
-  return vbmi && byte_lookup_allowed();
-}
+// and c | 0x80 share theirs; ByteLookupRows checks that per call. It runs where vbmi_usable()
+// (core/vbmi.h); elsewhere e4m3 goes by CodeRule where it holds, else by the word permutes above.
 
 // False (nothing written) where the low bytes of the table are not shared as above.
 KVS_VBMI_ATTR HWY_NOINLINE bool ByteLookupRows(const Job& job, const CodeTable& table,
@@ -356,7 +347,7 @@ KVS_VBMI_ATTR HWY_NOINLINE bool ByteLookupRows(const Job& job, const CodeTable& 
   HWY_ALIGN std::uint8_t bytes[2][256];
   for (int c = 0; c < 256; ++c) {
     bytes[0][c] = static_cast<std::uint8_t>(table.values[c]);
-    bytes[1][c] = static_cast<std::uint8_t>(table.values[c] >> 8);
+    bytes[1][c] = static_cast<std::uint8_t>((table.values[c] >> 8));
   }
   if (std::memcmp(bytes[0], bytes[0] + 128, 128) != 0) return false;
   __m512i lo[2], hi[4];
@@ -407,7 +398,7 @@ HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t e
   if (job.dst_dtype == DType::float32) return false;
   CodeTable table;
   FillTable<kE4M3>(job, table);
-  if (UseByteLookup() && ByteLookupRows(job, table, begin, end)) return true;
+  if (vbmi_usable() && ByteLookupRows(job, table, begin, end)) return true;
   if constexpr (kE4M3) {
     if (GatherByRule<true>(job, table, begin, end)) return true;
   }
@@ -467,13 +458,6 @@ HWY_AFTER_NAMESPACE();
 namespace kvscatter::detail::paged_cache_gather {
 
 HWY_EXPORT(GatherRows);
-
-namespace {
-std::atomic<bool> g_byte_lookup{true};
-}  // namespace
-
-void set_byte_lookup_allowed(bool allowed) { g_byte_lookup.store(allowed); }
-bool byte_lookup_allowed() { return g_byte_lookup.load(std::memory_order_relaxed); }
 
 void gather_rows(const Job& job, std::int64_t begin, std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(GatherRows)(job, begin, end);

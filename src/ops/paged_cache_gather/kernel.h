@@ -23,10 +23,4 @@ struct Job {
 // Dispatched entry point: rows [begin, end) of job.rows.
 void gather_rows(const Job& job, std::int64_t begin, std::int64_t end);
 
-// Whether the AVX-512 kernel may look codes up with VBMI byte permutes where the CPU has them
-// (the default); tests switch it off to check the paths without VBMI on such a CPU too. All
-// write the same bytes.
-void set_byte_lookup_allowed(bool allowed);
-bool byte_lookup_allowed();
-
 }  // namespace kvscatter::detail::paged_cache_gather
