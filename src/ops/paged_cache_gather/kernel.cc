@@ -28,6 +28,14 @@ using D8 = hn::Rebind<std::uint8_t, DF>;
 // Values dequantized per step into a float buffer before the 16-bit conversions.
 constexpr std::size_t kChunk = 512;
 
+// Row k's source entry and destination row.
+HWY_INLINE const unsigned char* SrcOf(const Job& job, std::int64_t k) {
+  return job.src + job.rows[k].src_offset * job.src_es;
+}
+HWY_INLINE unsigned char* DstOf(const Job& job, std::int64_t k) {
+  return job.dst + job.rows[k].dst_row * job.dst_row_bytes;
+}
+
 // out[i] = float(code[i]) * scale, NaN as the canonical 0x7FFFFFFF (which the 16-bit encoders
 // turn into their canonical 0x7FFF). Full vectors only: n is a multiple of the lane count.
 template <bool kE4M3>
@@ -276,9 +284,8 @@ HWY_INLINE void ByteRuleRows(const Job& job, const CodeRule<true>& rule, std::in
   const std::size_t N = hn::Lanes(hn::ScalableTag<std::uint8_t>());
   const auto n = static_cast<std::size_t>(job.entry);
   for (std::int64_t k = begin; k < end; ++k) {
-    const Row& r = job.rows[k];
-    const std::uint8_t* src = job.src + r.src_offset * job.src_es;
-    unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
+    const unsigned char* src = SrcOf(job, k);
+    unsigned char* dst = DstOf(job, k);
     std::size_t i = 0;
     for (; i + N <= n; i += N) b.Step(src + i, dst + 2 * i);
     if (i == n) continue;
@@ -301,9 +308,7 @@ HWY_INLINE bool GatherByRule(const Job& job, const CodeTable& table, std::int64_
     ByteRuleRows(job, rule, begin, end);
   } else {
     for (std::int64_t k = begin; k < end; ++k) {
-      const Row& r = job.rows[k];
-      RuleRow(rule, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
-              job.dst + r.dst_row * job.dst_row_bytes);
+      RuleRow(rule, SrcOf(job, k), static_cast<std::size_t>(job.entry), DstOf(job, k));
     }
   }
   return true;
@@ -371,9 +376,8 @@ KVS_VBMI_ATTR HWY_NOINLINE bool ByteLookupRows(const Job& job, const CodeTable& 
   };
   const auto n = static_cast<std::size_t>(job.entry);
   for (std::int64_t k = begin; k < end; ++k) {
-    const Row& r = job.rows[k];
-    const std::uint8_t* src = job.src + r.src_offset * job.src_es;
-    unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
+    const unsigned char* src = SrcOf(job, k);
+    unsigned char* dst = DstOf(job, k);
     std::size_t i = 0;
     for (; i + 64 <= n; i += 64) {
       __m512i v0, v1;
@@ -403,9 +407,7 @@ HWY_INLINE bool GatherByTable(const Job& job, std::int64_t begin, std::int64_t e
     if (GatherByRule<true>(job, table, begin, end)) return true;
   }
   for (std::int64_t k = begin; k < end; ++k) {
-    const Row& r = job.rows[k];
-    LookupRow(table, job.src + r.src_offset * job.src_es, static_cast<std::size_t>(job.entry),
-              job.dst + r.dst_row * job.dst_row_bytes);
+    LookupRow(table, SrcOf(job, k), static_cast<std::size_t>(job.entry), DstOf(job, k));
   }
   return true;
 }
@@ -429,9 +431,8 @@ void GatherRows(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.format == KvCacheFormat::fp8_e4m3 && GatherByTable<true>(job, begin, end)) return;
   if (job.format == KvCacheFormat::fp8_e5m2 && GatherByTable<false>(job, begin, end)) return;
   for (std::int64_t k = begin; k < end; ++k) {
-    const Row& r = job.rows[k];
-    const unsigned char* src = job.src + r.src_offset * job.src_es;
-    unsigned char* dst = job.dst + r.dst_row * job.dst_row_bytes;
+    const unsigned char* src = SrcOf(job, k);
+    unsigned char* dst = DstOf(job, k);
     switch (job.format) {
       case KvCacheFormat::copy:
         if (job.stream)
