@@ -215,87 +215,84 @@ HWY_INLINE void RuleRow(const CodeRule<kE4M3>& rule, const std::uint8_t* HWY_RES
 // splits into its low and high bytes. The exponent e = 2 x + y adds y to the entry of m (the
 // code's low nibble c & 15 indexes those sums) and x, whole, to the high byte, as the sign adds
 // 0x80 (both read by the high nibble). The subnormal codes (c & 0x7F below 8) add the
-// difference of their entry and the normal one, read at (c & 0x7F) + 0x78, an index whose top
-// bit (a zero result) is set for every other code; the NaN codes are set to 0x7FFF by a mask.
+// difference of their entry and the normal one, read at index 8 + (c & 0x7F), and at an index
+// whose top bit (a zero result) is set for every other code; the NaN codes are set to 0x7FFF by a mask.
 // The lookups are 16-byte blocks, as are the interleaves that make the 16-bit results, so the
 // codes' 8-byte halves of blocks are first reordered (on AVX2, quadwords 0, 2, 1, 3).
+// The tables live as bytes and the vectors are loaded where the rows are walked: SVE vectors
+// are sizeless and cannot be members.
 class ByteRule {
  public:
   explicit ByteRule(const CodeRule<true>& rule) {
     using R = CodeRule<true>;
-    HWY_ALIGN std::uint8_t t[5][16];
     // The exponent field starts at bit kMant + shift of a result, so x at bit x_shift of its
     // high byte; the high nibble is the sign and x.
     const int x_shift = rule.shift + R::kMant + 1 - 8;
     for (int i = 0; i < 16; ++i) {
       const std::uint16_t m = i & R::kMantMask, y = static_cast<std::uint16_t>(i >> R::kMant);
       const auto base = static_cast<std::uint16_t>(rule.normal[m] + (y << (R::kMant + rule.shift)));
-      t[0][i] = static_cast<std::uint8_t>(base);
-      t[1][i] = static_cast<std::uint8_t>(base >> 8);
-      t[2][i] = static_cast<std::uint8_t>(((i & 7) << x_shift) + (i & 8) * 16);
+      t_[0][i] = static_cast<std::uint8_t>(base);
+      t_[1][i] = static_cast<std::uint8_t>(base >> 8);
+      t_[2][i] = static_cast<std::uint8_t>(((i & 7) << x_shift) + (i & 8) * 16);
       // Subnormal code m sits at index 8 + m; its normal entry is the base of y = 0.
       const std::uint16_t own = rule.low[i & 7], normal = rule.normal[i & 7];
-      t[3][i] = i < 8 ? 0 : static_cast<std::uint8_t>((own & 0xFF) - (normal & 0xFF));
-      t[4][i] = i < 8 ? 0 : static_cast<std::uint8_t>((own >> 8) - (normal >> 8));
+      t_[3][i] = i < 8 ? 0 : static_cast<std::uint8_t>((own & 0xFF) - (normal & 0xFF));
+      t_[4][i] = i < 8 ? 0 : static_cast<std::uint8_t>((own >> 8) - (normal >> 8));
     }
-    lo_ = hn::LoadDup128(d8_, t[0]);
-    hi_ = hn::LoadDup128(d8_, t[1]);
-    high_nibble_ = hn::LoadDup128(d8_, t[2]);
-    sub_lo_ = hn::LoadDup128(d8_, t[3]);
-    sub_hi_ = hn::LoadDup128(d8_, t[4]);
     // Quadword 2 k + h of the reordered codes is quadword k of the lower (h = 0) or upper half.
-    HWY_ALIGN std::uint64_t order[HWY_MAX_BYTES / 8];
-    const std::size_t n64 = hn::Lanes(d64_);
-    for (std::size_t i = 0; i < n64; ++i) order[i] = i / 2 + (i % 2) * (n64 / 2);
-    order_ = hn::SetTableIndices(d64_, order);
+    const std::size_t n64 = hn::Lanes(hn::ScalableTag<std::uint64_t>());
+    for (std::size_t i = 0; i < n64; ++i) order_[i] = i / 2 + (i % 2) * (n64 / 2);
   }
 
-  // One vector of codes -> as many results at o (any address).
-  HWY_INLINE void Step(const std::uint8_t* s, unsigned char* o) const {
-    const auto nibble = hn::Set(d8_, 15), magnitude = hn::Set(d8_, 0x7F);
-    const auto c = hn::BitCast(
-        d8_, hn::TableLookupLanes(hn::BitCast(d64_, hn::LoadU(d8_, s)), order_));
-    const auto low_nibble = hn::And(c, nibble);
-    const auto mag = hn::And(c, magnitude);
-    const auto sub = hn::Add(mag, hn::Set(d8_, 0x78));
-    const auto nan = hn::VecFromMask(d8_, hn::Eq(mag, magnitude));
-    const auto top = hn::And(hn::BitCast(d8_, hn::ShiftRight<4>(hn::BitCast(d16_, c))), nibble);
-    auto l = hn::Add(hn::TableLookupBytes(lo_, low_nibble), hn::TableLookupBytesOr0(sub_lo_, sub));
-    auto h = hn::Add(hn::TableLookupBytes(hi_, low_nibble), hn::TableLookupBytesOr0(sub_hi_, sub));
-    h = hn::Add(h, hn::TableLookupBytes(high_nibble_, top));
-    l = hn::Or(l, nan);
-    h = hn::Xor(hn::Or(h, nan), hn::And(nan, hn::Set(d8_, 0x80)));
-    hn::StoreU(hn::InterleaveLower(d8_, l, h), d8_, o);
-    hn::StoreU(hn::InterleaveUpper(d8_, l, h), d8_, o + hn::Lanes(d8_));
+  // Rows [begin, end) of job, one vector of codes per step.
+  HWY_INLINE void Rows(const Job& job, std::int64_t begin, std::int64_t end) const {
+    const hn::ScalableTag<std::uint8_t> d8;
+    const hn::Repartition<std::uint16_t, decltype(d8)> d16;
+    const hn::Repartition<std::uint64_t, decltype(d8)> d64;
+    const auto lo = hn::LoadDup128(d8, t_[0]), hi = hn::LoadDup128(d8, t_[1]);
+    const auto high_nibble = hn::LoadDup128(d8, t_[2]);
+    const auto sub_lo = hn::LoadDup128(d8, t_[3]), sub_hi = hn::LoadDup128(d8, t_[4]);
+    const auto order = hn::SetTableIndices(d64, order_);
+    // One vector of codes at s -> as many results at o (any address).
+    const auto step = [&](const std::uint8_t* s, unsigned char* o) HWY_ATTR {
+      const auto nibble = hn::Set(d8, 15), magnitude = hn::Set(d8, 0x7F);
+      const auto c =
+          hn::BitCast(d8, hn::TableLookupLanes(hn::BitCast(d64, hn::LoadU(d8, s)), order));
+      const auto low_nibble = hn::And(c, nibble);
+      const auto mag = hn::And(c, magnitude);
+      // (mag + 0x78) & 0x8F: 8 + mag below 8, else an index with the top bit set (zero); the
+      // and keeps indices below 16 for the targets whose byte lookups read more than 4 bits.
+      const auto sub = hn::And(hn::Add(mag, hn::Set(d8, 0x78)), hn::Set(d8, 0x8F));
+      const auto nan = hn::VecFromMask(d8, hn::Eq(mag, magnitude));
+      const auto top = hn::And(hn::BitCast(d8, hn::ShiftRight<4>(hn::BitCast(d16, c))), nibble);
+      auto l = hn::Add(hn::TableLookupBytes(lo, low_nibble), hn::TableLookupBytesOr0(sub_lo, sub));
+      auto h = hn::Add(hn::TableLookupBytes(hi, low_nibble), hn::TableLookupBytesOr0(sub_hi, sub));
+      h = hn::Add(h, hn::TableLookupBytes(high_nibble, top));
+      l = hn::Or(l, nan);
+      h = hn::Xor(hn::Or(h, nan), hn::And(nan, hn::Set(d8, 0x80)));
+      hn::StoreU(hn::InterleaveLower(d8, l, h), d8, o);
+      hn::StoreU(hn::InterleaveUpper(d8, l, h), d8, o + hn::Lanes(d8));
+    };
+    const std::size_t N = hn::Lanes(d8);
+    const auto n = static_cast<std::size_t>(job.entry);
+    for (std::int64_t k = begin; k < end; ++k) {
+      const unsigned char* src = SrcOf(job, k);
+      unsigned char* dst = DstOf(job, k);
+      std::size_t i = 0;
+      for (; i + N <= n; i += N) step(src + i, dst + 2 * i);
+      if (i == n) continue;
+      HWY_ALIGN std::uint8_t tail_src[HWY_MAX_BYTES] = {};
+      HWY_ALIGN unsigned char tail_dst[2 * HWY_MAX_BYTES];
+      std::memcpy(tail_src, src + i, n - i);
+      step(tail_src, tail_dst);
+      std::memcpy(dst + 2 * i, tail_dst, 2 * (n - i));
+    }
   }
 
  private:
-  using D8 = hn::ScalableTag<std::uint8_t>;
-  D8 d8_;
-  hn::Repartition<std::uint16_t, D8> d16_;
-  hn::Repartition<std::uint64_t, D8> d64_;
-  hn::Vec<D8> lo_, hi_, high_nibble_, sub_lo_, sub_hi_;
-  decltype(hn::SetTableIndices(d64_, static_cast<const std::uint64_t*>(nullptr))) order_;
+  HWY_ALIGN std::uint8_t t_[5][16];
+  HWY_ALIGN std::uint64_t order_[HWY_MAX_BYTES / 8];
 };
-
-HWY_INLINE void ByteRuleRows(const Job& job, const CodeRule<true>& rule, std::int64_t begin,
-                             std::int64_t end) {
-  const ByteRule b(rule);
-  const std::size_t N = hn::Lanes(hn::ScalableTag<std::uint8_t>());
-  const auto n = static_cast<std::size_t>(job.entry);
-  for (std::int64_t k = begin; k < end; ++k) {
-    const unsigned char* src = SrcOf(job, k);
-    unsigned char* dst = DstOf(job, k);
-    std::size_t i = 0;
-    for (; i + N <= n; i += N) b.Step(src + i, dst + 2 * i);
-    if (i == n) continue;
-    HWY_ALIGN std::uint8_t tail_src[HWY_MAX_BYTES] = {};
-    HWY_ALIGN unsigned char tail_dst[2 * HWY_MAX_BYTES];
-    std::memcpy(tail_src, src + i, n - i);
-    b.Step(tail_src, tail_dst);
-    std::memcpy(dst + 2 * i, tail_dst, 2 * (n - i));
-  }
-}
 
 // Rows [begin, end) by CodeRule, e4m3 codes by ByteRule and e5m2 codes by RuleRow; false
 // (nothing written) where the rule does not hold for the table.
@@ -305,7 +302,7 @@ HWY_INLINE bool GatherByRule(const Job& job, const CodeTable& table, std::int64_
   CodeRule<kE4M3> rule;
   if (!rule.From(table, job.dst_dtype)) return false;
   if constexpr (kE4M3) {
-    ByteRuleRows(job, rule, begin, end);
+    ByteRule(rule).Rows(job, begin, end);
   } else {
     for (std::int64_t k = begin; k < end; ++k) {
       RuleRow(rule, SrcOf(job, k), static_cast<std::size_t>(job.entry), DstOf(job, k));
