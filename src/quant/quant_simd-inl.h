@@ -621,10 +621,16 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 // thresholds below bucket i) + 31 - (the offset in the bucket of the one inside it, 31 for
 // none): added to t's offset in its bucket, it carries into bit 5 exactly when t passes that
 // threshold. entry[0] is 0 (the lookup's high bytes read it); ok tells the layout holds.
+//
+// wide[] serves FP4Pow2CodesWide (AVX-512), which looks up 32 buckets of 32 from first on in
+// 16-bit entries: wide[b] = 32 * (the thresholds below bucket b) - 32 * b + 31 - (the offset in
+// the bucket of the one inside it, 31 for none), so that wide[t >> 5] + t carries exactly the
+// code into bits 5 and up, with no separate test of the first threshold.
 constexpr std::uint16_t kFP4Span = 0xA0;
 struct FP4Pow2Table {
   std::uint16_t first = 0;
   alignas(16) std::uint8_t entry[16] = {};
+  alignas(64) std::uint16_t wide[32] = {};
   bool ok = true;
 };
 
@@ -646,7 +652,20 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
     t.ok = t.ok && inside <= 1;
     t.entry[i] = static_cast<std::uint8_t>(32 * below + 31 - offset);
   }
-  t.ok = t.ok && t.entry[0] == 0;
+  t.ok = t.ok && t.entry[0] == 0 && largest - thr[0] < 32 * 32;
+  for (int b = 0; b < 32; ++b) {
+    const int lo = thr[0] + 32 * b;
+    int below = 0, inside = 0, offset = 31;
+    for (int k = 0; k < 7; ++k) {
+      below += thr[k] < lo;
+      if (thr[k] >= lo && thr[k] < lo + 32) {
+        ++inside;
+        offset = thr[k] - lo;
+      }
+    }
+    t.ok = t.ok && inside <= 1;
+    t.wide[b] = static_cast<std::uint16_t>(32 * below - 32 * b + 31 - offset);
+  }
   return t;
 }
 
@@ -667,6 +686,22 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
   const V x = hn::Add(e, hn::And(w, hn::Set(d, std::uint16_t{0x801F})));
   return hn::Add(hn::ShiftRight<5>(x), hn::Min(t0, hn::Set(d, std::uint16_t{1})));
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// FP4Pow2Codes by the table's wide entries (a 32-entry word permute): t = |w| - t0g
+// (saturating) is 0 up to the first threshold, wide[t >> 5] + t holds the code in bits 5..7
+// (below 0x100), and w's sign joins it in bit 15, to bit 10 after the shift.
+HWY_INLINE hn::Vec512<std::uint16_t> FP4Pow2CodesWide(hn::Vec512<std::uint16_t> w,
+                                                      hn::Vec512<std::uint16_t> t0g,
+                                                      __m512i wide) {
+  const __m512i sign = _mm512_set1_epi16(static_cast<std::int16_t>(0x8000));
+  const __m512i t = _mm512_subs_epu16(_mm512_andnot_si512(sign, w.raw), t0g.raw);
+  const __m512i e = _mm512_permutexvar_epi16(_mm512_srli_epi16(t, 5), wide);
+  // (e + t) | (w & 0x8000)
+  const __m512i x = _mm512_ternarylogic_epi32(_mm512_add_epi16(e, t), w.raw, sign, 0xF8);
+  return hn::Vec512<std::uint16_t>{_mm512_srli_epi16(x, 5)};
+}
+#endif
 
 // Packs FP4Pow2Codes' lanes two per byte, element 2i in the low nibble, each nibble's sign in
 // its bit 3: one vector (its lanes / 2 bytes), or four (twice its lanes). A pair's codes and
@@ -734,8 +769,25 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   const GroupTag<32> d;
   const hn::Repartition<std::uint8_t, decltype(d)> d8;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto entries = hn::LoadDup128(d8, table.entry);
   std::int64_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  (void)d8;
+  const __m512i wide = _mm512_load_si512(table.wide);
+  for (; i + 4 * L <= n; i += 4 * L) {
+    const auto c0 = FP4Pow2CodesWide(hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), wide);
+    const auto c1 = FP4Pow2CodesWide(hn::LoadU(d, x + i + L), hn::Set(d, t0g[(i + L) / 32]), wide);
+    const auto c2 =
+        FP4Pow2CodesWide(hn::LoadU(d, x + i + 2 * L), hn::Set(d, t0g[(i + 2 * L) / 32]), wide);
+    const auto c3 =
+        FP4Pow2CodesWide(hn::LoadU(d, x + i + 3 * L), hn::Set(d, t0g[(i + 3 * L) / 32]), wide);
+    StoreFP4Nibbles4(d, c0, c1, c2, c3, out + i / 2);
+  }
+  for (; i < n; i += L) {
+    StoreFP4Nibbles(d, FP4Pow2CodesWide(hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), wide),
+                    out + i / 2);
+  }
+#else
+  const auto entries = hn::LoadDup128(d8, table.entry);
   for (; i + 4 * L <= n; i += 4 * L) {
     const auto c0 = FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries);
     const auto c1 =
@@ -750,6 +802,7 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
     StoreFP4Nibbles(d, FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries),
                     out + i / 2);
   }
+#endif
 }
 
 // The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest
