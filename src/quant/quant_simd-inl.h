@@ -622,19 +622,24 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 // none): added to t's offset in its bucket, it carries into bit 5 exactly when t passes that
 // threshold. entry[0] is 0 (the lookup's high bytes read it); ok tells the layout holds.
 //
-// wide[] serves FP4Pow2CodesWide (AVX-512), which looks up 32 buckets of 32 from first on in
-// 16-bit entries: wide[b] = 32 * (the thresholds below bucket b) - 32 * b + 31 - (the offset in
-// the bucket of the one inside it, 31 for none), so that wide[t >> 5] + t carries exactly the
-// code into bits 5 and up, with no separate test of the first threshold.
+// wide[] and bias serve FP4Pow2CodesWide (AVX-512), which looks up the 32-pattern buckets from
+// first on in 16-bit entries: with E[b] = 32 * (the thresholds below bucket b) - 32 * b + 31 -
+// (the offset in the bucket of the one inside it, 31 for none), E[t >> 5] + t carries exactly
+// the code into bits 5 and up, with no separate test of the first threshold. Its operand is
+// t + bias, so the entries are rotated: wide[(b + bias / 32) % 32] = E[b] - bias, and
+// wide[31], which no bucket uses, is 1 (see there).
 constexpr std::uint16_t kFP4Span = 0xA0;
 struct FP4Pow2Table {
   std::uint16_t first = 0;
   alignas(16) std::uint8_t entry[16] = {};
   alignas(64) std::uint16_t wide[32] = {};
+  std::uint16_t bias = 0;
   bool ok = true;
 };
 
-constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest) {
+// emax: the format's, which bounds the operand t0g (FP4Pow2Scales8) from above.
+constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest,
+                                        int emax) {
   FP4Pow2Table t;
   t.first = thr[0];
   const int from = thr[0] + kFP4Span;
@@ -652,8 +657,16 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
     t.ok = t.ok && inside <= 1;
     t.entry[i] = static_cast<std::uint8_t>(32 * below + 31 - offset);
   }
-  t.ok = t.ok && t.entry[0] == 0 && largest - thr[0] < 32 * 32;
-  for (int b = 0; b < 32; ++b) {
+  t.ok = t.ok && t.entry[0] == 0;
+  // The bias: a multiple of 32, at least the largest lane-form t0g, leaving the buckets in use
+  // clear of entry 31 and the biased operands of negative lanes below 0x10000.
+  const int buckets = (largest - thr[0]) / 32 + 1, t0g_max = thr[0] + (254 - emax - 127) * 128;
+  int bias = (t0g_max + 31) / 32 * 32;
+  while ((bias / 32) % 32 + buckets > 31 && bias + largest - thr[0] <= 0x7FFF) bias += 32;
+  t.ok = t.ok && (bias / 32) % 32 + buckets <= 31 && bias + largest - thr[0] <= 0x7FFF;
+  t.bias = static_cast<std::uint16_t>(bias);
+  t.wide[31] = 1;
+  for (int b = 0; b < buckets; ++b) {
     const int lo = thr[0] + 32 * b;
     int below = 0, inside = 0, offset = 31;
     for (int k = 0; k < 7; ++k) {
@@ -664,7 +677,8 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
       }
     }
     t.ok = t.ok && inside <= 1;
-    t.wide[b] = static_cast<std::uint16_t>(32 * below - 32 * b + 31 - offset);
+    t.wide[(b + bias / 32) % 32] =
+        static_cast<std::uint16_t>(32 * below - 32 * b + 31 - offset - bias);
   }
   return t;
 }
@@ -688,17 +702,16 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// FP4Pow2Codes by the table's wide entries (a 32-entry word permute): t = |w| - t0g
-// (saturating) is 0 up to the first threshold, wide[t >> 5] + t holds the code in bits 5..7
-// (below 0x100), and w's sign joins it in bit 15, to bit 10 after the shift.
+// FP4Pow2Codes by the table's wide entries (a 32-entry word permute), the sign riding along in
+// bit 15 (bit 10 after the shift): w - t0g saturated as signed values is exact for a positive
+// w at least t0g, and for a negative one gives -32768 plus its magnitude's difference saturated
+// at 0; plus the bias (saturating), it has t + bias in its low 15 bits. A positive w below t0g
+// gives a negative difference, which the bias carries to 0xFFFF: entry 31, 1, and a sum of 0.
 HWY_INLINE hn::Vec512<std::uint16_t> FP4Pow2CodesWide(hn::Vec512<std::uint16_t> w,
-                                                      hn::Vec512<std::uint16_t> t0g,
-                                                      __m512i wide) {
-  const __m512i sign = _mm512_set1_epi16(static_cast<std::int16_t>(0x8000));
-  const __m512i t = _mm512_subs_epu16(_mm512_andnot_si512(sign, w.raw), t0g.raw);
-  const __m512i e = _mm512_permutexvar_epi16(_mm512_srli_epi16(t, 5), wide);
-  // (e + t) | (w & 0x8000)
-  const __m512i x = _mm512_ternarylogic_epi32(_mm512_add_epi16(e, t), w.raw, sign, 0xF8);
+                                                      hn::Vec512<std::uint16_t> t0g, __m512i wide,
+                                                      __m512i bias) {
+  const __m512i u = _mm512_adds_epu16(_mm512_subs_epi16(w.raw, t0g.raw), bias);
+  const __m512i x = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(u, 5), wide), u);
   return hn::Vec512<std::uint16_t>{_mm512_srli_epi16(x, 5)};
 }
 #endif
@@ -773,19 +786,14 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   (void)d8;
   const __m512i wide = _mm512_load_si512(table.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
+  const auto codes = [&](std::int64_t at) HWY_ATTR {
+    return FP4Pow2CodesWide(hn::LoadU(d, x + at), hn::Set(d, t0g[at / 32]), wide, bias);
+  };
   for (; i + 4 * L <= n; i += 4 * L) {
-    const auto c0 = FP4Pow2CodesWide(hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), wide);
-    const auto c1 = FP4Pow2CodesWide(hn::LoadU(d, x + i + L), hn::Set(d, t0g[(i + L) / 32]), wide);
-    const auto c2 =
-        FP4Pow2CodesWide(hn::LoadU(d, x + i + 2 * L), hn::Set(d, t0g[(i + 2 * L) / 32]), wide);
-    const auto c3 =
-        FP4Pow2CodesWide(hn::LoadU(d, x + i + 3 * L), hn::Set(d, t0g[(i + 3 * L) / 32]), wide);
-    StoreFP4Nibbles4(d, c0, c1, c2, c3, out + i / 2);
+    StoreFP4Nibbles4(d, codes(i), codes(i + L), codes(i + 2 * L), codes(i + 3 * L), out + i / 2);
   }
-  for (; i < n; i += L) {
-    StoreFP4Nibbles(d, FP4Pow2CodesWide(hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), wide),
-                    out + i / 2);
-  }
+  for (; i < n; i += L) StoreFP4Nibbles(d, codes(i), out + i / 2);
 #else
   const auto entries = hn::LoadDup128(d8, table.entry);
   for (; i + 4 * L <= n; i += 4 * L) {
