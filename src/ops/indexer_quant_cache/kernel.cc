@@ -17,8 +17,9 @@
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
 //   reference.
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
-//   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes). Groups of zeros, with a
-//   non-finite element, or with a scale below 2^-123 take the scalar rules.
+//   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
+//   word table (FP4Pow2CodesWide). Groups of zeros, with a non-finite element, or with a scale
+//   below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
