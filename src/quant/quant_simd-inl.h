@@ -707,7 +707,8 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
 // bit 15 (bit 10 after the shift): w - t0g saturated as signed values is exact for a positive
 // w at least t0g, and for a negative one gives -32768 plus its magnitude's difference saturated
 // at 0; plus the bias (saturating), it has t + bias in its low 15 bits. A positive w below t0g
-// gives a negative difference, which the bias carries to 0xFFFF: entry 31, 1, and a sum of 0.
+// gives a negative difference, which plus the bias saturates to 0xFFFF: entry 31, 1, and a sum
+// of 0 (code 0, no sign).
 HWY_INLINE hn::Vec512<std::uint16_t> FP4Pow2CodesWide(hn::Vec512<std::uint16_t> w,
                                                       hn::Vec512<std::uint16_t> t0g, __m512i wide,
                                                       __m512i bias) {
