@@ -19,7 +19,8 @@
 //   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
 // - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
-//   16-entry byte table (FP4Pow2Codes), packed two per byte.
+//   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
+//   packed two per byte.
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
@@ -622,14 +623,25 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 // thresholds below bucket i) + 31 - (the offset in the bucket of the one inside it, 31 for
 // none): added to t's offset in its bucket, it carries into bit 5 exactly when t passes that
 // threshold. entry[0] is 0 (the lookup's high bytes read it); ok tells the layout holds.
+//
+// wide[] and bias serve FP4Pow2CodesWide (AVX-512), which looks up the 32-pattern buckets from
+// first on in 16-bit entries: with E[b] = 32 * (the thresholds below bucket b) - 32 * b + 31 -
+// (the offset in the bucket of the one inside it, 31 for none), E[t >> 5] + t carries exactly
+// the code into bits 5 and up, with no separate test of the first threshold. Its operand is
+// t + bias, so the entries are rotated: wide[(b + bias / 32) % 32] = E[b] - bias, and
+// wide[31], which no bucket uses, is 1 (see there).
 constexpr std::uint16_t kFP4Span = 0xA0;
 struct FP4Pow2Table {
   std::uint16_t first = 0;
   alignas(16) std::uint8_t entry[16] = {};
+  alignas(64) std::uint16_t wide[32] = {};
+  std::uint16_t bias = 0;
   bool ok = true;
 };
 
-constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest) {
+// emax: the format's, which bounds the operand t0g (FP4Pow2Scales8) from above.
+constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest,
+                                        int emax) {
   FP4Pow2Table t;
   t.first = thr[0];
   const int from = thr[0] + kFP4Span;
@@ -648,6 +660,28 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
     t.entry[i] = static_cast<std::uint8_t>(32 * below + 31 - offset);
   }
   t.ok = t.ok && t.entry[0] == 0;
+  // The bias: a multiple of 32, at least the largest lane-form t0g, leaving the buckets in use
+  // clear of entry 31 and the biased operands of negative lanes below 0x10000.
+  const int buckets = (largest - thr[0]) / 32 + 1, t0g_max = thr[0] + (254 - emax - 127) * 128;
+  int bias = (t0g_max + 31) / 32 * 32;
+  while ((bias / 32) % 32 + buckets > 31 && bias + largest - thr[0] <= 0x7FFF) bias += 32;
+  t.ok = t.ok && (bias / 32) % 32 + buckets <= 31 && bias + largest - thr[0] <= 0x7FFF;
+  t.bias = static_cast<std::uint16_t>(bias);
+  t.wide[31] = 1;
+  for (int b = 0; b < buckets; ++b) {
+    const int lo = thr[0] + 32 * b;
+    int below = 0, inside = 0, offset = 31;
+    for (int k = 0; k < 7; ++k) {
+      below += thr[k] < lo;
+      if (thr[k] >= lo && thr[k] < lo + 32) {
+        ++inside;
+        offset = thr[k] - lo;
+      }
+    }
+    t.ok = t.ok && inside <= 1;
+    t.wide[(b + bias / 32) % 32] =
+        static_cast<std::uint16_t>(32 * below - 32 * b + 31 - offset - bias);
+  }
   return t;
 }
 
@@ -668,6 +702,22 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
   const V x = hn::Add(e, hn::And(w, hn::Set(d, std::uint16_t{0x801F})));
   return hn::Add(hn::ShiftRight<5>(x), hn::Min(t0, hn::Set(d, std::uint16_t{1})));
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// FP4Pow2Codes by the table's wide entries (a 32-entry word permute), the sign riding along in
+// bit 15 (bit 10 after the shift): w - t0g saturated as signed values is exact for a positive
+// w at least t0g, and for a negative one gives -32768 plus its magnitude's difference saturated
+// at 0; plus the bias (saturating), it has t + bias in its low 15 bits. A positive w below t0g
+// gives a negative difference, which plus the bias saturates to 0xFFFF: entry 31, 1, and a sum
+// of 0 (code 0, no sign).
+HWY_INLINE hn::Vec512<std::uint16_t> FP4Pow2CodesWide(hn::Vec512<std::uint16_t> w,
+                                                      hn::Vec512<std::uint16_t> t0g, __m512i wide,
+                                                      __m512i bias) {
+  const __m512i u = _mm512_adds_epu16(_mm512_subs_epi16(w.raw, t0g.raw), bias);
+  const __m512i x = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(u, 5), wide), u);
+  return hn::Vec512<std::uint16_t>{_mm512_srli_epi16(x, 5)};
+}
+#endif
 
 // Packs FP4Pow2Codes' lanes two per byte, element 2i in the low nibble, each nibble's sign in
 // its bit 3: one vector (its lanes / 2 bytes), or four (twice its lanes). A pair's codes and
@@ -735,8 +785,20 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   const GroupTag<32> d;
   const hn::Repartition<std::uint8_t, decltype(d)> d8;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto entries = hn::LoadDup128(d8, table.entry);
   std::int64_t i = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  (void)d8;
+  const __m512i wide = _mm512_load_si512(table.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
+  const auto codes = [&](std::int64_t at) HWY_ATTR {
+    return FP4Pow2CodesWide(hn::LoadU(d, x + at), hn::Set(d, t0g[at / 32]), wide, bias);
+  };
+  for (; i + 4 * L <= n; i += 4 * L) {
+    StoreFP4Nibbles4(d, codes(i), codes(i + L), codes(i + 2 * L), codes(i + 3 * L), out + i / 2);
+  }
+  for (; i < n; i += L) StoreFP4Nibbles(d, codes(i), out + i / 2);
+#else
+  const auto entries = hn::LoadDup128(d8, table.entry);
   for (; i + 4 * L <= n; i += 4 * L) {
     const auto c0 = FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries);
     const auto c1 =
@@ -751,6 +813,7 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
     StoreFP4Nibbles(d, FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries),
                     out + i / 2);
   }
+#endif
 }
 
 // The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest

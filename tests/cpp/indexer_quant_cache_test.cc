@@ -645,5 +645,54 @@ TEST(IndexerSweep, Bfloat16Mxfp4MatchesReference) {
   }
 }
 
+// The edges of the AVX-512 FP4 lane form: groups at the largest scales it takes (biggest
+// operand t0g) and at the smallest, next to those it leaves to the scalar rules, holding signed
+// zeros, subnormals, the values below the first rounding step and those on every step, so that
+// the lanes it sends to its zero entry and those it keeps meet on both sides.
+TEST(IndexerSweep, Bfloat16Mxfp4LaneFormEdges) {
+  for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
+    const std::uint32_t emax = cdt == DType::float4_e2m1 ? 2 : 0;
+    std::vector<std::uint16_t> x;
+    for (const std::uint32_t m : {254u, 253u, 200u, 127u, emax + 5, emax + 4, emax + 3, 1u}) {
+      for (std::uint32_t step = 0; step < 24; ++step) {
+        for (std::uint32_t k = 0; k < 32; ++k) {
+          // k = 0: the group's largest; the others the smallest magnitudes (steps 0 and 1) or
+          // reaching down from it across the powers of two below it.
+          std::uint32_t mag = (m << 7) | 0x7Fu;
+          if (k != 0 && step < 2) {
+            mag = k * 16 + step;
+          } else if (k != 0) {
+            const std::uint32_t down = (k * (step - 1) * 5) % 1280;
+            mag = (m << 7) > down ? (m << 7) - down : k % 3;
+          }
+          x.push_back(static_cast<std::uint16_t>(mag | ((k + step) % 2 ? 0x8000u : 0u)));
+        }
+      }
+    }
+    const std::int64_t d = 128, rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+    IndexerQuantCacheOptions o;
+    o.quant_mode = IndexerQuantMode::mxfp4;
+    const auto go = [&](bool ref, Bytes& c, Bytes& s) {
+      run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, d / 2}),
+                                   TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
+                                   TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                   TensorView(slots.data(), DType::int64, {rows}), o),
+          ref);
+    };
+    Bytes want_c(static_cast<std::size_t>(rows * d / 2));
+    Bytes want_s(static_cast<std::size_t>(rows * ws));
+    go(true, want_c, want_s);
+    for (std::int64_t target : simd_test::simd_targets()) {
+      simd_test::PinTarget pin(target);
+      Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
+      go(false, c, s);
+      EXPECT_EQ(c, want_c) << dtype_name(cdt) << " " << hwy::TargetName(target);
+      EXPECT_EQ(s, want_s) << dtype_name(cdt) << " " << hwy::TargetName(target);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter

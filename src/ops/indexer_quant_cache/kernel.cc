@@ -17,8 +17,9 @@
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
 //   reference.
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
-//   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes). Groups of zeros, with a
-//   non-finite element, or with a scale below 2^-123 take the scalar rules.
+//   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
+//   word table (FP4Pow2CodesWide). Groups of zeros, with a non-finite element, or with a scale
+//   below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -375,8 +376,8 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
 // (e2m1) or 2 (e1m2).
 constexpr std::uint16_t kE2M1Steps[7] = {0x3E80, 0x3F3F, 0x3FA0, 0x3FDF, 0x4020, 0x405F, 0x40A0};
 constexpr std::uint16_t kE1M2Steps[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90, 0x3FAF, 0x3FD0};
-constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF);
-constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF);
+constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF, 2);
+constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF, 0);
 static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
 
 bool fast_fp4(const IndexerQuantCachePlan& p) {
