@@ -202,6 +202,7 @@ inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
   if (p.options.quant_mode == IndexerQuantMode::fp8) return 16;
+  if (p.options.quant_mode == IndexerQuantMode::hifloat8) return kMaxBatch;  // no reductions
   return groups <= 8 ? static_cast<int>(kMaxBatch / groups) : 1;
 }
 
@@ -452,6 +453,60 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
 }
 
+#if KVS_HIF8_BF16
+// Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included,
+// by the byte tables where the CPU has VBMI (core/vbmi.h), else by the 16-bit ones. kScaled:
+// x_scale is not 1; kD: the row length when known at compile time (0: d). A batch's loop keeps
+// the tables and constants in registers and unrolls the row.
+bool fast_hif8(const IndexerQuantCachePlan& p) {
+  return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::hifloat8;
+}
+
+template <bool kScaled, std::int64_t kD>
+void hif8_words(const Batch& b, std::int64_t d, float x_scale) {
+  const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
+  const __m512 xs = _mm512_set1_ps(x_scale);
+  for (int k = 0; k < b.n; ++k) {
+    qn::HiF8CodesBf16RowOf<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
+  }
+}
+
+template <bool kScaled, std::int64_t kD>
+KVS_VBMI_ATTR void hif8_bytes(const Batch& b, std::int64_t d, float x_scale) {
+  const qn::HiF8ByteRegs t = qn::LoadHiF8ByteRegs();
+  const __m512 xs = _mm512_set1_ps(x_scale);
+  for (int k = 0; k < b.n; ++k) {
+    qn::HiF8CodesBf16RowBytes<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
+  }
+}
+
+template <bool kScaled, std::int64_t kD>
+void hif8_rows_of(const IndexerQuantCachePlan& p, const Batch& b) {
+  if (vbmi_usable()) {
+    hif8_bytes<kScaled, kD>(b, p.d, p.options.x_scale);
+  } else {
+    hif8_words<kScaled, kD>(b, p.d, p.options.x_scale);
+  }
+}
+
+// x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
+void hif8_rows(const IndexerQuantCachePlan& p, const Batch& b) {
+  if (p.options.x_scale == 1.0f) {
+    if (p.d == 128) {
+      hif8_rows_of<false, 128>(p, b);
+    } else {
+      hif8_rows_of<false, 0>(p, b);
+    }
+  } else if (p.d == 128) {
+    hif8_rows_of<true, 128>(p, b);
+  } else {
+    hif8_rows_of<true, 0>(p, b);
+  }
+}
+#else
+bool fast_hif8(const IndexerQuantCachePlan&) { return false; }
+#endif
+
 // The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
 // over rows, groups and vectors unroll: the per-batch bookkeeping of a d = 128 row (the
 // indexer's usual head size) otherwise costs a sizable share of its arithmetic.
@@ -467,6 +522,12 @@ void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 }
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+#if KVS_HIF8_BF16
+  if (p.options.quant_mode == IndexerQuantMode::hifloat8) {
+    hif8_rows(p, b);
+    return;
+  }
+#endif
   if (p.d == 128) {
     fast_rows_of<128>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32) {
@@ -509,12 +570,13 @@ struct RowAddresses {
   bool rank2;
 };
 
+
 #if HWY_TARGET != HWY_SCALAR
 // The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
-// order, each handed to rows(batch).
-template <class Rows>
-void walk_batches(const RowAddresses& a, const std::int64_t* slots, std::int64_t begin,
-                  std::int64_t end, int per_batch, Rows rows) {
+// order.
+void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const int per_batch = batch_rows(p);
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
   // A slot that follows the previous row's in the same block (a prefill's run) has its rows
@@ -540,64 +602,12 @@ void walk_batches(const RowAddresses& a, const std::int64_t* slots, std::int64_t
     b.scale[n] = scale;
     if (++n == per_batch) {
       b.n = n;
-      rows(b);
+      fast_rows(p, s, b);
       n = 0;
     }
   }
   b.n = n;
-  if (n > 0) rows(b);
-}
-#endif
-
-#if KVS_HIF8_BF16
-// Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included,
-// by the byte tables where the CPU has VBMI (core/vbmi.h), else by the 16-bit ones. kScaled:
-// x_scale is not 1; kD: the row length when known at compile time (0: d). Both fixed per call,
-// so that a batch's loop keeps the tables and constants in registers and unrolls the row.
-template <bool kScaled, std::int64_t kD>
-void hif8_words(const Batch& b, std::int64_t d, __m512 xs) {
-  const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
-  for (int k = 0; k < b.n; ++k) {
-    qn::HiF8CodesBf16RowOf<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
-  }
-}
-
-template <bool kScaled, std::int64_t kD>
-KVS_VBMI_ATTR void hif8_bytes(const Batch& b, std::int64_t d, __m512 xs) {
-  const qn::HiF8ByteRegs t = qn::LoadHiF8ByteRegs();
-  for (int k = 0; k < b.n; ++k) {
-    qn::HiF8CodesBf16RowBytes<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
-  }
-}
-
-template <bool kScaled, std::int64_t kD>
-void hif8_bf16_rows_of(const RowAddresses& a, std::int64_t d, float x_scale,
-                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  const __m512 xs = _mm512_set1_ps(x_scale);
-  if (vbmi_usable()) {
-    walk_batches(a, slots, begin, end, kMaxBatch,
-                 [&](const Batch& b) HWY_ATTR { hif8_bytes<kScaled, kD>(b, d, xs); });
-  } else {
-    walk_batches(a, slots, begin, end, kMaxBatch,
-                 [&](const Batch& b) HWY_ATTR { hif8_words<kScaled, kD>(b, d, xs); });
-  }
-}
-
-void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
-                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  const float x_scale = p.options.x_scale;
-  // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
-  if (x_scale == 1.0f) {
-    if (p.d == 128) {
-      hif8_bf16_rows_of<false, 128>(a, p.d, x_scale, slots, begin, end);
-    } else {
-      hif8_bf16_rows_of<false, 0>(a, p.d, x_scale, slots, begin, end);
-    }
-  } else if (p.d == 128) {
-    hif8_bf16_rows_of<true, 128>(a, p.d, x_scale, slots, begin, end);
-  } else {
-    hif8_bf16_rows_of<true, 0>(a, p.d, x_scale, slots, begin, end);
-  }
+  if (n > 0) fast_rows(p, s, b);
 }
 #endif
 
@@ -609,15 +619,8 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   s.y = rows.data() + p.d;
   const RowAddresses a(p);
 #if HWY_TARGET != HWY_SCALAR
-  if (fast_e4m3(p) || fast_fp4(p)) {
-    walk_batches(a, slots, begin, end, batch_rows(p),
-                 [&](const Batch& b) HWY_ATTR { fast_rows(p, s, b); });
-    return;
-  }
-#endif
-#if KVS_HIF8_BF16
-  if (p.options.quant_mode == IndexerQuantMode::hifloat8 && p.x.dtype == DType::bfloat16) {
-    hif8_bf16_rows(p, a, slots, begin, end);
+  if (fast_e4m3(p) || fast_fp4(p) || fast_hif8(p)) {
+    fast_batches(p, s, a, slots, begin, end);
     return;
   }
 #endif

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/paged_latent_write/kernel.cc"
@@ -184,19 +185,15 @@ class TileRedo {
 
   HWY_INLINE void Group(const std::uint16_t* HWY_RESTRICT src, std::int64_t n,
                         unsigned char* HWY_RESTRICT codes) {
-    if (!made_) {
-      sc_ = MakeBF16Shortcut<true>(scale_);
-      made_ = true;
-    }
-    formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(src, n, sc_, shuffle_, lanes_, codes);
+    if (!sc_) sc_.emplace(MakeBF16Shortcut<true>(scale_));
+    formats::HWY_NAMESPACE::QuantizeBoundedBF16Run<true>(src, n, *sc_, shuffle_, lanes_, codes);
   }
 
  private:
   float scale_;
   hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle_;
   typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes_;
-  BF16Shortcut sc_;
-  bool made_ = false;
+  std::optional<BF16Shortcut> sc_;  // nothing to set up for the tiles that never need it
 };
 
 // Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
