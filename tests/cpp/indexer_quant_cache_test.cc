@@ -621,8 +621,8 @@ TEST(IndexerSweep, Bfloat16HiFloat8OneSpecialLane) {
         for (std::int64_t k = 0; k < d; ++k) {
           // Magnitudes in [2^-12, 2^12), either sign.
           const auto e = static_cast<std::uint16_t>(115 + rng() % 24);
-          x.push_back(static_cast<std::uint16_t>(k == r ? special
-                                                        : (rng() % 2) << 15 | e << 7 | rng() % 128));
+          const auto v = static_cast<std::uint16_t>((rng() % 2) << 15 | e << 7 | rng() % 128);
+          x.push_back(k == r ? special : v);
         }
       }
       std::vector<std::int64_t> slots(static_cast<std::size_t>(d));
