@@ -1190,9 +1190,10 @@ HWY_INLINE void HiF8LaneProducts(D d, const std::uint16_t* HWY_RESTRICT src, VF 
 // it is not 0x00 (the lanes below 2^-23 have no sign). False when the row holds a NaN product
 // or one in [2^-23, 2^-15): the codes written are then not all right, and the caller takes
 // the table.
-template <bool kScaled>
+template <bool kScaled, std::int64_t kN = 0>
 HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
                                  std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale) {
+  if constexpr (kN != 0) n = kN;
   const hn::ScalableTag<std::uint16_t> d;
   const hn::Repartition<float, decltype(d)> df;
   const auto xs = hn::Set(df, x_scale);
@@ -1224,8 +1225,9 @@ HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY
                      _mm_or_si128(codes, _mm_sign_epi8(signs, codes)));
 #endif
   }
-  return hn::AllTrue(d, hn::Lt(small, hn::Set(d, std::uint16_t{0x81F8}))) &&
-         hn::AllTrue(d, hn::Lt(nan, hn::Set(d, std::uint16_t{0x7F81})));
+  const auto over = hn::Or(hn::SaturatedSub(small, hn::Set(d, std::uint16_t{0x81F7})),
+                           hn::SaturatedSub(nan, hn::Set(d, std::uint16_t{0x7F80})));
+  return hn::AllTrue(d, hn::Eq(over, hn::Zero(d)));
 }
 #endif  // KVS_HIF8_LANES
 

@@ -603,8 +603,9 @@ void hif8_bf16_rows(const IndexerQuantCachePlan& p, const RowAddresses& a,
 #if KVS_HIF8_LANES
 // Mode hifloat8, bfloat16 rows on AVX2 and SSE4: each row by 16-bit lanes, or where it holds a
 // NaN product or one in [2^-23, 2^-15) by the 8,192-entry table, or with a NaN by the general
-// path (this mode has no scale). kScaled: x_scale is not 1 (x * 1 is x, NaNs included).
-template <bool kScaled>
+// path (this mode has no scale). kScaled: x_scale is not 1 (x * 1 is x, NaNs included); kD:
+// the row length when known at compile time (0: d).
+template <bool kScaled, std::int64_t kD>
 void hif8_lane_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                        const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
@@ -612,20 +613,28 @@ void hif8_lane_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddr
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
-    if (HWY_LIKELY(qn::HiF8CodesByLanes<kScaled>(t, a.src(r), a.codes(slot), p.d, x_scale)) ||
-        qn::HiF8CodesByTable(a.src(r), a.codes(slot), p.d, x_scale, s.keys)) {
+    const std::uint16_t* src = a.src(r);
+    std::uint8_t* codes = a.codes(slot);
+    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, src, codes, p.d, x_scale))) ||
+        qn::HiF8CodesByTable(src, codes, p.d, x_scale, s.keys)) {
       continue;
     }
-    general_row(p, s, a.src(r), a.codes(slot));
+    general_row(p, s, src, codes);
   }
 }
 
 void hif8_lane_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                     const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   if (p.options.x_scale == 1.0f) {
-    hif8_lane_rows_of<false>(p, s, a, slots, begin, end);
+    if (p.d == 128) {
+      hif8_lane_rows_of<false, 128>(p, s, a, slots, begin, end);
+    } else {
+      hif8_lane_rows_of<false, 0>(p, s, a, slots, begin, end);
+    }
+  } else if (p.d == 128) {
+    hif8_lane_rows_of<true, 128>(p, s, a, slots, begin, end);
   } else {
-    hif8_lane_rows_of<true>(p, s, a, slots, begin, end);
+    hif8_lane_rows_of<true, 0>(p, s, a, slots, begin, end);
   }
 }
 #endif
