@@ -43,4 +43,19 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
   return tables;
 }
 
+const HiFloat8LaneTables& hifloat8_lane_tables() noexcept {
+  static const HiFloat8LaneTables tables = [] {
+    HiFloat8LaneTables t{};
+    for (int ae = 0; ae < 16; ++ae) {
+      const int kept = ae <= 3 ? 3 : ae <= 7 ? 2 : 1;
+      t.half[ae] = static_cast<std::uint8_t>(1u << (6 - kept));
+      t.mult[ae] = static_cast<std::uint8_t>(1u << kept);
+      t.neg[ae] = formats::encode_hifloat8(std::ldexp(1.0f, ae - 15), true);
+      if (ae < 15) t.pos[ae] = formats::encode_hifloat8(std::ldexp(1.0f, ae + 1), true);
+    }
+    return t;
+  }();
+  return tables;
+}
+
 }  // namespace kvscatter::detail

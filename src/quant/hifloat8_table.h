@@ -41,4 +41,20 @@ struct HiFloat8Bf16Tables {
 };
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 
+// 16-entry byte tables for HiFloat8 codes of bfloat16 magnitudes a on 16-bit lanes with byte
+// shuffles (targets without AVX-512), for 2^-15 <= |x| (E = a >> 7 >= 112), a capped at 2^15:
+// - by ae = |E - 127| (0..15): half = 2^(6 - kept) as above and mult = 2^kept, where kept
+//   is the mantissa bits HiFloat8 keeps in binade E; u = a + half rounds half away from zero.
+// - by the rounded binade R = u >> 7: pos[R - 128] (R in [128, 142]; entry 15 zero) and
+//   neg[R - 112] (R in [112, 127]) are the codes of 2^(R - 127), to which the kept bits of u,
+//   (u & 0x7F) >> (7 - kept), add (a carry out of the mantissa leaves them zero, so kept may
+//   be binade E's).
+struct HiFloat8LaneTables {
+  alignas(16) std::uint8_t half[16];
+  alignas(16) std::uint8_t mult[16];
+  alignas(16) std::uint8_t pos[16];
+  alignas(16) std::uint8_t neg[16];
+};
+const HiFloat8LaneTables& hifloat8_lane_tables() noexcept;
+
 }  // namespace kvscatter::detail

@@ -24,6 +24,8 @@
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
+//   HiF8CodesByLanes (AVX2, SSE4): the same codes on 16-bit lanes by 16-entry byte shuffles,
+//   for rows without NaNs or magnitudes in [2^-23, 2^-15) (the caller takes the table then).
 //
 // All of them are exact lane forms of the scalar rules; none of them depends on the target.
 // They need at least 8 lanes of 16 bits, so the scalar target has none of them.
@@ -64,6 +66,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define KVS_HIF8_BF16 1
 #else
 #define KVS_HIF8_BF16 0
+#endif
+
+// HiF8CodesByLanes exists where this is 1 (AVX2 and SSE4: x86 below AVX-512).
+#undef KVS_HIF8_LANES
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 && HWY_TARGET <= HWY_SSE4
+#define KVS_HIF8_LANES 1
+#else
+#define KVS_HIF8_LANES 0
 #endif
 
 #if HWY_TARGET != HWY_SCALAR
@@ -1165,6 +1175,138 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
   for (std::int64_t j = 0; j < n; ++j) out[j] = table[keys[j]];
   return true;
 }
+
+#if KVS_HIF8_LANES
+// The tables of hifloat8_lane_tables() in registers, each 16 bytes in every 128-bit block.
+struct HiF8LaneRegs {
+  hn::Vec<hn::ScalableTag<std::uint8_t>> half, mult, pos, neg;
+};
+
+HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
+  const hn::ScalableTag<std::uint8_t> d8;
+  const detail::HiFloat8LaneTables& t = detail::hifloat8_lane_tables();
+  return {hn::LoadDup128(d8, t.half), hn::LoadDup128(d8, t.mult), hn::LoadDup128(d8, t.pos),
+          hn::LoadDup128(d8, t.neg)};
+}
+
+// What HiF8LaneCodes leaves to the table, as maxima over the lanes seen: the lanes are all
+// right while small < 0x81F8 (the neg window's index, R - 112 in the low byte under 0x81, is
+// at least -8 only for R in [104, 111]) and nan (the magnitudes) < 0x7F81.
+template <class D>
+struct HiF8LaneFlags {
+  explicit HiF8LaneFlags(D d) : small(hn::Zero(d)), nan(hn::Zero(d)) {}
+  bool AllRight(D d) const {
+    const auto over = hn::Or(hn::SaturatedSub(small, hn::Set(d, std::uint16_t{0x81F7})),
+                             hn::SaturatedSub(nan, hn::Set(d, std::uint16_t{0x7F80})));
+    return hn::AllTrue(d, hn::Eq(over, hn::Zero(d)));
+  }
+  hn::Vec<D> small, nan;
+};
+
+// HiFloat8 codes of bfloat16 values w without their signs, one per 16-bit lane, by the rule of
+// hifloat8_lane_tables() (hifloat8_table.h); about 20 operations per vector where the table
+// takes a load per element. A byte shuffle zeroes a byte whose index has bit 7 set, which the
+// indices below arrange for every byte that must read nothing:
+// - |x| >= 2^15 (infinity too) takes a = 2^15, whose code is the saturated one.
+// - ae >= 16 (|x| < 2^-15): half and mult zero; the lanes below 2^-23 then read no code (R <
+//   112 in either window) and come out 0x00, those from 2^-23 are counted in `small`.
+// - The high bytes (ae's 0x80 from the saturating add, R's by the xor and the subtraction).
+// NaNs come out as the saturated code and are counted in `nan` (HiF8LaneFlags).
+template <class D>
+HWY_INLINE hn::Vec<D> HiF8LaneCodes(D d, const HiF8LaneRegs& t, hn::Vec<D> w,
+                                    HiF8LaneFlags<D>& flags) {
+  const hn::Repartition<std::uint8_t, D> d8;
+  const hn::Repartition<std::int8_t, D> di8;
+  const hn::RebindToSigned<D> di;
+  const auto k = [d](std::uint16_t c) HWY_ATTR { return hn::Set(d, c); };
+  const auto mag = hn::And(w, k(0x7FFF));
+  flags.nan = hn::Max(flags.nan, mag);
+  const auto a = hn::Min(mag, k(0x4700));
+  const auto ae = hn::Abs(hn::BitCast(di, hn::Sub(hn::ShiftRight<7>(a), k(127))));
+  // ae in the low byte when below 16 (0x70 + ae: a shuffle reads the low four bits), else
+  // 0x80 or more; 0x80 in the high byte.
+  const auto ki = hn::SaturatedAdd(hn::BitCast(d8, ae), hn::BitCast(d8, k(0x8070)));
+  const auto half = hn::BitCast(d, hn::TableLookupBytesOr0(t.half, ki));
+  const auto mult = hn::BitCast(d, hn::TableLookupBytesOr0(t.mult, ki));
+  const auto u = hn::Add(a, half);
+  const auto r = hn::ShiftRight<7>(u);  // the rounded binade R
+  // The windows' indices: R - 128 (bit 7 set below 128) and R - 112 saturated (negative
+  // outside [112, 127]: bytes from 128 up are negative too).
+  const auto pi = hn::BitCast(d8, hn::Xor(r, k(0x8080)));
+  const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::BitCast(di8, k(0x7F70)));
+  flags.small = hn::Max(flags.small, hn::BitCast(d, ni));
+  const auto code = hn::Or(hn::TableLookupBytesOr0(t.pos, pi),
+                           hn::TableLookupBytesOr0(t.neg, hn::BitCast(d8, ni)));
+  // The kept bits: (u & 0x7F) >> (7 - kept) as the high half of a product.
+  return hn::Add(hn::BitCast(d, code), hn::MulHigh(hn::ShiftLeft<9>(u), mult));
+}
+
+// 2 * Lanes(d) values at src times x_scale, each float32 product truncated to a bfloat16,
+// which keeps its HiFloat8 code, infinities and NaNs (see Bf16ProductsTruncated).
+template <class D, class VF>
+HWY_INLINE void HiF8LaneProducts(D d, const std::uint16_t* HWY_RESTRICT src, VF xs,
+                                 hn::Vec<D>& w0, hn::Vec<D>& w1) {
+  const hn::Repartition<std::uint32_t, D> d32;
+  const hn::Repartition<float, D> df;
+  const auto high = hn::Set(d32, 0xFFFF0000u);
+  const auto product = [&](hn::Vec<D> w) HWY_ATTR {
+    const auto w32 = hn::BitCast(d32, w);
+    const auto even = hn::Mul(hn::BitCast(df, hn::ShiftLeft<16>(w32)), xs);
+    const auto odd = hn::Mul(hn::BitCast(df, hn::And(w32, high)), xs);
+    const auto even_high = hn::ShiftRight<16>(hn::BitCast(d32, even));
+    return hn::OddEven(hn::BitCast(d, odd), hn::BitCast(d, even_high));
+  };
+  w0 = product(hn::LoadU(d, src));
+  w1 = product(hn::LoadU(d, src + hn::Lanes(d)));
+}
+
+// Stores the codes c0, c1 of the values w0, w1 (HiF8LaneCodes) as 2 * Lanes(d) bytes in order:
+// codes (below 0x80) and signs (bit 7 of the saturated bf16) packed alike, the sign or-ed in
+// where the code is not 0x00 (the lanes below 2^-23 have none).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void HiF8LaneStore(D /*d*/, V c0, V c1, V w0, V w1, std::uint8_t* HWY_RESTRICT out) {
+#if HWY_TARGET == HWY_AVX2
+  const __m256i codes = _mm256_packus_epi16(c0.raw, c1.raw);
+  const __m256i signs = _mm256_and_si256(_mm256_packs_epi16(w0.raw, w1.raw),
+                                         _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i r = _mm256_or_si256(codes, _mm256_sign_epi8(signs, codes));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(r, 0xD8));
+#else
+  const __m128i codes = _mm_packus_epi16(c0.raw, c1.raw);
+  const __m128i signs = _mm_and_si128(_mm_packs_epi16(w0.raw, w1.raw),
+                                      _mm_set1_epi8(static_cast<char>(0x80)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm_or_si128(codes, _mm_sign_epi8(signs, codes)));
+#endif
+}
+
+// n bfloat16 values times x_scale (n a multiple of 32; kN: n when known at compile time),
+// their HiFloat8 codes as HiF8CodesByTable's. False when the row holds a NaN product or one in
+// [2^-23, 2^-15): the codes written are then not all right, and the caller takes the table.
+template <bool kScaled, std::int64_t kN = 0>
+HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
+                                 std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale) {
+  if constexpr (kN != 0) n = kN;
+  using D = hn::ScalableTag<std::uint16_t>;
+  const D d;
+  const hn::Repartition<float, D> df;
+  const auto xs = hn::Set(df, x_scale);
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  HiF8LaneFlags<D> flags(d);
+  for (std::int64_t j = 0; j < n; j += 2 * L) {
+    hn::Vec<D> w0, w1;
+    if constexpr (kScaled) {
+      HiF8LaneProducts(d, src + j, xs, w0, w1);
+    } else {
+      w0 = hn::LoadU(d, src + j);
+      w1 = hn::LoadU(d, src + j + L);
+    }
+    HiF8LaneStore(d, HiF8LaneCodes(d, t, w0, flags), HiF8LaneCodes(d, t, w1, flags), w0, w1,
+                  out + j);
+  }
+  return flags.AllRight(d);
+}
+#endif  // KVS_HIF8_LANES
 
 #endif  // HWY_TARGET != HWY_SCALAR
 

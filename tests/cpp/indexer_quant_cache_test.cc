@@ -605,6 +605,56 @@ TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
   }
 }
 
+// Mode hifloat8 from bfloat16: rows of ordinary values with one lane that the 16-bit lane
+// encoder of AVX2 and SSE4 leaves to the table (a NaN, or a magnitude in [2^-23, 2^-15)) or
+// that it must zero without a sign (a negative zero or a magnitude below 2^-23), at every
+// position of the row, so that each position of each vector is seen to hand its row on.
+TEST(IndexerSweep, Bfloat16HiFloat8OneSpecialLane) {
+  const std::uint16_t specials[] = {0x3400, 0xB400, 0x37FF, 0xB7C0, 0x7FC0, 0xFF81,
+                                    0x8000, 0x8001, 0xB3FF, 0x7F80, 0xFF80, 0xC700};
+  const std::int64_t d = 128;
+  std::mt19937_64 rng(18);
+  for (const float x_scale : {1.0f, 0.75f}) {
+    for (const std::uint16_t special : specials) {
+      std::vector<std::uint16_t> x;
+      for (std::int64_t r = 0; r < d; ++r) {
+        for (std::int64_t k = 0; k < d; ++k) {
+          // Magnitudes in [2^-12, 2^12), either sign.
+          const auto e = static_cast<std::uint16_t>(115 + rng() % 24);
+          const auto v = static_cast<std::uint16_t>((rng() % 2) << 15 | e << 7 | rng() % 128);
+          x.push_back(k == r ? special : v);
+        }
+      }
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(d));
+      for (std::int64_t r = 0; r < d; ++r) slots[static_cast<std::size_t>(r)] = r;
+      IndexerQuantCacheOptions o;
+      o.quant_mode = IndexerQuantMode::hifloat8;
+      o.x_scale = x_scale;
+      Bytes scale_row(static_cast<std::size_t>(d * 4));
+      const auto go = [&](bool ref, Bytes& c) {
+        run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {d, 1, 1, d}),
+                                     TensorView(scale_row.data(), DType::float32, {d, 1, 1, 1}),
+                                     TensorView(x.data(), DType::bfloat16, {d, d}),
+                                     TensorView(slots.data(), DType::int64, {d}), o),
+            ref);
+      };
+      Bytes want(static_cast<std::size_t>(d * d), 0xA5);
+      go(true, want);
+      for (std::int64_t target : simd_test::simd_targets()) {
+        simd_test::PinTarget pin(target);
+        Bytes c(want.size(), 0x5A);
+        go(false, c);
+        const auto diff = std::mismatch(c.begin(), c.end(), want.begin());
+        ASSERT_TRUE(diff.first == c.end())
+            << "special 0x" << std::hex << special << " x_scale " << x_scale << " "
+            << simd_test::target_name(target) << ": lane " << std::dec
+            << (diff.first - c.begin()) << std::hex << " gives 0x" << int(*diff.first)
+            << ", the reference 0x" << int(*diff.second);
+      }
+    }
+  }
+}
+
 // Mode mxfp4 from bfloat16 rows over the same bit patterns, into both FP4 caches: every code,
 // including the lanes whose quotients round to zero (signed zeros), the groups of all zeros and
 // those holding infinities or NaNs, and the groups near either end of bf16's range.

@@ -611,6 +611,45 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 }
 #endif
 
+#if KVS_HIF8_LANES
+// Mode hifloat8, bfloat16 rows on AVX2 and SSE4: each row by 16-bit lanes, or where it holds a
+// NaN product or one in [2^-23, 2^-15) by the 8,192-entry table, or with a NaN by the general
+// path (this mode has no scale). kScaled: x_scale is not 1 (x * 1 is x, NaNs included); kD:
+// the row length when known at compile time (0: d).
+template <bool kScaled, std::int64_t kD>
+void hif8_lane_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
+  const float x_scale = p.options.x_scale;
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t slot = slots[r];
+    if (slot < 0) continue;
+    const std::uint16_t* src = a.src(r);
+    std::uint8_t* codes = a.codes(slot);
+    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, src, codes, p.d, x_scale))) ||
+        qn::HiF8CodesByTable(src, codes, p.d, x_scale, s.keys)) {
+      continue;
+    }
+    general_row(p, s, src, codes);
+  }
+}
+
+void hif8_lane_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  if (p.options.x_scale == 1.0f) {
+    if (p.d == 128) {
+      hif8_lane_rows_of<false, 128>(p, s, a, slots, begin, end);
+    } else {
+      hif8_lane_rows_of<false, 0>(p, s, a, slots, begin, end);
+    }
+  } else if (p.d == 128) {
+    hif8_lane_rows_of<true, 128>(p, s, a, slots, begin, end);
+  } else {
+    hif8_lane_rows_of<true, 0>(p, s, a, slots, begin, end);
+  }
+}
+#endif
+
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
   std::vector<float> rows(static_cast<std::size_t>(2 * p.d));
@@ -627,6 +666,12 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
 #if HWY_TARGET != HWY_SCALAR
   const bool bf16 = p.x.dtype == DType::bfloat16;
   const bool hif8_table = p.options.quant_mode == IndexerQuantMode::hifloat8 && bf16;
+#endif
+#if KVS_HIF8_LANES
+  if (hif8_table) {
+    hif8_lane_rows(p, s, a, slots, begin, end);
+    return;
+  }
 #endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
