@@ -453,15 +453,20 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
 }
 
-#if KVS_HIF8_BF16
-// Mode hifloat8, bfloat16 rows (d is a multiple of 32): every lane in registers, NaNs included,
-// by the byte tables where the CPU has VBMI (core/vbmi.h), else by the 16-bit ones. kScaled:
-// x_scale is not 1; kD: the row length when known at compile time (0: d). A batch's loop keeps
+#if KVS_HIF8_BF16 || KVS_HIF8_LANES
+// Mode hifloat8, bfloat16 rows (d is a multiple of 32). kScaled: x_scale is not 1; kD: the row
+// length when known at compile time (0: d). Both fixed per call, so that a batch's loop keeps
 // the tables and constants in registers and unrolls the row.
 bool fast_hif8(const IndexerQuantCachePlan& p) {
   return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::hifloat8;
 }
+#else
+bool fast_hif8(const IndexerQuantCachePlan&) { return false; }
+#endif
 
+#if KVS_HIF8_BF16
+// AVX-512: every lane in registers, NaNs included, by the byte tables where the CPU has VBMI
+// (core/vbmi.h), else by the 16-bit ones.
 template <bool kScaled, std::int64_t kD>
 void hif8_words(const Batch& b, std::int64_t d, float x_scale) {
   const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
@@ -481,30 +486,46 @@ KVS_VBMI_ATTR void hif8_bytes(const Batch& b, std::int64_t d, float x_scale) {
 }
 
 template <bool kScaled, std::int64_t kD>
-void hif8_rows_of(const IndexerQuantCachePlan& p, const Batch& b) {
+void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const Batch& b) {
   if (vbmi_usable()) {
     hif8_bytes<kScaled, kD>(b, p.d, p.options.x_scale);
   } else {
     hif8_words<kScaled, kD>(b, p.d, p.options.x_scale);
   }
 }
-
-// x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
-void hif8_rows(const IndexerQuantCachePlan& p, const Batch& b) {
-  if (p.options.x_scale == 1.0f) {
-    if (p.d == 128) {
-      hif8_rows_of<false, 128>(p, b);
-    } else {
-      hif8_rows_of<false, 0>(p, b);
+#elif KVS_HIF8_LANES
+// AVX2 and SSE4: each row by 16-bit lanes, or where it holds a NaN product or one in
+// [2^-23, 2^-15) by the 8,192-entry table, or with a NaN by the general path (this mode has no
+// scale).
+template <bool kScaled, std::int64_t kD>
+void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
+  const float x_scale = p.options.x_scale;
+  for (int k = 0; k < b.n; ++k) {
+    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, b.src[k], b.codes[k], p.d, x_scale))) ||
+        qn::HiF8CodesByTable(b.src[k], b.codes[k], p.d, x_scale, s.keys)) {
+      continue;
     }
-  } else if (p.d == 128) {
-    hif8_rows_of<true, 128>(p, b);
-  } else {
-    hif8_rows_of<true, 0>(p, b);
+    general_row(p, s, b.src[k], b.codes[k]);
   }
 }
-#else
-bool fast_hif8(const IndexerQuantCachePlan&) { return false; }
+#endif
+
+#if KVS_HIF8_BF16 || KVS_HIF8_LANES
+// x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
+void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  if (p.options.x_scale == 1.0f) {
+    if (p.d == 128) {
+      hif8_rows_of<false, 128>(p, s, b);
+    } else {
+      hif8_rows_of<false, 0>(p, s, b);
+    }
+  } else if (p.d == 128) {
+    hif8_rows_of<true, 128>(p, s, b);
+  } else {
+    hif8_rows_of<true, 0>(p, s, b);
+  }
+}
 #endif
 
 // The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
@@ -522,9 +543,9 @@ void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 }
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-#if KVS_HIF8_BF16
+#if KVS_HIF8_BF16 || KVS_HIF8_LANES
   if (p.options.quant_mode == IndexerQuantMode::hifloat8) {
-    hif8_rows(p, b);
+    hif8_rows(p, s, b);
     return;
   }
 #endif
@@ -611,44 +632,6 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 }
 #endif
 
-#if KVS_HIF8_LANES
-// Mode hifloat8, bfloat16 rows on AVX2 and SSE4: each row by 16-bit lanes, or where it holds a
-// NaN product or one in [2^-23, 2^-15) by the 8,192-entry table, or with a NaN by the general
-// path (this mode has no scale). kScaled: x_scale is not 1 (x * 1 is x, NaNs included); kD:
-// the row length when known at compile time (0: d).
-template <bool kScaled, std::int64_t kD>
-void hif8_lane_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
-                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
-  const float x_scale = p.options.x_scale;
-  for (std::int64_t r = begin; r < end; ++r) {
-    const std::int64_t slot = slots[r];
-    if (slot < 0) continue;
-    const std::uint16_t* src = a.src(r);
-    std::uint8_t* codes = a.codes(slot);
-    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, src, codes, p.d, x_scale))) ||
-        qn::HiF8CodesByTable(src, codes, p.d, x_scale, s.keys)) {
-      continue;
-    }
-    general_row(p, s, src, codes);
-  }
-}
-
-void hif8_lane_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
-                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  if (p.options.x_scale == 1.0f) {
-    if (p.d == 128) {
-      hif8_lane_rows_of<false, 128>(p, s, a, slots, begin, end);
-    } else {
-      hif8_lane_rows_of<false, 0>(p, s, a, slots, begin, end);
-    }
-  } else if (p.d == 128) {
-    hif8_lane_rows_of<true, 128>(p, s, a, slots, begin, end);
-  } else {
-    hif8_lane_rows_of<true, 0>(p, s, a, slots, begin, end);
-  }
-}
-#endif
 
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
@@ -666,12 +649,6 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
 #if HWY_TARGET != HWY_SCALAR
   const bool bf16 = p.x.dtype == DType::bfloat16;
   const bool hif8_table = p.options.quant_mode == IndexerQuantMode::hifloat8 && bf16;
-#endif
-#if KVS_HIF8_LANES
-  if (hif8_table) {
-    hif8_lane_rows(p, s, a, slots, begin, end);
-    return;
-  }
 #endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
