@@ -35,11 +35,13 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
   for (int k = 0; k < 7; ++k) t[k] = threshold(k, mult);
   b.t0[j] = static_cast<std::uint16_t>(t[0]);
   b.base[j] = static_cast<std::uint16_t>(t[0] >> 5);
-  bool usable = t[6] <= (b.base[j] + 31u) * 32u + 31u;  // every threshold in buckets 0..31
+  // Every threshold in buckets 0..31, below the bucket's last pattern (the largest relative
+  // pattern 1023 stands for everything above bucket 31, which is past every threshold).
+  bool usable = t[6] < (b.base[j] + 31u) * 32u + 31u;
   for (std::uint32_t i = 0; i < 32; ++i) {
     const std::uint32_t lo = (b.base[j] + i) * 32;
     int below = 0, inside = 0;
-    std::uint32_t thr = 0xFFFF;
+    std::uint32_t thr = 1023;  // none inside: above every pattern of the bucket
     for (int k = 0; k < 7; ++k) {
       if (t[k] < lo) {
         ++below;
@@ -49,8 +51,7 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
       }
     }
     usable = usable && inside <= 1;
-    b.thr[j][i] = static_cast<std::uint16_t>(thr);
-    b.code[j][i] = static_cast<std::uint16_t>(below);
+    b.entry[j][i] = static_cast<std::uint16_t>((below << 12) + 4094 - 2 * thr);
   }
   b.usable[j] = usable;
 }

@@ -7,6 +7,11 @@
 // exactly by a power of two, which moves the thresholds of M by 128 * (127 - E) bit patterns,
 // a whole number of buckets, as long as they stay in the normal range; the tables of the 128
 // mantissas of M then serve every multiplier.
+//
+// The lookup and the compare are one addition: with r = a - base * 32 clamped to [0, 1023] and
+// T = thr[i] - base * 32 (1023 where the bucket holds none), entry[i] = code[i] * 4096 + 4094 - 2T
+// plus 2r carries into bit 12 exactly when r > T, so (entry[i] + 2r) >> 12 is the code; bit 15
+// stays clear for the sign.
 #pragma once
 
 #include <cstdint>
@@ -15,10 +20,8 @@ namespace kvscatter::detail {
 
 struct E2M1Buckets {
   // For the mantissa j of M (M = 1 + j / 128) and bucket i (bit patterns (base[j] + i) * 32 ...
-  // + 31): thr[j][i] = the threshold inside the bucket minus base[j] * 32, or 0xFFFF when the
-  // bucket holds none; code[j][i] = the number of thresholds below the bucket.
-  alignas(64) std::uint16_t thr[128][32];
-  alignas(64) std::uint16_t code[128][32];
+  // + 31): the entry above, from the threshold inside the bucket and the count of those below.
+  alignas(64) std::uint16_t entry[128][32];
   std::uint16_t t0[128];    // the smallest threshold of M
   std::uint16_t base[128];  // t0 >> 5: bucket 0 holds t0
   bool usable[128];         // the layout above holds (always, checked when the tables are built)

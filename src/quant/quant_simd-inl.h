@@ -16,7 +16,7 @@
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
 // - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
-//   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
+//   quant/e2m1_buckets.h, a 16-bit table lookup and one addition per element.
 // - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
 //   16-entry byte table (FP4Pow2Codes), packed two per byte.
@@ -562,49 +562,74 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
 }
 
 #if KVS_E2M1_BUCKETS
+// FP4 codes of 32 bf16 values w by the bucket entries e of their group (quant/e2m1_buckets.h)
+// and b64 = its first bucket * 64 in every lane: 2r from the doubled magnitude (the doubling
+// drops the sign), the entry plus 2r, the sign or-ed into bit 15, then the top four bits.
+HWY_INLINE __m512i E2M1BucketCodes(__m512i w, __m512i e, __m512i b64) {
+  const __m512i r2 = _mm512_min_epu16(_mm512_subs_epu16(_mm512_add_epi16(w, w), b64),
+                                      _mm512_set1_epi16(2046));
+  const __m512i s = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(r2, 6), e), r2);
+  // s | (w & 0x8000)
+  return _mm512_srli_epi16(
+      _mm512_ternarylogic_epi32(s, w, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8), 12);
+}
+
 // FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (bf16 bits in
-// mult[g], finite) the bucket tables of quant/e2m1_buckets.h serve: the code of a = |v| is
-// code[i] + (a > thr[i] + base * 32) with i = a / 32 - base clamped to [0, 31] (below bucket 0
-// every threshold lies above a; past bucket 31, below it). Packed two per byte, element 2i in
-// the low nibble, the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how
-// many groups the tables do not serve, listed in rest for the caller. vpermw has no portable
+// mult[g], finite) the bucket tables serve, packed two per byte, element 2i in the low nibble,
+// the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how many groups the
+// tables do not serve, listed in rest for the caller, which rewrites them (here they get codes
+// by an arbitrary table, so that all vectors take one path). Four vectors narrow together (see
+// StoreFP4Nibbles4) where one vpmovdb per vector takes two operations. vpermw has no portable
 // Highway form in this version, so this is written for AVX-512 directly.
 template <std::size_t kGs>
 HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT x,
                                               std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
                                               const std::uint32_t* HWY_RESTRICT mult,
                                               std::int64_t* HWY_RESTRICT rest) {
-  static_assert(kGs % 32 == 0, "whole vectors of 32 values");
+  static_assert(kGs == 32 || kGs == 64, "whole vectors of 32 values, four per step");
+  constexpr std::int64_t kPer = static_cast<std::int64_t>(kGs / 32);  // vectors per group
+  constexpr std::int64_t kStep = 4 / kPer;                            // groups per four vectors
   const detail::E2M1Buckets& tables = detail::e2m1_buckets();
-  const __m512i mag = _mm512_set1_epi16(0x7FFF);
-  const __m512i last = _mm512_set1_epi16(31);
-  const __m512i eight = _mm512_set1_epi16(8);
-  const __m512i ones = _mm512_set1_epi16(-1);
   const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   std::int64_t left = 0;
-  for (std::int64_t g = 0; g < groups; ++g) {
+  // Group g's table and its first bucket * 64 in both halves of a 32-bit word (a broadcast
+  // from memory then needs no shuffle).
+  const std::uint16_t* entry[kStep];
+  std::uint32_t b64[kStep];
+  const auto params = [&](std::int64_t g, int k) {
     std::uint32_t j = 0, base = 0;
     if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mult[g], j, base))) {
       rest[left++] = g;
-      continue;
+      j = base = 0;
     }
-    const __m512i b = _mm512_set1_epi16(static_cast<short>(base));
-    const __m512i t = _mm512_adds_epu16(_mm512_load_si512(tables.thr[j]),
-                                        _mm512_set1_epi16(static_cast<short>(base * 32)));
-    const __m512i c = _mm512_load_si512(tables.code[j]);
-    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
-    std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
-    for (std::size_t i = 0; i < kGs; i += 32) {
-      const __m512i w = _mm512_loadu_si512(xg + i);
-      const __m512i a = _mm512_and_si512(w, mag);
-      const __m512i idx = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(a, 5), b), last);
-      const __mmask32 up = _mm512_cmpgt_epu16_mask(a, _mm512_permutexvar_epi16(idx, t));
-      const __m512i below = _mm512_permutexvar_epi16(idx, c);
-      // (below + up) | (w >> 12 & 8): the sign to bit 3.
-      const __m512i v = _mm512_ternarylogic_epi32(_mm512_mask_sub_epi16(below, up, below, ones),
-                                                  _mm512_srli_epi16(w, 12), eight, 0xF8);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(og + i / 2),
-                       _mm512_cvtepi32_epi8(_mm512_madd_epi16(v, weights)));
+    entry[k] = tables.entry[j];
+    b64[k] = base * 64u * 0x10001u;
+  };
+  // Pairs of codes (vector v of the step) as bytes in 32-bit lanes.
+  const auto pairs = [&](const std::uint16_t* xs, std::int64_t v) {
+    const std::int64_t k = v / kPer;
+    const __m512i c =
+        E2M1BucketCodes(_mm512_loadu_si512(xs + 32 * v), _mm512_load_si512(entry[k]),
+                        _mm512_set1_epi32(static_cast<int>(b64[k])));
+    return _mm512_madd_epi16(c, weights);
+  };
+  std::int64_t g = 0;
+  for (; g + kStep <= groups; g += kStep) {
+    for (int k = 0; k < kStep; ++k) params(g + k, k);
+    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
+    const __m512i p01 = _mm512_packs_epi32(pairs(xs, 0), pairs(xs, 1));
+    const __m512i p23 = _mm512_packs_epi32(pairs(xs, 2), pairs(xs, 3));
+    // Block b of the bytes holds dwords 4b..4b+3 of the four vectors in turn.
+    _mm512_storeu_si512(out + g * static_cast<std::int64_t>(kGs / 2),
+                        _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
+  }
+  for (; g < groups; ++g) {
+    params(g, 0);
+    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* os = out + g * static_cast<std::int64_t>(kGs / 2);
+    for (std::int64_t v = 0; v < kPer; ++v) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(os + 16 * v), _mm512_cvtepi32_epi8(pairs(xs, v)));
     }
   }
   return left;
