@@ -565,26 +565,32 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
 // FP4 codes of 32 bf16 values w by the bucket entries e of their group (quant/e2m1_buckets.h)
 // and b64 = its first bucket * 64 in every lane: 2r from the doubled magnitude (the doubling
 // drops the sign), the entry plus 2r, the sign or-ed into bit 15, then the top four bits.
+// kClamp false: the caller knows that no magnitude lies past the group's bucket 31.
+template <bool kClamp>
 HWY_INLINE __m512i E2M1BucketCodes(__m512i w, __m512i e, __m512i b64) {
-  const __m512i r2 = _mm512_min_epu16(_mm512_subs_epu16(_mm512_add_epi16(w, w), b64),
-                                      _mm512_set1_epi16(2046));
+  __m512i r2 = _mm512_subs_epu16(_mm512_add_epi16(w, w), b64);
+  if (kClamp) r2 = _mm512_min_epu16(r2, _mm512_set1_epi16(2046));
   const __m512i s = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(r2, 6), e), r2);
   // s | (w & 0x8000)
   return _mm512_srli_epi16(
       _mm512_ternarylogic_epi32(s, w, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8), 12);
 }
 
-// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (bf16 bits in
-// mult[g], finite) the bucket tables serve, packed two per byte, element 2i in the low nibble,
+// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (mult[g], bf16
+// values, finite) the bucket tables serve, packed two per byte, element 2i in the low nibble,
 // the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how many groups the
 // tables do not serve, listed in rest for the caller, which rewrites them (here they get codes
 // by an arbitrary table, so that all vectors take one path). Four vectors narrow together (see
 // StoreFP4Nibbles4) where one vpmovdb per vector takes two operations. vpermw has no portable
 // Highway form in this version, so this is written for AVX-512 directly.
-template <std::size_t kGs>
+// kBounded: amax[g] is the largest magnitude (bits & 0x7FFF) of group g, and groups whose amax
+// lies past their bucket 31 go to rest (none do where the multiplier is 6 / amax, which puts
+// the amax about 620 patterns above bucket 0), so the others need no clamp.
+template <std::size_t kGs, bool kBounded>
 HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT x,
                                               std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
-                                              const std::uint32_t* HWY_RESTRICT mult,
+                                              const float* HWY_RESTRICT mult,
+                                              const std::uint16_t* HWY_RESTRICT amax,
                                               std::int64_t* HWY_RESTRICT rest) {
   static_assert(kGs == 32 || kGs == 64, "whole vectors of 32 values, four per step");
   constexpr std::int64_t kPer = static_cast<std::int64_t>(kGs / 32);  // vectors per group
@@ -599,7 +605,10 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
   std::uint32_t b64[kStep];
   const auto params = [&](std::int64_t g, int k) {
     std::uint32_t j = 0, base = 0;
-    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mult[g], j, base))) {
+    std::uint32_t mb = 0;
+    std::memcpy(&mb, mult + g, sizeof(mb));
+    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mb >> 16, j, base) ||
+                     (kBounded && amax[g] > base * 32u + 1023u))) {
       rest[left++] = g;
       j = base = 0;
     }
@@ -610,8 +619,8 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
   const auto pairs = [&](const std::uint16_t* xs, std::int64_t v) {
     const std::int64_t k = v / kPer;
     const __m512i c =
-        E2M1BucketCodes(_mm512_loadu_si512(xs + 32 * v), _mm512_load_si512(entry[k]),
-                        _mm512_set1_epi32(static_cast<int>(b64[k])));
+        E2M1BucketCodes<!kBounded>(_mm512_loadu_si512(xs + 32 * v), _mm512_load_si512(entry[k]),
+                                   _mm512_set1_epi32(static_cast<int>(b64[k])));
     return _mm512_madd_epi16(c, weights);
   };
   std::int64_t g = 0;

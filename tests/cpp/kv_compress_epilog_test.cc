@@ -880,6 +880,68 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
   }
 }
 
+// Mode hifloat8_fp4 through the operator where its groups hold every magnitude in the 1,100
+// patterns below their amax, both signs, for amaxes across the normal range: the AVX-512 bucket
+// codes take no clamp there (every magnitude lies within 1,024 patterns of the group's first
+// bucket), so this checks that claim and those codes, group sizes 32 and 64, every target.
+TEST(KvCompressEpilogSimd, E2M1BucketsBelowAmaxMatchReference) {
+  constexpr std::int64_t kD = 576, kN = 512;
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t amax = 0x0080; amax <= 0x7F7F; amax += 97) {
+    // Magnitudes amax - 1 ... amax - 1100 (those above 0), alternating signs; every group of 32
+    // starts with +-amax.
+    std::vector<std::uint16_t> below;
+    for (std::uint32_t k = 1; k <= 1100 && k < amax; ++k) {
+      below.push_back(static_cast<std::uint16_t>((amax - k) | (k % 2 == 0 ? 0x8000u : 0u)));
+    }
+    std::size_t next = 0;
+    while (next < below.size()) {
+      const std::size_t row = x.size();
+      x.resize(row + kD, 0);
+      for (std::int64_t i = 0; i < kN; ++i) {
+        const auto at = row + static_cast<std::size_t>(i);
+        if (i % 32 == 0) {
+          x[at] = static_cast<std::uint16_t>(amax | (i % 64 == 0 ? 0u : 0x8000u));
+        } else {
+          x[at] = next < below.size() ? below[next++] : static_cast<std::uint16_t>(amax);
+        }
+      }
+      for (std::int64_t i = kN; i < kD; ++i) x[row + static_cast<std::size_t>(i)] = bf16(1.0f);
+    }
+  }
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / kD;
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    slots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  }
+  for (const std::int64_t gs : {std::int64_t{32}, std::int64_t{64}}) {
+    const auto go = [&](bool ref) {
+      Bytes cache(static_cast<std::size_t>(rows * 384), 0xCD);
+      auto plan =
+          plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {rows, 1, 1, 384}),
+                                  TensorView(x.data(), DType::bfloat16, {rows, kD}),
+                                  TensorView(slots.data(), DType::int32, {rows}), gs,
+                                  QuantMode::hifloat8_fp4, true, 1.0f);
+      if (ref) {
+        reference::execute(plan);
+      } else {
+        execute(plan);
+      }
+      return cache;
+    };
+    const Bytes want = go(true);
+    for (std::int64_t target : targets()) {
+      const simd_test::PinTarget pin(target);
+      const Bytes got = go(false);
+      const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+      ASSERT_TRUE(diff.first == got.end())
+          << "group size " << gs << " " << simd_test::target_name(target) << ": byte "
+          << (diff.first - got.begin()) << " is 0x" << std::hex << int(*diff.first)
+          << ", the reference's 0x" << int(*diff.second);
+    }
+  }
+}
+
 // ---- duplicate resolution --------------------------------------------------------------------
 
 // Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over
