@@ -319,11 +319,12 @@ HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t*
 constexpr std::int64_t kMaxGroups = (8192 - 64) / 16;
 
 // Magnitude bits (bits & 0x7FFF) of the largest |x| of every group of gs; groups + 8 entries.
-template <std::size_t kGs>
+// Vectors of at most kLanes lanes.
+template <std::size_t kGs, std::size_t kLanes = 16>
 HWY_INLINE void GroupAmax(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                           std::uint16_t* HWY_RESTRICT amax) {
 #if HWY_TARGET != HWY_SCALAR
-  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false, 16>(x, groups, amax, nullptr);
+  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false, kLanes>(x, groups, amax, nullptr);
 #else
   for (std::int64_t g = 0; g < groups; ++g) {
     amax[g] = static_cast<std::uint16_t>(AmaxBits(x + kGs * g, kGs));
@@ -542,9 +543,9 @@ HWY_INLINE bool Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs
   if (gs == 16) {
     GroupAmax<16>(x, groups, amax_bits);
   } else if (gs == 32) {
-    GroupAmax<32>(x, groups, amax_bits);
+    GroupAmax<32, 32>(x, groups, amax_bits);
   } else {
-    GroupAmax<64>(x, groups, amax_bits);
+    GroupAmax<64, 32>(x, groups, amax_bits);
   }
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
   auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
