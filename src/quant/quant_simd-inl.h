@@ -17,6 +17,8 @@
 //
 // - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
 //   quant/e2m1_buckets.h, a 16-bit table lookup and one addition per element.
+//   QuantizeE2M1ByByteBuckets (SSE4, AVX2): by their byte tables, three byte lookups and two
+//   compares per element.
 // - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
 //   16-entry byte table (FP4Pow2Codes), packed two per byte.
@@ -55,6 +57,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define KVS_E2M1_BUCKETS 1
 #else
 #define KVS_E2M1_BUCKETS 0
+#endif
+
+// QuantizeE2M1ByByteBuckets exists where this is 1 (x86 targets below AVX-512).
+#undef KVS_E2M1_BYTE_BUCKETS
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4)
+#define KVS_E2M1_BYTE_BUCKETS 1
+#else
+#define KVS_E2M1_BYTE_BUCKETS 0
 #endif
 
 // HiF8CodesBf16Row exists where this is 1 (AVX-512 targets).
@@ -485,6 +495,81 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
     hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
   }
 }
+
+#if KVS_E2M1_BYTE_BUCKETS
+// QuantizeE2M1ByBuckets for targets without vpermw, by the byte tables of quant/e2m1_buckets.h
+// (16-entry byte lookups, pshufb): a lookup, a compare and a subtraction per threshold a bucket
+// of 64 patterns can hold (two) plus one lookup for the count below, where the thresholds take
+// seven compares and seven additions. Groups of kGs (16, 32 or 64); refused groups are skipped
+// (listed in rest). kBounded as for QuantizeE2M1ByBuckets.
+template <std::size_t kGs, bool kBounded>
+HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTRICT x,
+                                                  std::uint8_t* HWY_RESTRICT out,
+                                                  std::int64_t groups,
+                                                  const float* HWY_RESTRICT mult,
+                                                  const std::uint16_t* HWY_RESTRICT amax,
+                                                  std::int64_t* HWY_RESTRICT rest) {
+  const GroupTag<16> d;  // never straddles a group
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint8_t, decltype(d)> d8;
+  const hn::Repartition<std::int8_t, decltype(d)> di8;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8n;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const detail::E2M1Buckets& tables = detail::e2m1_buckets();
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const auto low6 = hn::Set(d, std::uint16_t{63});
+  const auto eight = hn::Set(d, std::uint16_t{8});
+  std::int64_t left = 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::uint32_t j = 0, base = 0;
+    std::uint32_t mb = 0;
+    std::memcpy(&mb, mult + g, sizeof(mb));
+    if (HWY_UNLIKELY(!detail::e2m1_byte_bucket_params(tables, mb >> 16, j, base) ||
+                     (kBounded && amax[g] > base * 64u + 1023u))) {
+      rest[left++] = g;
+      continue;
+    }
+    const auto lo = hn::BitCast(di8, hn::LoadDup128(d8, tables.byte_lo[j]));
+    const auto hi = hn::BitCast(di8, hn::LoadDup128(d8, tables.byte_hi[j]));
+    const auto below = hn::BitCast(di8, hn::LoadDup128(d8, tables.byte_below[j]));
+    const auto b = hn::Set(d, static_cast<std::uint16_t>(base * 64u));
+    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
+    // Each lane's bucket index sits in its low byte, zero in its high byte: the high bytes look
+    // up entry 0, whose count below is 0 and whose thresholds no zero byte exceeds, so they
+    // stay zero.
+    const auto codes = [&](std::int64_t i) {
+      const auto w = hn::LoadU(d, xg + i);
+      auto r = hn::SaturatedSub(hn::And(w, mag), b);
+      if (!kBounded) r = hn::Min(r, hn::Set(d, std::uint16_t{1023}));
+      const auto idx = hn::BitCast(di8, hn::ShiftRight<6>(r));
+      const auto rl = hn::BitCast(di8, hn::And(r, low6));
+      const auto up_lo = hn::VecFromMask(di8, hn::Gt(rl, hn::TableLookupBytes(lo, idx)));
+      const auto up_hi = hn::VecFromMask(di8, hn::Gt(rl, hn::TableLookupBytes(hi, idx)));
+      const auto c = hn::Sub(hn::Sub(hn::TableLookupBytes(below, idx), up_lo), up_hi);
+      return hn::Or(hn::BitCast(di, c), hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)));
+    };
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (kGs % 32 == 0) {
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
+        if constexpr (kGs >= 64) {
+          StoreE2M1Nibbles(codes(i), codes(i + 16), codes(i + 32), codes(i + 48), og + i / 2);
+        } else {
+          StoreE2M1Nibbles(codes(i), codes(i + 16), og + i / 2);
+        }
+      }
+      continue;
+    }
+#endif
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+      const auto pairs = hn::BitCast(d32, codes(i));
+      hn::StoreU(hn::TruncateTo(d8n, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8n, og + i / 2);
+    }
+  }
+  return left;
+}
+#endif  // KVS_E2M1_BYTE_BUCKETS
 
 // ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
 

@@ -837,9 +837,10 @@ TEST(KvCompressEpilogSimd, HiFloat8RopeScaledMatchesReference) {
   }
 }
 
-// The AVX-512 FP4 path by bucket tables: every finite bfloat16 times multipliers with every
-// mantissa and exponents across the range, including those the tables refuse (near the top,
-// where the thresholds would leave the normal range).
+// The FP4 paths by bucket tables (AVX-512: 16-bit entries; SSE4 and AVX2: byte entries), in
+// their clamped forms: every finite bfloat16 times multipliers with every mantissa and exponents
+// across the range, including those the tables refuse (near the top, where the thresholds would
+// leave the normal range).
 TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
   std::vector<std::uint16_t> x;
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
@@ -881,8 +882,8 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
 }
 
 // Mode hifloat8_fp4 through the operator where its groups hold every magnitude in the 1,100
-// patterns below their amax, both signs, for amaxes across the normal range: the AVX-512 bucket
-// codes take no clamp there (every magnitude lies within 1,024 patterns of the group's first
+// patterns below their amax, both signs, for amaxes across the normal range: the bucket codes
+// take no clamp there (every magnitude lies within 1,024 patterns of the group's first
 // bucket), so this checks that claim and those codes, group sizes 32 and 64, every target.
 TEST(KvCompressEpilogSimd, E2M1BucketsBelowAmaxMatchReference) {
   constexpr std::int64_t kD = 576, kN = 512;

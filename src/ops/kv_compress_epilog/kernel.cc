@@ -12,10 +12,11 @@
 //   rules. All encoders are lane forms of the scalar rules (tests sweep them).
 // - hifloat8_fp4 rows go in batches: the group maxima, scales and multipliers of a few rows
 //   first, then the codes of each (Hif8Fp4Rows).
-// - On AVX-512, hifloat8_fp4 rows look codes up in registers: the FP4 nope by the bucket tables
-//   of quant/e2m1_buckets.h (vpermw), the HiFloat8 rope by exponent tables over the products
-//   truncated to bfloat16 (quant_simd-inl.h: HiF8CodesBf16RowBytes by byte permutes where the
-//   CPU has VBMI, else HiF8CodesBf16Row).
+// - hifloat8_fp4 rows look FP4 codes up in registers by the bucket tables of
+//   quant/e2m1_buckets.h: 16-bit entries (vpermw) on AVX-512, byte entries (pshufb) on AVX2
+//   and SSE4. On AVX-512 the HiFloat8 rope goes by exponent tables over the products truncated
+//   to bfloat16 (quant_simd-inl.h: HiF8CodesBf16RowBytes by byte permutes where the CPU has
+//   VBMI, else HiF8CodesBf16Row).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -486,6 +487,10 @@ HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t*
   } else {
     for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
   }
+#elif KVS_E2M1_BYTE_BUCKETS
+  left = gs == 16   ? qn::QuantizeE2M1ByByteBuckets<16, true>(x, data, groups, inv_b, amax, rest)
+         : gs == 32 ? qn::QuantizeE2M1ByByteBuckets<32, true>(x, data, groups, inv_b, amax, rest)
+                    : qn::QuantizeE2M1ByByteBuckets<64, true>(x, data, groups, inv_b, amax, rest);
 #else
   (void)amax;
   for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
@@ -861,7 +866,13 @@ bool HiF8Bf16Batch(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
 }
 
 bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
-#if KVS_E2M1_BUCKETS
+#if KVS_E2M1_BYTE_BUCKETS
+  const std::int64_t groups = static_cast<std::int64_t>(n / 64);
+  std::vector<float> mults(static_cast<std::size_t>(groups), mult);
+  std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
+  return quant::HWY_NAMESPACE::QuantizeE2M1ByByteBuckets<64, false>(x, out, groups, mults.data(),
+                                                                    nullptr, rest.data()) == 0;
+#elif KVS_E2M1_BUCKETS
   const std::int64_t groups = static_cast<std::int64_t>(n / 64);
   std::vector<float> mults(static_cast<std::size_t>(groups), mult);
   std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
