@@ -513,6 +513,39 @@ HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t*
 }
 #endif
 
+#if HWY_TARGET != HWY_SCALAR
+// The rope by the HiFloat8 table (detail::hifloat8_sat_table()) with x_scale 1: each input is
+// its own product (x * 1 is x, and a NaN stays a NaN), so the table key, the top bits of the
+// product's float32, is the bf16 bits shifted, 16 lanes at a time instead of a widening, a
+// multiply and a narrowing per 8. The lookups read four keys per load and unroll: one load,
+// one lookup and one store per code otherwise left the loop's own instructions a third of the
+// work. False (nothing written) for a NaN.
+HWY_INLINE bool HiF8RopeUnscaled(const std::uint16_t* HWY_RESTRICT rope,
+                                 std::uint8_t* HWY_RESTRICT out,
+                                 const std::uint8_t* HWY_RESTRICT table) {
+  const hn::CappedTag<std::uint16_t, 16> d;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  alignas(64) std::uint16_t keys[64];
+  auto nan = hn::Zero(d);
+  for (std::int64_t j = 0; j < 64; j += L) {
+    const auto w = hn::LoadU(d, rope + j);
+    nan = hn::Max(nan, hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})));
+    hn::Store(hn::ShiftRight<detail::kHiFloat8TableShift - 16>(w), d, keys + j);
+  }
+  if (HWY_UNLIKELY(hn::GetLane(hn::MaxOfLanes(d, nan)) > 0x7F80)) return false;
+#pragma GCC unroll 16
+  for (int j = 0; j < 64; j += 4) {
+    std::uint64_t q;
+    std::memcpy(&q, keys + j, sizeof(q));
+    out[j] = table[q & 0xFFFF];
+    out[j + 1] = table[(q >> 16) & 0xFFFF];
+    out[j + 2] = table[(q >> 32) & 0xFFFF];
+    out[j + 3] = table[q >> 48];
+  }
+  return true;
+}
+#endif
+
 // The rope's 64 HiFloat8 codes; false (nothing written) where a NaN product sends the rope to
 // the lane encoder: only with the table, on targets without AVX-512.
 HWY_INLINE bool HiF8Rope(const std::uint16_t* HWY_RESTRICT rope, std::uint8_t* HWY_RESTRICT out,
@@ -771,9 +804,18 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
     }
 #else
     const float x_scale = p.x_scale;
-    Hif8Fp4Rows(p, slots, begin, end, [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
-      return HiF8Rope(rope, out, x_scale);
-    });
+    if (x_scale == 1.0f) {
+      const std::uint8_t* table = detail::hifloat8_sat_table();
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    return HiF8RopeUnscaled(rope, out, table);
+                  });
+    } else {
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    return HiF8Rope(rope, out, x_scale);
+                  });
+    }
 #endif
     return;
   }
