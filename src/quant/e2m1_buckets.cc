@@ -54,13 +54,14 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
     b.entry[j][i] = static_cast<std::uint16_t>((below << 12) + 4094 - 2 * thr);
   }
   b.usable[j] = usable;
-  // The byte tables: 64-pattern buckets from t0 >> 6.
-  const std::uint32_t base64 = t[0] >> 6;
-  bool byte_usable = t[6] < base64 * 64u + 1023u;
+  // The byte tables: 64-pattern buckets from (t0 - 3) >> 6, so that entry 0 of both threshold
+  // tables is at least 3 (see the header).
+  const std::uint32_t base64 = (t[0] - 3) >> 6;
+  bool byte_usable = t[0] >= 3 && t[6] < base64 * 64u + 1023u;
   for (std::uint32_t i = 0; i < 16; ++i) {
     const std::uint32_t lo = (base64 + i) * 64;
     int below = 0, inside = 0;
-    std::uint32_t thr[2] = {127, 127};
+    std::uint32_t thr[2] = {63, 63};  // none: the bucket's last pattern, never exceeded
     for (int k = 0; k < 7; ++k) {
       if (t[k] < lo) {
         ++below;
@@ -70,10 +71,11 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
       }
     }
     byte_usable = byte_usable && inside <= 2;
-    b.byte_lo[j][i] = static_cast<std::uint8_t>(thr[0]);
-    b.byte_hi[j][i] = static_cast<std::uint8_t>(thr[1]);
+    b.byte_lo[j][i] = static_cast<std::uint8_t>((i % 4) * 64 + thr[0]);
+    b.byte_hi[j][i] = static_cast<std::uint8_t>((i % 4) * 64 + thr[1]);
     b.byte_below[j][i] = static_cast<std::uint8_t>(below);
   }
+  byte_usable = byte_usable && b.byte_lo[j][0] >= 3 && b.byte_hi[j][0] >= 3;
   b.byte_usable[j] = byte_usable;
 }
 

@@ -22,11 +22,14 @@ struct E2M1Buckets {
   // For the mantissa j of M (M = 1 + j / 128) and bucket i (bit patterns (base[j] + i) * 32 ...
   // + 31): the entry above, from the threshold inside the bucket and the count of those below.
   alignas(64) std::uint16_t entry[128][32];
-  // The same thresholds in 16 buckets of 64 patterns ((t0 >> 6) + i) * 64 ... + 63, at most two
-  // per bucket, as bytes for 16-entry byte lookups (targets without vpermw): the thresholds
-  // inside bucket i less its first pattern (127 for none) and the number below it; a magnitude
-  // r = a - (t0 >> 6) * 64 in [0, 1023] has the code below[i] + (r % 64 > lo[i]) +
-  // (r % 64 > hi[i]) with i = r / 64.
+  // The same thresholds in 16 buckets of 64 patterns (base + i) * 64 ... + 63, base =
+  // (t0 - 3) >> 6, at most two per bucket, as bytes for 16-entry byte lookups (targets without
+  // vpermw): the number below bucket i, and its thresholds as the low byte of their r (63 past
+  // the bucket's first pattern for none). A magnitude r = a - base * 64 in [0, 1023] has the
+  // code below[i] + (r > lo[i]) + (r > hi[i]) with i = r / 64, the compares on r's low byte as
+  // signed bytes: within a bucket that order is the order of r. The lookups of a 16-bit lane's
+  // high byte (index 0) give entries 0: no count, and thresholds of at least 3, which r's high
+  // byte (at most 3) does not exceed.
   alignas(16) std::uint8_t byte_lo[128][16];
   alignas(16) std::uint8_t byte_hi[128][16];
   alignas(16) std::uint8_t byte_below[128][16];
@@ -51,13 +54,13 @@ inline bool e2m1_bucket_params(const E2M1Buckets& b, std::uint32_t mb, std::uint
   return e >= 1 && e <= 254 && t0 >= 0x80 && b.usable[j];
 }
 
-// The same for the byte tables: base is the first 64-pattern bucket.
+// The same for the byte tables: base is their first 64-pattern bucket.
 inline bool e2m1_byte_bucket_params(const E2M1Buckets& b, std::uint32_t mb, std::uint32_t& j,
                                     std::uint32_t& base) noexcept {
   const std::int32_t e = static_cast<std::int32_t>(mb >> 7);
   j = mb & 0x7Fu;
   const std::int32_t t0 = static_cast<std::int32_t>(b.t0[j]) + 128 * (127 - e);
-  base = static_cast<std::uint32_t>(t0 >> 6);
+  base = static_cast<std::uint32_t>((t0 - 3) >> 6);
   return e >= 1 && e <= 254 && t0 >= 0x80 && b.byte_usable[j];
 }
 

@@ -518,7 +518,6 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const detail::E2M1Buckets& tables = detail::e2m1_buckets();
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const auto low6 = hn::Set(d, std::uint16_t{63});
   const auto eight = hn::Set(d, std::uint16_t{8});
   std::int64_t left = 0;
   for (std::int64_t g = 0; g < groups; ++g) {
@@ -537,14 +536,13 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
     const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
     std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
     // Each lane's bucket index sits in its low byte, zero in its high byte: the high bytes look
-    // up entry 0, whose count below is 0 and whose thresholds no zero byte exceeds, so they
-    // stay zero.
+    // up entries 0 (see the tables), so they stay zero.
     const auto codes = [&](std::int64_t i) {
       const auto w = hn::LoadU(d, xg + i);
       auto r = hn::SaturatedSub(hn::And(w, mag), b);
       if (!kBounded) r = hn::Min(r, hn::Set(d, std::uint16_t{1023}));
       const auto idx = hn::BitCast(di8, hn::ShiftRight<6>(r));
-      const auto rl = hn::BitCast(di8, hn::And(r, low6));
+      const auto rl = hn::BitCast(di8, r);
       const auto up_lo = hn::VecFromMask(di8, hn::Gt(rl, hn::TableLookupBytes(lo, idx)));
       const auto up_hi = hn::VecFromMask(di8, hn::Gt(rl, hn::TableLookupBytes(hi, idx)));
       const auto c = hn::Sub(hn::Sub(hn::TableLookupBytes(below, idx), up_lo), up_hi);
