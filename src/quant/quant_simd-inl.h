@@ -667,8 +667,9 @@ HWY_INLINE __m512i E2M1BucketCodes(__m512i w, __m512i e, __m512i b64) {
 // StoreFP4Nibbles4) where one vpmovdb per vector takes two operations. vpermw has no portable
 // Highway form in this version, so this is written for AVX-512 directly.
 // kBounded: amax[g] is the largest magnitude (bits & 0x7FFF) of group g, and groups whose amax
-// lies past their bucket 31 go to rest (none do where the multiplier is 6 / amax, which puts
-// the amax about 620 patterns above bucket 0), so the others need no clamp.
+// lies past their bucket 31 go to rest (none do where the multiplier is bf16(6 / amax), which
+// puts the amax about 620 patterns above bucket 0), so the others need no clamp; the tests'
+// sweeps of every magnitude take the clamped form.
 template <std::size_t kGs, bool kBounded>
 HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT x,
                                               std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
@@ -682,8 +683,8 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
   const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
   const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   std::int64_t left = 0;
-  // Group g's table and its first bucket * 64 in both halves of a 32-bit word (a broadcast
-  // from memory then needs no shuffle).
+  // The step's groups: their tables, and their first bucket * 64 in both halves of a 32-bit
+  // word (one 32-bit broadcast per group).
   const std::uint16_t* entry[kStep];
   std::uint32_t b64[kStep];
   const auto params = [&](std::int64_t g, int k) {
