@@ -18,6 +18,7 @@
 //   to bfloat16 (quant_simd-inl.h: HiF8CodesBf16RowBytes by byte permutes where the CPU has
 //   VBMI, else HiF8CodesBf16Row).
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -533,14 +534,18 @@ HWY_INLINE bool HiF8RopeUnscaled(const std::uint16_t* HWY_RESTRICT rope,
     hn::Store(hn::ShiftRight<detail::kHiFloat8TableShift - 16>(w), d, keys + j);
   }
   if (HWY_UNLIKELY(hn::GetLane(hn::MaxOfLanes(d, nan)) > 0x7F80)) return false;
+  if constexpr (std::endian::native == std::endian::little) {
 #pragma GCC unroll 16
-  for (int j = 0; j < 64; j += 4) {
-    std::uint64_t q;
-    std::memcpy(&q, keys + j, sizeof(q));
-    out[j] = table[q & 0xFFFF];
-    out[j + 1] = table[(q >> 16) & 0xFFFF];
-    out[j + 2] = table[(q >> 32) & 0xFFFF];
-    out[j + 3] = table[q >> 48];
+    for (int j = 0; j < 64; j += 4) {
+      std::uint64_t q;
+      std::memcpy(&q, keys + j, sizeof(q));
+      out[j] = table[q & 0xFFFF];
+      out[j + 1] = table[(q >> 16) & 0xFFFF];
+      out[j + 2] = table[(q >> 32) & 0xFFFF];
+      out[j + 3] = table[q >> 48];
+    }
+  } else {
+    for (int j = 0; j < 64; ++j) out[j] = table[keys[j]];
   }
   return true;
 }
