@@ -77,6 +77,14 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
   }
   byte_usable = byte_usable && b.byte_lo[j][0] >= 3 && b.byte_hi[j][0] >= 3;
   b.byte_usable[j] = byte_usable;
+  // The parameter functions' entries: thresholds at or above 0x80 while 128 * (127 - E) >=
+  // 0x80 - t0, i.e. E <= 127 + (t0 - 0x80) / 128; exponents 1..254 (0 and 255 are not finite
+  // normal multipliers).
+  const std::uint32_t top = t[0] >= 0x80 ? std::min(254u, 127u + (t[0] - 0x80) / 128) : 0u;
+  b.base_e0[j] = static_cast<std::uint16_t>((t[0] >> 5) + 4 * 127);
+  b.byte_base_e0[j] = static_cast<std::uint16_t>(((t[0] - 3) >> 6) + 2 * 127);
+  b.max_e[j] = static_cast<std::uint8_t>(usable ? top : 0);
+  b.byte_max_e[j] = static_cast<std::uint8_t>(byte_usable ? top : 0);
 }
 
 }  // namespace

@@ -37,6 +37,10 @@ struct E2M1Buckets {
   std::uint16_t t0[128];    // the smallest threshold of M
   std::uint16_t base[128];  // t0 >> 5: bucket 0 holds t0
   bool usable[128];         // the layout above holds (always, checked when the tables are built)
+  // For the parameter functions below, per mantissa: the first bucket at exponent E = 0 (less
+  // 4 E, resp. 2 E, at E), and the largest exponent the tables serve (0 for none).
+  std::uint16_t base_e0[128], byte_base_e0[128];
+  std::uint8_t max_e[128], byte_max_e[128];
 };
 
 // Built on first use from the scalar formats, thread-safe.
@@ -44,24 +48,25 @@ const E2M1Buckets& e2m1_buckets() noexcept;
 
 // Bucket parameters of a group with multiplier bits mb (a finite positive bf16): the mantissa
 // index j and the first bucket `base` of the group's thresholds; false when the tables do not
-// apply (a zero or subnormal multiplier, thresholds below the normal range).
+// apply (a zero or subnormal multiplier, thresholds below the normal range). With E the exponent
+// field, the thresholds of M move by 128 * (127 - E) patterns, 4 * (127 - E) buckets of 32, and
+// they stay at or above 0x80 up to an exponent fixed per mantissa: a few operations per group
+// from two entries.
 inline bool e2m1_bucket_params(const E2M1Buckets& b, std::uint32_t mb, std::uint32_t& j,
                                std::uint32_t& base) noexcept {
-  const std::int32_t e = static_cast<std::int32_t>(mb >> 7);
+  const std::uint32_t e = mb >> 7;
   j = mb & 0x7Fu;
-  const std::int32_t t0 = static_cast<std::int32_t>(b.t0[j]) + 128 * (127 - e);
-  base = static_cast<std::uint32_t>(t0 >> 5);
-  return e >= 1 && e <= 254 && t0 >= 0x80 && b.usable[j];
+  base = b.base_e0[j] - 4 * e;
+  return e - 1 < b.max_e[j];  // 1 <= e <= max_e
 }
 
 // The same for the byte tables: base is their first 64-pattern bucket.
 inline bool e2m1_byte_bucket_params(const E2M1Buckets& b, std::uint32_t mb, std::uint32_t& j,
                                     std::uint32_t& base) noexcept {
-  const std::int32_t e = static_cast<std::int32_t>(mb >> 7);
+  const std::uint32_t e = mb >> 7;
   j = mb & 0x7Fu;
-  const std::int32_t t0 = static_cast<std::int32_t>(b.t0[j]) + 128 * (127 - e);
-  base = static_cast<std::uint32_t>((t0 - 3) >> 6);
-  return e >= 1 && e <= 254 && t0 >= 0x80 && b.byte_usable[j];
+  base = b.byte_base_e0[j] - 2 * e;
+  return e - 1 < b.byte_max_e[j];
 }
 
 }  // namespace kvscatter::detail

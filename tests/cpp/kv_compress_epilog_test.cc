@@ -24,6 +24,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 #include "simd_targets.h"
 
@@ -878,6 +879,32 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
     EXPECT_GE(ran, 19 * 128);  // every exponent up to 250 takes the tables
     std::printf("%s: %d multipliers by bucket tables\n", simd_test::target_name(target).c_str(),
                 ran);
+  }
+}
+
+// The bucket parameters from their per-mantissa entries against their definition: the smallest
+// threshold t0 of the multiplier (the mantissa's, moved by 128 patterns per binade) at or above
+// 0x80, a normal multiplier, and the first bucket holding t0 (buckets of 32 from t0 >> 5; of 64
+// from (t0 - 3) >> 6).
+TEST(KvCompressEpilogSimd, E2M1BucketParams) {
+  const detail::E2M1Buckets& b = detail::e2m1_buckets();
+  for (std::uint32_t mb = 0; mb < 0x8000; ++mb) {
+    const std::int32_t e = static_cast<std::int32_t>(mb >> 7);
+    const std::uint32_t j = mb & 0x7F;
+    const std::int32_t t0 = static_cast<std::int32_t>(b.t0[j]) + 128 * (127 - e);
+    const bool normal = e >= 1 && e <= 254 && t0 >= 0x80;
+    std::uint32_t got_j = 0, base = 0;
+    ASSERT_EQ(detail::e2m1_bucket_params(b, mb, got_j, base), normal && b.usable[j]) << mb;
+    if (normal && b.usable[j]) {
+      EXPECT_EQ(got_j, j);
+      EXPECT_EQ(base, static_cast<std::uint32_t>(t0 >> 5)) << mb;
+    }
+    ASSERT_EQ(detail::e2m1_byte_bucket_params(b, mb, got_j, base), normal && b.byte_usable[j])
+        << mb;
+    if (normal && b.byte_usable[j]) {
+      EXPECT_EQ(got_j, j);
+      EXPECT_EQ(base, static_cast<std::uint32_t>((t0 - 3) >> 6)) << mb;
+    }
   }
 }
 
