@@ -753,9 +753,12 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
     }
     for (int i = 0; i < rows; ++i) {
       const std::int64_t k = i * kStride;
+      // The pad (under 32 bytes, row_bytes a multiple of 32) by one store of zeros over the
+      // row's last 32 bytes before the codes and scales rewrite the payload among them, where a
+      // memset call per row took longer.
+      if (pad) std::memset(ob[i] + p.row_bytes - 32, 0, 32);
       if (!rope(xb[i] + n, ob[i])) HiF8RopeByLanes(xb[i] + n, ob[i], p.x_scale);
       Hif8Fp4Codes(xb[i], ob[i], n, gs, groups, amax + k, inv_b + k, scale_code + k, finite[i]);
-      if (pad) std::memset(ob[i] + p.payload_bytes, 0, pad);
     }
   }
 }
