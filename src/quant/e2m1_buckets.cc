@@ -35,11 +35,13 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
   for (int k = 0; k < 7; ++k) t[k] = threshold(k, mult);
   b.t0[j] = static_cast<std::uint16_t>(t[0]);
   b.base[j] = static_cast<std::uint16_t>(t[0] >> 5);
-  bool usable = t[6] <= (b.base[j] + 31u) * 32u + 31u;  // every threshold in buckets 0..31
+  // Every threshold in buckets 0..31, below the bucket's last pattern (the largest relative
+  // pattern 1023 stands for everything above bucket 31, which is past every threshold).
+  bool usable = t[6] < (b.base[j] + 31u) * 32u + 31u;
   for (std::uint32_t i = 0; i < 32; ++i) {
     const std::uint32_t lo = (b.base[j] + i) * 32;
     int below = 0, inside = 0;
-    std::uint32_t thr = 0xFFFF;
+    std::uint32_t thr = 1023;  // none inside: above every pattern of the bucket
     for (int k = 0; k < 7; ++k) {
       if (t[k] < lo) {
         ++below;
@@ -49,10 +51,40 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
       }
     }
     usable = usable && inside <= 1;
-    b.thr[j][i] = static_cast<std::uint16_t>(thr);
-    b.code[j][i] = static_cast<std::uint16_t>(below);
+    b.entry[j][i] = static_cast<std::uint16_t>((below << 12) + 4094 - 2 * thr);
   }
   b.usable[j] = usable;
+  // The byte tables: 64-pattern buckets from (t0 - 3) >> 6, so that entry 0 of both threshold
+  // tables is at least 3 (see the header).
+  const std::uint32_t base64 = (t[0] - 3) >> 6;
+  bool byte_usable = t[0] >= 3 && t[6] < base64 * 64u + 1023u;
+  for (std::uint32_t i = 0; i < 16; ++i) {
+    const std::uint32_t lo = (base64 + i) * 64;
+    int below = 0, inside = 0;
+    std::uint32_t thr[2] = {63, 63};  // none: the bucket's last pattern, never exceeded
+    for (int k = 0; k < 7; ++k) {
+      if (t[k] < lo) {
+        ++below;
+      } else if (t[k] <= lo + 63) {
+        if (inside < 2) thr[inside] = t[k] - lo;
+        ++inside;
+      }
+    }
+    byte_usable = byte_usable && inside <= 2;
+    b.byte_lo[j][i] = static_cast<std::uint8_t>((i % 4) * 64 + thr[0]);
+    b.byte_hi[j][i] = static_cast<std::uint8_t>((i % 4) * 64 + thr[1]);
+    b.byte_below[j][i] = static_cast<std::uint8_t>(below);
+  }
+  byte_usable = byte_usable && b.byte_lo[j][0] >= 3 && b.byte_hi[j][0] >= 3;
+  b.byte_usable[j] = byte_usable;
+  // The parameter functions' entries: thresholds at or above 0x80 while 128 * (127 - E) >=
+  // 0x80 - t0, i.e. E <= 127 + (t0 - 0x80) / 128; exponents 1..254 (0 and 255 are not finite
+  // normal multipliers).
+  const std::uint32_t top = t[0] >= 0x80 ? std::min(254u, 127u + (t[0] - 0x80) / 128) : 0u;
+  b.base_e0[j] = static_cast<std::uint16_t>((t[0] >> 5) + 4 * 127);
+  b.byte_base_e0[j] = static_cast<std::uint16_t>(((t[0] - 3) >> 6) + 2 * 127);
+  b.max_e[j] = static_cast<std::uint8_t>(usable ? top : 0);
+  b.byte_max_e[j] = static_cast<std::uint8_t>(byte_usable ? top : 0);
 }
 
 }  // namespace

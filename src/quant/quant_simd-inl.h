@@ -16,7 +16,9 @@
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
 // - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
-//   quant/e2m1_buckets.h, a 16-bit table lookup and one compare per element.
+//   quant/e2m1_buckets.h, a 16-bit table lookup and one addition per element.
+//   QuantizeE2M1ByByteBuckets (SSE4, AVX2): by their byte tables, three byte lookups and two
+//   compares per element.
 // - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
@@ -58,6 +60,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define KVS_E2M1_BUCKETS 1
 #else
 #define KVS_E2M1_BUCKETS 0
+#endif
+
+// QuantizeE2M1ByByteBuckets exists where this is 1 (x86 targets below AVX-512).
+#undef KVS_E2M1_BYTE_BUCKETS
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4)
+#define KVS_E2M1_BYTE_BUCKETS 1
+#else
+#define KVS_E2M1_BYTE_BUCKETS 0
 #endif
 
 // HiF8CodesBf16Row exists where this is 1 (AVX-512 targets).
@@ -497,6 +507,82 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
   }
 }
 
+#if KVS_E2M1_BYTE_BUCKETS
+// QuantizeE2M1ByBuckets for targets without vpermw, by the byte tables of quant/e2m1_buckets.h
+// (16-entry byte lookups, pshufb): a lookup, a compare and a subtraction per threshold a bucket
+// of 64 patterns can hold (two) plus one lookup for the count below, where the thresholds take
+// seven compares and seven additions. Groups of kGs (16, 32 or 64); refused groups are skipped
+// (listed in rest). kBounded as for QuantizeE2M1ByBuckets.
+template <std::size_t kGs, bool kBounded>
+HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTRICT x,
+                                                  std::uint8_t* HWY_RESTRICT out,
+                                                  std::int64_t groups,
+                                                  const float* HWY_RESTRICT mult,
+                                                  const std::uint16_t* HWY_RESTRICT amax,
+                                                  std::int64_t* HWY_RESTRICT rest) {
+  const GroupTag<16> d;  // never straddles a group
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Repartition<std::uint8_t, decltype(d)> d8;
+  const hn::Repartition<std::int8_t, decltype(d)> di8;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8n;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  const detail::E2M1Buckets& tables = detail::e2m1_buckets();
+  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
+  const auto eight = hn::Set(d, std::uint16_t{8});
+  std::int64_t left = 0;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    std::uint32_t j = 0, base = 0;
+    std::uint32_t mb = 0;
+    std::memcpy(&mb, mult + g, sizeof(mb));
+    if (HWY_UNLIKELY(!detail::e2m1_byte_bucket_params(tables, mb >> 16, j, base) ||
+                     (kBounded && amax[g] > base * 64u + 1023u))) {
+      rest[left++] = g;
+      continue;
+    }
+    const auto lo = hn::BitCast(di8, hn::LoadDup128(d8, tables.byte_lo[j]));
+    const auto hi = hn::BitCast(di8, hn::LoadDup128(d8, tables.byte_hi[j]));
+    const auto below = hn::BitCast(di8, hn::LoadDup128(d8, tables.byte_below[j]));
+    const auto b = hn::Set(d, static_cast<std::uint16_t>(base * 64u));
+    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
+    // Each lane's bucket index sits in its low byte, zero in its high byte: the high bytes look
+    // up entries 0 (see the tables), so they stay zero.
+    const auto codes = [&](std::int64_t i) {
+      const auto w = hn::LoadU(d, xg + i);
+      auto r = hn::SaturatedSub(hn::And(w, mag), b);
+      if (!kBounded) r = hn::Min(r, hn::Set(d, std::uint16_t{1023}));
+      const auto idx = hn::BitCast(di8, hn::ShiftRight<6>(r));
+      const auto rl = hn::BitCast(di8, r);
+      const auto up_lo = hn::VecFromMask(di8, hn::Gt(rl, hn::TableLookupBytes(lo, idx)));
+      const auto up_hi = hn::VecFromMask(di8, hn::Gt(rl, hn::TableLookupBytes(hi, idx)));
+      const auto c = hn::Sub(hn::Sub(hn::TableLookupBytes(below, idx), up_lo), up_hi);
+      return hn::Or(hn::BitCast(di, c), hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)));
+    };
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (kGs % 32 == 0) {
+      for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
+        if constexpr (kGs >= 64) {
+          // Two vectors at a time: fewer values live at once (AVX2 has 16 registers).
+          const __m256i p01 = E2M1NibblePairs(codes(i), codes(i + 16));
+          const __m256i p23 = E2M1NibblePairs(codes(i + 32), codes(i + 48));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(og + i / 2), E2M1NibbleBytes(p01, p23));
+        } else {
+          StoreE2M1Nibbles(codes(i), codes(i + 16), og + i / 2);
+        }
+      }
+      continue;
+    }
+#endif
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+      const auto pairs = hn::BitCast(d32, codes(i));
+      hn::StoreU(hn::TruncateTo(d8n, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8n, og + i / 2);
+    }
+  }
+  return left;
+}
+#endif  // KVS_E2M1_BYTE_BUCKETS
+
 // ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
 
 // E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
@@ -573,49 +659,84 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
 }
 
 #if KVS_E2M1_BUCKETS
-// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (bf16 bits in
-// mult[g], finite) the bucket tables of quant/e2m1_buckets.h serve: the code of a = |v| is
-// code[i] + (a > thr[i] + base * 32) with i = a / 32 - base clamped to [0, 31] (below bucket 0
-// every threshold lies above a; past bucket 31, below it). Packed two per byte, element 2i in
-// the low nibble, the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how
-// many groups the tables do not serve, listed in rest for the caller. vpermw has no portable
+// FP4 codes of 32 bf16 values w by the bucket entries e of their group (quant/e2m1_buckets.h)
+// and b64 = its first bucket * 64 in every lane: 2r from the doubled magnitude (the doubling
+// drops the sign), the entry plus 2r, the sign or-ed into bit 15, then the top four bits.
+// kClamp false: the caller knows that no magnitude lies past the group's bucket 31.
+template <bool kClamp>
+HWY_INLINE __m512i E2M1BucketCodes(__m512i w, __m512i e, __m512i b64) {
+  __m512i r2 = _mm512_subs_epu16(_mm512_add_epi16(w, w), b64);
+  if (kClamp) r2 = _mm512_min_epu16(r2, _mm512_set1_epi16(2046));
+  const __m512i s = _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(r2, 6), e), r2);
+  // s | (w & 0x8000)
+  return _mm512_srli_epi16(
+      _mm512_ternarylogic_epi32(s, w, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8), 12);
+}
+
+// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (mult[g], bf16
+// values, finite) the bucket tables serve, packed two per byte, element 2i in the low nibble,
+// the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how many groups the
+// tables do not serve, listed in rest for the caller, which rewrites them (here they get codes
+// by an arbitrary table, so that all vectors take one path). Four vectors narrow together (see
+// StoreFP4Nibbles4) where one vpmovdb per vector takes two operations. vpermw has no portable
 // Highway form in this version, so this is written for AVX-512 directly.
-template <std::size_t kGs>
+// kBounded: amax[g] is the largest magnitude (bits & 0x7FFF) of group g, and groups whose amax
+// lies past their bucket 31 go to rest (none do where the multiplier is bf16(6 / amax), which
+// puts the amax about 620 patterns above bucket 0), so the others need no clamp; the tests'
+// sweeps of every magnitude take the clamped form.
+template <std::size_t kGs, bool kBounded>
 HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT x,
                                               std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
-                                              const std::uint32_t* HWY_RESTRICT mult,
+                                              const float* HWY_RESTRICT mult,
+                                              const std::uint16_t* HWY_RESTRICT amax,
                                               std::int64_t* HWY_RESTRICT rest) {
-  static_assert(kGs % 32 == 0, "whole vectors of 32 values");
+  static_assert(kGs == 32 || kGs == 64, "whole vectors of 32 values, four per step");
+  constexpr std::int64_t kPer = static_cast<std::int64_t>(kGs / 32);  // vectors per group
+  constexpr std::int64_t kStep = 4 / kPer;                            // groups per four vectors
   const detail::E2M1Buckets& tables = detail::e2m1_buckets();
-  const __m512i mag = _mm512_set1_epi16(0x7FFF);
-  const __m512i last = _mm512_set1_epi16(31);
-  const __m512i eight = _mm512_set1_epi16(8);
-  const __m512i ones = _mm512_set1_epi16(-1);
   const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   std::int64_t left = 0;
-  for (std::int64_t g = 0; g < groups; ++g) {
+  // The step's groups: their tables, and their first bucket * 64 in both halves of a 32-bit
+  // word (one 32-bit broadcast per group).
+  const std::uint16_t* entry[kStep];
+  std::uint32_t b64[kStep];
+  const auto params = [&](std::int64_t g, int k) {
     std::uint32_t j = 0, base = 0;
-    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mult[g], j, base))) {
+    std::uint32_t mb = 0;
+    std::memcpy(&mb, mult + g, sizeof(mb));
+    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mb >> 16, j, base) ||
+                     (kBounded && amax[g] > base * 32u + 1023u))) {
       rest[left++] = g;
-      continue;
+      j = base = 0;
     }
-    const __m512i b = _mm512_set1_epi16(static_cast<short>(base));
-    const __m512i t = _mm512_adds_epu16(_mm512_load_si512(tables.thr[j]),
-                                        _mm512_set1_epi16(static_cast<short>(base * 32)));
-    const __m512i c = _mm512_load_si512(tables.code[j]);
-    const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
-    std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
-    for (std::size_t i = 0; i < kGs; i += 32) {
-      const __m512i w = _mm512_loadu_si512(xg + i);
-      const __m512i a = _mm512_and_si512(w, mag);
-      const __m512i idx = _mm512_min_epu16(_mm512_subs_epu16(_mm512_srli_epi16(a, 5), b), last);
-      const __mmask32 up = _mm512_cmpgt_epu16_mask(a, _mm512_permutexvar_epi16(idx, t));
-      const __m512i below = _mm512_permutexvar_epi16(idx, c);
-      // (below + up) | (w >> 12 & 8): the sign to bit 3.
-      const __m512i v = _mm512_ternarylogic_epi32(_mm512_mask_sub_epi16(below, up, below, ones),
-                                                  _mm512_srli_epi16(w, 12), eight, 0xF8);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(og + i / 2),
-                       _mm512_cvtepi32_epi8(_mm512_madd_epi16(v, weights)));
+    entry[k] = tables.entry[j];
+    b64[k] = base * 64u * 0x10001u;
+  };
+  // Pairs of codes (vector v of the step) as bytes in 32-bit lanes.
+  const auto pairs = [&](const std::uint16_t* xs, std::int64_t v) {
+    const std::int64_t k = v / kPer;
+    const __m512i c =
+        E2M1BucketCodes<!kBounded>(_mm512_loadu_si512(xs + 32 * v), _mm512_load_si512(entry[k]),
+                                   _mm512_set1_epi32(static_cast<int>(b64[k])));
+    return _mm512_madd_epi16(c, weights);
+  };
+  std::int64_t g = 0;
+  for (; g + kStep <= groups; g += kStep) {
+    for (int k = 0; k < kStep; ++k) params(g + k, k);
+    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
+    const __m512i p01 = _mm512_packs_epi32(pairs(xs, 0), pairs(xs, 1));
+    const __m512i p23 = _mm512_packs_epi32(pairs(xs, 2), pairs(xs, 3));
+    // Block b of the bytes holds dwords 4b..4b+3 of the four vectors in turn.
+    _mm512_storeu_si512(out + g * static_cast<std::int64_t>(kGs / 2),
+                        _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
+  }
+  for (; g < groups; ++g) {
+    params(g, 0);
+    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* os = out + g * static_cast<std::int64_t>(kGs / 2);
+    for (std::int64_t v = 0; v < kPer; ++v) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(os + 16 * v), _mm512_cvtepi32_epi8(pairs(xs, v)));
     }
   }
   return left;

@@ -24,6 +24,7 @@
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "ops/kv_compress_epilog/kernel.h"
+#include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 #include "simd_targets.h"
 
@@ -837,9 +838,10 @@ TEST(KvCompressEpilogSimd, HiFloat8RopeScaledMatchesReference) {
   }
 }
 
-// The AVX-512 FP4 path by bucket tables: every finite bfloat16 times multipliers with every
-// mantissa and exponents across the range, including those the tables refuse (near the top,
-// where the thresholds would leave the normal range).
+// The FP4 paths by bucket tables (AVX-512: 16-bit entries; SSE4 and AVX2: byte entries), in
+// their clamped forms: every finite bfloat16 times multipliers with every mantissa and exponents
+// across the range, including those the tables refuse (near the top, where the thresholds would
+// leave the normal range).
 TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
   std::vector<std::uint16_t> x;
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
@@ -877,6 +879,94 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
     EXPECT_GE(ran, 19 * 128);  // every exponent up to 250 takes the tables
     std::printf("%s: %d multipliers by bucket tables\n", simd_test::target_name(target).c_str(),
                 ran);
+  }
+}
+
+// The bucket parameters from their per-mantissa entries against their definition: the smallest
+// threshold t0 of the multiplier (the mantissa's, moved by 128 patterns per binade) at or above
+// 0x80, a normal multiplier, and the first bucket holding t0 (buckets of 32 from t0 >> 5; of 64
+// from (t0 - 3) >> 6).
+TEST(KvCompressEpilogSimd, E2M1BucketParams) {
+  const detail::E2M1Buckets& b = detail::e2m1_buckets();
+  for (std::uint32_t mb = 0; mb < 0x8000; ++mb) {
+    const std::int32_t e = static_cast<std::int32_t>(mb >> 7);
+    const std::uint32_t j = mb & 0x7F;
+    const std::int32_t t0 = static_cast<std::int32_t>(b.t0[j]) + 128 * (127 - e);
+    const bool normal = e >= 1 && e <= 254 && t0 >= 0x80;
+    std::uint32_t got_j = 0, base = 0;
+    ASSERT_EQ(detail::e2m1_bucket_params(b, mb, got_j, base), normal && b.usable[j]) << mb;
+    if (normal && b.usable[j]) {
+      EXPECT_EQ(got_j, j);
+      EXPECT_EQ(base, static_cast<std::uint32_t>(t0 >> 5)) << mb;
+    }
+    ASSERT_EQ(detail::e2m1_byte_bucket_params(b, mb, got_j, base), normal && b.byte_usable[j])
+        << mb;
+    if (normal && b.byte_usable[j]) {
+      EXPECT_EQ(got_j, j);
+      EXPECT_EQ(base, static_cast<std::uint32_t>((t0 - 3) >> 6)) << mb;
+    }
+  }
+}
+
+// Mode hifloat8_fp4 through the operator where its groups hold every magnitude in the 1,100
+// patterns below their amax, both signs, for amaxes across the normal range: the bucket codes
+// take no clamp there (every magnitude lies within 1,024 patterns of the group's first
+// bucket), so this checks that claim and those codes, group sizes 32 and 64, every target.
+TEST(KvCompressEpilogSimd, E2M1BucketsBelowAmaxMatchReference) {
+  constexpr std::int64_t kD = 576, kN = 512;
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t amax = 0x0080; amax <= 0x7F7F; amax += 97) {
+    // Magnitudes amax - 1 ... amax - 1100 (those above 0), alternating signs; every group of 32
+    // starts with +-amax.
+    std::vector<std::uint16_t> below;
+    for (std::uint32_t k = 1; k <= 1100 && k < amax; ++k) {
+      below.push_back(static_cast<std::uint16_t>((amax - k) | (k % 2 == 0 ? 0x8000u : 0u)));
+    }
+    std::size_t next = 0;
+    while (next < below.size()) {
+      const std::size_t row = x.size();
+      x.resize(row + kD, 0);
+      for (std::int64_t i = 0; i < kN; ++i) {
+        const auto at = row + static_cast<std::size_t>(i);
+        if (i % 32 == 0) {
+          x[at] = static_cast<std::uint16_t>(amax | (i % 64 == 0 ? 0u : 0x8000u));
+        } else {
+          x[at] = next < below.size() ? below[next++] : static_cast<std::uint16_t>(amax);
+        }
+      }
+      for (std::int64_t i = kN; i < kD; ++i) x[row + static_cast<std::size_t>(i)] = bf16(1.0f);
+    }
+  }
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / kD;
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    slots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  }
+  for (const std::int64_t gs : {std::int64_t{32}, std::int64_t{64}}) {
+    const auto go = [&](bool ref) {
+      Bytes cache(static_cast<std::size_t>(rows * 384), 0xCD);
+      auto plan =
+          plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {rows, 1, 1, 384}),
+                                  TensorView(x.data(), DType::bfloat16, {rows, kD}),
+                                  TensorView(slots.data(), DType::int32, {rows}), gs,
+                                  QuantMode::hifloat8_fp4, true, 1.0f);
+      if (ref) {
+        reference::execute(plan);
+      } else {
+        execute(plan);
+      }
+      return cache;
+    };
+    const Bytes want = go(true);
+    for (std::int64_t target : targets()) {
+      const simd_test::PinTarget pin(target);
+      const Bytes got = go(false);
+      const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+      ASSERT_TRUE(diff.first == got.end())
+          << "group size " << gs << " " << simd_test::target_name(target) << ": byte "
+          << (diff.first - got.begin()) << " is 0x" << std::hex << int(*diff.first)
+          << ", the reference's 0x" << int(*diff.second);
+    }
   }
 }
 

@@ -10,10 +10,15 @@
 // - Groups whose quotients or products are all finite (the normal case) take fast encoders
 //   that skip NaN handling; the rare others take careful encoders with the reference's NaN
 //   rules. All encoders are lane forms of the scalar rules (tests sweep them).
-// - On AVX-512, hifloat8_fp4 rows look codes up in registers (vpermw): the FP4 nope by the
-//   bucket tables of quant/e2m1_buckets.h, the HiFloat8 rope by exponent tables over the
-//   products truncated to bfloat16 (quant_simd-inl.h, HiF8CodesBf16Row).
+// - hifloat8_fp4 rows go in batches: the group maxima, scales and multipliers of a few rows
+//   first, then the codes of each (Hif8Fp4Rows).
+// - hifloat8_fp4 rows look FP4 codes up in registers by the bucket tables of
+//   quant/e2m1_buckets.h: 16-bit entries (vpermw) on AVX-512, byte entries (pshufb) on AVX2
+//   and SSE4. On AVX-512 the HiFloat8 rope goes by exponent tables over the products truncated
+//   to bfloat16 (quant_simd-inl.h: HiF8CodesBf16RowBytes by byte permutes where the CPU has
+//   VBMI, else HiF8CodesBf16Row).
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -316,11 +321,12 @@ HWY_INLINE void Fp8GroupPow2(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t*
 constexpr std::int64_t kMaxGroups = (8192 - 64) / 16;
 
 // Magnitude bits (bits & 0x7FFF) of the largest |x| of every group of gs; groups + 8 entries.
-template <std::size_t kGs>
+// Vectors of at most kLanes lanes.
+template <std::size_t kGs, std::size_t kLanes = 16>
 HWY_INLINE void GroupAmax(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                           std::uint16_t* HWY_RESTRICT amax) {
 #if HWY_TARGET != HWY_SCALAR
-  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false, 16>(x, groups, amax, nullptr);
+  quant::HWY_NAMESPACE::GroupMagnitudes<kGs, false, kLanes>(x, groups, amax, nullptr);
 #else
   for (std::int64_t g = 0; g < groups; ++g) {
     amax[g] = static_cast<std::uint16_t>(AmaxBits(x + kGs * g, kGs));
@@ -469,19 +475,26 @@ HWY_INLINE void Fp4Nope(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_R
 // thresholds.
 HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT data,
                               std::int64_t gs, std::int64_t groups,
-                              const float* HWY_RESTRICT inv_b) {
+                              const float* HWY_RESTRICT inv_b,
+                              const std::uint16_t* HWY_RESTRICT amax) {
   namespace qn = quant::HWY_NAMESPACE;
   constexpr std::int64_t kStride = kMaxGroups + 8;
   std::int64_t rest[kMaxGroups];  // the groups left to the thresholds
   std::int64_t left = groups;
-  for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
 #if KVS_E2M1_BUCKETS
   if (gs != 16) {  // a bucket vector holds 32 values
-    std::uint32_t mult[kMaxGroups];
-    for (std::int64_t g = 0; g < groups; ++g) mult[g] = bits_of(inv_b[g]) >> 16;
-    left = gs == 32 ? qn::QuantizeE2M1ByBuckets<32>(x, data, groups, mult, rest)
-                    : qn::QuantizeE2M1ByBuckets<64>(x, data, groups, mult, rest);
+    left = gs == 32 ? qn::QuantizeE2M1ByBuckets<32, true>(x, data, groups, inv_b, amax, rest)
+                    : qn::QuantizeE2M1ByBuckets<64, true>(x, data, groups, inv_b, amax, rest);
+  } else {
+    for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
   }
+#elif KVS_E2M1_BYTE_BUCKETS
+  left = gs == 16   ? qn::QuantizeE2M1ByByteBuckets<16, true>(x, data, groups, inv_b, amax, rest)
+         : gs == 32 ? qn::QuantizeE2M1ByByteBuckets<32, true>(x, data, groups, inv_b, amax, rest)
+                    : qn::QuantizeE2M1ByByteBuckets<64, true>(x, data, groups, inv_b, amax, rest);
+#else
+  (void)amax;
+  for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
 #endif
   if (left == 0) return;
   alignas(64) std::uint16_t thr[7 * kStride];
@@ -498,6 +511,43 @@ HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t*
       qn::QuantizeE2M1Group<64>(xg, out, thr + g, kStride);
     }
   }
+}
+#endif
+
+#if HWY_TARGET != HWY_SCALAR
+// The rope by the HiFloat8 table (detail::hifloat8_sat_table()) with x_scale 1: each input is
+// its own product (x * 1 is x, and a NaN stays a NaN), so the table key, the top bits of the
+// product's float32, is the bf16 bits shifted, 16 lanes at a time instead of a widening, a
+// multiply and a narrowing per 8. The lookups read four keys per load and unroll: one load,
+// one lookup and one store per code otherwise left the loop's own instructions a third of the
+// work. False (nothing written) for a NaN.
+HWY_INLINE bool HiF8RopeUnscaled(const std::uint16_t* HWY_RESTRICT rope,
+                                 std::uint8_t* HWY_RESTRICT out,
+                                 const std::uint8_t* HWY_RESTRICT table) {
+  const hn::CappedTag<std::uint16_t, 16> d;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
+  alignas(64) std::uint16_t keys[64];
+  auto nan = hn::Zero(d);
+  for (std::int64_t j = 0; j < 64; j += L) {
+    const auto w = hn::LoadU(d, rope + j);
+    nan = hn::Max(nan, hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})));
+    hn::Store(hn::ShiftRight<detail::kHiFloat8TableShift - 16>(w), d, keys + j);
+  }
+  if (HWY_UNLIKELY(hn::GetLane(hn::MaxOfLanes(d, nan)) > 0x7F80)) return false;
+  if constexpr (std::endian::native == std::endian::little) {
+#pragma GCC unroll 16
+    for (int j = 0; j < 64; j += 4) {
+      std::uint64_t q;
+      std::memcpy(&q, keys + j, sizeof(q));
+      out[j] = table[q & 0xFFFF];
+      out[j + 1] = table[(q >> 16) & 0xFFFF];
+      out[j + 2] = table[(q >> 32) & 0xFFFF];
+      out[j + 3] = table[q >> 48];
+    }
+  } else {
+    for (int j = 0; j < 64; ++j) out[j] = table[keys[j]];
+  }
+  return true;
 }
 #endif
 
@@ -520,37 +570,29 @@ HWY_INLINE bool HiF8Rope(const std::uint16_t* HWY_RESTRICT rope, std::uint8_t* H
 #endif
 }
 
-void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                std::int64_t gs, std::int64_t groups, float x_scale) {
+// First phase of a hifloat8_fp4 row: per-group amax, then every group's scale and multiplier at
+// once (one vector division instead of a scalar one per group; the same IEEE operations as the
+// reference): the maxima (bits & 0x7FFF) to amax_bits, the multipliers to inv_b, the scales'
+// bf16 to scale_code (groups + 8 entries each). True when every amax and multiplier is finite
+// (the normal case). A dependency chain (loads, reductions, a division) with little work, which
+// is why the batch driver plans several rows before coding any of them.
+HWY_INLINE bool Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs,
+                            std::int64_t groups, std::uint16_t* HWY_RESTRICT amax_bits,
+                            float* HWY_RESTRICT inv_b, std::uint32_t* HWY_RESTRICT scale_code) {
   const DF df;
   const DU du;
-  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
   const float c6 = f32_from_bits(kC6Bits);
-  if (!HiF8Rope(x + n, out, x_scale)) {
-    const VF xs = hn::Set(df, x_scale);
-    for (std::int64_t j = 0; j < 64; j += step) {
-      const VU w = LoadPairs(x + n + j);
-      StoreBytePairs(EncodeHiF8(hn::Mul(Even(w), xs)), EncodeHiF8(hn::Mul(Odd(w), xs)), out + j);
-    }
-  }
-  // Per-group amax, then every group's scale and multiplier at once (one vector division
-  // instead of a scalar one per group; the same IEEE operations as the reference).
-  alignas(64) std::uint16_t amax_bits[kMaxGroups + 8];
-  alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
-  alignas(32) float inv_b[kMaxGroups + 8];
   if (gs == 16) {
     GroupAmax<16>(x, groups, amax_bits);
   } else if (gs == 32) {
-    GroupAmax<32>(x, groups, amax_bits);
+    GroupAmax<32, 32>(x, groups, amax_bits);
   } else {
-    GroupAmax<64>(x, groups, amax_bits);
+    GroupAmax<64, 32>(x, groups, amax_bits);
   }
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
   auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
   const DU16 d16;
-  auto* scale_out = reinterpret_cast<std::uint16_t*>(out + 64 + n / 2);  // little-endian bf16
-  std::int64_t tail = groups;  // the first scale left in scale_code
   for (std::int64_t g = 0; g < groups; g += L) {
     const VF a =
         hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, amax_bits + g))));
@@ -558,34 +600,70 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
     const VF ib = hn::BitCast(df, hn::ShiftLeft<16>(Bf16Lanes(inv)));
     // A NaN amax (NaN in the group) keeps a NaN multiplier, so all its products are NaN.
     hn::StoreU(hn::IfThenElse(hn::IsNaN(a), a, ib), df, inv_b + g);
-    // The scale's bf16, the canonical NaN for a group holding a NaN; whole vectors go straight
-    // to the row, the last partial one through scale_code (no byte past the row is written).
+    // The scale's bf16, the canonical NaN for a group holding a NaN.
     const VU code = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(a)),
                                    hn::Set(du, kBf16CanonicalNaN),
                                    Bf16Lanes(hn::Mul(a, hn::Set(df, c6))));
-    if (g + L <= groups) {
-      hn::StoreU(hn::TruncateTo(d16, code), d16, scale_out + g);
-    } else {
-      hn::StoreU(code, du, scale_code + g);
-      tail = g;
-    }
+    hn::StoreU(code, du, scale_code + g);
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(a)));
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(ib)));
   }
-  // Finite amax and multipliers make every product finite (|v * inv_b| <= ~6); any other
-  // group sends the row through the encoder with the reference's NaN rule (NaN -> code 0).
-  if (hn::AllFalse(df, non_finite)) {
+  return hn::AllFalse(df, non_finite);
+}
+
+// Second phase: the nope's codes, then the scales. Finite amax and multipliers (finite true)
+// make every product finite (|v * inv_b| <= ~6); any other group sends the row through the
+// encoder with the reference's NaN rule (NaN -> code 0). The scales are written after the codes,
+// in row order: writing them in the first phase measured slower on large batches.
+HWY_INLINE void Hif8Fp4Codes(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
+                             std::int64_t n, std::int64_t gs, std::int64_t groups,
+                             const std::uint16_t* HWY_RESTRICT amax_bits,
+                             const float* HWY_RESTRICT inv_b,
+                             const std::uint32_t* HWY_RESTRICT scale_code, bool finite) {
+  if (finite) {
 #if HWY_TARGET != HWY_SCALAR
-    Fp4NopeFinite(x, out + 64, gs, groups, inv_b);
+    Fp4NopeFinite(x, out + 64, gs, groups, inv_b, amax_bits);
 #else
+    (void)amax_bits;
     Fp4Nope<true>(x, out + 64, n, gs, inv_b);
 #endif
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
-  for (std::int64_t g = tail; g < groups; ++g) {
+  const DU du;
+  const DU16 d16;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
+  auto* scale_out = reinterpret_cast<std::uint16_t*>(out + 64 + n / 2);  // little-endian bf16
+  std::int64_t g = 0;  // whole vectors, then the rest one by one (no byte past the row)
+  for (; g + L <= groups; g += L) {
+    hn::StoreU(hn::TruncateTo(d16, hn::LoadU(du, scale_code + g)), d16, scale_out + g);
+  }
+  for (; g < groups; ++g) {
     PutBf16(out + 64 + n / 2 + 2 * g, static_cast<std::uint16_t>(scale_code[g]));
   }
+}
+
+// The rope by the lane encoder, where HiF8Rope wrote nothing.
+HWY_INLINE void HiF8RopeByLanes(const std::uint16_t* HWY_RESTRICT rope,
+                                std::uint8_t* HWY_RESTRICT out, float x_scale) {
+  const DF df;
+  const std::int64_t step = 2 * static_cast<std::int64_t>(hn::Lanes(df));
+  const VF xs = hn::Set(df, x_scale);
+  for (std::int64_t j = 0; j < 64; j += step) {
+    const VU w = LoadPairs(rope + j);
+    StoreBytePairs(EncodeHiF8(hn::Mul(Even(w), xs)), EncodeHiF8(hn::Mul(Odd(w), xs)), out + j);
+  }
+}
+
+// One row of mode hifloat8_fp4 (the scalar target; the others take Hif8Fp4Rows).
+void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                std::int64_t gs, std::int64_t groups, float x_scale) {
+  if (!HiF8Rope(x + n, out, x_scale)) HiF8RopeByLanes(x + n, out, x_scale);
+  alignas(64) std::uint16_t amax_bits[kMaxGroups + 8];
+  alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
+  alignas(32) float inv_b[kMaxGroups + 8];
+  const bool finite = Hif8Fp4Plan(x, gs, groups, amax_bits, inv_b, scale_code);
+  Hif8Fp4Codes(x, out, n, gs, groups, amax_bits, inv_b, scale_code, finite);
 }
 
 // Rows are read rope first (the row's end), then the nope from its start: the backward jump
@@ -633,6 +711,81 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
     }
   }
 }
+
+// Rows per batch of mode hifloat8_fp4: the plans of all of them, then the rope, codes and scales
+// of each in token order (the plans write nothing to the cache, so duplicate slots still end
+// with the last writer). The plans' dependency chains then overlap instead of following each
+// other (1.2x at 1,024 tokens on AVX-512).
+constexpr int kFp4BatchRows = 4;
+
+// Rows [begin, end) of mode hifloat8_fp4 in batches of kFp4BatchRows live rows; rope(src, out)
+// writes the 64 rope codes of a row, or returns false to leave them to the lane encoder.
+template <class Rope>
+HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots,
+                            std::int64_t begin, std::int64_t end, const Rope& rope) {
+  constexpr std::int64_t kStride = kMaxGroups + 8;
+  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  auto* cache = static_cast<std::uint8_t*>(p.cache.data);
+  const std::int64_t n = p.d - kRopeDim;
+  const std::int64_t gs = p.group_size;
+  const std::int64_t groups = p.num_groups;
+  const bool x_rows_dense = p.x.is_contiguous();
+  const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
+  const SlotSplitter split(p.block_size);
+  alignas(64) std::uint16_t amax[kFp4BatchRows * kStride];
+  alignas(32) float inv_b[kFp4BatchRows * kStride];
+  alignas(32) std::uint32_t scale_code[kFp4BatchRows * kStride];
+  bool finite[kFp4BatchRows];
+  const std::uint16_t* xb[kFp4BatchRows];
+  std::uint8_t* ob[kFp4BatchRows];
+  for (std::int64_t r = begin; r < end;) {
+    int rows = 0;
+    for (; r < end && rows < kFp4BatchRows; ++r) {
+      if (slots[r] == -1) continue;
+      xb[rows] = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
+      ob[rows] = split.address(cache, p.cache.stride(0), p.cache.stride(1), slots[r]);
+      // The plan reads the nope only: the rope's two cache lines are fetched meanwhile.
+      __builtin_prefetch(xb[rows] + n, 0, 3);
+      __builtin_prefetch(xb[rows] + n + 32, 0, 3);
+      const std::int64_t k = rows * kStride;
+      finite[rows] = Hif8Fp4Plan(xb[rows], gs, groups, amax + k, inv_b + k, scale_code + k);
+      ++rows;
+    }
+    for (int i = 0; i < rows; ++i) {
+      const std::int64_t k = i * kStride;
+      // The pad (under 32 bytes, row_bytes a multiple of 32) by one store of zeros over the
+      // row's last 32 bytes before the codes and scales rewrite the payload among them, where a
+      // memset call per row took longer.
+      if (pad) std::memset(ob[i] + p.row_bytes - 32, 0, 32);
+      if (!rope(xb[i] + n, ob[i])) HiF8RopeByLanes(xb[i] + n, ob[i], p.x_scale);
+      Hif8Fp4Codes(xb[i], ob[i], n, gs, groups, amax + k, inv_b + k, scale_code + k, finite[i]);
+    }
+  }
+}
+
+#if KVS_HIF8_BF16
+// Mode hifloat8_fp4 with the rope by the byte tables (core/vbmi.h).
+KVS_VBMI_ATTR void Hif8Fp4RowsBytes(const KvCompressEpilogPlan& p, const std::int64_t* slots,
+                                    std::int64_t begin, std::int64_t end) {
+  namespace qn = quant::HWY_NAMESPACE;
+  const qn::HiF8ByteRegs t = qn::LoadHiF8ByteRegs();
+  const __m512 xs = _mm512_set1_ps(p.x_scale);
+  // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
+  if (p.x_scale == 1.0f) {
+    Hif8Fp4Rows(p, slots, begin, end,
+                [&](const std::uint16_t* rope, std::uint8_t* out) KVS_VBMI_ATTR {
+                  qn::HiF8CodesBf16RowBytes<false>(t, rope, out, 64, xs);
+                  return true;
+                });
+  } else {
+    Hif8Fp4Rows(p, slots, begin, end,
+                [&](const std::uint16_t* rope, std::uint8_t* out) KVS_VBMI_ATTR {
+                  qn::HiF8CodesBf16RowBytes<true>(t, rope, out, 64, xs);
+                  return true;
+                });
+  }
+}
+#endif
 #endif
 
 void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
@@ -644,7 +797,37 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
   const SlotSplitter split(p.block_size);
 #if HWY_TARGET != HWY_SCALAR
-  if (p.round_scale && p.quant_mode != QuantMode::hifloat8_fp4) {
+  if (p.quant_mode == QuantMode::hifloat8_fp4) {
+#if KVS_HIF8_BF16
+    if (vbmi_usable()) {
+      Hif8Fp4RowsBytes(p, slots, begin, end);
+    } else {
+      const quant::HWY_NAMESPACE::HiF8Bf16Regs t = quant::HWY_NAMESPACE::LoadHiF8Bf16Regs();
+      const float x_scale = p.x_scale;
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    quant::HWY_NAMESPACE::HiF8CodesBf16Row(t, rope, out, 64, x_scale);
+                    return true;
+                  });
+    }
+#else
+    const float x_scale = p.x_scale;
+    if (x_scale == 1.0f) {
+      const std::uint8_t* table = detail::hifloat8_sat_table();
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    return HiF8RopeUnscaled(rope, out, table);
+                  });
+    } else {
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    return HiF8Rope(rope, out, x_scale);
+                  });
+    }
+#endif
+    return;
+  }
+  if (p.round_scale) {
     if (p.quant_mode == QuantMode::fp8_bf16) {
       Fp8Pow2Rows<true>(p, slots, begin, end);
     } else {
@@ -733,12 +916,18 @@ bool HiF8Bf16Batch(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
 }
 
 bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
-#if KVS_E2M1_BUCKETS
+#if KVS_E2M1_BYTE_BUCKETS
   const std::int64_t groups = static_cast<std::int64_t>(n / 64);
-  std::vector<std::uint32_t> mults(static_cast<std::size_t>(groups), bits_of(mult) >> 16);
+  std::vector<float> mults(static_cast<std::size_t>(groups), mult);
   std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
-  return quant::HWY_NAMESPACE::QuantizeE2M1ByBuckets<64>(x, out, groups, mults.data(),
-                                                         rest.data()) == 0;
+  return quant::HWY_NAMESPACE::QuantizeE2M1ByByteBuckets<64, false>(x, out, groups, mults.data(),
+                                                                    nullptr, rest.data()) == 0;
+#elif KVS_E2M1_BUCKETS
+  const std::int64_t groups = static_cast<std::int64_t>(n / 64);
+  std::vector<float> mults(static_cast<std::size_t>(groups), mult);
+  std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
+  return quant::HWY_NAMESPACE::QuantizeE2M1ByBuckets<64, false>(x, out, groups, mults.data(),
+                                                                nullptr, rest.data()) == 0;
 #else
   (void)mult;
   (void)x;
