@@ -810,6 +810,26 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
                     return true;
                   });
     }
+#elif KVS_HIF8_LANES
+    // The rope by 16-bit lanes; a rope with a NaN product or one in [2^-23, 2^-15) by the
+    // table (then, with a NaN, by the lane encoder).
+    namespace qn = quant::HWY_NAMESPACE;
+    const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
+    const float x_scale = p.x_scale;
+    if (x_scale == 1.0f) {
+      const std::uint8_t* table = detail::hifloat8_sat_table();
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    return qn::HiF8CodesByLanes<false, 64>(t, rope, out, 64, x_scale) ||
+                           HiF8RopeUnscaled(rope, out, table);
+                  });
+    } else {
+      Hif8Fp4Rows(p, slots, begin, end,
+                  [&](const std::uint16_t* rope, std::uint8_t* out) HWY_ATTR {
+                    return qn::HiF8CodesByLanes<true, 64>(t, rope, out, 64, x_scale) ||
+                           HiF8Rope(rope, out, x_scale);
+                  });
+    }
 #else
     const float x_scale = p.x_scale;
     if (x_scale == 1.0f) {
