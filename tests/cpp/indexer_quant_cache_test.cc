@@ -563,6 +563,45 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
   }
 }
 
+// Mode hifloat8 over x (rows of d bfloat16, row r into slot r) on every SIMD target against the
+// reference: the first target whose codes differ, and where (at = -1 when none does).
+struct Hif8Difference {
+  std::string target;
+  std::int64_t at = -1;
+  int got = 0, want = 0;
+};
+
+Hif8Difference hif8_first_difference(std::vector<std::uint16_t>& x, std::int64_t d,
+                                     float x_scale) {
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  IndexerQuantCacheOptions o;
+  o.quant_mode = IndexerQuantMode::hifloat8;
+  o.x_scale = x_scale;
+  Bytes scale_row(static_cast<std::size_t>(rows * 4));
+  const auto go = [&](bool ref, Bytes& c) {
+    run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {rows, 1, 1, d}),
+                                 TensorView(scale_row.data(), DType::float32, {rows, 1, 1, 1}),
+                                 TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                 TensorView(slots.data(), DType::int64, {rows}), o),
+        ref);
+  };
+  Bytes want(static_cast<std::size_t>(rows * d), 0xA5);
+  go(true, want);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes c(want.size(), 0x5A);
+    go(false, c);
+    const auto diff = std::mismatch(c.begin(), c.end(), want.begin());
+    if (diff.first != c.end()) {
+      return {simd_test::target_name(target), diff.first - c.begin(), int(*diff.first),
+              int(*diff.second)};
+    }
+  }
+  return {};
+}
+
 // Mode hifloat8 from bfloat16: every bit pattern (NaNs, infinities, zeros, subnormals) times
 // scales that keep the products in range, push them into HiFloat8's denormals, below its
 // smallest code, to saturation and to infinity, or make them all NaN, on every SIMD target.
@@ -573,34 +612,11 @@ TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
                           0x1p-149f, 0x1p20f, -0x1.8p100f, 3e38f,   0.0f,      inf,      nan};
   for (const std::int64_t d : {128, 96}) {
     std::vector<std::uint16_t> x = bf16_sweep_rows(d);
-    const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
     for (const float x_scale : scales) {
-      IndexerQuantCacheOptions o;
-      o.quant_mode = IndexerQuantMode::hifloat8;
-      o.x_scale = x_scale;
-      Bytes scale_row(static_cast<std::size_t>(rows * 4));
-      const auto go = [&](bool ref, Bytes& c) {
-        run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {rows, 1, 1, d}),
-                                     TensorView(scale_row.data(), DType::float32, {rows, 1, 1, 1}),
-                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                     TensorView(slots.data(), DType::int64, {rows}), o),
-            ref);
-      };
-      Bytes want(static_cast<std::size_t>(rows * d), 0xA5);
-      go(true, want);
-      for (std::int64_t target : simd_test::simd_targets()) {
-        simd_test::PinTarget pin(target);
-        Bytes c(want.size(), 0x5A);
-        go(false, c);
-        const auto diff = std::mismatch(c.begin(), c.end(), want.begin());
-        ASSERT_TRUE(diff.first == c.end())
-            << "d" << d << " x_scale " << x_scale << " " << simd_test::target_name(target)
-            << ": bf16 0x"
-            << std::hex << x[static_cast<std::size_t>(diff.first - c.begin())] << " gives 0x"
-            << int(*diff.first) << ", the reference 0x" << int(*diff.second);
-      }
+      const Hif8Difference f = hif8_first_difference(x, d, x_scale);
+      ASSERT_EQ(f.at, -1) << "d" << d << " x_scale " << x_scale << " " << f.target << ": bf16 0x"
+                          << std::hex << x[static_cast<std::size_t>(f.at)] << " gives 0x"
+                          << f.got << ", the reference 0x" << f.want;
     }
   }
 }
@@ -625,32 +641,10 @@ TEST(IndexerSweep, Bfloat16HiFloat8OneSpecialLane) {
           x.push_back(k == r ? special : v);
         }
       }
-      std::vector<std::int64_t> slots(static_cast<std::size_t>(d));
-      for (std::int64_t r = 0; r < d; ++r) slots[static_cast<std::size_t>(r)] = r;
-      IndexerQuantCacheOptions o;
-      o.quant_mode = IndexerQuantMode::hifloat8;
-      o.x_scale = x_scale;
-      Bytes scale_row(static_cast<std::size_t>(d * 4));
-      const auto go = [&](bool ref, Bytes& c) {
-        run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {d, 1, 1, d}),
-                                     TensorView(scale_row.data(), DType::float32, {d, 1, 1, 1}),
-                                     TensorView(x.data(), DType::bfloat16, {d, d}),
-                                     TensorView(slots.data(), DType::int64, {d}), o),
-            ref);
-      };
-      Bytes want(static_cast<std::size_t>(d * d), 0xA5);
-      go(true, want);
-      for (std::int64_t target : simd_test::simd_targets()) {
-        simd_test::PinTarget pin(target);
-        Bytes c(want.size(), 0x5A);
-        go(false, c);
-        const auto diff = std::mismatch(c.begin(), c.end(), want.begin());
-        ASSERT_TRUE(diff.first == c.end())
-            << "special 0x" << std::hex << special << " x_scale " << x_scale << " "
-            << simd_test::target_name(target) << ": lane " << std::dec
-            << (diff.first - c.begin()) << std::hex << " gives 0x" << int(*diff.first)
-            << ", the reference 0x" << int(*diff.second);
-      }
+      const Hif8Difference f = hif8_first_difference(x, d, x_scale);
+      ASSERT_EQ(f.at, -1) << "special 0x" << std::hex << special << " x_scale " << x_scale << " "
+                          << f.target << ": lane " << std::dec << f.at << std::hex
+                          << " gives 0x" << f.got << ", the reference 0x" << f.want;
     }
   }
 }
