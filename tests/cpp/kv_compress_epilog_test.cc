@@ -789,6 +789,45 @@ TEST(KvCompressEpilogSimd, HiFloat8FromBf16Exhaustive) {
   std::printf("targets with the bfloat16 HiFloat8 path: %d\n", ran);
 }
 
+// Mode hifloat8_fp4 (round_scale) over x (rows of d bfloat16, row r into slot r, row_bytes
+// per cache row) on every SIMD target against the reference: "" when all agree, else the first
+// target that differs and where.
+std::string hif8_fp4_first_difference(std::vector<std::uint16_t>& x, std::int64_t d,
+                                      std::int64_t row_bytes, std::int64_t gs, float x_scale) {
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) {
+    slots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
+  }
+  const auto go = [&](bool ref) {
+    Bytes cache(static_cast<std::size_t>(rows * row_bytes), 0xCD);
+    auto plan =
+        plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {rows, 1, 1, row_bytes}),
+                                TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                TensorView(slots.data(), DType::int32, {rows}), gs,
+                                QuantMode::hifloat8_fp4, true, x_scale);
+    if (ref) {
+      reference::execute(plan);
+    } else {
+      execute(plan);
+    }
+    return cache;
+  };
+  const Bytes want = go(true);
+  for (std::int64_t target : targets()) {
+    const simd_test::PinTarget pin(target);
+    const Bytes got = go(false);
+    const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
+    if (diff.first != got.end()) {
+      std::ostringstream m;
+      m << simd_test::target_name(target) << ": byte " << (diff.first - got.begin()) << " is 0x"
+        << std::hex << int(*diff.first) << ", the reference's 0x" << int(*diff.second);
+      return m.str();
+    }
+  }
+  return "";
+}
+
 // The rope of mode hifloat8_fp4 through the operator: every bfloat16 bit pattern in the rope
 // times scales that keep the products in range, push them into HiFloat8's denormals, below its
 // smallest code, to saturation and to infinity, or make them all NaN; every target against the
@@ -802,39 +841,12 @@ TEST(KvCompressEpilogSimd, HiFloat8RopeScaledMatchesReference) {
       x[static_cast<std::size_t>(r * kD + 64 + k)] = static_cast<std::uint16_t>(r * 64 + k);
     }
   }
-  std::vector<std::int32_t> slots(static_cast<std::size_t>(kRows));
-  for (std::int64_t r = 0; r < kRows; ++r) {
-    slots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
-  }
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float scales[] = {1.0f,      0.75f,   1.0f / 3.0f, 0x1p-3f, -0x1p-20f, 0x1p-40f,
                           0x1p-126f, 0x1p20f, 3e38f,       0.0f,    inf,       nan};
   for (const float x_scale : scales) {
-    const auto go = [&](bool ref) {
-      Bytes cache(static_cast<std::size_t>(kRows * 256), 0xCD);
-      auto plan =
-          plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {kRows, 1, 1, 256}),
-                                  TensorView(x.data(), DType::bfloat16, {kRows, kD}),
-                                  TensorView(slots.data(), DType::int32, {kRows}), 64,
-                                  QuantMode::hifloat8_fp4, true, x_scale);
-      if (ref) {
-        reference::execute(plan);
-      } else {
-        execute(plan);
-      }
-      return cache;
-    };
-    const Bytes want = go(true);
-    for (std::int64_t target : targets()) {
-      const simd_test::PinTarget pin(target);
-      const Bytes got = go(false);
-      const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
-      ASSERT_TRUE(diff.first == got.end())
-          << "x_scale " << x_scale << " " << simd_test::target_name(target) << ": byte "
-          << (diff.first - got.begin()) << " is 0x" << std::hex << int(*diff.first)
-          << ", the reference's 0x" << int(*diff.second);
-    }
+    EXPECT_EQ(hif8_fp4_first_difference(x, kD, 256, 64, x_scale), "") << "x_scale " << x_scale;
   }
 }
 
@@ -937,36 +949,8 @@ TEST(KvCompressEpilogSimd, E2M1BucketsBelowAmaxMatchReference) {
       for (std::int64_t i = kN; i < kD; ++i) x[row + static_cast<std::size_t>(i)] = bf16(1.0f);
     }
   }
-  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / kD;
-  std::vector<std::int32_t> slots(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    slots[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(r);
-  }
   for (const std::int64_t gs : {std::int64_t{32}, std::int64_t{64}}) {
-    const auto go = [&](bool ref) {
-      Bytes cache(static_cast<std::size_t>(rows * 384), 0xCD);
-      auto plan =
-          plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {rows, 1, 1, 384}),
-                                  TensorView(x.data(), DType::bfloat16, {rows, kD}),
-                                  TensorView(slots.data(), DType::int32, {rows}), gs,
-                                  QuantMode::hifloat8_fp4, true, 1.0f);
-      if (ref) {
-        reference::execute(plan);
-      } else {
-        execute(plan);
-      }
-      return cache;
-    };
-    const Bytes want = go(true);
-    for (std::int64_t target : targets()) {
-      const simd_test::PinTarget pin(target);
-      const Bytes got = go(false);
-      const auto diff = std::mismatch(got.begin(), got.end(), want.begin());
-      ASSERT_TRUE(diff.first == got.end())
-          << "group size " << gs << " " << simd_test::target_name(target) << ": byte "
-          << (diff.first - got.begin()) << " is 0x" << std::hex << int(*diff.first)
-          << ", the reference's 0x" << int(*diff.second);
-    }
+    EXPECT_EQ(hif8_fp4_first_difference(x, kD, 384, gs, 1.0f), "") << "group size " << gs;
   }
 }
 
