@@ -445,18 +445,42 @@ HWY_INLINE __m256i E2M1NibblePairs(hn::Vec256<std::int16_t> a, hn::Vec256<std::i
   return _mm256_packs_epi32(_mm256_madd_epi16(a.raw, w), _mm256_madd_epi16(b.raw, w));
 }
 HWY_INLINE void StoreE2M1Nibbles(hn::Vec256<std::int16_t> c0, hn::Vec256<std::int16_t> c1,
-                                 hn::Vec256<std::int16_t> c2, hn::Vec256<std::int16_t> c3,
-                                 std::uint8_t* HWY_RESTRICT out) {
-  const __m256i bytes = E2M1NibbleBytes(E2M1NibblePairs(c0, c1), E2M1NibblePairs(c2, c3));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), bytes);
-}
-HWY_INLINE void StoreE2M1Nibbles(hn::Vec256<std::int16_t> c0, hn::Vec256<std::int16_t> c1,
                                  std::uint8_t* HWY_RESTRICT out) {
   const __m256i p = E2M1NibblePairs(c0, c1);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
                    _mm256_castsi256_si128(E2M1NibbleBytes(p, p)));
 }
 #endif
+
+// A group's kGs FP4 codes, as codes(i) gives them one vector of signed 16-bit lanes from element
+// i on, packed two per byte (element 2i in the low nibble) into out. 256-bit vectors go four to
+// a store, paired two at a time (fewer values live at once: AVX2 has 16 registers).
+template <std::size_t kGs, class Codes>
+HWY_INLINE void StoreE2M1Group(const Codes& codes, std::uint8_t* HWY_RESTRICT out) {
+  using VI = decltype(codes(std::int64_t{0}));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if constexpr (kGs % 32 == 0 && std::is_same_v<VI, hn::Vec256<std::int16_t>>) {
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
+      if constexpr (kGs >= 64) {
+        const __m256i p01 = E2M1NibblePairs(codes(i), codes(i + 16));
+        const __m256i p23 = E2M1NibblePairs(codes(i + 32), codes(i + 48));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i / 2), E2M1NibbleBytes(p01, p23));
+      } else {
+        StoreE2M1Nibbles(codes(i), codes(i + 16), out + i / 2);
+      }
+    }
+    return;
+  }
+#endif
+  const hn::DFromV<VI> di;
+  const hn::Repartition<std::uint32_t, decltype(di)> d32;
+  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(di));
+  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
+    const auto pairs = hn::BitCast(d32, codes(i));
+    hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
+  }
+}
 
 // FP4 codes of the kGs bf16 values at x with the E2M1Thresholds entries of their group
 // (thr[k * stride], k = 0..6), packed two per byte, element 2i in the low nibble. At most 16
@@ -468,10 +492,7 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
                                   const std::uint16_t* HWY_RESTRICT thr, std::int64_t stride) {
   const GroupTag<(kGs < 16 ? kGs : 16)> d;
   const hn::RebindToSigned<decltype(d)> di;
-  const hn::Repartition<std::uint32_t, decltype(d)> d32;
-  const hn::Rebind<std::uint8_t, decltype(d32)> d8;
   using VI = hn::Vec<decltype(di)>;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
 #if KVS_SIZELESS_VECTORS  // SVE vectors cannot form arrays: broadcast each threshold in place
   const auto t = [&](int k) { return hn::Set(di, static_cast<std::int16_t>(thr[k * stride])); };
 #else
@@ -489,22 +510,7 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
     for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t(k))));
     return hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
   };
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  if constexpr (kGs % 32 == 0 && std::is_same_v<VI, hn::Vec256<std::int16_t>>) {
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
-      if constexpr (kGs >= 64) {
-        StoreE2M1Nibbles(codes(i), codes(i + 16), codes(i + 32), codes(i + 48), out + i / 2);
-      } else {
-        StoreE2M1Nibbles(codes(i), codes(i + 16), out + i / 2);
-      }
-    }
-    return;
-  }
-#endif
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
-    const auto pairs = hn::BitCast(d32, codes(i));
-    hn::StoreU(hn::TruncateTo(d8, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8, out + i / 2);
-  }
+  StoreE2M1Group<kGs>(codes, out);
 }
 
 #if KVS_E2M1_BYTE_BUCKETS
@@ -524,9 +530,6 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Repartition<std::uint8_t, decltype(d)> d8;
   const hn::Repartition<std::int8_t, decltype(d)> di8;
-  const hn::Repartition<std::uint32_t, decltype(d)> d32;
-  const hn::Rebind<std::uint8_t, decltype(d32)> d8n;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const detail::E2M1Buckets& tables = detail::e2m1_buckets();
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
   const auto eight = hn::Set(d, std::uint16_t{8});
@@ -559,25 +562,7 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
       const auto c = hn::Sub(hn::Sub(hn::TableLookupBytes(below, idx), up_lo), up_hi);
       return hn::Or(hn::BitCast(di, c), hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)));
     };
-#if HWY_TARGET == HWY_AVX2
-    if constexpr (kGs % 32 == 0) {
-      for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
-        if constexpr (kGs >= 64) {
-          // Two vectors at a time: fewer values live at once (AVX2 has 16 registers).
-          const __m256i p01 = E2M1NibblePairs(codes(i), codes(i + 16));
-          const __m256i p23 = E2M1NibblePairs(codes(i + 32), codes(i + 48));
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(og + i / 2), E2M1NibbleBytes(p01, p23));
-        } else {
-          StoreE2M1Nibbles(codes(i), codes(i + 16), og + i / 2);
-        }
-      }
-      continue;
-    }
-#endif
-    for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
-      const auto pairs = hn::BitCast(d32, codes(i));
-      hn::StoreU(hn::TruncateTo(d8n, hn::Or(pairs, hn::ShiftRight<12>(pairs))), d8n, og + i / 2);
-    }
+    StoreE2M1Group<kGs>(codes, og);
   }
   return left;
 }
