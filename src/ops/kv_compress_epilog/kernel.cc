@@ -552,24 +552,15 @@ HWY_INLINE bool HiF8RopeUnscaled(const std::uint16_t* HWY_RESTRICT rope,
 }
 #endif
 
-// The rope's 64 HiFloat8 codes; false (nothing written) where a NaN product sends the rope to
-// the lane encoder: only with the table, on targets without AVX-512.
+#if HWY_TARGET != HWY_SCALAR && !KVS_HIF8_BF16
+// The rope's 64 HiFloat8 codes by the table; false (nothing written) where a NaN product sends
+// the rope to the lane encoder.
 HWY_INLINE bool HiF8Rope(const std::uint16_t* HWY_RESTRICT rope, std::uint8_t* HWY_RESTRICT out,
                          float x_scale) {
-#if KVS_HIF8_BF16
-  quant::HWY_NAMESPACE::HiF8CodesBf16Row(quant::HWY_NAMESPACE::LoadHiF8Bf16Regs(), rope, out, 64,
-                                         x_scale);
-  return true;
-#elif HWY_TARGET != HWY_SCALAR
   alignas(64) std::uint16_t keys[64];
   return quant::HWY_NAMESPACE::HiF8CodesByTable(rope, out, 64, x_scale, keys);
-#else
-  (void)rope;
-  (void)out;
-  (void)x_scale;
-  return false;
-#endif
 }
+#endif
 
 // First phase of a hifloat8_fp4 row: per-group amax, then every group's scale and multiplier at
 // once (one vector division instead of a scalar one per group; the same IEEE operations as the
@@ -659,7 +650,7 @@ HWY_INLINE void HiF8RopeByLanes(const std::uint16_t* HWY_RESTRICT rope,
 // One row of mode hifloat8_fp4 (the scalar target; the others take Hif8Fp4Rows).
 void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                 std::int64_t gs, std::int64_t groups, float x_scale) {
-  if (!HiF8Rope(x + n, out, x_scale)) HiF8RopeByLanes(x + n, out, x_scale);
+  HiF8RopeByLanes(x + n, out, x_scale);
   alignas(64) std::uint16_t amax_bits[kMaxGroups + 8];
   alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
   alignas(32) float inv_b[kMaxGroups + 8];
