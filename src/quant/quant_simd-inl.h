@@ -452,14 +452,14 @@ HWY_INLINE void StoreE2M1Nibbles(hn::Vec256<std::int16_t> c0, hn::Vec256<std::in
 }
 #endif
 
-// A group's kGs FP4 codes, as codes(i) gives them one vector of signed 16-bit lanes from element
-// i on, packed two per byte (element 2i in the low nibble) into out. 256-bit vectors go four to
-// a store, paired two at a time (fewer values live at once: AVX2 has 16 registers).
-template <std::size_t kGs, class Codes>
-HWY_INLINE void StoreE2M1Group(const Codes& codes, std::uint8_t* HWY_RESTRICT out) {
-  using VI = decltype(codes(std::int64_t{0}));
+// A group's kGs FP4 codes, as codes(i) gives them one vector of tag di (signed 16-bit lanes)
+// from element i on, packed two per byte (element 2i in the low nibble) into out. The tag is
+// the caller's: on SVE a capped tag's vectors have the type of full ones. 256-bit vectors go
+// four to a store, paired two at a time (fewer values live at once: AVX2 has 16 registers).
+template <std::size_t kGs, class DI, class Codes>
+HWY_INLINE void StoreE2M1Group(DI di, const Codes& codes, std::uint8_t* HWY_RESTRICT out) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-  if constexpr (kGs % 32 == 0 && std::is_same_v<VI, hn::Vec256<std::int16_t>>) {
+  if constexpr (kGs % 32 == 0 && std::is_same_v<hn::Vec<DI>, hn::Vec256<std::int16_t>>) {
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += 64) {
       if constexpr (kGs >= 64) {
         const __m256i p01 = E2M1NibblePairs(codes(i), codes(i + 16));
@@ -472,8 +472,7 @@ HWY_INLINE void StoreE2M1Group(const Codes& codes, std::uint8_t* HWY_RESTRICT ou
     return;
   }
 #endif
-  const hn::DFromV<VI> di;
-  const hn::Repartition<std::uint32_t, decltype(di)> d32;
+  const hn::Repartition<std::uint32_t, DI> d32;
   const hn::Rebind<std::uint8_t, decltype(d32)> d8;
   const auto L = static_cast<std::int64_t>(hn::Lanes(di));
   for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
@@ -510,7 +509,7 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
     for (int k = 1; k < 7; ++k) count = hn::Add(count, hn::VecFromMask(di, hn::Gt(a, t(k))));
     return hn::Sub(hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)), count);
   };
-  StoreE2M1Group<kGs>(codes, out);
+  StoreE2M1Group<kGs>(di, codes, out);
 }
 
 #if KVS_E2M1_BYTE_BUCKETS
@@ -562,7 +561,7 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
       const auto c = hn::Sub(hn::Sub(hn::TableLookupBytes(below, idx), up_lo), up_hi);
       return hn::Or(hn::BitCast(di, c), hn::BitCast(di, hn::And(hn::ShiftRight<12>(w), eight)));
     };
-    StoreE2M1Group<kGs>(codes, og);
+    StoreE2M1Group<kGs>(di, codes, og);
   }
   return left;
 }
