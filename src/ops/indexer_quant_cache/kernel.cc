@@ -161,6 +161,61 @@ void general_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint16_t
   }
 }
 
+// The row addresses of a call, read once from the plan: the byte stores of the kernels may
+// alias anything, so plan fields read inside the loops would be reloaded on every row.
+struct RowAddresses {
+  explicit RowAddresses(const IndexerQuantCachePlan& p)
+      : split(p.block_size),  // row_at's addresses, the slot split by a shift where it can be
+        c0(p.cache.stride(0) * static_cast<std::int64_t>(p.cache.element_size())),
+        c1(p.cache.stride(1) * static_cast<std::int64_t>(p.cache.element_size())),
+        s0(p.cache_scale.stride(0) * static_cast<std::int64_t>(p.cache_scale.element_size())),
+        s1(p.cache_scale.stride(1) * static_cast<std::int64_t>(p.cache_scale.element_size())),
+        x0(p.x.stride(0)),
+        cache(static_cast<std::uint8_t*>(p.cache.data)),
+        cache_scale(static_cast<std::uint8_t*>(p.cache_scale.data)),
+        x(static_cast<const std::uint16_t*>(p.x.data)),
+        xv(&p.x),
+        rank2(p.x.rank == 2) {}
+  const std::uint16_t* src(std::int64_t r) const {
+    return x + (rank2 ? r * x0 : x_row(*xv, r));  // rank 2: no division per row
+  }
+  std::uint8_t* codes(std::int64_t slot) const { return split.address(cache, c0, c1, slot); }
+  std::uint8_t* scale(std::int64_t slot) const { return split.address(cache_scale, s0, s1, slot); }
+
+  SlotSplitter split;
+  std::int64_t c0, c1, s0, s1, x0;
+  std::uint8_t *cache, *cache_scale;
+  const std::uint16_t* x;
+  const TensorView* xv;
+  bool rank2;
+};
+
+// Calls row(src, codes, scale) for the written rows of [begin, end) in token order. A slot that
+// follows the previous row's in the same block (a prefill's run) has its rows one pitch further
+// on: no block split, no multiplies.
+template <class Row>
+HWY_INLINE void ForEachRow(const RowAddresses& a, const std::int64_t* slots, std::int64_t begin,
+                           std::int64_t end, Row& row) {
+  std::int64_t next = -1, left = 0;
+  std::uint8_t *codes = nullptr, *scale = nullptr;
+  const std::int64_t block_size = a.split.block_size();
+  for (std::int64_t r = begin; r < end; ++r) {
+    const std::int64_t slot = slots[r];
+    if (slot < 0) continue;
+    if (slot == next && left > 0) {
+      codes += a.c1;
+      scale += a.s1;
+      --left;
+    } else {
+      codes = a.codes(slot);
+      scale = a.scale(slot);
+      left = block_size - 1 - a.split.offset(slot);
+    }
+    next = slot + 1;
+    row(a.src(r), codes, scale);
+  }
+}
+
 // ---- Fast path: bfloat16 into float8_e4m3fn with power-of-two scales ------------------------
 
 #if HWY_TARGET != HWY_SCALAR
@@ -202,7 +257,6 @@ inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
   if (p.options.quant_mode == IndexerQuantMode::fp8) return 16;
-  if (p.options.quant_mode == IndexerQuantMode::hifloat8) return kMaxBatch;  // no reductions
   return groups <= 8 ? static_cast<int>(kMaxBatch / groups) : 1;
 }
 
@@ -454,9 +508,10 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
 }
 
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
-// Mode hifloat8, bfloat16 rows (d is a multiple of 32). kScaled: x_scale is not 1; kD: the row
-// length when known at compile time (0: d). Both fixed per call, so that a batch's loop keeps
-// the tables and constants in registers and unrolls the row.
+// Mode hifloat8, bfloat16 rows (d is a multiple of 32): no scale and no reduction, so each row is
+// encoded as the walk reaches it, in a loop that keeps the tables and constants in registers.
+// kScaled: x_scale is not 1; kD: the row length when known at compile time (0: d). Both fixed
+// per call, so that the loop unrolls the row.
 bool fast_hif8(const IndexerQuantCachePlan& p) {
   return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::hifloat8;
 }
@@ -468,29 +523,36 @@ bool fast_hif8(const IndexerQuantCachePlan&) { return false; }
 // AVX-512: every lane in registers, NaNs included, by the byte tables where the CPU has VBMI
 // (core/vbmi.h), else by the 16-bit ones.
 template <bool kScaled, std::int64_t kD>
-void hif8_words(const Batch& b, std::int64_t d, float x_scale) {
+void hif8_words(const IndexerQuantCachePlan& p, const RowAddresses& a, const std::int64_t* slots,
+                std::int64_t begin, std::int64_t end) {
   const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
-  const __m512 xs = _mm512_set1_ps(x_scale);
-  for (int k = 0; k < b.n; ++k) {
-    qn::HiF8CodesBf16RowOf<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
-  }
+  const __m512 xs = _mm512_set1_ps(p.options.x_scale);
+  const std::int64_t d = kD != 0 ? kD : p.d;
+  auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
+    qn::HiF8CodesBf16RowOf<kScaled>(t, src, codes, d, xs);
+  };
+  ForEachRow(a, slots, begin, end, row);
 }
 
 template <bool kScaled, std::int64_t kD>
-KVS_VBMI_ATTR void hif8_bytes(const Batch& b, std::int64_t d, float x_scale) {
+KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, const RowAddresses& a,
+                              const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const qn::HiF8ByteRegs t = qn::LoadHiF8ByteRegs();
-  const __m512 xs = _mm512_set1_ps(x_scale);
-  for (int k = 0; k < b.n; ++k) {
-    qn::HiF8CodesBf16RowBytes<kScaled>(t, b.src[k], b.codes[k], kD != 0 ? kD : d, xs);
-  }
+  const __m512 xs = _mm512_set1_ps(p.options.x_scale);
+  const std::int64_t d = kD != 0 ? kD : p.d;
+  auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) KVS_VBMI_ATTR {
+    qn::HiF8CodesBf16RowBytes<kScaled>(t, src, codes, d, xs);
+  };
+  ForEachRow(a, slots, begin, end, row);
 }
 
 template <bool kScaled, std::int64_t kD>
-void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const Batch& b) {
+void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const RowAddresses& a,
+                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   if (vbmi_usable()) {
-    hif8_bytes<kScaled, kD>(b, p.d, p.options.x_scale);
+    hif8_bytes<kScaled, kD>(p, a, slots, begin, end);
   } else {
-    hif8_words<kScaled, kD>(b, p.d, p.options.x_scale);
+    hif8_words<kScaled, kD>(p, a, slots, begin, end);
   }
 }
 #elif KVS_HIF8_LANES
@@ -498,32 +560,35 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const Batch& b) {
 // [2^-23, 2^-15) by the 8,192-entry table, or with a NaN by the general path (this mode has no
 // scale).
 template <bool kScaled, std::int64_t kD>
-void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
   const float x_scale = p.options.x_scale;
-  for (int k = 0; k < b.n; ++k) {
-    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, b.src[k], b.codes[k], p.d, x_scale))) ||
-        qn::HiF8CodesByTable(b.src[k], b.codes[k], p.d, x_scale, s.keys)) {
-      continue;
+  auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
+    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, src, codes, p.d, x_scale))) ||
+        qn::HiF8CodesByTable(src, codes, p.d, x_scale, s.keys)) {
+      return;
     }
-    general_row(p, s, b.src[k], b.codes[k]);
-  }
+    general_row(p, s, src, codes);
+  };
+  ForEachRow(a, slots, begin, end, row);
 }
 #endif
 
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
 // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
-void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+               const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   if (p.options.x_scale == 1.0f) {
     if (p.d == 128) {
-      hif8_rows_of<false, 128>(p, s, b);
+      hif8_rows_of<false, 128>(p, s, a, slots, begin, end);
     } else {
-      hif8_rows_of<false, 0>(p, s, b);
+      hif8_rows_of<false, 0>(p, s, a, slots, begin, end);
     }
   } else if (p.d == 128) {
-    hif8_rows_of<true, 128>(p, s, b);
+    hif8_rows_of<true, 128>(p, s, a, slots, begin, end);
   } else {
-    hif8_rows_of<true, 0>(p, s, b);
+    hif8_rows_of<true, 0>(p, s, a, slots, begin, end);
   }
 }
 #endif
@@ -543,12 +608,6 @@ void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 }
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-#if KVS_HIF8_BF16 || KVS_HIF8_LANES
-  if (p.options.quant_mode == IndexerQuantMode::hifloat8) {
-    hif8_rows(p, s, b);
-    return;
-  }
-#endif
   if (p.d == 128) {
     fast_rows_of<128>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32) {
@@ -562,34 +621,6 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 
 #endif  // HWY_TARGET != HWY_SCALAR
 
-// The row addresses of a call, read once from the plan: the byte stores of the kernels may
-// alias anything, so plan fields read inside the loops would be reloaded on every row.
-struct RowAddresses {
-  explicit RowAddresses(const IndexerQuantCachePlan& p)
-      : split(p.block_size),  // row_at's addresses, the slot split by a shift where it can be
-        c0(p.cache.stride(0) * static_cast<std::int64_t>(p.cache.element_size())),
-        c1(p.cache.stride(1) * static_cast<std::int64_t>(p.cache.element_size())),
-        s0(p.cache_scale.stride(0) * static_cast<std::int64_t>(p.cache_scale.element_size())),
-        s1(p.cache_scale.stride(1) * static_cast<std::int64_t>(p.cache_scale.element_size())),
-        x0(p.x.stride(0)),
-        cache(static_cast<std::uint8_t*>(p.cache.data)),
-        cache_scale(static_cast<std::uint8_t*>(p.cache_scale.data)),
-        x(static_cast<const std::uint16_t*>(p.x.data)),
-        xv(&p.x),
-        rank2(p.x.rank == 2) {}
-  const std::uint16_t* src(std::int64_t r) const {
-    return x + (rank2 ? r * x0 : x_row(*xv, r));  // rank 2: no division per row
-  }
-  std::uint8_t* codes(std::int64_t slot) const { return split.address(cache, c0, c1, slot); }
-  std::uint8_t* scale(std::int64_t slot) const { return split.address(cache_scale, s0, s1, slot); }
-
-  SlotSplitter split;
-  std::int64_t c0, c1, s0, s1, x0;
-  std::uint8_t *cache, *cache_scale;
-  const std::uint16_t* x;
-  const TensorView* xv;
-  bool rank2;
-};
 
 
 #if HWY_TARGET != HWY_SCALAR
@@ -600,25 +631,8 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
   const int per_batch = batch_rows(p);
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
-  // A slot that follows the previous row's in the same block (a prefill's run) has its rows
-  // one pitch further on: no block split, no multiplies.
-  std::int64_t next = -1, left = 0;
-  std::uint8_t *codes = nullptr, *scale = nullptr;
-  const std::int64_t block_size = a.split.block_size();
-  for (std::int64_t r = begin; r < end; ++r) {
-    const std::int64_t slot = slots[r];
-    if (slot < 0) continue;
-    if (slot == next && left > 0) {
-      codes += a.c1;
-      scale += a.s1;
-      --left;
-    } else {
-      codes = a.codes(slot);
-      scale = a.scale(slot);
-      left = block_size - 1 - a.split.offset(slot);
-    }
-    next = slot + 1;
-    b.src[n] = a.src(r);
+  auto add = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t* scale) HWY_ATTR {
+    b.src[n] = src;
     b.codes[n] = codes;
     b.scale[n] = scale;
     if (++n == per_batch) {
@@ -626,7 +640,8 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
       fast_rows(p, s, b);
       n = 0;
     }
-  }
+  };
+  ForEachRow(a, slots, begin, end, add);
   b.n = n;
   if (n > 0) fast_rows(p, s, b);
 }
@@ -641,7 +656,13 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   s.y = rows.data() + p.d;
   const RowAddresses a(p);
 #if HWY_TARGET != HWY_SCALAR
-  if (fast_e4m3(p) || fast_fp4(p) || fast_hif8(p)) {
+#if KVS_HIF8_BF16 || KVS_HIF8_LANES
+  if (fast_hif8(p)) {
+    hif8_rows(p, s, a, slots, begin, end);
+    return;
+  }
+#endif
+  if (fast_e4m3(p) || fast_fp4(p)) {
     fast_batches(p, s, a, slots, begin, end);
     return;
   }
