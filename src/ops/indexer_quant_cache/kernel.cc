@@ -250,14 +250,15 @@ inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t
   return used;
 }
 
-// Rows per batch: sixteen fp8 rows or 128 mxfp8 / mxfp4 32-groups, in sets of eight that each
-// share one reduction of their magnitudes and one vector of scale rules, so the rows'
-// dependency chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain
-// from the loads to the scales outlasted the batch's work; eight sets beat four, four two, and
-// sixteen sets, which halve the batches' calls and setup, beat eight at 1,024 tokens).
+// Rows per batch: 64 fp8 rows or 128 mxfp8 / mxfp4 32-groups, in sets of eight that each share
+// one reduction of their magnitudes and one vector of scale rules, so the rows' dependency
+// chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain from the
+// loads to the scales outlasted the batch's work; eight sets beat four, four two). Larger
+// batches also spread each call's setup over more rows: 64 fp8 rows measured 15-20 % faster
+// than 16, 128 mxfp8 groups about 10 % faster than 64 at 1,024 tokens.
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
-  if (p.options.quant_mode == IndexerQuantMode::fp8) return 16;
+  if (p.options.quant_mode == IndexerQuantMode::fp8) return 64;
   return groups <= 8 ? static_cast<int>(kMaxBatch / groups) : 1;
 }
 
