@@ -422,13 +422,15 @@ HWY_NOINLINE void FixByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint
 }
 
 // The codes of n bfloat16 values at src (n a multiple of 32) by RowByteCodes, the blocks it
-// does not encode exactly again by FixByteBlocks.
+// does not encode exactly again by FixByteBlocks. Each group prefetches its line at src + ahead
+// (a later row's), cheaper than a loop of prefetches of its own.
 template <bool kE4M3>
 HWY_INLINE void QuantizeBF16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                                      const Fp8RowBytes& table, float scale,
-                                     unsigned char* HWY_RESTRICT dst) {
+                                     unsigned char* HWY_RESTRICT dst, std::ptrdiff_t ahead) {
   const Fp8RowBytes t = table;  // in registers: the stores could alias the caller's copy
   for (std::size_t i = 0; i < n; i += 32) {
+    hwy::Prefetch(src + ahead + i);
     const auto ok =
         static_cast<std::uint32_t>(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src + i, t, dst + i)));
     if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixByteBlocks<kE4M3>(src + i, ok, scale, dst + i);

@@ -882,21 +882,18 @@ HWY_NOINLINE void WriteRowsBlockBytes(const Job& job, std::int64_t begin, std::i
   const auto latent = static_cast<std::size_t>(job.latent_dim);
   const auto pe = static_cast<std::size_t>(job.pe_dim);
   for (std::int64_t t = begin; t < end; ++t) {
-    // A few tokens ahead, the inputs: the hardware prefetchers fall behind this loop.
-    if (t + kAhead < end) {
-      const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
-      for (std::size_t j = 0; j < 2 * latent; j += 64) hwy::Prefetch(ahead + j);
-      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
-    }
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
     unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    // A few tokens ahead, the inputs (in elements): the hardware prefetchers fall behind this
+    // loop. The last tokens prefetch their own lines.
+    const std::int64_t ahead = t + kAhead < end ? kAhead : 0;
     fmt::QuantizeBF16RunBytes<kE4M3>(
         reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token), latent, rb, scale,
-        row);
+        row, ahead * job.kv_c_token / 2);
     fmt::QuantizeBF16RunBytes<kE4M3>(
         reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token), pe, rb, scale,
-        row + latent);
+        row + latent, ahead * job.k_pe_token / 2);
   }
 }
 #endif
