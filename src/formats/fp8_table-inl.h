@@ -360,7 +360,7 @@ HWY_INLINE void StoreBlockBytes(__m256i out, unsigned char* HWY_RESTRICT dst) {
 
 // A table's byte form as vectors, for RowByteCodes.
 struct Fp8RowBytes {
-  __m256i first, step1, step2, top, zero_d;
+  __m256i first, step1, step2, top, zero_d, zero_below;
 
   explicit Fp8RowBytes(const Fp8Table& t) {
     const auto dup = [](const std::int8_t* p) HWY_ATTR {
@@ -371,14 +371,15 @@ struct Fp8RowBytes {
     step2 = dup(t.byte_step2);
     top = _mm256_set1_epi8(t.byte_top);
     zero_d = _mm256_set1_epi8(t.byte_zero_d);
+    // Lanes whose exponent top bits are below it round to zero (top - zero_d is at least 0).
+    zero_below = _mm256_set1_epi8(static_cast<char>(t.byte_top - t.byte_zero_d + 1));
   }
 };
 
 // The float8 codes of the 32 bfloat16 values at src by a table's byte form (MakeFp8TableBytes)
 // into dst; returns the lanes whose code is exact (normal or zero-rounding), all ones where the
 // group is. The others (subnormal results, and every lane above top: saturated ones, infinities
-// and NaNs, all rare) the caller encodes again (FixByteBlocks): one compare of the exponent's
-// top bits against top flags them all, cheaper than saturating them here.
+// and NaNs, all rare) the caller encodes again (FixByteBlocks).
 template <bool kE4M3>
 HWY_INLINE __m256i RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8RowBytes& t,
                                 unsigned char* HWY_RESTRICT dst) {
@@ -387,18 +388,18 @@ HWY_INLINE __m256i RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8
   const __m256i magnitude = _mm256_set1_epi8(0x7F);
   const __m256i h = _mm256_and_si256(v.high, magnitude);
   const __m256i q = BlockByteQuotient(v.low, t.first, t.step1, t.step2);
-  // d capped at zero_d (at most kCap), where every lane's code reaches 0: a lane rounds to zero
-  // exactly where d is zero_d, and each byte's 16-bit shift stays within it.
-  const __m256i d = _mm256_min_epu8(_mm256_subs_epu8(t.top, h), t.zero_d);
+  // d = top - h capped at zero_d (at most kCap: each byte's 16-bit shift stays within it), where
+  // every lane's code reaches 0. Lanes above top wrap to at least 129 and so get code 0 too,
+  // which the test below counts as inexact: no compare of their own.
+  const __m256i d = _mm256_min_epu8(_mm256_sub_epi8(t.top, h), t.zero_d);
   // Lanes at top may pass the largest finite code: the clamp.
   const __m256i code = _mm256_min_epu8(_mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant + 1)),
                                        _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
   // Codes are at most 0x7E: the sign goes in bit 7.
   StoreBlockBytes(_mm256_or_si256(code, _mm256_andnot_si256(magnitude, v.high)), dst);
-  const __m256i ok = _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
-                                     _mm256_cmpeq_epi8(d, t.zero_d));
-  // top is below 127 (MakeFp8TableBytes): infinities and NaNs are above it.
-  return _mm256_andnot_si256(_mm256_cmpgt_epi8(h, t.top), ok);
+  // Exact: normal codes of lanes at or below top, and the lanes at least zero_d below top.
+  return _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
+                         _mm256_cmpgt_epi8(t.zero_below, h));
 }
 
 // The 8-value blocks of a group of RowByteCodes with a lane not in ok (its movemask) encoded
