@@ -88,9 +88,10 @@ inline bool MakeFp8TableBlocks(Fp8Table& t) {
 // The byte form of t's blocks (t.code and its block form filled): with H a lane's exponent top
 // bits and d = top - H (0 at or above top, capped), a lane's code is the block form's code at
 // exponent 2 top or 2 top + 1 (byte_first and the step points, in bytes) less d steps of two
-// binades (2^(kMant + 1) codes each), saturated at 0. Lanes above top are at least the largest
-// finite code, which a clamp gives; d >= zero_d holds exactly where every magnitude of H is at
-// most the zero threshold, and there the difference reaches 0. False where a piece does not fit.
+// binades (2^(kMant + 1) codes each), saturated at 0. Lanes above top (saturated, infinite or
+// NaN) RowByteCodes leaves to the exact path, which needs top below 127; d >= zero_d holds
+// exactly where every magnitude of H is at most the zero threshold, and there the difference
+// reaches 0. False where a piece does not fit.
 template <int kMant>
 bool MakeFp8TableBytes(Fp8Table& t) {
   constexpr int kStep = 2 << kMant, kCap = 255 / kStep, kMaxCode = kMant == 3 ? 0x7E : 0x7B;
@@ -115,7 +116,7 @@ bool MakeFp8TableBytes(Fp8Table& t) {
   t.byte_top = static_cast<std::int8_t>(top);
   t.byte_zero_d = static_cast<std::int8_t>(zero_d);
   // Bytes without wrap; a bfloat16 zero or subnormal (H = 0) among the zero-rounding lanes; their
-  // difference reaching 0.
+  // difference reaching 0; infinities and NaNs above top.
   return q_min >= 0 && q_max <= 255 && zero_d <= top && zero_d <= kCap && zero_d * kStep >= q_max &&
          top < 127;
 }
