@@ -24,7 +24,7 @@
 // (SSE4) it measured no faster, so those targets keep the shortcut. AVX2 goes further in bytes
 // (MakeFp8TableBytes, RowByteCodes): the same lookups at one reference exponent, indexed by the
 // exponent's last bit and the mantissa's top three, less the lane's distance below it, encode 32
-// values per vector, the 16-bit kernel the fallback.
+// values per vector; the rare lanes they do not cover are divided by the scale (FixByteBlocks).
 #if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
 #undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
@@ -88,9 +88,10 @@ inline bool MakeFp8TableBlocks(Fp8Table& t) {
 // The byte form of t's blocks (t.code and its block form filled): with H a lane's exponent top
 // bits and d = top - H (0 at or above top, capped), a lane's code is the block form's code at
 // exponent 2 top or 2 top + 1 (byte_first and the step points, in bytes) less d steps of two
-// binades (2^(kMant + 1) codes each), saturated at 0. Lanes above top are at least the largest
-// finite code, which a clamp gives; d >= zero_d holds exactly where every magnitude of H is at
-// most the zero threshold, and there the difference reaches 0. False where a piece does not fit.
+// binades (2^(kMant + 1) codes each), saturated at 0. Lanes above top (saturated, infinite or
+// NaN) RowByteCodes leaves to the exact path, which needs top below 127; d >= zero_d holds
+// exactly where every magnitude of H is at most the zero threshold, and there the difference
+// reaches 0. False where a piece does not fit.
 template <int kMant>
 bool MakeFp8TableBytes(Fp8Table& t) {
   constexpr int kStep = 2 << kMant, kCap = 255 / kStep, kMaxCode = kMant == 3 ? 0x7E : 0x7B;
@@ -115,8 +116,9 @@ bool MakeFp8TableBytes(Fp8Table& t) {
   t.byte_top = static_cast<std::int8_t>(top);
   t.byte_zero_d = static_cast<std::int8_t>(zero_d);
   // Bytes without wrap; a bfloat16 zero or subnormal (H = 0) among the zero-rounding lanes; their
-  // difference reaching 0.
-  return q_min >= 0 && q_max <= 255 && zero_d <= top && zero_d <= kCap && zero_d * kStep >= q_max;
+  // difference reaching 0; infinities and NaNs above top.
+  return q_min >= 0 && q_max <= 255 && zero_d <= top && zero_d <= kCap && zero_d * kStep >= q_max &&
+         top < 127;
 }
 
 // Values per scale from which a caller builds the scale's table: its setup costs about as much
@@ -359,7 +361,7 @@ HWY_INLINE void StoreBlockBytes(__m256i out, unsigned char* HWY_RESTRICT dst) {
 
 // A table's byte form as vectors, for RowByteCodes.
 struct Fp8RowBytes {
-  __m256i first, step1, step2, top, zero_d_less1;
+  __m256i first, step1, step2, top, zero_d, zero_below;
 
   explicit Fp8RowBytes(const Fp8Table& t) {
     const auto dup = [](const std::int8_t* p) HWY_ATTR {
@@ -369,59 +371,79 @@ struct Fp8RowBytes {
     step1 = dup(t.byte_step1);
     step2 = dup(t.byte_step2);
     top = _mm256_set1_epi8(t.byte_top);
-    zero_d_less1 = _mm256_set1_epi8(static_cast<char>(t.byte_zero_d - 1));
+    zero_d = _mm256_set1_epi8(t.byte_zero_d);
+    // Lanes whose exponent top bits are below it round to zero (top - zero_d is at least 0).
+    zero_below = _mm256_set1_epi8(static_cast<char>(t.byte_top - t.byte_zero_d + 1));
   }
 };
 
 // The float8 codes of the 32 bfloat16 values at src by a table's byte form (MakeFp8TableBytes)
-// into dst; returns the lanes whose code is exact (normal, zero-rounding or saturated finite),
-// all ones where the group is. The others (subnormal results, infinities, NaNs) the caller
-// encodes again.
+// into dst; returns the lanes whose code is exact (normal or zero-rounding), all ones where the
+// group is. The others (subnormal results, and every lane above top: saturated ones, infinities
+// and NaNs, all rare) the caller encodes again (FixByteBlocks).
 template <bool kE4M3>
 HWY_INLINE __m256i RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8RowBytes& t,
                                 unsigned char* HWY_RESTRICT dst) {
-  constexpr int kMant = kE4M3 ? 3 : 2, kCap = 255 / (2 << kMant);
+  constexpr int kMant = kE4M3 ? 3 : 2;
   const BlockByteLanes v = SplitBlockBytes(src);
   const __m256i magnitude = _mm256_set1_epi8(0x7F);
   const __m256i h = _mm256_and_si256(v.high, magnitude);
   const __m256i q = BlockByteQuotient(v.low, t.first, t.step1, t.step2);
-  const __m256i d = _mm256_min_epu8(_mm256_subs_epu8(t.top, h), _mm256_set1_epi8(kCap));
-  // Each byte of d is at most kCap: the 16-bit shift stays within its byte.
-  __m256i code = _mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant + 1));
-  // Lanes above top: 255 (all ones added, saturated), then the clamp.
-  code = _mm256_min_epu8(_mm256_adds_epu8(code, _mm256_cmpgt_epi8(h, t.top)),
-                         _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
+  // d = top - h capped at zero_d (at most kCap: each byte's 16-bit shift stays within it), where
+  // every lane's code reaches 0. Lanes above top wrap to at least 129 and so get code 0 too,
+  // which the test below counts as inexact: no compare of their own.
+  const __m256i d = _mm256_min_epu8(_mm256_sub_epi8(t.top, h), t.zero_d);
+  // Lanes at top may pass the largest finite code: the clamp.
+  const __m256i code = _mm256_min_epu8(_mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant + 1)),
+                                       _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
   // Codes are at most 0x7E: the sign goes in bit 7.
   StoreBlockBytes(_mm256_or_si256(code, _mm256_andnot_si256(magnitude, v.high)), dst);
-  const __m256i ok = _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
-                                     _mm256_cmpgt_epi8(d, t.zero_d_less1));
-  // Infinities and NaNs: every exponent bit set (the low byte's top bit the last of them).
-  return _mm256_andnot_si256(_mm256_and_si256(_mm256_cmpeq_epi8(h, magnitude), v.low), ok);
+  // Exact: normal codes of lanes at or below top, and the lanes at least zero_d below top.
+  return _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
+                         _mm256_cmpgt_epi8(t.zero_below, h));
+}
+
+// The 8-value blocks of a group of RowByteCodes with a lane not in ok (its movemask) encoded
+// again as x / scale: bit j of ok is value j % 8 of block {0, 16, 8, 24}[j / 8].
+template <bool kE4M3>
+HWY_NOINLINE void FixByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint32_t ok,
+                                float scale, unsigned char* HWY_RESTRICT dst) {
+  const hn::Full256<float> df;
+  const hn::Rebind<std::uint16_t, decltype(df)> d16;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<std::uint8_t, decltype(df)> d8;
+  for (int k = 0; k < 4; ++k) {
+    if (((ok >> (8 * k)) & 0xFF) == 0xFF) continue;
+    const int at = k == 1 ? 16 : k == 2 ? 8 : 8 * k;
+    const auto x = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + at))));
+    const auto q = hn::Div(x, hn::Set(df, scale));
+    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + at);
+  }
+}
+
+// The codes of n bfloat16 values at src (n a multiple of 32) by RowByteCodes, the blocks it
+// does not encode exactly again by FixByteBlocks. Each group prefetches its line at src + ahead
+// (a later row's), cheaper than a loop of prefetches of its own.
+template <bool kE4M3>
+HWY_INLINE void QuantizeBF16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                     const Fp8RowBytes& table, float scale,
+                                     unsigned char* HWY_RESTRICT dst, std::ptrdiff_t ahead) {
+  const Fp8RowBytes t = table;  // in registers: the stores could alias the caller's copy
+  for (std::size_t i = 0; i < n; i += 32) {
+    hwy::Prefetch(src + ahead + i);
+    const auto ok =
+        static_cast<std::uint32_t>(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src + i, t, dst + i)));
+    if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixByteBlocks<kE4M3>(src + i, ok, scale, dst + i);
+  }
 }
 #endif
 
 #if KVS_FP8_TABLE_BLOCKS
-// One group of QuantizeBF16GroupsByBytes that the byte kernel does not encode exactly: by the
-// word kernel, else by the shortcut's checked path. Rare, so kept out of the byte loop.
-template <bool kE4M3>
-HWY_NOINLINE void WordGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8Table& table,
-                            const BF16Shortcut& sc, unsigned char* HWY_RESTRICT dst) {
-  if (TableGroup<kE4M3>(src, Fp8TableBlockVectors(table), dst)) return;
-  const QDF df;
-  const hn::RebindToUnsigned<QDF> du;
-  const CodeOrder<true>& order = CodeOrder<true>::Get();
-  const auto hi = hn::Set(du, 0xFFFF0000u);
-  const auto a = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src));
-  const auto b = hn::LoadU(du, reinterpret_cast<const std::uint32_t*>(src + 2 * hn::Lanes(du)));
-  QuantizeGroup<kE4M3, false, true>(
-      hn::BitCast(df, hn::ShiftLeft<16>(a)), hn::BitCast(df, hn::And(a, hi)),
-      hn::BitCast(df, hn::ShiftLeft<16>(b)), hn::BitCast(df, hn::And(b, hi)),
-      hn::Set(df, sc.r), sc.scale, order.Shuffle(), order.Lanes(), dst);
-}
-
 // QuantizeBF16GroupsByTable on AVX2 where the table has its byte form: each group of 32 values
 // (the group size here) by RowByteCodes, one vector of codes; a group with a lane the bytes do
-// not encode exactly is written again by WordGroup.
+// not encode exactly is written again by FixByteBlocks.
 template <bool kE4M3, class Next>
 HWY_INLINE void QuantizeBF16GroupsByBytes(const Fp8Table& table, const BF16Shortcut& sc,
                                           Next next) {
@@ -429,8 +451,9 @@ HWY_INLINE void QuantizeBF16GroupsByBytes(const Fp8Table& table, const BF16Short
   const std::uint16_t* src;
   unsigned char* dst;
   while (next(src, dst)) {
-    if (HWY_LIKELY(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, rb, dst)) == -1)) continue;
-    WordGroup<kE4M3>(src, table, sc, dst);
+    const auto ok =
+        static_cast<std::uint32_t>(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, rb, dst)));
+    if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixByteBlocks<kE4M3>(src, ok, sc.scale, dst);
   }
 }
 #endif

@@ -871,6 +871,33 @@ KVS_VBMI_ATTR HWY_NOINLINE void WriteRowsBytes(const Job& job, std::int64_t begi
 }
 #endif
 
+#if KVS_FP8_TABLE_BLOCKS
+// fp8 rows of tokens [begin, end) by the table's byte form (AVX2): each row's kv_c and k_pe in
+// loops of their own, cheaper than a group generator's walk.
+template <bool kE4M3>
+HWY_NOINLINE void WriteRowsBlockBytes(const Job& job, std::int64_t begin, std::int64_t end,
+                                      const formats::HWY_NAMESPACE::Fp8Table& table, float scale) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::Fp8RowBytes rb(table);
+  const auto latent = static_cast<std::size_t>(job.latent_dim);
+  const auto pe = static_cast<std::size_t>(job.pe_dim);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    // A few tokens ahead, the inputs (in elements): the hardware prefetchers fall behind this
+    // loop. The last tokens prefetch their own lines.
+    const std::int64_t ahead = t + kAhead < end ? kAhead : 0;
+    fmt::QuantizeBF16RunBytes<kE4M3>(
+        reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token), latent, rb, scale,
+        row, ahead * job.kv_c_token / 2);
+    fmt::QuantizeBF16RunBytes<kE4M3>(
+        reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token), pe, rb, scale,
+        row + latent, ahead * job.k_pe_token / 2);
+  }
+}
+#endif
+
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
 // enough chunk, the code table) done once.
 template <bool kE4M3>
@@ -894,6 +921,12 @@ void QuantizeBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
     RowByteTables tables;
     if (vbmi_usable() && MakeRowByteTables<kE4M3>(table, job.scale, tables)) {
       WriteRowsBytes<kE4M3>(job, begin, end, tables, sc);
+      return;
+    }
+#endif
+#if KVS_FP8_TABLE_BLOCKS
+    if (table.bytes_usable && group == 32) {
+      WriteRowsBlockBytes<kE4M3>(job, begin, end, table, job.scale);
       return;
     }
 #endif
