@@ -637,7 +637,7 @@ constexpr Target kTargets[] = {
     {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 1024, 0.35, 0, 0,
      "quantizer issue"},
     {"latent write, fp8", "paged_latent_write fp8_e4m3 bf16 512+64", 4096, 0.35, 0, 0.175,
-     "quantizer issue", 0.15},
+     "quantizer issue"},
     {"latent write, fp8_ds_mla", "paged_latent_write fp8_ds_mla bf16 512+64", 1024, 0.35, 0, 0,
      "quantizer issue"},
     {"latent write, fp8_ds_mla", "paged_latent_write fp8_ds_mla bf16 512+64", 4096, 0.35, 0,
