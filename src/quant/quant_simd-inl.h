@@ -990,9 +990,13 @@ HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std
 // a second Reduce8; compared with the largest of the groups' thresholds it is a stricter test
 // than each group's own minimum, and almost as often passed.
 // kMin: 0 the maxima alone, 1 the minimum of each group, 2 one minimum for all eight.
-template <std::size_t kLanes, int kMin>
-HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
+// kPerRow: the groups lie kPerRow to a row, one after another: group k starts at
+// x[k / kPerRow] + (k % kPerRow) * n (so that a caller passes rows, not a list of groups).
+template <std::size_t kLanes, int kMin, int kPerRow = 1>
+HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT rows, std::int64_t n,
                             std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
+  static_assert(8 % kPerRow == 0, "whole rows in a set of eight groups");
+  const auto group = [rows, n](int k) HWY_ATTR { return rows[k / kPerRow] + (k % kPerRow) * n; };
   constexpr bool kAll = kMin == 2;
 #if KVS_SIZELESS_VECTORS
   const GroupTag<32> d;
@@ -1008,10 +1012,10 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int
   V all = mag;  // kAll: the smallest magnitude of every group so far
 #if KVS_SIZELESS_VECTORS
   for (int k = 0; k < 8; ++k) {
-    V hi = hn::And(hn::LoadU(d, x[k]), mag);
+    V hi = hn::And(hn::LoadU(d, group(k)), mag);
     V lo = hi;
     for (std::int64_t i = L; i < n; i += L) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      const V b = hn::And(hn::LoadU(d, group(k) + i), mag);
       hi = hn::Max(hi, b);
       lo = hn::Min(lo, b);
     }
@@ -1026,10 +1030,10 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int
   }
 #else
   V hi[8], lo[8];
-  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, x[k]), mag);
+  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, group(k)), mag);
   for (std::int64_t i = L; i < n; i += L) {
     for (int k = 0; k < 8; ++k) {
-      const V b = hn::And(hn::LoadU(d, x[k] + i), mag);
+      const V b = hn::And(hn::LoadU(d, group(k) + i), mag);
       hi[k] = hn::Max(hi[k], b);
       if constexpr (kMin != 0) lo[k] = hn::Min(lo[k], b);
     }
@@ -1056,10 +1060,10 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT x, std::int
   }
 }
 
-template <std::size_t kLanes, bool kAll>
+template <std::size_t kLanes, bool kAll, int kPerRow = 1>
 HWY_INLINE void Magnitudes8Min(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t n,
                                std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1) {
-  Magnitudes8<kLanes, kAll ? 2 : 1>(x, n, amax, min1);
+  Magnitudes8<kLanes, kAll ? 2 : 1, kPerRow>(x, n, amax, min1);
 }
 
 // The largest magnitude (bf16 bits & 0x7FFF) of each of eight groups of n elements that lie

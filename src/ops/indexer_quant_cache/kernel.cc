@@ -365,21 +365,32 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
 template <std::int64_t kD>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
-  const std::uint16_t* units[kMaxBatch];
-  const int used = batch_groups(b, groups, units);
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
-  for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
-    all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+  if constexpr (kD == 128) {
+    // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
+    // last row again past the batch's end).
+    for (int k = 0; k < b.n; k += 2) {
+      const std::uint16_t* two[2] = {b.src[k], b.src[k + 1 < b.n ? k + 1 : k]};
+      const int c = 4 * k;
+      qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
+      all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    }
+  } else {
+    const std::uint16_t* units[kMaxBatch];
+    const int used = batch_groups(b, groups, units);
+    for (int c = 0; c < used; c += 8) {
+      qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
+      all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    }
   }
   if (all) {  // the usual case, in a loop of its own that keeps its bookkeeping in registers
     for (int k = 0; k < b.n; ++k) {
       const std::int64_t u = k * groups;
       std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
     }
     return;
   }
@@ -394,13 +405,13 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     bool whole = true, finite = true;
     for (std::int64_t g = 0; g < groups; ++g) whole &= fast[u + g] != 0;
     if (whole) {
-      qn::QuantizeE4M3Pow2RowUnmasked<true>(units[u], b.codes[k], d, subw + u);
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
       continue;
     }
     for (std::int64_t g = 0; g < groups; ++g) finite &= amax[u + g] < kInfBits;
-    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(units[u], b.codes[k], d, subw + u);
+    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(b.src[k], b.codes[k], d, subw + u);
     if (low || !finite) {
-      redo_groups(s, units[u], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
+      redo_groups(s, b.src[k], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
     }
   }
 }
