@@ -201,10 +201,9 @@ HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, 
   const auto k448 = hn::BitCast(df, hn::Set(du, c448));
   const auto keps = hn::BitCast(df, hn::Set(du, eps));
   const auto s = hn::Mul(hn::Max(hn::BitCast(df, hn::ShiftLeft<16>(a)), keps), k448);
-  const auto u = hn::BitCast(du, s);
-  // Ceiling to a power of two: one more than the exponent field when any mantissa bit is set.
-  const auto frac = hn::Ne(hn::And(u, hn::Set(du, 0x7FFFFFu)), hn::Zero(du));
-  e = hn::Sub(hn::ShiftRight<23>(u), hn::VecFromMask(du, frac));
+  // Ceiling to a power of two: one more than the exponent field when any mantissa bit is set,
+  // which adding 0x7FFFFF carries into it (s has no sign bit, so the sum does not wrap).
+  e = hn::ShiftRight<23>(hn::Add(hn::BitCast(du, s), hn::Set(du, 0x7FFFFFu)));
   // (e - 127) * 128 + 0x3C00 = e * 128 - 0x380; kept modulo 2^16 by the truncation below.
   sb = hn::Sub(hn::ShiftLeft<7>(e), hn::Set(du, 0x380u));
   // Smallest nonzero magnitude >= sub + 0x80 <=> its quotient is e4m3-normal; an all-zero
