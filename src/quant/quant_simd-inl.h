@@ -855,12 +855,16 @@ HWY_INLINE void StoreFP4Nibbles4(D d, V c0, V c1, V c2, V c3, std::uint8_t* HWY_
   StoreFP4Nibbles(d, c3, out + 3 * half);
 }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// The pairs by E2M1NibblePairs (below 0x8000, so its signed pack keeps them), the signs moved on
-// 16-bit lanes, then E2M1NibbleBytes.
+// x86 packs bytes instead: a lane's low byte holds its magnitude code and its high byte the sign
+// in bit 2, so a multiply-add of the two bytes by (1, 2) forms the nibble in the low byte, and
+// after an unsigned pack one by (1, 16) joins each pair; a last pack and one dword permute put
+// the four vectors' bytes in order. Six operations per two vectors where 32-bit multiply-adds
+// and a separate move of the signs take eight.
 HWY_INLINE __m256i FP4SignedPairs(hn::Vec256<std::uint16_t> a, hn::Vec256<std::uint16_t> b) {
-  const hn::Full256<std::int16_t> di;
-  const __m256i p = E2M1NibblePairs(hn::BitCast(di, a), hn::BitCast(di, b));
-  return _mm256_and_si256(_mm256_or_si256(p, _mm256_srli_epi16(p, 7)), _mm256_set1_epi16(0xFF));
+  const __m256i sign = _mm256_set1_epi16(0x0201), pair = _mm256_set1_epi16(0x1001);
+  const __m256i n = _mm256_packus_epi16(_mm256_maddubs_epi16(a.raw, sign),
+                                        _mm256_maddubs_epi16(b.raw, sign));
+  return _mm256_maddubs_epi16(n, pair);
 }
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec256<std::uint16_t> c0, hn::Vec256<std::uint16_t> c1,
@@ -871,14 +875,11 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec256<std::uint16_t> c0, hn::Vec256<std
 }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// A multiply-add of each lane pair by (1, 16) forms each pair's value in a 32-bit lane; after
-// the signed pack to 16 bits the signs move, then an unsigned pack and one dword permute put
-// the four vectors' bytes in order.
 HWY_INLINE __m512i FP4SignedPairs(hn::Vec512<std::uint16_t> a, hn::Vec512<std::uint16_t> b) {
-  const __m512i w = _mm512_set1_epi32(0x00100001);
-  const __m512i p = _mm512_packs_epi32(_mm512_madd_epi16(a.raw, w), _mm512_madd_epi16(b.raw, w));
-  // (p | p >> 7) & 0xFF
-  return _mm512_ternarylogic_epi32(p, _mm512_srli_epi16(p, 7), _mm512_set1_epi16(0xFF), 0xA8);
+  const __m512i sign = _mm512_set1_epi16(0x0201), pair = _mm512_set1_epi16(0x1001);
+  const __m512i n = _mm512_packus_epi16(_mm512_maddubs_epi16(a.raw, sign),
+                                        _mm512_maddubs_epi16(b.raw, sign));
+  return _mm512_maddubs_epi16(n, pair);
 }
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std::uint16_t> c1,
@@ -892,13 +893,18 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 #endif
 
 // FP4 codes of a row of n bf16 values (n a multiple of 32) whose 32-groups g have the
-// FP4Pow2Codes operands t0g[g], packed two per byte into n / 2 bytes at out.
+// FP4Pow2Codes operands t0g[g] (in both halves: a 32-bit broadcast from memory is a load alone,
+// a 16-bit one also takes a shuffle), packed two per byte into n / 2 bytes at out.
 HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                                   const std::uint16_t* HWY_RESTRICT t0g,
+                                   const std::uint32_t* HWY_RESTRICT t0g,
                                    const FP4Pow2Table& table) {
   const GroupTag<32> d;
   const hn::Repartition<std::uint8_t, decltype(d)> d8;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const auto operand = [&](std::int64_t at) HWY_ATTR {
+    return hn::BitCast(d, hn::Set(d32, t0g[at / 32]));
+  };
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   std::int64_t i = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -906,7 +912,7 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   const __m512i wide = _mm512_load_si512(table.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
   const auto codes = [&](std::int64_t at) HWY_ATTR {
-    return FP4Pow2CodesWide(hn::LoadU(d, x + at), hn::Set(d, t0g[at / 32]), wide, bias);
+    return FP4Pow2CodesWide(hn::LoadU(d, x + at), operand(at), wide, bias);
   };
   for (; i + 4 * L <= n; i += 4 * L) {
     StoreFP4Nibbles4(d, codes(i), codes(i + L), codes(i + 2 * L), codes(i + 3 * L), out + i / 2);
@@ -914,25 +920,23 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   for (; i < n; i += L) StoreFP4Nibbles(d, codes(i), out + i / 2);
 #else
   const auto entries = hn::LoadDup128(d8, table.entry);
+  const auto codes = [&](std::int64_t at) HWY_ATTR {
+    return FP4Pow2Codes(d, hn::LoadU(d, x + at), operand(at), entries);
+  };
   for (; i + 4 * L <= n; i += 4 * L) {
-    const auto c0 = FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries);
-    const auto c1 =
-        FP4Pow2Codes(d, hn::LoadU(d, x + i + L), hn::Set(d, t0g[(i + L) / 32]), entries);
-    const auto c2 =
-        FP4Pow2Codes(d, hn::LoadU(d, x + i + 2 * L), hn::Set(d, t0g[(i + 2 * L) / 32]), entries);
-    const auto c3 =
-        FP4Pow2Codes(d, hn::LoadU(d, x + i + 3 * L), hn::Set(d, t0g[(i + 3 * L) / 32]), entries);
+    const auto c0 = codes(i);
+    const auto c1 = codes(i + L);
+    const auto c2 = codes(i + 2 * L);
+    const auto c3 = codes(i + 3 * L);
     StoreFP4Nibbles4(d, c0, c1, c2, c3, out + i / 2);
   }
-  for (; i < n; i += L) {
-    StoreFP4Nibbles(d, FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries),
-                    out + i / 2);
-  }
+  for (; i < n; i += L) StoreFP4Nibbles(d, codes(i), out + i / 2);
 #endif
 }
 
 // The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest
-// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in t0g[k]. Returns a lane per
+// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in both halves of t0g[k]
+// (QuantizeFP4Pow2Row). Returns a lane per
 // group, zero where the group takes the lane form: m finite, and s at least 4, so that the
 // operand is not negative and every y the codes tell apart is normal (a caller ors the results
 // of many calls and tests them once).
@@ -940,13 +944,16 @@ using FP4Tag8 = hn::CappedTag<std::uint16_t, 8>;
 HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
                                            std::uint16_t emax, std::uint16_t first,
                                            std::uint8_t* HWY_RESTRICT scale8,
-                                           std::uint16_t* HWY_RESTRICT t0g) {
+                                           std::uint32_t* HWY_RESTRICT t0g) {
   const FP4Tag8 d;  // eight lanes on every target with vectors
   const hn::Rebind<std::uint8_t, decltype(d)> d8;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
   const auto m = hn::ShiftRight<7>(hn::LoadU(d, amax));
   const auto s = hn::SaturatedSub(m, hn::Set(d, emax));
   const auto base = static_cast<std::uint16_t>(first - 127 * 128);
-  hn::StoreU(hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base)), d, t0g);
+  const auto t = hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base));
+  hn::StoreU(hn::ZipLower(d32, t, t), d32, t0g);
+  hn::StoreU(hn::ZipUpper(d32, t, t), d32, t0g + hn::Lanes(d32));
   hn::StoreU(hn::TruncateTo(d8, s), d8, scale8);
   // Nonzero where m > 254 or s < 4.
   return hn::Or(hn::SaturatedSub(m, hn::Set(d, std::uint16_t{254})),

@@ -461,11 +461,13 @@ template <std::int64_t kD>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
-  const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
+  // A copy: the code stores could alias the global, so each row would load its vectors again.
+  const qn::FP4Pow2Table table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::uint16_t emax = e2m1 ? 2 : 0;
   const std::uint16_t* units[kMaxBatch];
   const int used = batch_groups(b, groups, units);
-  HWY_ALIGN std::uint16_t amax[kMaxBatch], t0g[kMaxBatch];
+  HWY_ALIGN std::uint16_t amax[kMaxBatch];
+  HWY_ALIGN std::uint32_t t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
   const qn::FP4Tag8 d8;
   auto bad = hn::Zero(d8);
@@ -501,11 +503,11 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   auto bad = hn::Zero(d8);
   for (std::int64_t g = 0; g < groups; g += 8) {
     bad = hn::Or(bad,
-                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.sub + g));
+                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.exp + g));
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
-  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.sub, table);
+  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.exp, table);
   if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
 }
 
