@@ -464,31 +464,44 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   // A copy: the code stores could alias the global, so each row would load its vectors again.
   const qn::FP4Pow2Table table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::uint16_t emax = e2m1 ? 2 : 0;
-  const std::uint16_t* units[kMaxBatch];
-  const int used = batch_groups(b, groups, units);
   HWY_ALIGN std::uint16_t amax[kMaxBatch];
   HWY_ALIGN std::uint32_t t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
   const qn::FP4Tag8 d8;
   auto bad = hn::Zero(d8);
-  for (int c = 0; c < used; c += 8) {
-    qn::Maxima8<16>(units + c, 32, amax + c);
-    bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+  bool by_groups = true;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kD == 128) {  // two rows per reduction, read from their own addresses
+    by_groups = false;
+    for (int k = 0; k < b.n; k += 2) {
+      const auto m = qn::FP4RowExponents8(b.src[k], b.src[k + 1 < b.n ? k + 1 : k]);
+      hn::Store(hn::ShiftLeft<7>(m), d8, amax + 4 * k);  // as redo_fp4_groups reads them
+      bad = hn::Or(bad, qn::FP4Pow2ScalesOf8(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
+    }
+  }
+#endif
+  if (by_groups) {
+    const std::uint16_t* units[kMaxBatch];
+    const int used = batch_groups(b, groups, units);
+    for (int c = 0; c < used; c += 8) {
+      qn::Maxima8<16>(units + c, 32, amax + c);
+      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+    }
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   if (all) {  // the usual case, in a loop of its own
     for (int k = 0; k < b.n; ++k) {
       const std::int64_t u = k * groups;
       std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
+      qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
     }
     return;
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-    qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
-    redo_fp4_groups(s, e2m1, units[u], amax + u, groups, b.codes[k], b.scale[k]);
+    qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
+    redo_fp4_groups(s, e2m1, b.src[k], amax + u, groups, b.codes[k], b.scale[k]);
   }
 }
 
