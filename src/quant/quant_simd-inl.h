@@ -940,14 +940,15 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
 // group, zero where the group takes the lane form: m finite, and s at least 4, so that the
 // operand is not negative and every y the codes tell apart is normal (a caller ors the results
 // of many calls and tests them once).
-// FP4Pow2ScalesOf8 takes the exponent fields m themselves.
 using FP4Tag8 = hn::CappedTag<std::uint16_t, 8>;
-HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2ScalesOf8(hn::Vec<FP4Tag8> m, std::uint16_t emax,
-                                             std::uint16_t first, std::uint8_t* HWY_RESTRICT scale8,
-                                             std::uint32_t* HWY_RESTRICT t0g) {
+HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
+                                           std::uint16_t emax, std::uint16_t first,
+                                           std::uint8_t* HWY_RESTRICT scale8,
+                                           std::uint32_t* HWY_RESTRICT t0g) {
   const FP4Tag8 d;  // eight lanes on every target with vectors
   const hn::Rebind<std::uint8_t, decltype(d)> d8;
   const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const auto m = hn::ShiftRight<7>(hn::LoadU(d, amax));
   const auto s = hn::SaturatedSub(m, hn::Set(d, emax));
   const auto base = static_cast<std::uint16_t>(first - 127 * 128);
   const auto t = hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base));
@@ -958,38 +959,53 @@ HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2ScalesOf8(hn::Vec<FP4Tag8> m, std::uint16_t e
   return hn::Or(hn::SaturatedSub(m, hn::Set(d, std::uint16_t{254})),
                 hn::SaturatedSub(hn::Set(d, std::uint16_t{4}), s));
 }
-HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
-                                           std::uint16_t emax, std::uint16_t first,
-                                           std::uint8_t* HWY_RESTRICT scale8,
-                                           std::uint32_t* HWY_RESTRICT t0g) {
-  const FP4Tag8 d;
-  return FP4Pow2ScalesOf8(hn::ShiftRight<7>(hn::LoadU(d, amax)), emax, first, scale8, t0g);
-}
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// The exponent fields of the largest magnitudes of the eight 32-groups of two 128-element rows
-// (a's four, then b's), for FP4Pow2ScalesOf8. Only the exponent sets an FP4 scale, so the
-// maxima run on bytes, two groups to a vector: each lane holds one group's exponent in its low
-// byte (w >> 7) and the next group's in its high byte (w + w), which halves the transposes
-// of the reduction (28 operations for the eight groups where 16-bit maxima take about 40).
-HWY_INLINE hn::Vec<FP4Tag8> FP4RowExponents8(const std::uint16_t* HWY_RESTRICT a,
-                                             const std::uint16_t* HWY_RESTRICT b) {
+// The exponent fields of the largest magnitudes of the sixteen 32-groups of four 128-element
+// rows (in row order), as 16-bit lanes for FP4Pow2ScalesOf16. Only the exponent sets an FP4
+// scale, so the maxima run on bytes, two groups to a vector: each lane holds one group's
+// exponent in its low byte (w >> 7) and the next group's in its high byte (w + w), which halves
+// the transposes of the reduction; four rows share its last steps (50 512-bit operations for
+// the sixteen groups where the 16-bit maxima of 256-bit halves took about 90 256-bit ones).
+HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   const auto pair = [](const std::uint16_t* g) HWY_ATTR {
     const __m512i lo = _mm512_loadu_si512(g), hi = _mm512_loadu_si512(g + 32);
     return _mm512_mask_blend_epi8(0x5555555555555555ull, _mm512_add_epi16(hi, hi),
                                   _mm512_srli_epi16(lo, 7));
   };
-  const __m512i v0 = pair(a), v1 = pair(a + 64), v2 = pair(b), v3 = pair(b + 64);
-  // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then j + 1.
-  const __m512i m01 =
-      _mm512_max_epu8(_mm512_unpacklo_epi16(v0, v1), _mm512_unpackhi_epi16(v0, v1));
-  const __m512i m23 =
-      _mm512_max_epu8(_mm512_unpacklo_epi16(v2, v3), _mm512_unpackhi_epi16(v2, v3));
-  __m512i m = _mm512_max_epu8(_mm512_unpacklo_epi32(m01, m23), _mm512_unpackhi_epi32(m01, m23));
-  m = _mm512_max_epu8(m, _mm512_shuffle_epi32(m, _MM_PERM_BADC));
+  // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
+  const auto words = [](__m512i a, __m512i b) HWY_ATTR {
+    return _mm512_max_epu8(_mm512_unpacklo_epi16(a, b), _mm512_unpackhi_epi16(a, b));
+  };
+  const auto dwords = [](__m512i a, __m512i b) HWY_ATTR {
+    return _mm512_max_epu8(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  };
+  const auto rows2 = [&](const std::uint16_t* a, const std::uint16_t* b) HWY_ATTR {
+    return dwords(words(pair(a), pair(a + 64)), words(pair(b), pair(b + 64)));
+  };
+  const __m512i m0 = rows2(r[0], r[1]), m1 = rows2(r[2], r[3]);
+  const __m512i m = _mm512_max_epu8(_mm512_unpacklo_epi64(m0, m1), _mm512_unpackhi_epi64(m0, m1));
   const __m256i m4 = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
   const __m128i m8 = _mm_max_epu8(_mm256_castsi256_si128(m4), _mm256_extracti128_si256(m4, 1));
-  return hn::Vec128<std::uint16_t>{_mm_cvtepu8_epi16(m8)};
+  return hn::Vec256<std::uint16_t>{_mm256_cvtepu8_epi16(m8)};
+}
+
+// FP4Pow2Scales8 for sixteen groups from their exponent fields m, t0g in both halves by one
+// word permute.
+HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t emax,
+                                     std::uint16_t first, std::uint8_t* HWY_RESTRICT scale16,
+                                     std::uint32_t* HWY_RESTRICT t0g) {
+  const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
+  const __m256i s = _mm256_subs_epu16(m.raw, set(emax));
+  const __m256i t = _mm256_add_epi16(_mm256_slli_epi16(s, 7), set(first - 127 * 128));
+  const __m512i twice = _mm512_setr_epi32(0x00000, 0x10001, 0x20002, 0x30003, 0x40004, 0x50005,
+                                          0x60006, 0x70007, 0x80008, 0x90009, 0xA000A, 0xB000B,
+                                          0xC000C, 0xD000D, 0xE000E, 0xF000F);
+  _mm512_storeu_si512(t0g, _mm512_permutexvar_epi16(twice, _mm512_castsi256_si512(t)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(scale16),
+                   _mm_packus_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+  // Nonzero where m > 254 or s < 4.
+  return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));
 }
 #endif
 

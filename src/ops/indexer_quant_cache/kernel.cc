@@ -442,13 +442,13 @@ bool fast_fp4(const IndexerQuantCachePlan& p) {
 }
 
 // The groups of one mxfp4 row that the lane form does not cover (zero or non-finite groups,
-// and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules.
-void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint16_t* amax,
+// and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules. exp: the
+// lane form's scale bytes s = max(m, emax) - emax, so m = 255 reads as 255 - emax.
+void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint8_t* exp,
                      std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   const std::uint32_t emax = e2m1 ? 2 : 0;
   for (std::int64_t g = 0; g < groups; ++g) {
-    const std::uint32_t m = amax[g] >> 7u;
-    if (m < 255 && std::max(m, emax) - emax >= 4) continue;
+    if (exp[g] >= 4 && exp[g] != 255 - emax) continue;
     formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
     mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
   }
@@ -471,13 +471,18 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   auto bad = hn::Zero(d8);
   bool by_groups = true;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (kD == 128) {  // two rows per reduction, read from their own addresses
+  if constexpr (kD == 128) {  // four rows per reduction, read from their own addresses
     by_groups = false;
-    for (int k = 0; k < b.n; k += 2) {
-      const auto m = qn::FP4RowExponents8(b.src[k], b.src[k + 1 < b.n ? k + 1 : k]);
-      hn::Store(hn::ShiftLeft<7>(m), d8, amax + 4 * k);  // as redo_fp4_groups reads them
-      bad = hn::Or(bad, qn::FP4Pow2ScalesOf8(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
+    __m256i bad16 = _mm256_setzero_si256();
+    for (int k = 0; k < b.n; k += 4) {
+      const std::uint16_t* rows[4];
+      for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+      const auto m = qn::FP4RowExponents16(rows);
+      bad16 = _mm256_or_si256(
+          bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
     }
+    bad = hn::Vec128<std::uint16_t>{_mm_or_si128(_mm256_castsi256_si128(bad16),
+                                                 _mm256_extracti128_si256(bad16, 1))};
   }
 #endif
   if (by_groups) {
@@ -501,7 +506,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     const std::int64_t u = k * groups;
     std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
     qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
-    redo_fp4_groups(s, e2m1, b.src[k], amax + u, groups, b.codes[k], b.scale[k]);
+    redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
   }
 }
 
@@ -521,7 +526,7 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
   qn::QuantizeFP4Pow2Row(src, codes, p.d, s.exp, table);
-  if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
+  if (!all) redo_fp4_groups(s, e2m1, src, s.scale, groups, codes, scale);
 }
 
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
