@@ -18,8 +18,9 @@
 //   reference.
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
-//   word table (FP4Pow2CodesWide). Groups of zeros, with a non-finite element, or with a scale
-//   below 2^-123 take the scalar rules.
+//   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
+//   reduced as bytes, four rows at a time (FP4RowExponents16). Groups of zeros, with a
+//   non-finite element, or with a scale below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
