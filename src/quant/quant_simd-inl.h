@@ -893,6 +893,35 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512 VNNI's byte dot products (Ice Lake and later, Zen 4: every CPU with VBMI but Cannon
+// Lake), for the kernels that run where vbmi_usable() and the CPU has VNNI as well.
+#undef KVS_VBMI_VNNI_ATTR
+#define KVS_VBMI_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi,avx512vnni")))
+
+// QuantizeFP4Pow2Row of a row of 128 elements (wide, bias: the table's vectors) by VNNI: one
+// dot product of each 32-bit lane's bytes (two codes, each with its sign two bits up) by
+// (1, 2, 16, 32) forms the lane's byte, then three packs and a permute narrow the four vectors:
+// 12 operations per row after the codes where the byte multiply-adds take 14.
+KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t* HWY_RESTRICT x,
+                                                             std::uint8_t* HWY_RESTRICT out,
+                                                             const std::uint32_t* HWY_RESTRICT t0g,
+                                                             __m512i wide, __m512i bias) {
+  const GroupTag<32> d;
+  const __m512i weights = _mm512_set1_epi32(0x20100201);
+  const auto pairs = [&](int g) KVS_VBMI_VNNI_ATTR {
+    const hn::Vec512<std::uint16_t> operand{_mm512_set1_epi32(static_cast<int>(t0g[g]))};
+    const auto c = FP4Pow2CodesWide(hn::LoadU(d, x + 32 * g), operand, wide, bias);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), c.raw, weights);
+  };
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(pairs(0), pairs(1)),
+                                            _mm512_packus_epi32(pairs(2), pairs(3)));
+  // Block b of the bytes holds dwords 4b..4b+3 of each of the four vectors in turn.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+}
+#endif
+
 // FP4 codes of a row of n bf16 values (n a multiple of 32) whose 32-groups g have the
 // FP4Pow2Codes operands t0g[g] (in both halves: a 32-bit broadcast from memory is a load alone,
 // a 16-bit one also takes a shuffle), packed two per byte into n / 2 bytes at out.
@@ -968,12 +997,8 @@ HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT ama
 // exponent in its low byte (w >> 7) and the next group's in its high byte (w + w), which halves
 // the transposes of the reduction; four rows share its last steps (50 512-bit operations for
 // the sixteen groups where the 16-bit maxima of 256-bit halves took about 90 256-bit ones).
-HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
-  const auto pair = [](const std::uint16_t* g) HWY_ATTR {
-    const __m512i lo = _mm512_loadu_si512(g), hi = _mm512_loadu_si512(g + 32);
-    return _mm512_mask_blend_epi8(0x5555555555555555ull, _mm512_add_epi16(hi, hi),
-                                  _mm512_srli_epi16(lo, 7));
-  };
+// FP4ExponentMaxima16 reduces the eight vectors of those pairs (v[2k], v[2k + 1]: row k).
+HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
   // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
   const auto words = [](__m512i a, __m512i b) HWY_ATTR {
     return _mm512_max_epu8(_mm512_unpacklo_epi16(a, b), _mm512_unpackhi_epi16(a, b));
@@ -981,14 +1006,36 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* cons
   const auto dwords = [](__m512i a, __m512i b) HWY_ATTR {
     return _mm512_max_epu8(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
   };
-  const auto rows2 = [&](const std::uint16_t* a, const std::uint16_t* b) HWY_ATTR {
-    return dwords(words(pair(a), pair(a + 64)), words(pair(b), pair(b + 64)));
-  };
-  const __m512i m0 = rows2(r[0], r[1]), m1 = rows2(r[2], r[3]);
+  const __m512i m0 = dwords(words(v[0], v[1]), words(v[2], v[3]));
+  const __m512i m1 = dwords(words(v[4], v[5]), words(v[6], v[7]));
   const __m512i m = _mm512_max_epu8(_mm512_unpacklo_epi64(m0, m1), _mm512_unpackhi_epi64(m0, m1));
   const __m256i m4 = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
   const __m128i m8 = _mm_max_epu8(_mm256_castsi256_si128(m4), _mm256_extracti128_si256(m4, 1));
   return hn::Vec256<std::uint16_t>{_mm256_cvtepu8_epi16(m8)};
+}
+HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
+  __m512i v[8];
+  for (int k = 0; k < 8; ++k) {
+    const std::uint16_t* g = r[k / 2] + 64 * (k % 2);
+    const __m512i lo = _mm512_loadu_si512(g), hi = _mm512_loadu_si512(g + 32);
+    v[k] = _mm512_mask_blend_epi8(0x5555555555555555ull, _mm512_add_epi16(hi, hi),
+                                  _mm512_srli_epi16(lo, 7));
+  }
+  return FP4ExponentMaxima16(v);
+}
+// The same by VBMI's multishift, which takes each lane's exponent field (bits 7 to 14) into a
+// byte of its own: two operations for a pair of groups where shifts and a blend take three.
+KVS_VBMI_ATTR HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16Vbmi(
+    const std::uint16_t* const* r) {
+  const __m512i at = _mm512_set1_epi64(0x3737272717170707);  // bytes 2j, 2j + 1: lane j's
+  __m512i v[8];
+  for (int k = 0; k < 8; ++k) {
+    const std::uint16_t* g = r[k / 2] + 64 * (k % 2);
+    const __m512i lo = _mm512_multishift_epi64_epi8(at, _mm512_loadu_si512(g));
+    v[k] = _mm512_mask_multishift_epi64_epi8(lo, 0xAAAAAAAAAAAAAAAAull, at,
+                                             _mm512_loadu_si512(g + 32));
+  }
+  return FP4ExponentMaxima16(v);
 }
 
 // FP4Pow2Scales8 for sixteen groups from their exponent fields m, t0g in both halves by one
