@@ -22,7 +22,8 @@
 // - Maxima8 + FP4Pow2Scales8 + QuantizeFP4Pow2Row: FP4 codes (float4_e2m1, float4_e1m2) of
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
-//   packed two per byte.
+//   packed two per byte. FP4RowExponents16 + FP4Pow2ScalesOf16 (AVX-512): the scales of four
+//   128-element rows from their groups' largest exponents, reduced as bytes.
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
@@ -854,12 +855,16 @@ HWY_INLINE void StoreFP4Nibbles4(D d, V c0, V c1, V c2, V c3, std::uint8_t* HWY_
   StoreFP4Nibbles(d, c3, out + 3 * half);
 }
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-// The pairs by E2M1NibblePairs (below 0x8000, so its signed pack keeps them), the signs moved on
-// 16-bit lanes, then E2M1NibbleBytes.
+// x86 packs bytes instead: a lane's low byte holds its magnitude code and its high byte the sign
+// in bit 2, so a multiply-add of the two bytes by (1, 2) forms the nibble in the low byte, and
+// after an unsigned pack one by (1, 16) joins each pair; a last pack and one dword permute put
+// the four vectors' bytes in order. Six operations per two vectors where 32-bit multiply-adds
+// and a separate move of the signs take eight.
 HWY_INLINE __m256i FP4SignedPairs(hn::Vec256<std::uint16_t> a, hn::Vec256<std::uint16_t> b) {
-  const hn::Full256<std::int16_t> di;
-  const __m256i p = E2M1NibblePairs(hn::BitCast(di, a), hn::BitCast(di, b));
-  return _mm256_and_si256(_mm256_or_si256(p, _mm256_srli_epi16(p, 7)), _mm256_set1_epi16(0xFF));
+  const __m256i sign = _mm256_set1_epi16(0x0201), pair = _mm256_set1_epi16(0x1001);
+  const __m256i n = _mm256_packus_epi16(_mm256_maddubs_epi16(a.raw, sign),
+                                        _mm256_maddubs_epi16(b.raw, sign));
+  return _mm256_maddubs_epi16(n, pair);
 }
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec256<std::uint16_t> c0, hn::Vec256<std::uint16_t> c1,
@@ -870,14 +875,11 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec256<std::uint16_t> c0, hn::Vec256<std
 }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// A multiply-add of each lane pair by (1, 16) forms each pair's value in a 32-bit lane; after
-// the signed pack to 16 bits the signs move, then an unsigned pack and one dword permute put
-// the four vectors' bytes in order.
 HWY_INLINE __m512i FP4SignedPairs(hn::Vec512<std::uint16_t> a, hn::Vec512<std::uint16_t> b) {
-  const __m512i w = _mm512_set1_epi32(0x00100001);
-  const __m512i p = _mm512_packs_epi32(_mm512_madd_epi16(a.raw, w), _mm512_madd_epi16(b.raw, w));
-  // (p | p >> 7) & 0xFF
-  return _mm512_ternarylogic_epi32(p, _mm512_srli_epi16(p, 7), _mm512_set1_epi16(0xFF), 0xA8);
+  const __m512i sign = _mm512_set1_epi16(0x0201), pair = _mm512_set1_epi16(0x1001);
+  const __m512i n = _mm512_packus_epi16(_mm512_maddubs_epi16(a.raw, sign),
+                                        _mm512_maddubs_epi16(b.raw, sign));
+  return _mm512_maddubs_epi16(n, pair);
 }
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std::uint16_t> c1,
@@ -890,14 +892,48 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// AVX-512 VNNI's byte dot products (Ice Lake and later, Zen 4: every CPU with VBMI but Cannon
+// Lake), for the kernels that run where vbmi_usable() and the CPU has VNNI as well.
+#undef KVS_VBMI_VNNI_ATTR
+#define KVS_VBMI_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi,avx512vnni")))
+
+// QuantizeFP4Pow2Row of a row of 128 elements (wide, bias: the table's vectors) by VNNI: one
+// dot product of each 32-bit lane's bytes (two codes, each with its sign two bits up) by
+// (1, 2, 16, 32) forms the lane's byte, then three packs and a permute narrow the four vectors:
+// 12 operations per row after the codes where the byte multiply-adds take 14.
+KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t* HWY_RESTRICT x,
+                                                             std::uint8_t* HWY_RESTRICT out,
+                                                             const std::uint32_t* HWY_RESTRICT t0g,
+                                                             __m512i wide, __m512i bias) {
+  const GroupTag<32> d;
+  const __m512i weights = _mm512_set1_epi32(0x20100201);
+  const auto pairs = [&](int g) KVS_VBMI_VNNI_ATTR {
+    const hn::Vec512<std::uint16_t> operand{_mm512_set1_epi32(static_cast<int>(t0g[g]))};
+    const auto c = FP4Pow2CodesWide(hn::LoadU(d, x + 32 * g), operand, wide, bias);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), c.raw, weights);
+  };
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(pairs(0), pairs(1)),
+                                            _mm512_packus_epi32(pairs(2), pairs(3)));
+  // Block b of the bytes holds dwords 4b..4b+3 of each of the four vectors in turn.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+}
+#endif
+
 // FP4 codes of a row of n bf16 values (n a multiple of 32) whose 32-groups g have the
-// FP4Pow2Codes operands t0g[g], packed two per byte into n / 2 bytes at out.
+// FP4Pow2Codes operands t0g[g] (in both halves: a 32-bit broadcast from memory is a load alone,
+// a 16-bit one also takes a shuffle), packed two per byte into n / 2 bytes at out.
 HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                                   const std::uint16_t* HWY_RESTRICT t0g,
+                                   const std::uint32_t* HWY_RESTRICT t0g,
                                    const FP4Pow2Table& table) {
   const GroupTag<32> d;
   const hn::Repartition<std::uint8_t, decltype(d)> d8;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const auto operand = [&](std::int64_t at) HWY_ATTR {
+    return hn::BitCast(d, hn::Set(d32, t0g[at / 32]));
+  };
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   std::int64_t i = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -905,7 +941,7 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   const __m512i wide = _mm512_load_si512(table.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
   const auto codes = [&](std::int64_t at) HWY_ATTR {
-    return FP4Pow2CodesWide(hn::LoadU(d, x + at), hn::Set(d, t0g[at / 32]), wide, bias);
+    return FP4Pow2CodesWide(hn::LoadU(d, x + at), operand(at), wide, bias);
   };
   for (; i + 4 * L <= n; i += 4 * L) {
     StoreFP4Nibbles4(d, codes(i), codes(i + L), codes(i + 2 * L), codes(i + 3 * L), out + i / 2);
@@ -913,25 +949,23 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
   for (; i < n; i += L) StoreFP4Nibbles(d, codes(i), out + i / 2);
 #else
   const auto entries = hn::LoadDup128(d8, table.entry);
+  const auto codes = [&](std::int64_t at) HWY_ATTR {
+    return FP4Pow2Codes(d, hn::LoadU(d, x + at), operand(at), entries);
+  };
   for (; i + 4 * L <= n; i += 4 * L) {
-    const auto c0 = FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries);
-    const auto c1 =
-        FP4Pow2Codes(d, hn::LoadU(d, x + i + L), hn::Set(d, t0g[(i + L) / 32]), entries);
-    const auto c2 =
-        FP4Pow2Codes(d, hn::LoadU(d, x + i + 2 * L), hn::Set(d, t0g[(i + 2 * L) / 32]), entries);
-    const auto c3 =
-        FP4Pow2Codes(d, hn::LoadU(d, x + i + 3 * L), hn::Set(d, t0g[(i + 3 * L) / 32]), entries);
+    const auto c0 = codes(i);
+    const auto c1 = codes(i + L);
+    const auto c2 = codes(i + 2 * L);
+    const auto c3 = codes(i + 3 * L);
     StoreFP4Nibbles4(d, c0, c1, c2, c3, out + i / 2);
   }
-  for (; i < n; i += L) {
-    StoreFP4Nibbles(d, FP4Pow2Codes(d, hn::LoadU(d, x + i), hn::Set(d, t0g[i / 32]), entries),
-                    out + i / 2);
-  }
+  for (; i < n; i += L) StoreFP4Nibbles(d, codes(i), out + i / 2);
 #endif
 }
 
 // The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest
-// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in t0g[k]. Returns a lane per
+// exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in both halves of t0g[k]
+// (QuantizeFP4Pow2Row). Returns a lane per
 // group, zero where the group takes the lane form: m finite, and s at least 4, so that the
 // operand is not negative and every y the codes tell apart is normal (a caller ors the results
 // of many calls and tests them once).
@@ -939,18 +973,88 @@ using FP4Tag8 = hn::CappedTag<std::uint16_t, 8>;
 HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
                                            std::uint16_t emax, std::uint16_t first,
                                            std::uint8_t* HWY_RESTRICT scale8,
-                                           std::uint16_t* HWY_RESTRICT t0g) {
+                                           std::uint32_t* HWY_RESTRICT t0g) {
   const FP4Tag8 d;  // eight lanes on every target with vectors
   const hn::Rebind<std::uint8_t, decltype(d)> d8;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
   const auto m = hn::ShiftRight<7>(hn::LoadU(d, amax));
   const auto s = hn::SaturatedSub(m, hn::Set(d, emax));
   const auto base = static_cast<std::uint16_t>(first - 127 * 128);
-  hn::StoreU(hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base)), d, t0g);
+  const auto t = hn::Add(hn::ShiftLeft<7>(s), hn::Set(d, base));
+  hn::StoreU(hn::ZipLower(d32, t, t), d32, t0g);
+  hn::StoreU(hn::ZipUpper(d32, t, t), d32, t0g + hn::Lanes(d32));
   hn::StoreU(hn::TruncateTo(d8, s), d8, scale8);
   // Nonzero where m > 254 or s < 4.
   return hn::Or(hn::SaturatedSub(m, hn::Set(d, std::uint16_t{254})),
                 hn::SaturatedSub(hn::Set(d, std::uint16_t{4}), s));
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The exponent fields of the largest magnitudes of the sixteen 32-groups of four 128-element
+// rows (in row order), as 16-bit lanes for FP4Pow2ScalesOf16. Only the exponent sets an FP4
+// scale, so the maxima run on bytes, two groups to a vector: each lane holds one group's
+// exponent in its low byte (w >> 7) and the next group's in its high byte (w + w), which halves
+// the transposes of the reduction; four rows share its last steps (50 512-bit operations for
+// the sixteen groups where the 16-bit maxima of 256-bit halves took about 90 256-bit ones).
+// FP4ExponentMaxima16 reduces the eight vectors of those pairs (v[2k], v[2k + 1]: row k).
+HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
+  // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
+  const auto words = [](__m512i a, __m512i b) HWY_ATTR {
+    return _mm512_max_epu8(_mm512_unpacklo_epi16(a, b), _mm512_unpackhi_epi16(a, b));
+  };
+  const auto dwords = [](__m512i a, __m512i b) HWY_ATTR {
+    return _mm512_max_epu8(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  };
+  const __m512i m0 = dwords(words(v[0], v[1]), words(v[2], v[3]));
+  const __m512i m1 = dwords(words(v[4], v[5]), words(v[6], v[7]));
+  const __m512i m = _mm512_max_epu8(_mm512_unpacklo_epi64(m0, m1), _mm512_unpackhi_epi64(m0, m1));
+  const __m256i m4 = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+  const __m128i m8 = _mm_max_epu8(_mm256_castsi256_si128(m4), _mm256_extracti128_si256(m4, 1));
+  return hn::Vec256<std::uint16_t>{_mm256_cvtepu8_epi16(m8)};
+}
+HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
+  __m512i v[8];
+  for (int k = 0; k < 8; ++k) {
+    const std::uint16_t* g = r[k / 2] + 64 * (k % 2);
+    const __m512i lo = _mm512_loadu_si512(g), hi = _mm512_loadu_si512(g + 32);
+    v[k] = _mm512_mask_blend_epi8(0x5555555555555555ull, _mm512_add_epi16(hi, hi),
+                                  _mm512_srli_epi16(lo, 7));
+  }
+  return FP4ExponentMaxima16(v);
+}
+// The same by VBMI's multishift, which takes each lane's exponent field (bits 7 to 14) into a
+// byte of its own: two operations for a pair of groups where shifts and a blend take three.
+KVS_VBMI_ATTR HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16Vbmi(
+    const std::uint16_t* const* r) {
+  const __m512i at = _mm512_set1_epi64(0x3737272717170707);  // bytes 2j, 2j + 1: lane j's
+  __m512i v[8];
+  for (int k = 0; k < 8; ++k) {
+    const std::uint16_t* g = r[k / 2] + 64 * (k % 2);
+    const __m512i lo = _mm512_multishift_epi64_epi8(at, _mm512_loadu_si512(g));
+    v[k] = _mm512_mask_multishift_epi64_epi8(lo, 0xAAAAAAAAAAAAAAAAull, at,
+                                             _mm512_loadu_si512(g + 32));
+  }
+  return FP4ExponentMaxima16(v);
+}
+
+// FP4Pow2Scales8 for sixteen groups from their exponent fields m, t0g in both halves by one
+// word permute.
+HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t emax,
+                                     std::uint16_t first, std::uint8_t* HWY_RESTRICT scale16,
+                                     std::uint32_t* HWY_RESTRICT t0g) {
+  const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
+  const __m256i s = _mm256_subs_epu16(m.raw, set(emax));
+  const __m256i t = _mm256_add_epi16(_mm256_slli_epi16(s, 7), set(first - 127 * 128));
+  const __m512i twice = _mm512_setr_epi32(0x00000, 0x10001, 0x20002, 0x30003, 0x40004, 0x50005,
+                                          0x60006, 0x70007, 0x80008, 0x90009, 0xA000A, 0xB000B,
+                                          0xC000C, 0xD000D, 0xE000E, 0xF000F);
+  _mm512_storeu_si512(t0g, _mm512_permutexvar_epi16(twice, _mm512_castsi256_si512(t)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(scale16),
+                   _mm_packus_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+  // Nonzero where m > 254 or s < 4.
+  return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));
+}
+#endif
 
 // ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
 

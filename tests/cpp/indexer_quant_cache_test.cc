@@ -738,5 +738,59 @@ TEST(IndexerSweep, Bfloat16Mxfp4LaneFormEdges) {
   }
 }
 
+// Batches of d = 128 rows of every length up to past one batch: the AVX-512 maxima take the
+// rows two at a time, so an odd count leaves its last row alone, and two rows on one slot must
+// still end with the later one's bytes.
+TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
+  std::mt19937_64 rng(5);
+  for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
+    for (const std::int64_t rows : {1, 2, 3, 7, 31, 32, 33, 63, 65}) {
+      const std::int64_t d = 128;
+      // Any bits, with zero groups and infinities (rows the scalar rules finish), or finite
+      // exponents from 10 to 249 alone (every group in the lane form); the rows reversed, or
+      // each pair of rows on one slot (the later row's bytes win).
+      for (const bool finite : {false, true}) {
+        std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * d));
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const std::uint32_t group = static_cast<std::uint32_t>(i / 32), kind = group * 7 % 11;
+          const auto bits = static_cast<std::uint32_t>(rng());
+          x[i] = static_cast<std::uint16_t>(kind == 3 && !finite ? (i % 2) << 15 : bits);
+          if (kind == 5 && i % 32 == 9 && !finite) x[i] = 0x7F80;
+          if (finite) x[i] = static_cast<std::uint16_t>((bits & 0x807F) | (10 + bits % 240) << 7);
+        }
+        for (const bool shared : {false, true}) {
+          std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+          for (std::int64_t r = 0; r < rows; ++r) {
+            slots[static_cast<std::size_t>(r)] = shared ? r / 2 : rows - 1 - r;
+          }
+          IndexerQuantCacheOptions o;
+          o.quant_mode = IndexerQuantMode::mxfp4;
+          const auto go = [&](bool ref, Bytes& c, Bytes& s) {
+            run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, d / 2}),
+                                         TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, 4}),
+                                         TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                         TensorView(slots.data(), DType::int64, {rows}), o),
+                ref);
+          };
+          Bytes want_c(static_cast<std::size_t>(rows * d / 2), 0x5A);  // slots left unwritten
+          Bytes want_s(static_cast<std::size_t>(rows * 4), 0x5A);
+          go(true, want_c, want_s);
+          for (std::int64_t target : simd_test::simd_targets()) {
+            simd_test::PinTarget pin(target);
+            Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
+            go(false, c, s);
+            const std::string what = std::string(dtype_name(cdt)) + " rows " +
+                                     std::to_string(rows) + (finite ? " finite" : "") +
+                                     (shared ? " shared" : "") + " " +
+                                     simd_test::target_name(target);
+            EXPECT_EQ(c, want_c) << what;
+            EXPECT_EQ(s, want_s) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter

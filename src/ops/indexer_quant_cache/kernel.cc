@@ -18,8 +18,10 @@
 //   reference.
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
-//   word table (FP4Pow2CodesWide). Groups of zeros, with a non-finite element, or with a scale
-//   below 2^-123 take the scalar rules.
+//   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
+//   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI and
+//   VNNI the exponents come out by multishifts and the codes' bytes by dot products. Groups of
+//   zeros, with a non-finite element, or with a scale below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -453,17 +455,48 @@ bool fast_fp4(const IndexerQuantCachePlan& p) {
 }
 
 // The groups of one mxfp4 row that the lane form does not cover (zero or non-finite groups,
-// and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules.
-void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint16_t* amax,
+// and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules. exp: the
+// lane form's scale bytes s = max(m, emax) - emax, so m = 255 reads as 255 - emax.
+void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint8_t* exp,
                      std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
   const std::uint32_t emax = e2m1 ? 2 : 0;
   for (std::int64_t g = 0; g < groups; ++g) {
-    const std::uint32_t m = amax[g] >> 7u;
-    if (m < 255 && std::max(m, emax) - emax >= 4) continue;
+    if (exp[g] >= 4 && exp[g] != 255 - emax) continue;
     formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
     mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
   }
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Mode mxfp4, d = 128, where vbmi_usable() and the CPU has VNNI: fast_mxfp4_rows' scales by
+// FP4RowExponents16Vbmi and, where every group of the batch takes the lane form, its codes by
+// QuantizeFP4Pow2Row128Vnni. Returns whether it wrote the batch; if not, the caller writes the
+// rows from the scales in exp and t0g.
+bool fp4_vnni_usable() {
+  static const bool has = __builtin_cpu_supports("avx512vnni");
+  return has && vbmi_usable();
+}
+KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow2Table& table,
+                                                std::uint16_t emax, std::uint8_t* exp,
+                                                std::uint32_t* t0g) {
+  __m256i bad = _mm256_setzero_si256();
+  for (int k = 0; k < b.n; k += 4) {
+    const std::uint16_t* rows[4];
+    for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+    const auto m = qn::FP4RowExponents16Vbmi(rows);
+    bad = _mm256_or_si256(bad,
+                          qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
+  }
+  if (!_mm256_testz_si256(bad, bad)) return false;
+  const __m512i wide = _mm512_load_si512(table.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
+  for (int k = 0; k < b.n; ++k) {
+    std::memcpy(b.scale[k], exp + 4 * k, 4);
+    qn::QuantizeFP4Pow2Row128Vnni(b.src[k], b.codes[k], t0g + 4 * k, wide, bias);
+  }
+  return true;
+}
+#endif
 
 // Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
@@ -472,32 +505,57 @@ template <std::int64_t kD>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
-  const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
+  // A copy: the code stores could alias the global, so each row would load its vectors again.
+  const qn::FP4Pow2Table table = e2m1 ? kE2M1Table : kE1M2Table;
   const std::uint16_t emax = e2m1 ? 2 : 0;
-  const std::uint16_t* units[kMaxBatch];
-  const int used = batch_groups(b, groups, units);
-  HWY_ALIGN std::uint16_t amax[kMaxBatch], t0g[kMaxBatch];
+  HWY_ALIGN std::uint16_t amax[kMaxBatch];
+  HWY_ALIGN std::uint32_t t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
   const qn::FP4Tag8 d8;
   auto bad = hn::Zero(d8);
-  for (int c = 0; c < used; c += 8) {
-    qn::Maxima8<16>(units + c, 32, amax + c);
-    bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+  bool by_groups = true;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (kD == 128) {  // four rows per reduction, read from their own addresses
+    by_groups = false;
+    if (fp4_vnni_usable()) {
+      if (fast_mxfp4_rows128_vnni(b, table, emax, exp, t0g)) return;
+      bad = hn::Set(d8, std::uint16_t{1});  // the rows below, from its scales
+    } else {
+      __m256i bad16 = _mm256_setzero_si256();
+      for (int k = 0; k < b.n; k += 4) {
+        const std::uint16_t* rows[4];
+        for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+        const auto m = qn::FP4RowExponents16(rows);
+        bad16 = _mm256_or_si256(
+            bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
+      }
+      bad = hn::Vec128<std::uint16_t>{_mm_or_si128(_mm256_castsi256_si128(bad16),
+                                                   _mm256_extracti128_si256(bad16, 1))};
+    }
+  }
+#endif
+  if (by_groups) {
+    const std::uint16_t* units[kMaxBatch];
+    const int used = batch_groups(b, groups, units);
+    for (int c = 0; c < used; c += 8) {
+      qn::Maxima8<16>(units + c, 32, amax + c);
+      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+    }
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   if (all) {  // the usual case, in a loop of its own
     for (int k = 0; k < b.n; ++k) {
       const std::int64_t u = k * groups;
       std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
+      qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
     }
     return;
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-    qn::QuantizeFP4Pow2Row(units[u], b.codes[k], d, t0g + u, table);
-    redo_fp4_groups(s, e2m1, units[u], amax + u, groups, b.codes[k], b.scale[k]);
+    qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
+    redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
   }
 }
 
@@ -512,12 +570,12 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   auto bad = hn::Zero(d8);
   for (std::int64_t g = 0; g < groups; g += 8) {
     bad = hn::Or(bad,
-                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.sub + g));
+                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.exp + g));
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
-  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.sub, table);
-  if (!all) redo_fp4_groups(s, e2m1, src, s.amax, groups, codes, scale);
+  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.exp, table);
+  if (!all) redo_fp4_groups(s, e2m1, src, s.scale, groups, codes, scale);
 }
 
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
