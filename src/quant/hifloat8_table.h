@@ -48,7 +48,8 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 //   bit HiFloat8 keeps in binade E (kept 3, 2, 1), so that m + half2 / 2 rounds half away from
 //   zero and carries into bit 7 (to binade R = E + 1) where the mantissa rounds up.
 // - by the rounded binade R: pos[R - 128] (R in [128, 142]; entry 15 zero) and neg[R - 112]
-//   (R in [112, 127]) are the codes of 2^(R - 127).
+//   (R in [112, 127]) are the codes of 2^(R - 127) with bit 7 set, which then marks the
+//   lanes whose code is not 0x00 (those that take a sign).
 // - the kept bits of the rounded mantissa m' (7 bits): with t = m' >> 3 (its top four bits),
 //   kept[(t & keep_and[ae]) | keep_or[ae]] = t >> (4 - kept); the three widths read disjoint
 //   entries (odd ones, multiples of 4, and 2 and 10), and the bits below those kept, whatever

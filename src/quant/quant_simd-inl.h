@@ -1324,7 +1324,8 @@ struct HiF8LaneFlags {
 //   kept bit is read; the lanes below 2^-23 then read no code (R < 112 in either window) and
 //   come out 0x00, those from 2^-23 are counted in `small`, those from 2^15 in `big`.
 // - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
-// The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none).
+// The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
+// mask: the windows' entries have bit 7 set.
 template <class D8, class V16>
 HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
                               HiF8LaneFlags<D8>& flags, std::uint8_t* HWY_RESTRICT out) {
@@ -1353,18 +1354,18 @@ HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
   const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, mr)));
   const auto ti = hn::Or(hn::And(top, hn::TableLookupBytesOr0(t.keep_and, ki)),
                          hn::TableLookupBytesOr0(t.keep_or, ki));
+  // Bit 7 set where the code is not 0x00 (the windows' entries carry it): the sign's bit there.
   const auto code = hn::Or(base, hn::TableLookupBytesOr0(t.kept, ti));
 #if HWY_TARGET == HWY_AVX2
-  // The signs, packed as the bytes above (each 128-bit block: eight of w0, eight of w1).
-  const __m256i signs = _mm256_and_si256(_mm256_packs_epi16(w0.raw, w1.raw),
-                                         _mm256_set1_epi8(static_cast<char>(0x80)));
-  const __m256i c = _mm256_or_si256(code.raw, _mm256_sign_epi8(signs, code.raw));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(c, 0xD8));
+  // The signs in bit 7, packed as the bytes above (each 128-bit block: eight of w0, eight of
+  // w1; a negative word saturates to a negative byte).
+  const __m256i signs = _mm256_or_si256(_mm256_packs_epi16(w0.raw, w1.raw),
+                                        _mm256_set1_epi8(0x7F));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permute4x64_epi64(_mm256_and_si256(code.raw, signs), 0xD8));
 #else
-  const __m128i signs = _mm_and_si128(_mm_packs_epi16(w0.raw, w1.raw),
-                                      _mm_set1_epi8(static_cast<char>(0x80)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
-                   _mm_or_si128(code.raw, _mm_sign_epi8(signs, code.raw)));
+  const __m128i signs = _mm_or_si128(_mm_packs_epi16(w0.raw, w1.raw), _mm_set1_epi8(0x7F));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_and_si128(code.raw, signs));
 #endif
 }
 
