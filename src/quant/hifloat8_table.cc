@@ -57,6 +57,10 @@ const HiFloat8LaneTables& hifloat8_lane_tables() noexcept {
       t.neg[ae] = static_cast<std::uint8_t>(0x80 | encode(ae - 15));
       if (ae < 15) t.pos[ae] = static_cast<std::uint8_t>(0x80 | encode(ae + 1));
     }
+    constexpr std::uint8_t kSplat[6] = {129, 112, 0x7F, 0x80, 141, 0xF7};
+    for (int i = 0; i < 6; ++i) {
+      for (std::uint8_t& b : t.splat[i]) b = kSplat[i];
+    }
     for (int kept = 1; kept <= 3; ++kept) {
       for (unsigned top = 0; top < 16; ++top) {
         t.kept[(top & kAnd[kept]) | kOr[kept]] = static_cast<std::uint8_t>(top >> (4 - kept));

@@ -63,6 +63,10 @@ struct HiFloat8LaneTables {
   alignas(16) std::uint8_t kept[16];
   alignas(16) std::uint8_t pos[16];
   alignas(16) std::uint8_t neg[16];
+  // The byte constants of the lane form, each in all 16 bytes: 129 (-127), 112, 0x7F, 0x80,
+  // and the flags' limits 141 and 0xF7 (read from memory, so that the compiler does not
+  // rebuild them by shuffles in every row).
+  alignas(16) std::uint8_t splat[6][16];
 };
 const HiFloat8LaneTables& hifloat8_lane_tables() noexcept;
 

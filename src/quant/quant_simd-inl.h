@@ -1287,6 +1287,7 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
 // the shuffle that splits 16-bit lanes into their low and high bytes.
 struct HiF8LaneRegs {
   hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep_and, keep_or, kept, pos, neg, split;
+  hn::Vec<hn::ScalableTag<std::uint8_t>> k129, k112, k7f, k80, big_top, small_top;
 };
 
 HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
@@ -1294,10 +1295,13 @@ HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
   const detail::HiFloat8LaneTables& t = detail::hifloat8_lane_tables();
   alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
                                                          1, 3, 5, 7, 9, 11, 13, 15};
-  return {hn::LoadDup128(d8, t.half2),   hn::LoadDup128(d8, t.keep_and),
-          hn::LoadDup128(d8, t.keep_or), hn::LoadDup128(d8, t.kept),
-          hn::LoadDup128(d8, t.pos),     hn::LoadDup128(d8, t.neg),
-          hn::LoadDup128(d8, kSplit)};
+  return {hn::LoadDup128(d8, t.half2),    hn::LoadDup128(d8, t.keep_and),
+          hn::LoadDup128(d8, t.keep_or),  hn::LoadDup128(d8, t.kept),
+          hn::LoadDup128(d8, t.pos),      hn::LoadDup128(d8, t.neg),
+          hn::LoadDup128(d8, kSplit),     hn::LoadDup128(d8, t.splat[0]),
+          hn::LoadDup128(d8, t.splat[1]), hn::LoadDup128(d8, t.splat[2]),
+          hn::LoadDup128(d8, t.splat[3]), hn::LoadDup128(d8, t.splat[4]),
+          hn::LoadDup128(d8, t.splat[5])};
 }
 
 // What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
@@ -1306,9 +1310,9 @@ HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
 template <class D8>
 struct HiF8LaneFlags {
   explicit HiF8LaneFlags(D8 d8) : big(hn::Zero(d8)), small(hn::Zero(d8)) {}
-  bool AllRight(D8 d8) const {
-    const auto over = hn::Or(hn::SaturatedSub(big, hn::Set(d8, std::uint8_t{141})),
-                             hn::SaturatedSub(small, hn::Set(d8, std::uint8_t{0xF7})));
+  bool AllRight(D8 d8, const HiF8LaneRegs& t) const {
+    const auto over =
+        hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top));
     return hn::AllTrue(d8, hn::Eq(over, hn::Zero(d8)));
   }
   hn::Vec<D8> big, small;
@@ -1332,7 +1336,6 @@ HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
   const hn::Repartition<std::int8_t, D8> di8;
   const hn::Repartition<std::uint16_t, D8> d16;
   const hn::Repartition<std::uint64_t, D8> d64;
-  const auto k = [d8](std::uint8_t c) HWY_ATTR { return hn::Set(d8, c); };
   const auto split = [&](V16 w) HWY_ATTR {
     return hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w, w)), t.split));
   };
@@ -1341,14 +1344,14 @@ HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
   const auto e = hn::BitCast(d8, hn::InterleaveUpper(d64, s0, s1));   // E, the sign dropped
   flags.big = hn::Max(flags.big, e);
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more.
-  const auto ki = hn::SaturatedAdd(
-      hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Sub(e, k(127))))), k(0x70));
+  const auto ki =
+      hn::SaturatedAdd(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e, t.k129)))), t.k112);
   // m + half2 / 2 exactly ((2m + half2 + 1) >> 1 with 2m + half2 even): bit 7 the carry.
   const auto mr = hn::AverageRound(m2, hn::TableLookupBytesOr0(t.half2, ki));
   const auto r = hn::Sub(e, hn::BitCast(d8, hn::BroadcastSignBit(hn::BitCast(di8, mr))));
-  const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::Set(di8, std::int8_t{112}));
+  const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::BitCast(di8, t.k112));
   flags.small = hn::Max(flags.small, hn::BitCast(d8, ni));
-  const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r, k(0x80))),
+  const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r, t.k80)),
                            hn::TableLookupBytesOr0(t.neg, hn::BitCast(d8, ni)));
   // The rounded mantissa's top four bits (a neighbour's bits above them, masked off).
   const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, mr)));
@@ -1359,12 +1362,11 @@ HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
 #if HWY_TARGET == HWY_AVX2
   // The signs in bit 7, packed as the bytes above (each 128-bit block: eight of w0, eight of
   // w1; a negative word saturates to a negative byte).
-  const __m256i signs = _mm256_or_si256(_mm256_packs_epi16(w0.raw, w1.raw),
-                                        _mm256_set1_epi8(0x7F));
+  const __m256i signs = _mm256_or_si256(_mm256_packs_epi16(w0.raw, w1.raw), t.k7f.raw);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
                       _mm256_permute4x64_epi64(_mm256_and_si256(code.raw, signs), 0xD8));
 #else
-  const __m128i signs = _mm_or_si128(_mm_packs_epi16(w0.raw, w1.raw), _mm_set1_epi8(0x7F));
+  const __m128i signs = _mm_or_si128(_mm_packs_epi16(w0.raw, w1.raw), t.k7f.raw);
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_and_si128(code.raw, signs));
 #endif
 }
@@ -1414,7 +1416,7 @@ HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY
     }
     HiF8ByteCodes(d8, t, w0, w1, flags, out + j);
   }
-  return flags.AllRight(d8);
+  return flags.AllRight(d8, t);
 }
 #endif  // KVS_HIF8_LANES
 
