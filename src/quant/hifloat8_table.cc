@@ -46,12 +46,25 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
 const HiFloat8LaneTables& hifloat8_lane_tables() noexcept {
   static const HiFloat8LaneTables tables = [] {
     HiFloat8LaneTables t{};
+    // The kept-bit index of each width (3, 2, 1): its mask and the bits that tell it apart.
+    constexpr std::uint8_t kAnd[4] = {0, 8, 12, 14}, kOr[4] = {0, 2, 0, 1};
+    const auto encode = [](int e) { return formats::encode_hifloat8(std::ldexp(1.0f, e), true); };
     for (int ae = 0; ae < 16; ++ae) {
       const int kept = ae <= 3 ? 3 : ae <= 7 ? 2 : 1;
-      t.half[ae] = static_cast<std::uint8_t>(1u << (6 - kept));
-      t.mult[ae] = static_cast<std::uint8_t>(1u << kept);
-      t.neg[ae] = formats::encode_hifloat8(std::ldexp(1.0f, ae - 15), true);
-      if (ae < 15) t.pos[ae] = formats::encode_hifloat8(std::ldexp(1.0f, ae + 1), true);
+      t.half2[ae] = static_cast<std::uint8_t>(1u << (7 - kept));
+      t.keep_and[ae] = kAnd[kept];
+      t.keep_or[ae] = kOr[kept];
+      t.neg[ae] = static_cast<std::uint8_t>(0x80 | encode(ae - 15));
+      if (ae < 15) t.pos[ae] = static_cast<std::uint8_t>(0x80 | encode(ae + 1));
+    }
+    constexpr std::uint8_t kSplat[6] = {129, 112, 0x7F, 0x80, 141, 0xF7};
+    for (int i = 0; i < 6; ++i) {
+      for (std::uint8_t& b : t.splat[i]) b = kSplat[i];
+    }
+    for (int kept = 1; kept <= 3; ++kept) {
+      for (unsigned top = 0; top < 16; ++top) {
+        t.kept[(top & kAnd[kept]) | kOr[kept]] = static_cast<std::uint8_t>(top >> (4 - kept));
+      }
     }
     return t;
   }();

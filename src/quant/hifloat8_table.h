@@ -41,19 +41,32 @@ struct HiFloat8Bf16Tables {
 };
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 
-// 16-entry byte tables for HiFloat8 codes of bfloat16 magnitudes a on 16-bit lanes with byte
-// shuffles (targets without AVX-512), for 2^-15 <= |x| (E = a >> 7 >= 112), a capped at 2^15:
-// - by ae = |E - 127| (0..15): half = 2^(6 - kept) as above and mult = 2^kept, where kept
-//   is the mantissa bits HiFloat8 keeps in binade E; u = a + half rounds half away from zero.
-// - by the rounded binade R = u >> 7: pos[R - 128] (R in [128, 142]; entry 15 zero) and
-//   neg[R - 112] (R in [112, 127]) are the codes of 2^(R - 127), to which the kept bits of u,
-//   (u & 0x7F) >> (7 - kept), add (a carry out of the mantissa leaves them zero, so kept may
-//   be binade E's).
+// 16-entry byte tables for HiFloat8 codes of bfloat16 values with byte shuffles (targets
+// without AVX-512), one value per byte: the biased exponent E and the mantissa m (7 bits) in
+// bytes of their own, for 2^-15 <= |x| < 2^15 (E in [112, 141]).
+// - by ae = |E - 127| (0..15): half2 = 2^(7 - kept), twice half a unit of the last mantissa
+//   bit HiFloat8 keeps in binade E (kept 3, 2, 1), so that m + half2 / 2 rounds half away from
+//   zero and carries into bit 7 (to binade R = E + 1) where the mantissa rounds up.
+// - by the rounded binade R: pos[R - 128] (R in [128, 142]; entry 15 zero) and neg[R - 112]
+//   (R in [112, 127]) are the codes of 2^(R - 127) with bit 7 set, which then marks the
+//   lanes whose code is not 0x00 (those that take a sign).
+// - the kept bits of the rounded mantissa m' (7 bits): with t = m' >> 3 (its top four bits),
+//   kept[(t & keep_and[ae]) | keep_or[ae]] = t >> (4 - kept); the three widths read disjoint
+//   entries (odd ones, multiples of 4, and 2 and 10), and the bits below those kept, whatever
+//   they hold, are masked off. After a carry they are below the carried unit, so the kept bits
+//   read zero as the code of 2^(R - 127) needs.
+// Out of range (ae >= 16, which the index arranges to read 0) every table gives 0.
 struct HiFloat8LaneTables {
-  alignas(16) std::uint8_t half[16];
-  alignas(16) std::uint8_t mult[16];
+  alignas(16) std::uint8_t half2[16];
+  alignas(16) std::uint8_t keep_and[16];
+  alignas(16) std::uint8_t keep_or[16];
+  alignas(16) std::uint8_t kept[16];
   alignas(16) std::uint8_t pos[16];
   alignas(16) std::uint8_t neg[16];
+  // The byte constants of the lane form, each in all 16 bytes: 129 (-127), 112, 0x7F, 0x80,
+  // and the flags' limits 141 and 0xF7 (read from memory, so that the compiler does not
+  // rebuild them by shuffles in every row).
+  alignas(16) std::uint8_t splat[6][16];
 };
 const HiFloat8LaneTables& hifloat8_lane_tables() noexcept;
 

@@ -27,8 +27,9 @@
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
-//   HiF8CodesByLanes (AVX2, SSE4): the same codes on 16-bit lanes by 16-entry byte shuffles,
-//   for rows without NaNs or magnitudes in [2^-23, 2^-15) (the caller takes the table then).
+//   HiF8CodesByLanes (AVX2, SSE4): the same codes one byte per value by 16-entry byte
+//   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
+//   takes the table then).
 //
 // All of them are exact lane forms of the scalar rules; none of them depends on the target.
 // They need at least 8 lanes of 16 bits, so the scalar target has none of them.
@@ -1389,68 +1390,92 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
 }
 
 #if KVS_HIF8_LANES
-// The tables of hifloat8_lane_tables() in registers, each 16 bytes in every 128-bit block.
+// The tables of hifloat8_lane_tables() in registers, each 16 bytes in every 128-bit block, and
+// the shuffle that splits 16-bit lanes into their low and high bytes.
 struct HiF8LaneRegs {
-  hn::Vec<hn::ScalableTag<std::uint8_t>> half, mult, pos, neg;
+  hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep_and, keep_or, kept, pos, neg, split;
+  hn::Vec<hn::ScalableTag<std::uint8_t>> k129, k112, k7f, k80, big_top, small_top;
 };
 
 HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
   const hn::ScalableTag<std::uint8_t> d8;
   const detail::HiFloat8LaneTables& t = detail::hifloat8_lane_tables();
-  return {hn::LoadDup128(d8, t.half), hn::LoadDup128(d8, t.mult), hn::LoadDup128(d8, t.pos),
-          hn::LoadDup128(d8, t.neg)};
+  alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
+                                                         1, 3, 5, 7, 9, 11, 13, 15};
+  return {hn::LoadDup128(d8, t.half2),    hn::LoadDup128(d8, t.keep_and),
+          hn::LoadDup128(d8, t.keep_or),  hn::LoadDup128(d8, t.kept),
+          hn::LoadDup128(d8, t.pos),      hn::LoadDup128(d8, t.neg),
+          hn::LoadDup128(d8, kSplit),     hn::LoadDup128(d8, t.splat[0]),
+          hn::LoadDup128(d8, t.splat[1]), hn::LoadDup128(d8, t.splat[2]),
+          hn::LoadDup128(d8, t.splat[3]), hn::LoadDup128(d8, t.splat[4]),
+          hn::LoadDup128(d8, t.splat[5])};
 }
 
-// What HiF8LaneCodes leaves to the table, as maxima over the lanes seen: the lanes are all
-// right while small < 0x81F8 (the neg window's index, R - 112 in the low byte under 0x81, is
-// at least -8 only for R in [104, 111]) and nan (the magnitudes) < 0x7F81.
-template <class D>
+// What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
+// right while the exponents are below 142 (|x| < 2^15; NaNs and infinities have 255) and the
+// neg window's indices below 0xF8 (R - 112 saturated is -8..-1 only for R in [104, 111]).
+template <class D8>
 struct HiF8LaneFlags {
-  explicit HiF8LaneFlags(D d) : small(hn::Zero(d)), nan(hn::Zero(d)) {}
-  bool AllRight(D d) const {
-    const auto over = hn::Or(hn::SaturatedSub(small, hn::Set(d, std::uint16_t{0x81F7})),
-                             hn::SaturatedSub(nan, hn::Set(d, std::uint16_t{0x7F80})));
-    return hn::AllTrue(d, hn::Eq(over, hn::Zero(d)));
+  explicit HiF8LaneFlags(D8 d8) : big(hn::Zero(d8)), small(hn::Zero(d8)) {}
+  bool AllRight(D8 d8, const HiF8LaneRegs& t) const {
+    const auto over =
+        hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top));
+    return hn::AllTrue(d8, hn::Eq(over, hn::Zero(d8)));
   }
-  hn::Vec<D> small, nan;
+  hn::Vec<D8> big, small;
 };
 
-// HiFloat8 codes of bfloat16 values w without their signs, one per 16-bit lane, by the rule of
-// hifloat8_lane_tables() (hifloat8_table.h); about 20 operations per vector where the table
-// takes a load per element. A byte shuffle zeroes a byte whose index has bit 7 set, which the
-// indices below arrange for every byte that must read nothing:
-// - |x| >= 2^15 (infinity too) takes a = 2^15, whose code is the saturated one.
-// - ae >= 16 (|x| < 2^-15): half and mult zero; the lanes below 2^-23 then read no code (R <
-//   112 in either window) and come out 0x00, those from 2^-23 are counted in `small`.
-// - The high bytes (ae's 0x80 from the saturating add, R's by the xor and the subtraction).
-// NaNs come out as the saturated code and are counted in `nan` (HiF8LaneFlags).
-template <class D>
-HWY_INLINE hn::Vec<D> HiF8LaneCodes(D d, const HiF8LaneRegs& t, hn::Vec<D> w,
-                                    HiF8LaneFlags<D>& flags) {
-  const hn::Repartition<std::uint8_t, D> d8;
-  const hn::Repartition<std::int8_t, D> di8;
-  const hn::RebindToSigned<D> di;
-  const auto k = [d](std::uint16_t c) HWY_ATTR { return hn::Set(d, c); };
-  const auto mag = hn::And(w, k(0x7FFF));
-  flags.nan = hn::Max(flags.nan, mag);
-  const auto a = hn::Min(mag, k(0x4700));
-  const auto ae = hn::Abs(hn::BitCast(di, hn::Sub(hn::ShiftRight<7>(a), k(127))));
-  // ae in the low byte when below 16 (0x70 + ae: a shuffle reads the low four bits), else
-  // 0x80 or more; 0x80 in the high byte.
-  const auto ki = hn::SaturatedAdd(hn::BitCast(d8, ae), hn::BitCast(d8, k(0x8070)));
-  const auto half = hn::BitCast(d, hn::TableLookupBytesOr0(t.half, ki));
-  const auto mult = hn::BitCast(d, hn::TableLookupBytesOr0(t.mult, ki));
-  const auto u = hn::Add(a, half);
-  const auto r = hn::ShiftRight<7>(u);  // the rounded binade R
-  // The windows' indices: R - 128 (bit 7 set below 128) and R - 112 saturated (negative
-  // outside [112, 127]: bytes from 128 up are negative too).
-  const auto pi = hn::BitCast(d8, hn::Xor(r, k(0x8080)));
-  const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::BitCast(di8, k(0x7F70)));
-  flags.small = hn::Max(flags.small, hn::BitCast(d, ni));
-  const auto code = hn::Or(hn::TableLookupBytesOr0(t.pos, pi),
+// The HiFloat8 codes of the bfloat16 values w0, w1 (2 * Lanes(d) of them) as 2 * Lanes(d)
+// bytes in order at out, by the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte
+// per value: about 30 operations per 32 values where 16-bit lanes took 23 per 16. w + w splits
+// into the exponent (high bytes) and the mantissa times 2 (low bytes). A byte shuffle zeroes a
+// byte whose index has bit 7 set, which the indices below arrange for every byte that must
+// read nothing:
+// - ae >= 16 (|x| < 2^-15 or from 2^16): the ae tables read 0, so nothing rounds and no
+//   kept bit is read; the lanes below 2^-23 then read no code (R < 112 in either window) and
+//   come out 0x00, those from 2^-23 are counted in `small`, those from 2^15 in `big`.
+// - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
+// The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
+// mask: the windows' entries have bit 7 set.
+template <class D8, class V16>
+HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
+                              HiF8LaneFlags<D8>& flags, std::uint8_t* HWY_RESTRICT out) {
+  const hn::Repartition<std::int8_t, D8> di8;
+  const hn::Repartition<std::uint16_t, D8> d16;
+  const hn::Repartition<std::uint64_t, D8> d64;
+  const auto split = [&](V16 w) HWY_ATTR {
+    return hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w, w)), t.split));
+  };
+  const auto s0 = split(w0), s1 = split(w1);
+  const auto m2 = hn::BitCast(d8, hn::InterleaveLower(d64, s0, s1));  // m << 1
+  const auto e = hn::BitCast(d8, hn::InterleaveUpper(d64, s0, s1));   // E, the sign dropped
+  flags.big = hn::Max(flags.big, e);
+  // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more.
+  const auto ki =
+      hn::SaturatedAdd(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e, t.k129)))), t.k112);
+  // m + half2 / 2 exactly ((2m + half2 + 1) >> 1 with 2m + half2 even): bit 7 the carry.
+  const auto mr = hn::AverageRound(m2, hn::TableLookupBytesOr0(t.half2, ki));
+  const auto r = hn::Sub(e, hn::BitCast(d8, hn::BroadcastSignBit(hn::BitCast(di8, mr))));
+  const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::BitCast(di8, t.k112));
+  flags.small = hn::Max(flags.small, hn::BitCast(d8, ni));
+  const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r, t.k80)),
                            hn::TableLookupBytesOr0(t.neg, hn::BitCast(d8, ni)));
-  // The kept bits: (u & 0x7F) >> (7 - kept) as the high half of a product.
-  return hn::Add(hn::BitCast(d, code), hn::MulHigh(hn::ShiftLeft<9>(u), mult));
+  // The rounded mantissa's top four bits (a neighbour's bits above them, masked off).
+  const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, mr)));
+  const auto ti = hn::Or(hn::And(top, hn::TableLookupBytesOr0(t.keep_and, ki)),
+                         hn::TableLookupBytesOr0(t.keep_or, ki));
+  // Bit 7 set where the code is not 0x00 (the windows' entries carry it): the sign's bit there.
+  const auto code = hn::Or(base, hn::TableLookupBytesOr0(t.kept, ti));
+#if HWY_TARGET == HWY_AVX2
+  // The signs in bit 7, packed as the bytes above (each 128-bit block: eight of w0, eight of
+  // w1; a negative word saturates to a negative byte).
+  const __m256i signs = _mm256_or_si256(_mm256_packs_epi16(w0.raw, w1.raw), t.k7f.raw);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permute4x64_epi64(_mm256_and_si256(code.raw, signs), 0xD8));
+#else
+  const __m128i signs = _mm_or_si128(_mm_packs_epi16(w0.raw, w1.raw), t.k7f.raw);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_and_si128(code.raw, signs));
+#endif
 }
 
 // 2 * Lanes(d) values at src times x_scale, each float32 product truncated to a bfloat16,
@@ -1472,39 +1497,22 @@ HWY_INLINE void HiF8LaneProducts(D d, const std::uint16_t* HWY_RESTRICT src, VF 
   w1 = product(hn::LoadU(d, src + hn::Lanes(d)));
 }
 
-// Stores the codes c0, c1 of the values w0, w1 (HiF8LaneCodes) as 2 * Lanes(d) bytes in order:
-// codes (below 0x80) and signs (bit 7 of the saturated bf16) packed alike, the sign or-ed in
-// where the code is not 0x00 (the lanes below 2^-23 have none).
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void HiF8LaneStore(D /*d*/, V c0, V c1, V w0, V w1, std::uint8_t* HWY_RESTRICT out) {
-#if HWY_TARGET == HWY_AVX2
-  const __m256i codes = _mm256_packus_epi16(c0.raw, c1.raw);
-  const __m256i signs = _mm256_and_si256(_mm256_packs_epi16(w0.raw, w1.raw),
-                                         _mm256_set1_epi8(static_cast<char>(0x80)));
-  const __m256i r = _mm256_or_si256(codes, _mm256_sign_epi8(signs, codes));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_permute4x64_epi64(r, 0xD8));
-#else
-  const __m128i codes = _mm_packus_epi16(c0.raw, c1.raw);
-  const __m128i signs = _mm_and_si128(_mm_packs_epi16(w0.raw, w1.raw),
-                                      _mm_set1_epi8(static_cast<char>(0x80)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
-                   _mm_or_si128(codes, _mm_sign_epi8(signs, codes)));
-#endif
-}
-
 // n bfloat16 values times x_scale (n a multiple of 32; kN: n when known at compile time),
-// their HiFloat8 codes as HiF8CodesByTable's. False when the row holds a NaN product or one in
-// [2^-23, 2^-15): the codes written are then not all right, and the caller takes the table.
+// their HiFloat8 codes as HiF8CodesByTable's. False when the row holds a NaN product, one in
+// [2^-23, 2^-15) or one from 2^15 (infinities too): the codes written are then not all right,
+// and the caller takes the table.
 template <bool kScaled, std::int64_t kN = 0>
 HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
                                  std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale) {
   if constexpr (kN != 0) n = kN;
   using D = hn::ScalableTag<std::uint16_t>;
   const D d;
+  using D8 = hn::Repartition<std::uint8_t, D>;
+  const D8 d8;
   const hn::Repartition<float, D> df;
   const auto xs = hn::Set(df, x_scale);
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  HiF8LaneFlags<D> flags(d);
+  HiF8LaneFlags<D8> flags(d8);
   for (std::int64_t j = 0; j < n; j += 2 * L) {
     hn::Vec<D> w0, w1;
     if constexpr (kScaled) {
@@ -1513,10 +1521,9 @@ HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY
       w0 = hn::LoadU(d, src + j);
       w1 = hn::LoadU(d, src + j + L);
     }
-    HiF8LaneStore(d, HiF8LaneCodes(d, t, w0, flags), HiF8LaneCodes(d, t, w1, flags), w0, w1,
-                  out + j);
+    HiF8ByteCodes(d8, t, w0, w1, flags, out + j);
   }
-  return flags.AllRight(d);
+  return flags.AllRight(d8, t);
 }
 #endif  // KVS_HIF8_LANES
 

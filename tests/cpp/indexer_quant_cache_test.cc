@@ -621,13 +621,14 @@ TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
   }
 }
 
-// Mode hifloat8 from bfloat16: rows of ordinary values with one lane that the 16-bit lane
-// encoder of AVX2 and SSE4 leaves to the table (a NaN, or a magnitude in [2^-23, 2^-15)) or
-// that it must zero without a sign (a negative zero or a magnitude below 2^-23), at every
-// position of the row, so that each position of each vector is seen to hand its row on.
+// Mode hifloat8 from bfloat16: rows of ordinary values with one lane that the byte encoder of
+// AVX2 and SSE4 leaves to the table (a NaN, a magnitude in [2^-23, 2^-15) or from 2^15, where
+// 2^15 * 1.5 would read the code of infinity) or that it must zero without a sign (a negative
+// zero or a magnitude below 2^-23), at every position of the row, so that each position of
+// each vector is seen to hand its row on.
 TEST(IndexerSweep, Bfloat16HiFloat8OneSpecialLane) {
-  const std::uint16_t specials[] = {0x3400, 0xB400, 0x37FF, 0xB7C0, 0x7FC0, 0xFF81,
-                                    0x8000, 0x8001, 0xB3FF, 0x7F80, 0xFF80, 0xC700};
+  const std::uint16_t specials[] = {0x3400, 0xB400, 0x37FF, 0xB7C0, 0x7FC0, 0xFF81, 0x8000,
+                                    0x8001, 0xB3FF, 0x7F80, 0xFF80, 0xC700, 0x4740, 0xC77F};
   const std::int64_t d = 128;
   std::mt19937_64 rng(18);
   for (const float x_scale : {1.0f, 0.75f}) {

@@ -627,9 +627,9 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const RowAddresses& 
   }
 }
 #elif KVS_HIF8_LANES
-// AVX2 and SSE4: each row by 16-bit lanes, or where it holds a NaN product or one in
-// [2^-23, 2^-15) by the 8,192-entry table, or with a NaN by the general path (this mode has no
-// scale).
+// AVX2 and SSE4: each row one byte per value, or where it holds a NaN product or one in
+// [2^-23, 2^-15) or from 2^15 by the 8,192-entry table, or with a NaN by the general path (this
+// mode has no scale).
 template <bool kScaled, std::int64_t kD>
 void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                   const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
