@@ -16,8 +16,8 @@
 //   quant/e2m1_buckets.h: 16-bit entries (vpermw) on AVX-512, byte entries (pshufb) on AVX2
 //   and SSE4. On AVX-512 the HiFloat8 rope goes by exponent tables over the products truncated
 //   to bfloat16 (quant_simd-inl.h: HiF8CodesBf16RowBytes by byte permutes where the CPU has
-//   VBMI, else HiF8CodesBf16Row); on AVX2 and SSE4 by 16-bit lanes (HiF8CodesByLanes), the
-//   HiFloat8 table for a rope those do not cover.
+//   VBMI, else HiF8CodesBf16Row); on AVX2 and SSE4 one byte per value (HiF8CodesByLanes), the
+//   HiFloat8 table for a rope that form does not cover.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
