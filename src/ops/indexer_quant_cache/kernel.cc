@@ -358,6 +358,30 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
   }
 }
 
+// One row of fast_mxfp8_rows (the arrays at its first group) whose groups did not all pass the
+// normal test: the unmasked form where they did after all, else the checked form and the groups
+// it may have left wrong redone.
+void mxfp8_row_any(Scratch& s, const std::uint16_t* src, std::uint8_t* codes, std::uint8_t* scale,
+                   std::int64_t d, const std::uint16_t* amax, const std::uint32_t* subw,
+                   const std::uint8_t* exp, const std::uint8_t* fast) {
+  const std::int64_t groups = d / 32;
+  if (groups == 4) {
+    std::memcpy(scale, exp, 4);  // d = 128: one move
+  } else {
+    std::memcpy(scale, exp, static_cast<std::size_t>(groups));
+  }
+  // Plain loops: a lambda here would not inherit the target's attributes, nor be inlined.
+  bool whole = true, finite = true;
+  for (std::int64_t g = 0; g < groups; ++g) whole &= fast[g] != 0;
+  if (whole) {
+    qn::QuantizeE4M3Pow2RowUnmasked<true>(src, codes, d, subw);
+    return;
+  }
+  for (std::int64_t g = 0; g < groups; ++g) finite &= amax[g] < kInfBits;
+  const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(src, codes, d, subw);
+  if (low || !finite) redo_groups(s, src, amax, subw, exp, groups, codes, scale);
+}
+
 // Mode mxfp8, rows of at most eight groups. Each set of eight groups has one minimum magnitude
 // besides their largest ones: a row whose groups all pass the normal test with it takes the
 // unmasked form. Any other row learns whether a lane fell below e4m3's normal range from the
@@ -370,50 +394,45 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
-  bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
   if constexpr (kD == 128) {
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
-    // last row again past the batch's end).
+    // last row again past the batch's end). A set whose groups all pass (the usual case: a
+    // batch holds a set that does not about as often as not) takes the unmasked form alone.
+    bool set_fast[kMaxBatch / 8];
     for (int k = 0; k < b.n; k += 2) {
       const std::uint16_t* two[2] = {b.src[k], b.src[k + 1 < b.n ? k + 1 : k]};
       const int c = 4 * k;
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
-      all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+      set_fast[k / 2] =
+          qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
     }
-  } else {
-    const std::uint16_t* units[kMaxBatch];
-    const int used = batch_groups(b, groups, units);
-    for (int c = 0; c < used; c += 8) {
-      qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
-      all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
-    }
-  }
-  if (all) {  // the usual case, in a loop of its own that keeps its bookkeeping in registers
     for (int k = 0; k < b.n; ++k) {
-      const std::int64_t u = k * groups;
-      std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
+      const int u = 4 * k;
+      if (HWY_LIKELY(set_fast[k / 2])) {
+        std::memcpy(b.scale[k], exp + u, 4);
+        qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
+      } else {
+        mxfp8_row_any(s, b.src[k], b.codes[k], b.scale[k], d, amax + u, subw + u, exp + u,
+                      fast + u);
+      }
     }
     return;
   }
+  bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
+  const std::uint16_t* units[kMaxBatch];
+  const int used = batch_groups(b, groups, units);
+  for (int c = 0; c < used; c += 8) {
+    qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
+    all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+  }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
-    if (groups == 4) {
-      std::memcpy(b.scale[k], exp + u, 4);  // d = 128: one move
-    } else {
+    if (all) {  // the usual case
       std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
-    }
-    // Plain loops: a lambda here would not inherit the target's attributes, nor be inlined.
-    bool whole = true, finite = true;
-    for (std::int64_t g = 0; g < groups; ++g) whole &= fast[u + g] != 0;
-    if (whole) {
       qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
-      continue;
-    }
-    for (std::int64_t g = 0; g < groups; ++g) finite &= amax[u + g] < kInfBits;
-    const bool low = qn::QuantizeE4M3Pow2RowChecked<true>(b.src[k], b.codes[k], d, subw + u);
-    if (low || !finite) {
-      redo_groups(s, b.src[k], amax + u, subw + u, exp + u, groups, b.codes[k], b.scale[k]);
+    } else {
+      mxfp8_row_any(s, b.src[k], b.codes[k], b.scale[k], d, amax + u, subw + u, exp + u,
+                    fast + u);
     }
   }
 }
