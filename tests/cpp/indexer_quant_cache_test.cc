@@ -442,7 +442,14 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
     const auto mode = static_cast<IndexerQuantMode>(i % 4);
     const DType xdt = rng() % 2 ? DType::float16 : DType::bfloat16;
     const std::int64_t d = 32 * (1 + static_cast<std::int64_t>(rng() % 6));
-    const std::int64_t rows = static_cast<std::int64_t>(rng() % 40), nb = 3, bs = 5;
+    // x's layout: 0 contiguous rows; 1 rows `pitch` apart; 2 rank 3, [2, rows / 2, d], its two
+    // halves `gap` apart (the kernels walk rank-2 rows by a pointer, others by the index).
+    const int layout = (i / 4) % 3;
+    std::int64_t rows = static_cast<std::int64_t>(rng() % 40);
+    if (layout == 2) rows -= rows % 2;
+    const std::int64_t nb = 3, bs = 5;
+    const std::int64_t pitch = layout == 0 ? d : d + 8 * (1 + static_cast<std::int64_t>(rng() % 4));
+    const std::int64_t gap = layout == 2 ? 16 : 0, half = rows / 2;
     DType cdt = rng() % 2 ? DType::float8_e4m3fn : DType::float8_e5m2, sdt = DType::float32;
     std::int64_t w = d + static_cast<std::int64_t>(rng() % 5), ws = 1;
     if (mode == IndexerQuantMode::hifloat8) cdt = DType::uint8;
@@ -454,7 +461,7 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
       sdt = DType::float8_e8m0;
       ws = d / 32 + static_cast<std::int64_t>(rng() % 2);
     }
-    std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * d));
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * pitch + gap));
     const float spread = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 20);
     for (auto& v : x) {
       const float f = nd(rng) * spread * (rng() % 16 == 0 ? 1000.0f : 1.0f);
@@ -470,11 +477,15 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
     o.quant_mode = mode;
     o.round_scale = rng() % 2;
     o.x_scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4) * 0.75f;
+    const std::int64_t shape2[] = {rows, d}, strides2[] = {pitch, 1};
+    const std::int64_t shape3[] = {2, half, d}, strides3[] = {half * pitch + gap, pitch, 1};
+    const TensorView xv = layout == 2 ? TensorView(x.data(), xdt, shape3, strides3)
+                                      : TensorView(x.data(), xdt, shape2, strides2);
+    const TensorView sv = layout == 2 ? TensorView(slots.data(), DType::int64, {2, half})
+                                      : TensorView(slots.data(), DType::int64, {rows});
     auto go = [&](bool ref, Bytes& c, Bytes& s) {
       run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {nb, bs, 1, w}),
-                                   TensorView(s.data(), sdt, {nb, bs, 1, ws}),
-                                   TensorView(x.data(), xdt, {rows, d}),
-                                   TensorView(slots.data(), DType::int64, {rows}), o),
+                                   TensorView(s.data(), sdt, {nb, bs, 1, ws}), xv, sv, o),
           ref);
     };
     Bytes want_c = cache0, want_s = scale0;
@@ -485,8 +496,10 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
         set_num_threads(threads);
         Bytes c = cache0, s = scale0;
         go(false, c, s);
-        ASSERT_EQ(c, want_c) << i << " " << simd_test::target_name(target) << " t" << threads;
-        ASSERT_EQ(s, want_s) << i << " " << simd_test::target_name(target) << " t" << threads;
+        ASSERT_EQ(c, want_c) << i << " " << simd_test::target_name(target) << " t" << threads
+                             << " layout " << layout;
+        ASSERT_EQ(s, want_s) << i << " " << simd_test::target_name(target) << " t" << threads
+                             << " layout " << layout;
       }
     }
   }

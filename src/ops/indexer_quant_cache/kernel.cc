@@ -194,19 +194,22 @@ struct RowAddresses {
 
 // Calls row(src, codes, scale) for the written rows of [begin, end) in token order. A slot that
 // follows the previous row's in the same block (a prefill's run) has its rows one pitch further
-// on: no block split, no multiplies.
-template <class Row>
-HWY_INLINE void ForEachRow(const RowAddresses& a, const std::int64_t* slots, std::int64_t begin,
-                           std::int64_t end, Row& row) {
+// on: no block split, no multiplies. The addressing lives in locals (the row's stores could alias
+// the plan's fields, which would then be reloaded on every row), and rank-2 inputs (the usual
+// ones) step a pointer instead of splitting the row index.
+template <bool kRank2, class Row>
+HWY_INLINE void ForEachRowOf(const RowAddresses& a, const std::int64_t* slots, std::int64_t begin,
+                             std::int64_t end, Row& row) {
+  const std::int64_t block_size = a.split.block_size(), c1 = a.c1, s1 = a.s1, x0 = a.x0;
   std::int64_t next = -1, left = 0;
   std::uint8_t *codes = nullptr, *scale = nullptr;
-  const std::int64_t block_size = a.split.block_size();
-  for (std::int64_t r = begin; r < end; ++r) {
+  const std::uint16_t* src = kRank2 ? a.x + begin * x0 : a.x;
+  for (std::int64_t r = begin; r < end; ++r, src += kRank2 ? x0 : 0) {
     const std::int64_t slot = slots[r];
     if (slot < 0) continue;
     if (slot == next && left > 0) {
-      codes += a.c1;
-      scale += a.s1;
+      codes += c1;
+      scale += s1;
       --left;
     } else {
       codes = a.codes(slot);
@@ -214,7 +217,17 @@ HWY_INLINE void ForEachRow(const RowAddresses& a, const std::int64_t* slots, std
       left = block_size - 1 - a.split.offset(slot);
     }
     next = slot + 1;
-    row(a.src(r), codes, scale);
+    row(kRank2 ? src : a.src(r), codes, scale);
+  }
+}
+
+template <class Row>
+HWY_INLINE void ForEachRow(const RowAddresses& a, const std::int64_t* slots, std::int64_t begin,
+                           std::int64_t end, Row& row) {
+  if (a.rank2) {
+    ForEachRowOf<true>(a, slots, begin, end, row);
+  } else {
+    ForEachRowOf<false>(a, slots, begin, end, row);
   }
 }
 
