@@ -1,6 +1,8 @@
 #include "core/slots.h"
 
+#include <algorithm>
 #include <bit>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -23,6 +25,33 @@ bool keep_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots) {
     prev = s;
   }
   if (increasing) return false;
+  // A prefill into shuffled blocks: runs of consecutive slots whose ranges are pairwise disjoint
+  // cannot repeat either. The runs are few there (one a block), so sorting them is cheap, where
+  // the bitmap below is a chain of dependent read-modify-writes, one a token.
+  thread_local std::vector<std::pair<std::int64_t, std::int64_t>> runs;
+  runs.clear();
+  const std::size_t max_runs = n / 16 + 1;
+  std::int64_t start = -1, next = -1;
+  for (std::int64_t s : slots) {
+    if (s < 0) continue;
+    if (s == next) {
+      ++next;
+      continue;
+    }
+    if (start >= 0) runs.emplace_back(start, next);
+    if (runs.size() > max_runs) break;
+    start = s;
+    next = s + 1;
+  }
+  if (runs.size() <= max_runs) {
+    if (start >= 0) runs.emplace_back(start, next);
+    std::sort(runs.begin(), runs.end());
+    bool disjoint = true;
+    for (std::size_t i = 1; i < runs.size() && disjoint; ++i) {
+      disjoint = runs[i].first >= runs[i - 1].second;
+    }
+    if (disjoint) return false;
+  }
   // Scanning from the last token backwards, the first sighting of a slot is its last writer
   // and later sightings are dropped. A bitmap over the slots is cheapest when the cache is not
   // much larger than the batch; otherwise an open-addressing table at most half full.

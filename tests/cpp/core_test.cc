@@ -112,6 +112,31 @@ TEST(Slots, KeepLastWritersDropsEarlierWriters) {
   }
 }
 
+// A prefill into shuffled blocks (runs of consecutive slots, padding between them) repeats no
+// slot; the same mapping with one slot of an earlier run written again drops that writer only.
+TEST(Slots, KeepLastWritersShuffledRuns) {
+  std::vector<std::int64_t> slots;
+  for (std::int64_t block : {5, 2, 7, 0, 3}) {
+    for (std::int64_t i = 0; i < 16; ++i) slots.push_back(block * 16 + i);
+    slots.push_back(-1);
+  }
+  std::vector<std::int64_t> copy = slots;
+  EXPECT_FALSE(detail::keep_last_writers(copy, 8 * 16));
+  EXPECT_EQ(copy, slots);
+  copy.push_back(2 * 16 + 5);  // block 2's sixth slot again, last
+  EXPECT_TRUE(detail::keep_last_writers(copy, 8 * 16));
+  std::vector<std::int64_t> want = slots;
+  want[17 + 5] = -1;  // its earlier writer
+  want.push_back(2 * 16 + 5);
+  EXPECT_EQ(copy, want);
+  // Runs that overlap without repeating a run's start: 10..19 and 15..24.
+  std::vector<std::int64_t> overlap;
+  for (std::int64_t s = 10; s < 20; ++s) overlap.push_back(s);
+  for (std::int64_t s = 15; s < 25; ++s) overlap.push_back(s);
+  EXPECT_TRUE(detail::keep_last_writers(overlap, 32));
+  for (std::int64_t t = 5; t < 10; ++t) EXPECT_EQ(overlap[static_cast<std::size_t>(t)], -1);
+}
+
 TEST(Runtime, ThreadsSetAndRestored) {
   set_num_threads(3);
   EXPECT_EQ(get_num_threads(), 3);
