@@ -506,6 +506,65 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
   set_num_threads(0);
 }
 
+// Calls large enough to split across threads (thousands of d = 128 rows): the earlier writers of
+// repeated slots are dropped first, then the chunks run on their own; the bytes must equal the
+// reference's (a single pass in token order) for each mode, in prefill runs through shuffled
+// blocks (no repeats: the dedup's fast check) and in random slots with repeats and padding.
+TEST(IndexerThreads, ManyRowsMatchReference) {
+  std::mt19937_64 rng(29);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const std::int64_t d = 128, rows = 6000, nb = 64, bs = 128;
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * d));
+  for (auto& v : x) v = formats::encode_bfloat16(nd(rng));
+  std::vector<std::int64_t> blocks(static_cast<std::size_t>(nb));
+  for (std::int64_t b = 0; b < nb; ++b) blocks[static_cast<std::size_t>(b)] = b;
+  std::shuffle(blocks.begin(), blocks.end(), rng);
+  for (bool prefill : {true, false}) {
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+    for (std::int64_t t = 0; t < rows; ++t) {
+      slots[static_cast<std::size_t>(t)] =
+          prefill ? blocks[static_cast<std::size_t>(t / bs)] * bs + t % bs
+          : rng() % 9 == 0 ? -1
+                           : static_cast<std::int64_t>(rng() % (nb * bs / 2));
+    }
+    for (int m = 0; m < 4; ++m) {
+      const auto mode = static_cast<IndexerQuantMode>(m);
+      const bool fp4 = mode == IndexerQuantMode::mxfp4;
+      const bool mx = fp4 || mode == IndexerQuantMode::mxfp8;
+      const DType cdt = fp4                                  ? DType::float4_e2m1
+                        : mode == IndexerQuantMode::hifloat8 ? DType::hifloat8
+                                                             : DType::float8_e4m3fn;
+      const std::int64_t w = fp4 ? d / 2 : d, ws = mx ? d / 32 : 1;
+      const DType sdt = mx ? DType::float8_e8m0 : DType::float32;
+      IndexerQuantCacheOptions o;
+      o.quant_mode = mode;
+      const auto go = [&](bool ref, Bytes& c, Bytes& sc) {
+        run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {nb, bs, 1, w}),
+                                     TensorView(sc.data(), sdt, {nb, bs, 1, ws}),
+                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                     TensorView(slots.data(), DType::int64, {rows}), o),
+            ref);
+      };
+      const Bytes c0(static_cast<std::size_t>(nb * bs * w), 0x5A);
+      const Bytes s0(static_cast<std::size_t>(nb * bs * ws) * dtype_size(sdt), 0xA5);
+      Bytes want_c = c0, want_s = s0;
+      go(true, want_c, want_s);
+      for (std::int64_t target : simd_test::simd_targets()) {
+        simd_test::PinTarget pin(target);
+        for (int threads : {1, 2, 3}) {
+          set_num_threads(threads);
+          Bytes c = c0, sc = s0;
+          go(false, c, sc);
+          ASSERT_EQ(c, want_c) << m << " " << simd_test::target_name(target) << " t" << threads
+                               << (prefill ? " prefill" : " random");
+          ASSERT_EQ(sc, want_s) << m << " " << simd_test::target_name(target) << " t" << threads;
+        }
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
 // The bfloat16-into-e4m3 power-of-two paths (fp8 with round_scale, mxfp8) over every bf16 bit
 // pattern: in order (rows of neighbouring patterns, non-finite ones included), shuffled (rows
 // whose magnitudes span the whole range, so lanes below e4m3's normal range, zeros and negative

@@ -16,10 +16,14 @@ namespace kvscatter {
 namespace {
 
 void run(const IndexerQuantCachePlan& p) {
-  const std::int64_t grain = detail::grain_for_bytes(8 * p.d, 64 * 1024);
+  // A row costs about as much as copying 4 d bytes (its 2 d bytes read, its codes written, a
+  // few cycles of compute per element): chunks of about 256 KiB of that. A quantized row takes
+  // about 10 ns on one core, so handing work to other threads, which costs microseconds, pays
+  // only from a few chunks on.
+  const std::int64_t grain = detail::grain_for_bytes(4 * p.d);
   // One pass in token order leaves every repeated slot with its last writer by itself: no
   // dedup pass, and the slots are read where they lie when they are contiguous int64.
-  const bool one_pass = p.num_rows <= grain || get_num_threads() == 1;
+  const bool one_pass = p.num_rows <= 4 * grain || get_num_threads() == 1;
   std::vector<std::int64_t> storage;
   const std::int64_t* slots = detail::indexer::checked_slots(p, storage, !one_pass);
   if (p.num_rows == 0) return;
