@@ -966,10 +966,9 @@ HWY_INLINE void QuantizeFP4Pow2Row(const std::uint16_t* HWY_RESTRICT x,
 
 // The FP4 scales of eight groups from their Maxima8: s = max(m, emax) - emax with m the largest
 // exponent field, its byte in scale8[k] and FP4Pow2Codes' operand in both halves of t0g[k]
-// (QuantizeFP4Pow2Row). Returns a lane per
-// group, zero where the group takes the lane form: m finite, and s at least 4, so that the
-// operand is not negative and every y the codes tell apart is normal (a caller ors the results
-// of many calls and tests them once).
+// (QuantizeFP4Pow2Row). Returns a lane per group, zero where the group takes the lane form: m
+// finite, and s at least 4, so that the operand is not negative and every y the codes tell apart
+// is normal (a caller ors the results of many calls and tests them once).
 using FP4Tag8 = hn::CappedTag<std::uint16_t, 8>;
 HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
                                            std::uint16_t emax, std::uint16_t first,
