@@ -409,8 +409,8 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   if constexpr (kD == 128) {
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
-    // last row again past the batch's end). A set whose groups all pass (the usual case: a
-    // batch holds a set that does not about as often as not) takes the unmasked form alone.
+    // last row again past the batch's end). A set whose groups all pass (most sets; about one
+    // 32-row batch in four holds one that does not) takes the unmasked form alone.
     bool set_fast[kMaxBatch / 8];
     for (int k = 0; k < b.n; k += 2) {
       const std::uint16_t* two[2] = {b.src[k], b.src[k + 1 < b.n ? k + 1 : k]};
