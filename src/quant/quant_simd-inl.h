@@ -1413,15 +1413,15 @@ HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
 // What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
 // right while the exponents are below 142 (|x| < 2^15; NaNs and infinities have 255) and the
 // neg window's indices below 0xF8 (R - 112 saturated is -8..-1 only for R in [104, 111]).
-template <class D8>
+template <class DB>
 struct HiF8LaneFlags {
-  explicit HiF8LaneFlags(D8 d8) : big(hn::Zero(d8)), small(hn::Zero(d8)) {}
-  bool AllRight(D8 d8, const HiF8LaneRegs& t) const {
+  explicit HiF8LaneFlags(DB d8) : big(hn::Zero(d8)), small(hn::Zero(d8)) {}
+  bool AllRight(DB d8, const HiF8LaneRegs& t) const {
     const auto over =
         hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top));
     return hn::AllTrue(d8, hn::Eq(over, hn::Zero(d8)));
   }
-  hn::Vec<D8> big, small;
+  hn::Vec<DB> big, small;
 };
 
 // The HiFloat8 codes of the bfloat16 values w0, w1 (2 * Lanes(d) of them) as 2 * Lanes(d)
@@ -1436,13 +1436,13 @@ struct HiF8LaneFlags {
 // - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
 // The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
 // mask: the windows' entries have bit 7 set.
-template <class D8, class V16>
-HWY_INLINE void HiF8ByteCodes(D8 d8, const HiF8LaneRegs& t, V16 w0, V16 w1,
-                              HiF8LaneFlags<D8>& flags, std::uint8_t* HWY_RESTRICT out) {
-  const hn::Repartition<std::int8_t, D8> di8;
-  const hn::Repartition<std::uint16_t, D8> d16;
-  const hn::Repartition<std::uint64_t, D8> d64;
-  const auto split = [&](V16 w) HWY_ATTR {
+template <class DB, class VW>
+HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
+                              HiF8LaneFlags<DB>& flags, std::uint8_t* HWY_RESTRICT out) {
+  const hn::Repartition<std::int8_t, DB> di8;
+  const hn::Repartition<std::uint16_t, DB> d16;
+  const hn::Repartition<std::uint64_t, DB> d64;
+  const auto split = [&](VW w) HWY_ATTR {
     return hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w, w)), t.split));
   };
   const auto s0 = split(w0), s1 = split(w1);
@@ -1506,12 +1506,12 @@ HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY
   if constexpr (kN != 0) n = kN;
   using D = hn::ScalableTag<std::uint16_t>;
   const D d;
-  using D8 = hn::Repartition<std::uint8_t, D>;
-  const D8 d8;
+  using DB = hn::Repartition<std::uint8_t, D>;
+  const DB d8;
   const hn::Repartition<float, D> df;
   const auto xs = hn::Set(df, x_scale);
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  HiF8LaneFlags<D8> flags(d8);
+  HiF8LaneFlags<DB> flags(d8);
   for (std::int64_t j = 0; j < n; j += 2 * L) {
     hn::Vec<D> w0, w1;
     if constexpr (kScaled) {

@@ -23,7 +23,7 @@ using detail::HWY_NAMESPACE::StreamBytes;
 
 using DF = hn::ScalableTag<float>;
 using DU = hn::RebindToUnsigned<DF>;
-using D8 = hn::Rebind<std::uint8_t, DF>;
+using DB = hn::Rebind<std::uint8_t, DF>;
 
 // Values dequantized per step into a float buffer before the 16-bit conversions.
 constexpr std::size_t kChunk = 512;
@@ -43,7 +43,7 @@ HWY_INLINE void DequantF32(const std::uint8_t* HWY_RESTRICT codes, std::size_t n
                            float* HWY_RESTRICT out) {
   const DF df;
   const DU du;
-  const D8 d8;
+  const DB d8;
   const std::size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, scale);
   const auto canonical = hn::BitCast(df, hn::Set(du, 0x7FFFFFFFu));
@@ -216,7 +216,8 @@ HWY_INLINE void RuleRow(const CodeRule<kE4M3>& rule, const std::uint8_t* HWY_RES
 // code's low nibble c & 15 indexes those sums) and x, whole, to the high byte, as the sign adds
 // 0x80 (both read by the high nibble). The subnormal codes (c & 0x7F below 8) add the
 // difference of their entry and the normal one, read at index 8 + (c & 0x7F), and at an index
-// whose top bit (a zero result) is set for every other code; the NaN codes are set to 0x7FFF by a mask.
+// whose top bit (a zero result) is set for every other code; the NaN codes are set to 0x7FFF by
+// a mask.
 // The lookups are 16-byte blocks, as are the interleaves that make the 16-bit results, so the
 // codes' 8-byte halves of blocks are first reordered (on AVX2, quadwords 0, 2, 1, 3).
 // The tables live as bytes and the vectors are loaded where the rows are walked: SVE vectors
