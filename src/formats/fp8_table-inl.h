@@ -423,9 +423,18 @@ HWY_NOINLINE void FixByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint
   }
 }
 
-// The codes of n bfloat16 values at src (n a multiple of 32) by RowByteCodes, the blocks it
-// does not encode exactly again by FixByteBlocks. Each group prefetches its line at src + ahead
-// (a later row's), cheaper than a loop of prefetches of its own.
+// The codes of the 32 bfloat16 values at src by RowByteCodes, the blocks it does not encode
+// exactly again by FixByteBlocks.
+template <bool kE4M3>
+HWY_INLINE void ByteGroup(const std::uint16_t* HWY_RESTRICT src, const Fp8RowBytes& t,
+                          float scale, unsigned char* HWY_RESTRICT dst) {
+  const auto ok =
+      static_cast<std::uint32_t>(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, t, dst)));
+  if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixByteBlocks<kE4M3>(src, ok, scale, dst);
+}
+
+// The codes of n bfloat16 values at src (n a multiple of 32) by ByteGroup. Each group prefetches
+// its line at src + ahead (a later row's), cheaper than a loop of prefetches of its own.
 template <bool kE4M3>
 HWY_INLINE void QuantizeBF16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                                      const Fp8RowBytes& table, float scale,
@@ -433,28 +442,21 @@ HWY_INLINE void QuantizeBF16RunBytes(const std::uint16_t* HWY_RESTRICT src, std:
   const Fp8RowBytes t = table;  // in registers: the stores could alias the caller's copy
   for (std::size_t i = 0; i < n; i += 32) {
     hwy::Prefetch(src + ahead + i);
-    const auto ok =
-        static_cast<std::uint32_t>(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src + i, t, dst + i)));
-    if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixByteBlocks<kE4M3>(src + i, ok, scale, dst + i);
+    ByteGroup<kE4M3>(src + i, t, scale, dst + i);
   }
 }
 #endif
 
 #if KVS_FP8_TABLE_BLOCKS
 // QuantizeBF16GroupsByTable on AVX2 where the table has its byte form: each group of 32 values
-// (the group size here) by RowByteCodes, one vector of codes; a group with a lane the bytes do
-// not encode exactly is written again by FixByteBlocks.
+// (the group size here) by ByteGroup.
 template <bool kE4M3, class Next>
 HWY_INLINE void QuantizeBF16GroupsByBytes(const Fp8Table& table, const BF16Shortcut& sc,
                                           Next next) {
   const Fp8RowBytes rb(table);
   const std::uint16_t* src;
   unsigned char* dst;
-  while (next(src, dst)) {
-    const auto ok =
-        static_cast<std::uint32_t>(_mm256_movemask_epi8(RowByteCodes<kE4M3>(src, rb, dst)));
-    if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixByteBlocks<kE4M3>(src, ok, sc.scale, dst);
-  }
+  while (next(src, dst)) ByteGroup<kE4M3>(src, rb, sc.scale, dst);
 }
 #endif
 
