@@ -20,12 +20,15 @@
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
 //   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI and
-//   VNNI the exponents come out by multishifts and the codes' bytes by dot products. Groups of
-//   zeros, with a non-finite element, or with a scale below 2^-123 take the scalar rules.
+//   VNNI the exponents come out by multishifts and the codes' bytes by dot products. AVX2 reduces
+//   the exponents as bytes the same way and looks the codes up one byte per value, 32 to a
+//   vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale below
+//   2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -481,6 +484,11 @@ constexpr std::uint16_t kE1M2Steps[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90,
 constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF, 2);
 constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF, 0);
 static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
+#if KVS_FP4_BYTES
+constexpr qn::FP4ByteTable kE2M1Bytes = qn::MakeFP4ByteTable(kE2M1Steps, 0x40FF, 6);
+constexpr qn::FP4ByteTable kE1M2Bytes = qn::MakeFP4ByteTable(kE1M2Steps, 0x3FFF, 5);
+static_assert(kE2M1Bytes.ok && kE1M2Bytes.ok, "one threshold per bucket, the range covered");
+#endif
 
 bool fast_fp4(const IndexerQuantCachePlan& p) {
   return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::mxfp4;
@@ -530,6 +538,33 @@ KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
 }
 #endif
 
+// Calls rows(codes) with codes(src, out, t0g) writing the FP4 codes of one row of d values
+// from its groups' operands t0g (QuantizeFP4Pow2Row, or on AVX2 its byte form), the constants
+// of either in registers for all the rows.
+template <class Rows>
+HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table& table,
+                               const Rows& rows) {
+#if KVS_FP4_BYTES
+  (void)table;
+  const auto by = [&](auto shift, const qn::FP4ByteTable& bytes) HWY_ATTR {
+    const qn::FP4ByteRegs r = qn::LoadFP4ByteRegs(bytes);
+    rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
+      qn::QuantizeFP4Pow2RowBytes<decltype(shift)::value>(src, out, d, t0g, r);
+    });
+  };
+  if (e2m1) {
+    by(std::integral_constant<int, 6>(), kE2M1Bytes);
+  } else {
+    by(std::integral_constant<int, 5>(), kE1M2Bytes);
+  }
+#else
+  (void)e2m1;
+  rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
+    qn::QuantizeFP4Pow2Row(src, out, d, t0g, table);
+  });
+#endif
+}
+
 // Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
@@ -565,6 +600,20 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
                                                    _mm256_extracti128_si256(bad16, 1))};
     }
   }
+#elif KVS_FP4_BYTES
+  if constexpr (kD == 128) {  // the same on 256-bit vectors, the maxima as bytes throughout
+    by_groups = false;
+    __m128i bad16 = _mm_setzero_si128();
+    for (int k = 0; k < b.n; k += 4) {
+      const std::uint16_t* rows[4];
+      for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+      bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16(rows),
+                                                             static_cast<std::uint8_t>(emax),
+                                                             table.first, exp + 4 * k,
+                                                             t0g + 4 * k));
+    }
+    bad = hn::Vec128<std::uint16_t>{bad16};
+  }
 #endif
   if (by_groups) {
     const std::uint16_t* units[kMaxBatch];
@@ -575,20 +624,22 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     }
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
-  if (all) {  // the usual case, in a loop of its own
+  with_fp4_codes(e2m1, d, table, [&](const auto& codes) HWY_ATTR {
+    if (all) {  // the usual case, in a loop of its own
+      for (int k = 0; k < b.n; ++k) {
+        const std::int64_t u = k * groups;
+        std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+        codes(b.src[k], b.codes[k], t0g + u);
+      }
+      return;
+    }
     for (int k = 0; k < b.n; ++k) {
       const std::int64_t u = k * groups;
       std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
+      codes(b.src[k], b.codes[k], t0g + u);
+      redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
     }
-    return;
-  }
-  for (int k = 0; k < b.n; ++k) {
-    const std::int64_t u = k * groups;
-    std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-    qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
-    redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
-  }
+  });
 }
 
 // Mode mxfp4, rows of more than eight groups: the row's own groups fill the reductions.
@@ -606,7 +657,9 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
-  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.exp, table);
+  with_fp4_codes(e2m1, p.d, table, [&](const auto& row_codes) HWY_ATTR {
+    row_codes(src, codes, s.exp);
+  });
   if (!all) redo_fp4_groups(s, e2m1, src, s.scale, groups, codes, scale);
 }
 
