@@ -1167,22 +1167,25 @@ HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // FP4RowExponents16 on 256-bit vectors: the exponent fields of the largest magnitudes of the
-// sixteen 32-groups of four 128-element rows, a byte each in row order. x >> 7 leaves each
-// lane's exponent field in its low byte and its sign in the high one; the byte maxima of a
-// group's two vectors, the odd group's moved to the high bytes and joined with the even one's,
-// reduce two groups per vector through the transposes. An odd group's maximum meets the even
-// group's signs there, so a group of zeros and subnormals alone (largest field 0) may read 1:
-// both give it a scale that the lane form leaves to the scalar rules.
+// sixteen 32-groups of four 128-element rows, a byte each in row order. The 16-bit maxima of a
+// group's two vectors, masked to the exponent field, then an even group's field moved to the
+// low byte of each lane and the odd group's to the high byte, so that two groups share each
+// vector of the transposes. The masks run on any port; shifts and maxima only on two, which
+// the byte form's codes keep busy.
 HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
   __m256i v[8];
+  const __m256i field = _mm256_set1_epi16(0x7F80);
   for (int k = 0; k < 4; ++k) {
     const auto* row = reinterpret_cast<const __m256i*>(r[k]);
-    const auto group = [row](int g) HWY_ATTR {
-      return _mm256_max_epu8(_mm256_srli_epi16(_mm256_loadu_si256(row + 2 * g), 7),
-                             _mm256_srli_epi16(_mm256_loadu_si256(row + 2 * g + 1), 7));
+    const auto group = [row, field](int g) HWY_ATTR {
+      return _mm256_max_epu16(_mm256_and_si256(_mm256_loadu_si256(row + 2 * g), field),
+                              _mm256_and_si256(_mm256_loadu_si256(row + 2 * g + 1), field));
     };
-    v[2 * k] = _mm256_max_epu8(group(0), _mm256_slli_epi16(group(1), 8));
-    v[2 * k + 1] = _mm256_max_epu8(group(2), _mm256_slli_epi16(group(3), 8));
+    const auto pair = [&group](int g) HWY_ATTR {
+      return _mm256_or_si256(_mm256_srli_epi16(group(g), 7), _mm256_slli_epi16(group(g + 1), 1));
+    };
+    v[2 * k] = pair(0);
+    v[2 * k + 1] = pair(2);
   }
   // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
   const auto words = [](__m256i a, __m256i b) HWY_ATTR {
