@@ -1079,19 +1079,26 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
 // bucket 0, whose threshold is the first one at offset 0, so code 0. below8 holds below + 8,
 // the sign's bit of the nibble, which positive lanes take off again. float4_e2m1 takes buckets
 // of 64 (ten of them hold its range), float4_e1m2 buckets of 32 (all 16).
+// With lead (where the range leaves a bucket to spare: float4_e2m1) the buckets start one
+// bucket below the first threshold and the operand is t0g less one bucket, so that bucket 0
+// has no threshold: every lane below lands there whatever its offset, and the offset is then
+// x's own low bits, for a saturating pack to clamp |x| - t0g (see FP4BytePairs).
 struct FP4ByteTable {
   alignas(16) std::int8_t th[16] = {};
   alignas(16) std::uint8_t below8[16] = {};
+  std::uint16_t lead = 0;  // subtracted from first in the operands t0g
   bool ok = true;
 };
 
 constexpr FP4ByteTable MakeFP4ByteTable(const std::uint16_t (&thr)[7], std::uint16_t largest,
-                                        int shift) {
+                                        int shift, bool lead) {
   FP4ByteTable t;
   const int size = 1 << shift;
-  t.ok = (largest - thr[0]) >> shift < 16;
+  t.lead = static_cast<std::uint16_t>(lead ? size : 0);
+  const int from = thr[0] - t.lead;
+  t.ok = (largest - from) >> shift < 16;
   for (int i = 0; i < 16; ++i) {
-    const int lo = thr[0] + size * i;
+    const int lo = from + size * i;
     int below = 0, inside = 0, offset = size - 1;
     for (int k = 0; k < 7; ++k) {
       below += thr[k] < lo;
@@ -1123,16 +1130,25 @@ HWY_INLINE FP4ByteRegs LoadFP4ByteRegs(const FP4ByteTable& t) {
 // (bit 7 of a signed saturating pack of the bits themselves) are packed to bytes, so the
 // lookups, the compare and the nibbles take one operation per 32 values: 19 operations per 32
 // codes with their share of the final pack, where FP4Pow2Codes and its packing take 25.
-template <int kShift>
+// kLead (the table's lead): |x| - t0g as a plain signed difference, whose shift the unsigned
+// pack clamps to 0 below, and the offsets from x, so that the subtraction and the masks run on
+// any port, not on the two that take the shifts, compares and multiplies.
+template <int kShift, bool kLead>
 HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4ByteRegs& r) {
   const __m256i mag = _mm256_set1_epi16(0x7FFF);
   const __m256i within = _mm256_set1_epi16((1 << kShift) - 1);
-  const __m256i t0 = _mm256_subs_epu16(_mm256_and_si256(w0, mag), t0g);
-  const __m256i t1 = _mm256_subs_epu16(_mm256_and_si256(w1, mag), t0g);
-  const __m256i bucket =
-      _mm256_packus_epi16(_mm256_srli_epi16(t0, kShift), _mm256_srli_epi16(t1, kShift));
-  const __m256i offset =
-      _mm256_packus_epi16(_mm256_and_si256(t0, within), _mm256_and_si256(t1, within));
+  __m256i bucket, offset;
+  if constexpr (kLead) {
+    const __m256i t0 = _mm256_sub_epi16(_mm256_and_si256(w0, mag), t0g);
+    const __m256i t1 = _mm256_sub_epi16(_mm256_and_si256(w1, mag), t0g);
+    bucket = _mm256_packus_epi16(_mm256_srai_epi16(t0, kShift), _mm256_srai_epi16(t1, kShift));
+    offset = _mm256_packus_epi16(_mm256_and_si256(w0, within), _mm256_and_si256(w1, within));
+  } else {
+    const __m256i t0 = _mm256_subs_epu16(_mm256_and_si256(w0, mag), t0g);
+    const __m256i t1 = _mm256_subs_epu16(_mm256_and_si256(w1, mag), t0g);
+    bucket = _mm256_packus_epi16(_mm256_srli_epi16(t0, kShift), _mm256_srli_epi16(t1, kShift));
+    offset = _mm256_packus_epi16(_mm256_and_si256(t0, within), _mm256_and_si256(t1, within));
+  }
   const __m256i passed = _mm256_cmpgt_epi8(offset, _mm256_shuffle_epi8(r.th, bucket));
   // 8 where the sign is clear: a byte shuffle reads 0 where its index has bit 7 set.
   const __m256i positive8 =
@@ -1142,16 +1158,16 @@ HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4By
   return _mm256_maddubs_epi16(nibbles, _mm256_set1_epi16(0x1001));
 }
 
-// QuantizeFP4Pow2Row by FP4BytePairs (kShift: the table's), two groups to a store.
-template <int kShift>
+// QuantizeFP4Pow2Row by FP4BytePairs (kShift, kLead: the table's), two groups to a store.
+template <int kShift, bool kLead>
 HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
                                         std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                         const std::uint32_t* HWY_RESTRICT t0g,
                                         const FP4ByteRegs& r) {
   const auto pairs = [&](std::int64_t g) HWY_ATTR {
     const auto* v = reinterpret_cast<const __m256i*>(x + 32 * g);
-    return FP4BytePairs<kShift>(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1),
-                                _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
+    return FP4BytePairs<kShift, kLead>(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1),
+                                       _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
   };
   const std::int64_t groups = n / 32;
   std::int64_t g = 0;

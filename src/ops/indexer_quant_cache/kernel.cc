@@ -485,10 +485,21 @@ constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF,
 constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF, 0);
 static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
 #if KVS_FP4_BYTES
-constexpr qn::FP4ByteTable kE2M1Bytes = qn::MakeFP4ByteTable(kE2M1Steps, 0x40FF, 6);
-constexpr qn::FP4ByteTable kE1M2Bytes = qn::MakeFP4ByteTable(kE1M2Steps, 0x3FFF, 5);
+constexpr qn::FP4ByteTable kE2M1Bytes = qn::MakeFP4ByteTable(kE2M1Steps, 0x40FF, 6, true);
+constexpr qn::FP4ByteTable kE1M2Bytes = qn::MakeFP4ByteTable(kE1M2Steps, 0x3FFF, 5, false);
 static_assert(kE2M1Bytes.ok && kE1M2Bytes.ok, "one threshold per bucket, the range covered");
 #endif
+
+// The first threshold as the operands t0g of the target's codes take it (on AVX2 less the byte
+// table's lead).
+std::uint16_t fp4_first(bool e2m1) {
+#if KVS_FP4_BYTES
+  const qn::FP4ByteTable& bytes = e2m1 ? kE2M1Bytes : kE1M2Bytes;
+  return static_cast<std::uint16_t>((e2m1 ? kE2M1Table : kE1M2Table).first - bytes.lead);
+#else
+  return (e2m1 ? kE2M1Table : kE1M2Table).first;
+#endif
+}
 
 bool fast_fp4(const IndexerQuantCachePlan& p) {
   return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::mxfp4;
@@ -546,16 +557,18 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
                                const Rows& rows) {
 #if KVS_FP4_BYTES
   (void)table;
-  const auto by = [&](auto shift, const qn::FP4ByteTable& bytes) HWY_ATTR {
+  const auto by = [&](auto shift, auto lead, const qn::FP4ByteTable& bytes) HWY_ATTR {
     const qn::FP4ByteRegs r = qn::LoadFP4ByteRegs(bytes);
     rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
-      qn::QuantizeFP4Pow2RowBytes<decltype(shift)::value>(src, out, d, t0g, r);
+      qn::QuantizeFP4Pow2RowBytes<decltype(shift)::value, decltype(lead)::value>(src, out, d,
+                                                                                 t0g, r);
     });
   };
+  static_assert(kE2M1Bytes.lead != 0 && kE1M2Bytes.lead == 0, "the forms below");
   if (e2m1) {
-    by(std::integral_constant<int, 6>(), kE2M1Bytes);
+    by(std::integral_constant<int, 6>(), std::true_type(), kE2M1Bytes);
   } else {
-    by(std::integral_constant<int, 5>(), kE1M2Bytes);
+    by(std::integral_constant<int, 5>(), std::false_type(), kE1M2Bytes);
   }
 #else
   (void)e2m1;
@@ -574,7 +587,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
   // A copy: the code stores could alias the global, so each row would load its vectors again.
   const qn::FP4Pow2Table table = e2m1 ? kE2M1Table : kE1M2Table;
-  const std::uint16_t emax = e2m1 ? 2 : 0;
+  const std::uint16_t emax = e2m1 ? 2 : 0, first = fp4_first(e2m1);
   HWY_ALIGN std::uint16_t amax[kMaxBatch];
   HWY_ALIGN std::uint32_t t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
@@ -609,7 +622,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
       bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16(rows),
                                                              static_cast<std::uint8_t>(emax),
-                                                             table.first, exp + 4 * k,
+                                                             first, exp + 4 * k,
                                                              t0g + 4 * k));
     }
     bad = hn::Vec128<std::uint16_t>{bad16};
@@ -620,7 +633,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     const int used = batch_groups(b, groups, units);
     for (int c = 0; c < used; c += 8) {
       qn::Maxima8<16>(units + c, 32, amax + c);
-      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, first, exp + c, t0g + c));
     }
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
@@ -647,13 +660,14 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
                     std::uint8_t* codes, std::uint8_t* scale) {
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
   const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
+  const std::uint16_t first = fp4_first(e2m1);
   const std::int64_t groups = p.d / 32;
   qn::GroupMagnitudes<32, false>(src, groups, s.amax, s.min1);
   const qn::FP4Tag8 d8;
   auto bad = hn::Zero(d8);
   for (std::int64_t g = 0; g < groups; g += 8) {
     bad = hn::Or(bad,
-                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.exp + g));
+                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, first, s.scale + g, s.exp + g));
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
