@@ -1130,9 +1130,10 @@ HWY_INLINE FP4ByteRegs LoadFP4ByteRegs(const FP4ByteTable& t) {
 // (bit 7 of a signed saturating pack of the bits themselves) are packed to bytes, so the
 // lookups, the compare and the nibbles take one operation per 32 values: 19 operations per 32
 // codes with their share of the final pack, where FP4Pow2Codes and its packing take 25.
-// kLead (the table's lead): |x| - t0g as a plain signed difference, whose shift the unsigned
-// pack clamps to 0 below, and the offsets from x, so that the subtraction and the masks run on
-// any port, not on the two that take the shifts, compares and multiplies.
+// kLead (the table's lead): |x| - t0g as a plain signed difference (both are 15-bit, so it
+// cannot overflow), whose shift the unsigned pack clamps to 0 below, and the offsets from x, so
+// that the subtraction and the masks run on any port, not on the two that take the shifts,
+// compares and multiplies.
 template <int kShift, bool kLead>
 HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4ByteRegs& r) {
   const __m256i mag = _mm256_set1_epi16(0x7FFF);
