@@ -24,6 +24,9 @@
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
 //   packed two per byte. FP4RowExponents16 + FP4Pow2ScalesOf16 (AVX-512): the scales of four
 //   128-element rows from their groups' largest exponents, reduced as bytes.
+//   FP4BytePairs + QuantizeFP4Pow2RowBytes (AVX2): the same codes one byte per value, 32 per
+//   vector, by two 16-entry byte tables; FP4RowExponentBytes16 + FP4Pow2ScalesOfBytes16: the
+//   scales of four rows as above on 256-bit vectors.
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
@@ -1055,6 +1058,186 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
   return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));
 }
 #endif
+
+// ---- FP4 codes one byte per value (AVX2) ---------------------------------------------------
+
+// The byte form of the FP4 codes exists where this is 1 (AVX2, where FP4Pow2Codes takes ten
+// 16-bit operations per 16 values and their packing two and a half more).
+#undef KVS_FP4_BYTES
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+#define KVS_FP4_BYTES 1
+#else
+#define KVS_FP4_BYTES 0
+#endif
+
+#if KVS_FP4_BYTES
+// An FP4 format's thresholds (those of MakeFP4Pow2Table) in 16 buckets of 2^shift bit patterns
+// from the first threshold on, at most one in each: t = |x| - t0g (saturating: y's bits less the
+// first threshold, as in FP4Pow2Codes) lies in bucket t >> shift at offset t & (2^shift - 1),
+// and its code's magnitude is below[bucket] + (offset > th[bucket]), th the offset of the
+// threshold inside (2^shift - 1 for none). A lane below the first threshold saturates to t = 0:
+// bucket 0, whose threshold is the first one at offset 0, so code 0. below8 holds below + 8,
+// the sign's bit of the nibble, which positive lanes take off again. float4_e2m1 takes buckets
+// of 64 (ten of them hold its range), float4_e1m2 buckets of 32 (all 16).
+// With lead (where the range leaves a bucket to spare: float4_e2m1) the buckets start one
+// bucket below the first threshold and the operand is t0g less one bucket, so that bucket 0
+// has no threshold: every lane below lands there whatever its offset, and the offset is then
+// x's own low bits, for a saturating pack to clamp |x| - t0g (see FP4BytePairs).
+struct FP4ByteTable {
+  alignas(16) std::int8_t th[16] = {};
+  alignas(16) std::uint8_t below8[16] = {};
+  std::uint16_t lead = 0;  // subtracted from first in the operands t0g
+  bool ok = true;
+};
+
+constexpr FP4ByteTable MakeFP4ByteTable(const std::uint16_t (&thr)[7], std::uint16_t largest,
+                                        int shift, bool lead) {
+  FP4ByteTable t;
+  const int size = 1 << shift;
+  t.lead = static_cast<std::uint16_t>(lead ? size : 0);
+  const int from = thr[0] - t.lead;
+  t.ok = (largest - from) >> shift < 16;
+  for (int i = 0; i < 16; ++i) {
+    const int lo = from + size * i;
+    int below = 0, inside = 0, offset = size - 1;
+    for (int k = 0; k < 7; ++k) {
+      below += thr[k] < lo;
+      if (thr[k] >= lo && thr[k] < lo + size) {
+        ++inside;
+        offset = thr[k] - lo;
+      }
+    }
+    t.ok = t.ok && inside <= 1;
+    t.th[i] = static_cast<std::int8_t>(offset);
+    t.below8[i] = static_cast<std::uint8_t>(below + 8);
+  }
+  return t;
+}
+
+// A table's entries in both 128-bit blocks, loaded once per batch.
+struct FP4ByteRegs {
+  __m256i th, below8;
+};
+HWY_INLINE FP4ByteRegs LoadFP4ByteRegs(const FP4ByteTable& t) {
+  return {_mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.th))),
+          _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(t.below8)))};
+}
+
+// The FP4 codes of one group's 32 values (w0, w1: its two vectors; t0g: its FP4Pow2Codes
+// operand in every 16-bit lane), joined two to a byte (element 2i in the low nibble, each
+// nibble's sign in its bit 3) in the low bytes of 16-bit lanes, in the order of a 16-bit pack:
+// per 128-bit block, four pairs of w0 then four of w1. The buckets, the offsets and the signs
+// (bit 7 of a signed saturating pack of the bits themselves) are packed to bytes, so the
+// lookups, the compare and the nibbles take one operation per 32 values: 19 operations per 32
+// codes with their share of the final pack, where FP4Pow2Codes and its packing take 25.
+// kLead (the table's lead): |x| - t0g as a plain signed difference (both are 15-bit, so it
+// cannot overflow), whose shift the unsigned pack clamps to 0 below, and the offsets from x, so
+// that the subtraction and the masks run on any port, not on the two that take the shifts,
+// compares and multiplies.
+template <int kShift, bool kLead>
+HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4ByteRegs& r) {
+  const __m256i mag = _mm256_set1_epi16(0x7FFF);
+  const __m256i within = _mm256_set1_epi16((1 << kShift) - 1);
+  __m256i bucket, offset;
+  if constexpr (kLead) {
+    const __m256i t0 = _mm256_sub_epi16(_mm256_and_si256(w0, mag), t0g);
+    const __m256i t1 = _mm256_sub_epi16(_mm256_and_si256(w1, mag), t0g);
+    bucket = _mm256_packus_epi16(_mm256_srai_epi16(t0, kShift), _mm256_srai_epi16(t1, kShift));
+    offset = _mm256_packus_epi16(_mm256_and_si256(w0, within), _mm256_and_si256(w1, within));
+  } else {
+    const __m256i t0 = _mm256_subs_epu16(_mm256_and_si256(w0, mag), t0g);
+    const __m256i t1 = _mm256_subs_epu16(_mm256_and_si256(w1, mag), t0g);
+    bucket = _mm256_packus_epi16(_mm256_srli_epi16(t0, kShift), _mm256_srli_epi16(t1, kShift));
+    offset = _mm256_packus_epi16(_mm256_and_si256(t0, within), _mm256_and_si256(t1, within));
+  }
+  const __m256i passed = _mm256_cmpgt_epi8(offset, _mm256_shuffle_epi8(r.th, bucket));
+  // 8 where the sign is clear: a byte shuffle reads 0 where its index has bit 7 set.
+  const __m256i positive8 =
+      _mm256_shuffle_epi8(_mm256_set1_epi8(8), _mm256_packs_epi16(w0, w1));
+  const __m256i nibbles =
+      _mm256_sub_epi8(_mm256_sub_epi8(_mm256_shuffle_epi8(r.below8, bucket), passed), positive8);
+  return _mm256_maddubs_epi16(nibbles, _mm256_set1_epi16(0x1001));
+}
+
+// QuantizeFP4Pow2Row by FP4BytePairs (kShift, kLead: the table's), two groups to a store.
+template <int kShift, bool kLead>
+HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
+                                        std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                        const std::uint32_t* HWY_RESTRICT t0g,
+                                        const FP4ByteRegs& r) {
+  const auto pairs = [&](std::int64_t g) HWY_ATTR {
+    const auto* v = reinterpret_cast<const __m256i*>(x + 32 * g);
+    return FP4BytePairs<kShift, kLead>(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1),
+                                       _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
+  };
+  const std::int64_t groups = n / 32;
+  std::int64_t g = 0;
+  for (; g + 2 <= groups; g += 2) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 16 * g),
+                        E2M1NibbleBytes(pairs(g), pairs(g + 1)));
+  }
+  if (g < groups) {
+    const __m256i p = pairs(g);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16 * g),
+                     _mm256_castsi256_si128(E2M1NibbleBytes(p, p)));
+  }
+}
+
+// FP4RowExponents16 on 256-bit vectors: the exponent fields of the largest magnitudes of the
+// sixteen 32-groups of four 128-element rows, a byte each in row order. The 16-bit maxima of a
+// group's two vectors, masked to the exponent field, then an even group's field moved to the
+// low byte of each lane and the odd group's to the high byte, so that two groups share each
+// vector of the transposes. The masks run on any port; shifts and maxima only on two, which
+// the byte form's codes keep busy.
+HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
+  __m256i v[8];
+  const __m256i field = _mm256_set1_epi16(0x7F80);
+  for (int k = 0; k < 4; ++k) {
+    const auto* row = reinterpret_cast<const __m256i*>(r[k]);
+    const auto group = [row, field](int g) HWY_ATTR {
+      return _mm256_max_epu16(_mm256_and_si256(_mm256_loadu_si256(row + 2 * g), field),
+                              _mm256_and_si256(_mm256_loadu_si256(row + 2 * g + 1), field));
+    };
+    const auto pair = [&group](int g) HWY_ATTR {
+      return _mm256_or_si256(_mm256_srli_epi16(group(g), 7), _mm256_slli_epi16(group(g + 1), 1));
+    };
+    v[2 * k] = pair(0);
+    v[2 * k + 1] = pair(2);
+  }
+  // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
+  const auto words = [](__m256i a, __m256i b) HWY_ATTR {
+    return _mm256_max_epu8(_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
+  };
+  const auto dwords = [](__m256i a, __m256i b) HWY_ATTR {
+    return _mm256_max_epu8(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+  };
+  const __m256i m0 = dwords(words(v[0], v[1]), words(v[2], v[3]));
+  const __m256i m1 = dwords(words(v[4], v[5]), words(v[6], v[7]));
+  const __m256i m = _mm256_max_epu8(_mm256_unpacklo_epi64(m0, m1), _mm256_unpackhi_epi64(m0, m1));
+  return _mm_max_epu8(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+}
+
+// FP4Pow2Scales8 for sixteen groups from their exponent fields m (bytes): the scales straight
+// from the bytes, t0g in both halves by interleaving the operands with themselves.
+HWY_INLINE __m128i FP4Pow2ScalesOfBytes16(__m128i m, std::uint8_t emax, std::uint16_t first,
+                                          std::uint8_t* HWY_RESTRICT scale16,
+                                          std::uint32_t* HWY_RESTRICT t0g) {
+  const auto byte = [](int v) HWY_ATTR { return _mm_set1_epi8(static_cast<char>(v)); };
+  const __m128i s = _mm_subs_epu8(m, byte(emax));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(scale16), s);
+  const __m256i t =
+      _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepu8_epi16(s), 7),
+                       _mm256_set1_epi16(static_cast<std::int16_t>(first - 127 * 128)));
+  const __m256i lo = _mm256_unpacklo_epi16(t, t), hi = _mm256_unpackhi_epi16(t, t);
+  auto* out = reinterpret_cast<__m128i*>(t0g);  // lo: groups 0-3, 8-11; hi: 4-7, 12-15
+  _mm_storeu_si128(out, _mm256_castsi256_si128(lo));
+  _mm_storeu_si128(out + 1, _mm256_castsi256_si128(hi));
+  _mm_storeu_si128(out + 2, _mm256_extracti128_si256(lo, 1));
+  _mm_storeu_si128(out + 3, _mm256_extracti128_si256(hi, 1));
+  // Nonzero where m > 254 or s < 4.
+  return _mm_or_si128(_mm_subs_epu8(m, byte(254)), _mm_subs_epu8(byte(4), s));
+}
+#endif  // KVS_FP4_BYTES
 
 // ---- Cheaper magnitudes for the power-of-two e4m3 rows -------------------------------------
 

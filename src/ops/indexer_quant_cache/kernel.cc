@@ -20,12 +20,15 @@
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
 //   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI and
-//   VNNI the exponents come out by multishifts and the codes' bytes by dot products. Groups of
-//   zeros, with a non-finite element, or with a scale below 2^-123 take the scalar rules.
+//   VNNI the exponents come out by multishifts and the codes' bytes by dot products. AVX2 reduces
+//   the exponents as bytes the same way and looks the codes up one byte per value, 32 to a
+//   vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale below
+//   2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #undef HWY_TARGET_INCLUDE
@@ -481,6 +484,22 @@ constexpr std::uint16_t kE1M2Steps[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90,
 constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF, 2);
 constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF, 0);
 static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
+#if KVS_FP4_BYTES
+constexpr qn::FP4ByteTable kE2M1Bytes = qn::MakeFP4ByteTable(kE2M1Steps, 0x40FF, 6, true);
+constexpr qn::FP4ByteTable kE1M2Bytes = qn::MakeFP4ByteTable(kE1M2Steps, 0x3FFF, 5, false);
+static_assert(kE2M1Bytes.ok && kE1M2Bytes.ok, "one threshold per bucket, the range covered");
+#endif
+
+// The first threshold as the operands t0g of the target's codes take it (on AVX2 less the byte
+// table's lead).
+std::uint16_t fp4_first(bool e2m1) {
+#if KVS_FP4_BYTES
+  const qn::FP4ByteTable& bytes = e2m1 ? kE2M1Bytes : kE1M2Bytes;
+  return static_cast<std::uint16_t>((e2m1 ? kE2M1Table : kE1M2Table).first - bytes.lead);
+#else
+  return (e2m1 ? kE2M1Table : kE1M2Table).first;
+#endif
+}
 
 bool fast_fp4(const IndexerQuantCachePlan& p) {
   return p.x.dtype == DType::bfloat16 && p.options.quant_mode == IndexerQuantMode::mxfp4;
@@ -530,6 +549,35 @@ KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
 }
 #endif
 
+// Calls rows(codes) with codes(src, out, t0g) writing the FP4 codes of one row of d values
+// from its groups' operands t0g (QuantizeFP4Pow2Row, or on AVX2 its byte form), the constants
+// of either in registers for all the rows.
+template <class Rows>
+HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table& table,
+                               const Rows& rows) {
+#if KVS_FP4_BYTES
+  (void)table;
+  const auto by = [&](auto shift, auto lead, const qn::FP4ByteTable& bytes) HWY_ATTR {
+    const qn::FP4ByteRegs r = qn::LoadFP4ByteRegs(bytes);
+    rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
+      qn::QuantizeFP4Pow2RowBytes<decltype(shift)::value, decltype(lead)::value>(src, out, d,
+                                                                                 t0g, r);
+    });
+  };
+  static_assert(kE2M1Bytes.lead != 0 && kE1M2Bytes.lead == 0, "the forms below");
+  if (e2m1) {
+    by(std::integral_constant<int, 6>(), std::true_type(), kE2M1Bytes);
+  } else {
+    by(std::integral_constant<int, 5>(), std::false_type(), kE1M2Bytes);
+  }
+#else
+  (void)e2m1;
+  rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
+    qn::QuantizeFP4Pow2Row(src, out, d, t0g, table);
+  });
+#endif
+}
+
 // Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
@@ -539,7 +587,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
   // A copy: the code stores could alias the global, so each row would load its vectors again.
   const qn::FP4Pow2Table table = e2m1 ? kE2M1Table : kE1M2Table;
-  const std::uint16_t emax = e2m1 ? 2 : 0;
+  const std::uint16_t emax = e2m1 ? 2 : 0, first = fp4_first(e2m1);
   HWY_ALIGN std::uint16_t amax[kMaxBatch];
   HWY_ALIGN std::uint32_t t0g[kMaxBatch];
   HWY_ALIGN std::uint8_t exp[kMaxBatch];
@@ -565,30 +613,46 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
                                                    _mm256_extracti128_si256(bad16, 1))};
     }
   }
+#elif KVS_FP4_BYTES
+  if constexpr (kD == 128) {  // the same on 256-bit vectors, the maxima as bytes throughout
+    by_groups = false;
+    __m128i bad16 = _mm_setzero_si128();
+    for (int k = 0; k < b.n; k += 4) {
+      const std::uint16_t* rows[4];
+      for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+      bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16(rows),
+                                                             static_cast<std::uint8_t>(emax),
+                                                             first, exp + 4 * k,
+                                                             t0g + 4 * k));
+    }
+    bad = hn::Vec128<std::uint16_t>{bad16};
+  }
 #endif
   if (by_groups) {
     const std::uint16_t* units[kMaxBatch];
     const int used = batch_groups(b, groups, units);
     for (int c = 0; c < used; c += 8) {
       qn::Maxima8<16>(units + c, 32, amax + c);
-      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, table.first, exp + c, t0g + c));
+      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, first, exp + c, t0g + c));
     }
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
-  if (all) {  // the usual case, in a loop of its own
+  with_fp4_codes(e2m1, d, table, [&](const auto& codes) HWY_ATTR {
+    if (all) {  // the usual case, in a loop of its own
+      for (int k = 0; k < b.n; ++k) {
+        const std::int64_t u = k * groups;
+        std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+        codes(b.src[k], b.codes[k], t0g + u);
+      }
+      return;
+    }
     for (int k = 0; k < b.n; ++k) {
       const std::int64_t u = k * groups;
       std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
+      codes(b.src[k], b.codes[k], t0g + u);
+      redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
     }
-    return;
-  }
-  for (int k = 0; k < b.n; ++k) {
-    const std::int64_t u = k * groups;
-    std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-    qn::QuantizeFP4Pow2Row(b.src[k], b.codes[k], d, t0g + u, table);
-    redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
-  }
+  });
 }
 
 // Mode mxfp4, rows of more than eight groups: the row's own groups fill the reductions.
@@ -596,17 +660,20 @@ void fast_mxfp4_row(const IndexerQuantCachePlan& p, Scratch& s, const std::uint1
                     std::uint8_t* codes, std::uint8_t* scale) {
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
   const qn::FP4Pow2Table& table = e2m1 ? kE2M1Table : kE1M2Table;
+  const std::uint16_t first = fp4_first(e2m1);
   const std::int64_t groups = p.d / 32;
   qn::GroupMagnitudes<32, false>(src, groups, s.amax, s.min1);
   const qn::FP4Tag8 d8;
   auto bad = hn::Zero(d8);
   for (std::int64_t g = 0; g < groups; g += 8) {
     bad = hn::Or(bad,
-                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, table.first, s.scale + g, s.exp + g));
+                 qn::FP4Pow2Scales8(s.amax + g, e2m1 ? 2 : 0, first, s.scale + g, s.exp + g));
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));
-  qn::QuantizeFP4Pow2Row(src, codes, p.d, s.exp, table);
+  with_fp4_codes(e2m1, p.d, table, [&](const auto& row_codes) HWY_ATTR {
+    row_codes(src, codes, s.exp);
+  });
   if (!all) redo_fp4_groups(s, e2m1, src, s.scale, groups, codes, scale);
 }
 
