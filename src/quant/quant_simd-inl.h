@@ -1395,20 +1395,23 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
 // before it is shifted down by 3, and keep_or (bits 0-1) then sets the index's low bits; a byte
 // shuffle ignores bits 4-6 of an index, so the mask's copy there does no harm.
 struct HiF8LaneRegs {
-  hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep, kept, pos, neg, split;
+  hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep, kept, pos, neg, split, split_hi;
   hn::Vec<hn::ScalableTag<std::uint8_t>> k129, k112, k7f, k80, big_top, small_top;
 };
 
 HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
   const hn::ScalableTag<std::uint8_t> d8;
   const detail::HiFloat8LaneTables& t = detail::hifloat8_lane_tables();
-  alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
-                                                         1, 3, 5, 7, 9, 11, 13, 15};
+  alignas(16) static constexpr std::uint8_t kSplit[32] = {0, 2, 4, 6, 8, 10, 12, 14,
+                                                         1, 3, 5, 7, 9, 11, 13, 15,
+                                                         1, 3, 5, 7, 9, 11, 13, 15,
+                                                         0, 2, 4, 6, 8, 10, 12, 14};
   const auto keep_and = hn::LoadDup128(d8, t.keep_and);
   const auto keep = hn::Or(hn::ShiftLeft<3>(keep_and), hn::LoadDup128(d8, t.keep_or));
   return {hn::LoadDup128(d8, t.half2),    keep,
           hn::LoadDup128(d8, t.kept),     hn::LoadDup128(d8, t.pos),
           hn::LoadDup128(d8, t.neg),      hn::LoadDup128(d8, kSplit),
+          hn::LoadDup128(d8, kSplit + 16),
           hn::LoadDup128(d8, t.splat[0]), hn::LoadDup128(d8, t.splat[1]),
           hn::LoadDup128(d8, t.splat[2]), hn::LoadDup128(d8, t.splat[3]),
           hn::LoadDup128(d8, t.splat[4]), hn::LoadDup128(d8, t.splat[5])};
@@ -1449,9 +1452,20 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
   const auto split = [&](VW w) HWY_ATTR {
     return hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w, w)), t.split));
   };
+#if HWY_TARGET == HWY_AVX2
+  // w1's bytes split the other way round (high bytes first), so that a blend, which any port
+  // runs, gathers the low bytes where an unpack needed a shuffle port.
+  const __m256i s0 = _mm256_shuffle_epi8(_mm256_add_epi16(w0.raw, w0.raw), t.split.raw);
+  const __m256i s1 = _mm256_shuffle_epi8(_mm256_add_epi16(w1.raw, w1.raw), t.split_hi.raw);
+  const hn::Vec<DB> m2{_mm256_blend_epi32(s0, s1, 0xCC)};  // m << 1
+  const hn::Vec<DB> e{_mm256_alignr_epi8(s1, s0, 8)};      // E, the sign dropped
+  (void)d64;
+  (void)split;
+#else
   const auto s0 = split(w0), s1 = split(w1);
   const auto m2 = hn::BitCast(d8, hn::InterleaveLower(d64, s0, s1));  // m << 1
   const auto e = hn::BitCast(d8, hn::InterleaveUpper(d64, s0, s1));   // E, the sign dropped
+#endif
   flags.big = hn::Max(flags.big, e);
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
   // ae is at most 128, so no saturation is needed).
