@@ -1426,7 +1426,12 @@ struct HiF8LaneFlags {
   bool AllRight(DB d8, const HiF8LaneRegs& t) const {
     const auto over =
         hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top));
+#if HWY_TARGET == HWY_AVX2
+    (void)d8;
+    return _mm256_testz_si256(over.raw, over.raw) != 0;  // one test, no compare and mask move
+#else
     return hn::AllTrue(d8, hn::Eq(over, hn::Zero(d8)));
+#endif
   }
   hn::Vec<DB> big, small;
 };
