@@ -1402,6 +1402,7 @@ struct HiF8LaneRegs {
 HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
   const hn::ScalableTag<std::uint8_t> d8;
   const detail::HiFloat8LaneTables& t = detail::hifloat8_lane_tables();
+  // Low bytes then high bytes, and the other way round.
   alignas(16) static constexpr std::uint8_t kSplit[32] = {0, 2, 4, 6, 8, 10, 12, 14,
                                                          1, 3, 5, 7, 9, 11, 13, 15,
                                                          1, 3, 5, 7, 9, 11, 13, 15,
@@ -1454,23 +1455,13 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
   const hn::Repartition<std::int8_t, DB> di8;
   const hn::Repartition<std::uint16_t, DB> d16;
   const hn::Repartition<std::uint64_t, DB> d64;
-  const auto split = [&](VW w) HWY_ATTR {
-    return hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w, w)), t.split));
-  };
-#if HWY_TARGET == HWY_AVX2
-  // w1's bytes split the other way round (high bytes first), so that a blend, which any port
-  // runs, gathers the low bytes where an unpack needed a shuffle port.
-  const __m256i s0 = _mm256_shuffle_epi8(_mm256_add_epi16(w0.raw, w0.raw), t.split.raw);
-  const __m256i s1 = _mm256_shuffle_epi8(_mm256_add_epi16(w1.raw, w1.raw), t.split_hi.raw);
-  const hn::Vec<DB> m2{_mm256_blend_epi32(s0, s1, 0xCC)};  // m << 1
-  const hn::Vec<DB> e{_mm256_alignr_epi8(s1, s0, 8)};      // E, the sign dropped
-  (void)d64;
-  (void)split;
-#else
-  const auto s0 = split(w0), s1 = split(w1);
-  const auto m2 = hn::BitCast(d8, hn::InterleaveLower(d64, s0, s1));  // m << 1
-  const auto e = hn::BitCast(d8, hn::InterleaveUpper(d64, s0, s1));   // E, the sign dropped
-#endif
+  // w1's bytes split the other way round (high bytes first), so that a 64-bit blend, which any
+  // port runs, gathers the mantissas where an unpack needed a shuffle port; a byte align gathers
+  // the exponents.
+  const auto s0 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w0, w0)), t.split);
+  const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w1, w1)), t.split_hi);
+  const auto m2 = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
+  const auto e = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
   flags.big = hn::Max(flags.big, e);
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
   // ae is at most 128, so no saturation is needed).
