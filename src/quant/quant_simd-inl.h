@@ -1573,24 +1573,32 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
 
 #if KVS_HIF8_LANES
 // The tables of hifloat8_lane_tables() in registers, each 16 bytes in every 128-bit block, and
-// the shuffle that splits 16-bit lanes into their low and high bytes.
+// the shuffle that splits 16-bit lanes into their low and high bytes. `keep` holds both answers
+// of keep_and and keep_or in one byte: keep_and << 3 (bits 4-6) masks the rounded mantissa
+// before it is shifted down by 3, and keep_or (bits 0-1) then sets the index's low bits; a byte
+// shuffle ignores bits 4-6 of an index, so the mask's copy there does no harm.
 struct HiF8LaneRegs {
-  hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep_and, keep_or, kept, pos, neg, split;
+  hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep, kept, pos, neg, split, split_hi;
   hn::Vec<hn::ScalableTag<std::uint8_t>> k129, k112, k7f, k80, big_top, small_top;
 };
 
 HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
   const hn::ScalableTag<std::uint8_t> d8;
   const detail::HiFloat8LaneTables& t = detail::hifloat8_lane_tables();
-  alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
-                                                         1, 3, 5, 7, 9, 11, 13, 15};
-  return {hn::LoadDup128(d8, t.half2),    hn::LoadDup128(d8, t.keep_and),
-          hn::LoadDup128(d8, t.keep_or),  hn::LoadDup128(d8, t.kept),
-          hn::LoadDup128(d8, t.pos),      hn::LoadDup128(d8, t.neg),
-          hn::LoadDup128(d8, kSplit),     hn::LoadDup128(d8, t.splat[0]),
-          hn::LoadDup128(d8, t.splat[1]), hn::LoadDup128(d8, t.splat[2]),
-          hn::LoadDup128(d8, t.splat[3]), hn::LoadDup128(d8, t.splat[4]),
-          hn::LoadDup128(d8, t.splat[5])};
+  // Low bytes then high bytes, and the other way round.
+  alignas(16) static constexpr std::uint8_t kSplit[32] = {0, 2, 4, 6, 8, 10, 12, 14,
+                                                         1, 3, 5, 7, 9, 11, 13, 15,
+                                                         1, 3, 5, 7, 9, 11, 13, 15,
+                                                         0, 2, 4, 6, 8, 10, 12, 14};
+  const auto keep_and = hn::LoadDup128(d8, t.keep_and);
+  const auto keep = hn::Or(hn::ShiftLeft<3>(keep_and), hn::LoadDup128(d8, t.keep_or));
+  return {hn::LoadDup128(d8, t.half2),    keep,
+          hn::LoadDup128(d8, t.kept),     hn::LoadDup128(d8, t.pos),
+          hn::LoadDup128(d8, t.neg),      hn::LoadDup128(d8, kSplit),
+          hn::LoadDup128(d8, kSplit + 16),
+          hn::LoadDup128(d8, t.splat[0]), hn::LoadDup128(d8, t.splat[1]),
+          hn::LoadDup128(d8, t.splat[2]), hn::LoadDup128(d8, t.splat[3]),
+          hn::LoadDup128(d8, t.splat[4]), hn::LoadDup128(d8, t.splat[5])};
 }
 
 // What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
@@ -1602,14 +1610,19 @@ struct HiF8LaneFlags {
   bool AllRight(DB d8, const HiF8LaneRegs& t) const {
     const auto over =
         hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top));
+#if HWY_TARGET == HWY_AVX2
+    (void)d8;
+    return _mm256_testz_si256(over.raw, over.raw) != 0;  // one test, no compare and mask move
+#else
     return hn::AllTrue(d8, hn::Eq(over, hn::Zero(d8)));
+#endif
   }
   hn::Vec<DB> big, small;
 };
 
 // The HiFloat8 codes of the bfloat16 values w0, w1 (2 * Lanes(d) of them) as 2 * Lanes(d)
 // bytes in order at out, by the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte
-// per value: about 30 operations per 32 values where 16-bit lanes took 23 per 16. w + w splits
+// per value: about 29 operations per 32 values where 16-bit lanes took 23 per 16. w + w splits
 // into the exponent (high bytes) and the mantissa times 2 (low bytes). A byte shuffle zeroes a
 // byte whose index has bit 7 set, which the indices below arrange for every byte that must
 // read nothing:
@@ -1625,16 +1638,17 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
   const hn::Repartition<std::int8_t, DB> di8;
   const hn::Repartition<std::uint16_t, DB> d16;
   const hn::Repartition<std::uint64_t, DB> d64;
-  const auto split = [&](VW w) HWY_ATTR {
-    return hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w, w)), t.split));
-  };
-  const auto s0 = split(w0), s1 = split(w1);
-  const auto m2 = hn::BitCast(d8, hn::InterleaveLower(d64, s0, s1));  // m << 1
-  const auto e = hn::BitCast(d8, hn::InterleaveUpper(d64, s0, s1));   // E, the sign dropped
+  // w1's bytes split the other way round (high bytes first), so that a 64-bit blend, which any
+  // port runs, gathers the mantissas where an unpack needed a shuffle port; a byte align gathers
+  // the exponents.
+  const auto s0 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w0, w0)), t.split);
+  const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w1, w1)), t.split_hi);
+  const auto m2 = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
+  const auto e = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
   flags.big = hn::Max(flags.big, e);
-  // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more.
-  const auto ki =
-      hn::SaturatedAdd(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e, t.k129)))), t.k112);
+  // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
+  // ae is at most 128, so no saturation is needed).
+  const auto ki = hn::Add(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e, t.k129)))), t.k112);
   // m + half2 / 2 exactly ((2m + half2 + 1) >> 1 with 2m + half2 even): bit 7 the carry.
   const auto mr = hn::AverageRound(m2, hn::TableLookupBytesOr0(t.half2, ki));
   const auto r = hn::Sub(e, hn::BitCast(d8, hn::BroadcastSignBit(hn::BitCast(di8, mr))));
@@ -1642,10 +1656,11 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
   flags.small = hn::Max(flags.small, hn::BitCast(d8, ni));
   const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r, t.k80)),
                            hn::TableLookupBytesOr0(t.neg, hn::BitCast(d8, ni)));
-  // The rounded mantissa's top four bits (a neighbour's bits above them, masked off).
-  const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, mr)));
-  const auto ti = hn::Or(hn::And(top, hn::TableLookupBytesOr0(t.keep_and, ki)),
-                         hn::TableLookupBytesOr0(t.keep_or, ki));
+  // The rounded mantissa's top four bits, those below the kept ones masked off before the shift
+  // (bit 2 of `keep` is clear, so a neighbour's bit 7 after it is too).
+  const auto keep = hn::TableLookupBytesOr0(t.keep, ki);
+  const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, hn::And(mr, keep))));
+  const auto ti = hn::Or(top, keep);
   // Bit 7 set where the code is not 0x00 (the windows' entries carry it): the sign's bit there.
   const auto code = hn::Or(base, hn::TableLookupBytesOr0(t.kept, ti));
 #if HWY_TARGET == HWY_AVX2
