@@ -1057,6 +1057,74 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
   // Nonzero where m > 254 or s < 4.
   return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));
 }
+
+// Mode mxfp8's scales of four 128-element rows from one byte per value. A group's scale
+// exponent (E4M3Pow2Lanes' e) is max(((m + 31) >> 7) - 8, 105) for its largest magnitude m (bf16
+// bits & 0x7FFF), finite: f32(m * f32(1/448)) has a nonzero mantissa exactly where m's mantissa
+// is above 96 (1.75 x 2^k times f32(1/448) rounds to 2^(k - 8) exactly), which the 31 carries
+// into the exponent field, and the 1e-4 floor is the 105. The key min((m + 31) >> 7, 255) is
+// monotone in m, so a group's largest key is its largest magnitude's: the maxima run on bytes,
+// two groups to a vector, as FP4RowExponents16's do (the doubling drops the sign, the saturating
+// add caps the key at 255, which marks a group that may not be finite). The same bytes give
+// each set of two rows its smallest key: a key k means an exponent field of at least k - 1, so
+// keys of at least e - 5 leave every quotient e4m3-normal (and no lane zero).
+struct E4M3RowKeys {
+  hn::Vec256<std::uint16_t> max;  // the sixteen groups' largest keys, in row order
+  __m512i min[2];                 // the keys of rows 0-1, of rows 2-3, folded bytewise
+};
+HWY_INLINE E4M3RowKeys E4M3RowKeys16(const std::uint16_t* const* r) {
+  const __m512i carry = _mm512_set1_epi16(62);  // 31, doubled
+  const auto key = [&](const std::uint16_t* at) HWY_ATTR {
+    const __m512i w = _mm512_loadu_si512(at);
+    return _mm512_adds_epu16(_mm512_add_epi16(w, w), carry);  // the key in the high byte
+  };
+  __m512i v[8];
+  for (int k = 0; k < 8; ++k) {
+    const std::uint16_t* g = r[k / 2] + 64 * (k % 2);
+    v[k] = _mm512_mask_blend_epi8(0x5555555555555555ull, key(g + 32),
+                                  _mm512_srli_epi16(key(g), 8));
+  }
+  E4M3RowKeys out;
+  out.min[0] = _mm512_min_epu8(_mm512_min_epu8(v[0], v[1]), _mm512_min_epu8(v[2], v[3]));
+  out.min[1] = _mm512_min_epu8(_mm512_min_epu8(v[4], v[5]), _mm512_min_epu8(v[6], v[7]));
+  out.max = FP4ExponentMaxima16(v);
+  return out;
+}
+
+// The smallest byte of v.
+HWY_INLINE std::uint32_t SmallestByte(__m512i v) {
+  const __m256i m4 = _mm256_min_epu8(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  __m128i m = _mm_min_epu8(_mm256_castsi256_si128(m4), _mm256_extracti128_si256(m4, 1));
+  m = _mm_min_epu8(m, _mm_srli_epi16(m, 8));  // each word's smaller byte, in its low byte
+  return static_cast<std::uint32_t>(
+      _mm_cvtsi128_si32(_mm_minpos_epu16(_mm_and_si128(m, _mm_set1_epi16(0xFF)))) & 0xFFFF);
+}
+
+// E4M3Pow2Scales8's subw and exp8 for the sixteen groups of E4M3RowKeys16. Returns a bit per set
+// of two rows (bit 0: rows 0-1), set where all its groups are finite and every lane stays
+// e4m3-normal: there the unmasked form is exact and the entries are those E4M3Pow2Scales8
+// gives. The other sets' entries are not to be used (their rows take E4M3Pow2Scales8).
+HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* HWY_RESTRICT subw,
+                                       std::uint8_t* HWY_RESTRICT exp16) {
+  const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
+  const __m256i g = keys.max.raw;
+  const __m256i e = _mm256_max_epu16(_mm256_subs_epu16(g, set(8)), set(105));
+  // (e - 127) * 128 + 0x3C00 - 7, E4M3Pow2Codes' operand, in both halves by one word permute.
+  const __m256i s7 = _mm256_sub_epi16(_mm256_slli_epi16(e, 7), set(0x387));
+  const __m512i twice = _mm512_setr_epi32(0x00000, 0x10001, 0x20002, 0x30003, 0x40004, 0x50005,
+                                          0x60006, 0x70007, 0x80008, 0x90009, 0xA000A, 0xB000B,
+                                          0xC000C, 0xD000D, 0xE000E, 0xF000F);
+  _mm512_storeu_si512(subw, _mm512_permutexvar_epi16(twice, _mm512_castsi256_si512(s7)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(exp16),
+                   _mm_packus_epi16(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1)));
+  // Each lane's set's smallest key, plus 5, against its e; every key below 255.
+  const __m256i low = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_set1_epi16(static_cast<std::int16_t>(SmallestByte(keys.min[0])))),
+      _mm_set1_epi16(static_cast<std::int16_t>(SmallestByte(keys.min[1]))), 1);
+  const __mmask16 ok = _mm256_mask_cmple_epu16_mask(_mm256_cmplt_epu16_mask(g, set(255)), e,
+                                                    _mm256_add_epi16(low, set(5)));
+  return ((ok & 0xFFu) == 0xFFu ? 1u : 0u) | ((ok >> 8) == 0xFFu ? 2u : 0u);
+}
 #endif
 
 // ---- FP4 codes one byte per value (AVX2) ---------------------------------------------------

@@ -635,6 +635,69 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
   }
 }
 
+// Mode mxfp8, d = 128, at the edges of the scale rule and of the lane form's normal test, on
+// every SIMD target: sets of two rows (eight groups) whose groups share a largest magnitude of
+// every exponent with mantissas around 96 (where f32(amax / 448) turns from a power of two to
+// above one, moving the scale's exponent) and, in one group, a smallest magnitude at, just
+// above or just below the normal range of the quotients, a zero, or one well inside the range
+// (where the whole set takes the unmasked form), the rest in between.
+TEST(IndexerSweep, Bfloat16Mxfp8ScaleAndNormalEdges) {
+  std::mt19937_64 rng(29);
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t e = 1; e < 255; ++e) {
+    for (const std::uint32_t m : {0x00u, 0x5Fu, 0x60u, 0x61u, 0x7Fu}) {
+      const std::uint32_t top = (e << 7) | m;
+      if (top >= 0x7F80) continue;
+      // The scale's exponent for this largest magnitude, and the smallest exponent field whose
+      // quotients are e4m3-normal under it.
+      const std::uint32_t se = std::max((top + 31) >> 7, 113u) - 8;
+      const std::uint32_t normal = se >= 6 ? se - 6 : 0;
+      const std::uint32_t edges[] = {(normal << 7) | 0x00u,
+                                     (normal << 7) | 0x61u,
+                                     normal > 0 ? ((normal - 1) << 7) | 0x7Fu : 0u,
+                                     normal > 0 ? ((normal - 1) << 7) | 0x60u : 1u,
+                                     0u,
+                                     std::min(((normal + 2) << 7) | 0x11u, top),
+                                     top};
+      for (const std::uint32_t edge : edges) {
+        const std::uint32_t low = std::min(edge + 1, top);
+        for (std::uint32_t k = 0; k < 256; ++k) {
+          std::uint32_t mag = low + static_cast<std::uint32_t>(rng() % (top - low + 1));
+          if (k % 32 == 0) mag = top;
+          if (k == 255) mag = edge;
+          x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+        }
+      }
+    }
+  }
+  const std::int64_t d = 128, rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  IndexerQuantCacheOptions o;
+  o.quant_mode = IndexerQuantMode::mxfp8;
+  const auto go = [&](bool ref, Bytes& c, Bytes& s) {
+    run(plan_indexer_quant_cache(TensorView(c.data(), DType::float8_e4m3fn, {rows, 1, 1, d}),
+                                 TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
+                                 TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                 TensorView(slots.data(), DType::int64, {rows}), o),
+        ref);
+  };
+  Bytes want_c(static_cast<std::size_t>(rows * d)), want_s(static_cast<std::size_t>(rows * ws));
+  go(true, want_c, want_s);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
+    go(false, c, s);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(std::equal(c.begin() + r * d, c.begin() + (r + 1) * d, want_c.begin() + r * d))
+          << "row " << r << " " << simd_test::target_name(target);
+      ASSERT_TRUE(std::equal(s.begin() + r * ws, s.begin() + (r + 1) * ws,
+                             want_s.begin() + r * ws))
+          << "row " << r << " " << simd_test::target_name(target);
+    }
+  }
+}
+
 // Mode hifloat8 over x (rows of d bfloat16, row r into slot r) on every SIMD target against the
 // reference: the first target whose codes differ, and where (at = -1 when none does).
 struct Hif8Difference {

@@ -415,13 +415,29 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     // last row again past the batch's end). A set whose groups all pass (most sets; about one
     // 32-row batch in four holds one that does not) takes the unmasked form alone.
     bool set_fast[kMaxBatch / 8];
-    for (int k = 0; k < b.n; k += 2) {
+    const auto by_magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src[k], b.src[k + 1 < b.n ? k + 1 : k]};
       const int c = 4 * k;
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
       set_fast[k / 2] =
           qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    };
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // AVX-512: the scales of four rows from one key byte per value (E4M3RowKeys16); a set that
+    // the keys do not show fast (rare) is planned again from its magnitudes.
+    for (int k = 0; k < b.n; k += 4) {
+      const std::uint16_t* rows[4];
+      for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+      const unsigned sets =
+          qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
+      for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
+        set_fast[k / 2 + j] = (sets >> j) & 1u;
+        if (!set_fast[k / 2 + j]) by_magnitudes(k + 2 * j);
+      }
     }
+#else
+    for (int k = 0; k < b.n; k += 2) by_magnitudes(k);
+#endif
     for (int k = 0; k < b.n; ++k) {
       const int u = 4 * k;
       if (HWY_LIKELY(set_fast[k / 2])) {
