@@ -510,6 +510,71 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
 // repeated slots are dropped first, then the chunks run on their own; the bytes must equal the
 // reference's (a single pass in token order) for each mode, in prefill runs through shuffled
 // blocks (no repeats: the dedup's fast check) and in random slots with repeats and padding.
+// Prefill-like slot runs (consecutive slots within and across blocks, blocks out of order, a few
+// padding entries) into caches whose blocks lie apart: a run may not step past its block's last
+// slot into the next block's first, which is elsewhere. Every mode, on every SIMD target.
+TEST(IndexerRuns, PrefillAcrossBlocksOfPaddedCaches) {
+  std::mt19937_64 rng(41);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int i = 0; i < 16; ++i) {
+    const auto mode = static_cast<IndexerQuantMode>(i % 4);
+    const std::int64_t d = i < 8 ? 128 : 64, nb = 6, bs = 16, gap = 3;
+    DType cdt = DType::float8_e4m3fn, sdt = DType::float32;
+    std::int64_t w = d, ws = 1;
+    if (mode == IndexerQuantMode::hifloat8) cdt = DType::uint8;
+    if (mode == IndexerQuantMode::mxfp4) {
+      cdt = DType::float4_e2m1;
+      w = d / 2;
+    }
+    if (mode == IndexerQuantMode::mxfp8 || mode == IndexerQuantMode::mxfp4) {
+      sdt = DType::float8_e8m0;
+      ws = d / 32;
+    }
+    // Blocks out of order but with neighbours in a row (2 then 3, 4 then 5, ...), whose slots
+    // continue each other's, filled from a random offset of the first one on.
+    const std::vector<std::int64_t> order =
+        i % 2 == 0 ? std::vector<std::int64_t>{2, 3, 0, 4, 5, 1}
+                   : std::vector<std::int64_t>{5, 0, 1, 3, 4, 2};
+    std::vector<std::int64_t> slots;
+    for (std::int64_t k = static_cast<std::int64_t>(rng() % bs); k < nb * bs; ++k) {
+      const std::int64_t slot = order[static_cast<std::size_t>(k / bs)] * bs + k % bs;
+      slots.push_back(rng() % 23 == 0 ? -1 : slot);
+    }
+    const auto rows = static_cast<std::int64_t>(slots.size());
+    std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * d));
+    for (auto& v : x) v = static_cast<std::uint16_t>(formats::encode(DType::bfloat16, nd(rng)));
+    const std::int64_t cstride = (bs + gap) * w, sstride = (bs + gap) * ws;
+    const Bytes cache0 = testing::random_bytes(static_cast<std::size_t>(nb * cstride), rng());
+    const Bytes scale0 =
+        testing::random_bytes(static_cast<std::size_t>(nb * sstride) * dtype_size(sdt), rng());
+    IndexerQuantCacheOptions o;
+    o.quant_mode = mode;
+    o.round_scale = true;
+    const std::int64_t cshape[] = {nb, bs, 1, w}, cstrides[] = {cstride, w, w, 1};
+    const std::int64_t sshape[] = {nb, bs, 1, ws}, sstrides[] = {sstride, ws, ws, 1};
+    auto go = [&](bool ref, Bytes& c, Bytes& s) {
+      run(plan_indexer_quant_cache(TensorView(c.data(), cdt, cshape, cstrides),
+                                   TensorView(s.data(), sdt, sshape, sstrides),
+                                   TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                   TensorView(slots.data(), DType::int64, {rows}), o),
+          ref);
+    };
+    Bytes want_c = cache0, want_s = scale0;
+    go(true, want_c, want_s);
+    for (std::int64_t target : simd_test::simd_targets()) {
+      simd_test::PinTarget pin(target);
+      for (int threads : {1, 3}) {
+        set_num_threads(threads);
+        Bytes c = cache0, s = scale0;
+        go(false, c, s);
+        ASSERT_EQ(c, want_c) << i << " " << simd_test::target_name(target) << " t" << threads;
+        ASSERT_EQ(s, want_s) << i << " " << simd_test::target_name(target) << " t" << threads;
+      }
+    }
+  }
+  set_num_threads(0);
+}
+
 TEST(IndexerThreads, ManyRowsMatchReference) {
   std::mt19937_64 rng(29);
   std::normal_distribution<float> nd(0.0f, 2.0f);

@@ -811,25 +811,54 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 
 #if HWY_TARGET != HWY_SCALAR
 // The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
-// order.
-void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
-                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+// order. Rows come in runs: consecutive rows whose slots follow each other within a block (a
+// prefill's) have their addresses one pitch apart, so a run is found by comparing its slots
+// alone and its entries are filled by strides, where the walk row by row cost a sizable share
+// of a batch's arithmetic.
+template <bool kRank2>
+void fast_batches_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                     const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const int per_batch = batch_rows(p);
+  const std::int64_t block_size = a.split.block_size(), c1 = a.c1, s1 = a.s1, x0 = a.x0;
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
-  auto add = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t* scale) HWY_ATTR {
-    b.src[n] = src;
-    b.codes[n] = codes;
-    b.scale[n] = scale;
-    if (++n == per_batch) {
+  for (std::int64_t r = begin; r < end;) {
+    const std::int64_t slot = slots[r];
+    if (slot < 0) {
+      ++r;
+      continue;
+    }
+    const std::int64_t room =
+        std::min({end - r, block_size - a.split.offset(slot), std::int64_t{per_batch - n}});
+    std::int64_t len = 1;
+    while (len < room && slots[r + len] == slot + len) ++len;
+    std::uint8_t* codes = a.codes(slot);
+    std::uint8_t* scale = a.scale(slot);
+    const std::uint16_t* src = a.src(r);
+    for (std::int64_t i = 0; i < len; ++i) {
+      b.src[n + i] = kRank2 ? src + i * x0 : a.src(r + i);
+      b.codes[n + i] = codes + i * c1;
+      b.scale[n + i] = scale + i * s1;
+    }
+    n += static_cast<int>(len);
+    r += len;
+    if (n == per_batch) {
       b.n = n;
       fast_rows(p, s, b);
       n = 0;
     }
-  };
-  ForEachRow(a, slots, begin, end, add);
+  }
   b.n = n;
   if (n > 0) fast_rows(p, s, b);
+}
+
+void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                  const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  if (a.rank2) {
+    fast_batches_of<true>(p, s, a, slots, begin, end);
+  } else {
+    fast_batches_of<false>(p, s, a, slots, begin, end);
+  }
 }
 #endif
 
