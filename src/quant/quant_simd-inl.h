@@ -992,6 +992,28 @@ HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT ama
                 hn::SaturatedSub(hn::Set(d, std::uint16_t{4}), s));
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+// The bytewise maxima of eight vectors (of bytes, 256 or 512 bits) transposed into one: word j
+// of each 128-bit block takes the vectors' words j and j + 4, then j and j + 2, then all eight,
+// so each block ends with one partial maximum per word of the inputs' pairs of groups (the
+// callers fold the blocks). Three levels of interleaves where a reduction per vector takes five.
+template <class V>
+HWY_INLINE V ByteMaxTranspose8(const V* v) {
+  const hn::DFromV<V> d;
+  const auto level = [d](auto dw, V a, V b) HWY_ATTR {
+    const auto wa = hn::BitCast(dw, a), wb = hn::BitCast(dw, b);
+    return hn::Max(hn::BitCast(d, hn::InterleaveLower(dw, wa, wb)),
+                   hn::BitCast(d, hn::InterleaveUpper(dw, wa, wb)));
+  };
+  const hn::Repartition<std::uint16_t, decltype(d)> d16;
+  const hn::Repartition<std::uint32_t, decltype(d)> d32;
+  const hn::Repartition<std::uint64_t, decltype(d)> d64;
+  const V m0 = level(d32, level(d16, v[0], v[1]), level(d16, v[2], v[3]));
+  const V m1 = level(d32, level(d16, v[4], v[5]), level(d16, v[6], v[7]));
+  return level(d64, m0, m1);
+}
+#endif
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // The exponent fields of the largest magnitudes of the sixteen 32-groups of four 128-element
 // rows (in row order), as 16-bit lanes for FP4Pow2ScalesOf16. Only the exponent sets an FP4
@@ -1001,16 +1023,9 @@ HWY_INLINE hn::Vec<FP4Tag8> FP4Pow2Scales8(const std::uint16_t* HWY_RESTRICT ama
 // the sixteen groups where the 16-bit maxima of 256-bit halves took about 90 256-bit ones).
 // FP4ExponentMaxima16 reduces the eight vectors of those pairs (v[2k], v[2k + 1]: row k).
 HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
-  // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
-  const auto words = [](__m512i a, __m512i b) HWY_ATTR {
-    return _mm512_max_epu8(_mm512_unpacklo_epi16(a, b), _mm512_unpackhi_epi16(a, b));
-  };
-  const auto dwords = [](__m512i a, __m512i b) HWY_ATTR {
-    return _mm512_max_epu8(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
-  };
-  const __m512i m0 = dwords(words(v[0], v[1]), words(v[2], v[3]));
-  const __m512i m1 = dwords(words(v[4], v[5]), words(v[6], v[7]));
-  const __m512i m = _mm512_max_epu8(_mm512_unpacklo_epi64(m0, m1), _mm512_unpackhi_epi64(m0, m1));
+  hn::Vec512<std::uint8_t> b[8];
+  for (int k = 0; k < 8; ++k) b[k] = hn::Vec512<std::uint8_t>{v[k]};
+  const __m512i m = ByteMaxTranspose8(b).raw;
   const __m256i m4 = _mm256_max_epu8(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
   const __m128i m8 = _mm_max_epu8(_mm256_castsi256_si128(m4), _mm256_extracti128_si256(m4, 1));
   return hn::Vec256<std::uint16_t>{_mm256_cvtepu8_epi16(m8)};
@@ -1272,16 +1287,9 @@ HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
     v[2 * k] = pair(0);
     v[2 * k + 1] = pair(2);
   }
-  // Word j of each 128-bit block: the vectors' words j and j + 4, then j and j + 2, then all.
-  const auto words = [](__m256i a, __m256i b) HWY_ATTR {
-    return _mm256_max_epu8(_mm256_unpacklo_epi16(a, b), _mm256_unpackhi_epi16(a, b));
-  };
-  const auto dwords = [](__m256i a, __m256i b) HWY_ATTR {
-    return _mm256_max_epu8(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-  };
-  const __m256i m0 = dwords(words(v[0], v[1]), words(v[2], v[3]));
-  const __m256i m1 = dwords(words(v[4], v[5]), words(v[6], v[7]));
-  const __m256i m = _mm256_max_epu8(_mm256_unpacklo_epi64(m0, m1), _mm256_unpackhi_epi64(m0, m1));
+  hn::Vec256<std::uint8_t> b[8];
+  for (int k = 0; k < 8; ++k) b[k] = hn::Vec256<std::uint8_t>{v[k]};
+  const __m256i m = ByteMaxTranspose8(b).raw;
   return _mm_max_epu8(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
 }
 

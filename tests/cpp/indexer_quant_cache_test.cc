@@ -435,6 +435,26 @@ TEST(IndexerCApi, RunsAndReportsErrors) {
 
 // ---- randomized: optimized == reference -------------------------------------------------------
 
+// Runs go(ref, cache, scale) by the reference, then on every SIMD target with 1 and 3 threads
+// from the same starting bytes, and expects the reference's bytes each time.
+template <class Go>
+void expect_targets_match(const Go& go, const Bytes& cache0, const Bytes& scale0,
+                          const std::string& label) {
+  Bytes want_c = cache0, want_s = scale0;
+  go(true, want_c, want_s);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (int threads : {1, 3}) {
+      set_num_threads(threads);
+      Bytes c = cache0, s = scale0;
+      go(false, c, s);
+      ASSERT_EQ(c, want_c) << label << " " << simd_test::target_name(target) << " t" << threads;
+      ASSERT_EQ(s, want_s) << label << " " << simd_test::target_name(target) << " t" << threads;
+    }
+  }
+  set_num_threads(0);
+}
+
 TEST(IndexerRandom, OptimizedMatchesReference) {
   std::mt19937_64 rng(16);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -488,22 +508,10 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
                                    TensorView(s.data(), sdt, {nb, bs, 1, ws}), xv, sv, o),
           ref);
     };
-    Bytes want_c = cache0, want_s = scale0;
-    go(true, want_c, want_s);
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      for (int threads : {1, 3}) {
-        set_num_threads(threads);
-        Bytes c = cache0, s = scale0;
-        go(false, c, s);
-        ASSERT_EQ(c, want_c) << i << " " << simd_test::target_name(target) << " t" << threads
-                             << " layout " << layout;
-        ASSERT_EQ(s, want_s) << i << " " << simd_test::target_name(target) << " t" << threads
-                             << " layout " << layout;
-      }
-    }
+    expect_targets_match(go, cache0, scale0,
+                         std::to_string(i) + " layout " + std::to_string(layout));
+    if (HasFatalFailure()) return;
   }
-  set_num_threads(0);
 }
 
 // Calls large enough to split across threads (thousands of d = 128 rows): the earlier writers of
@@ -559,20 +567,9 @@ TEST(IndexerRuns, PrefillAcrossBlocksOfPaddedCaches) {
                                    TensorView(slots.data(), DType::int64, {rows}), o),
           ref);
     };
-    Bytes want_c = cache0, want_s = scale0;
-    go(true, want_c, want_s);
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      for (int threads : {1, 3}) {
-        set_num_threads(threads);
-        Bytes c = cache0, s = scale0;
-        go(false, c, s);
-        ASSERT_EQ(c, want_c) << i << " " << simd_test::target_name(target) << " t" << threads;
-        ASSERT_EQ(s, want_s) << i << " " << simd_test::target_name(target) << " t" << threads;
-      }
-    }
+    expect_targets_match(go, cache0, scale0, std::to_string(i));
+    if (HasFatalFailure()) return;
   }
-  set_num_threads(0);
 }
 
 TEST(IndexerThreads, ManyRowsMatchReference) {
