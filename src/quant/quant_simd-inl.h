@@ -1055,20 +1055,28 @@ KVS_VBMI_ATTR HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16Vbmi(
   return FP4ExponentMaxima16(v);
 }
 
-// FP4Pow2Scales8 for sixteen groups from their exponent fields m, t0g in both halves by one
-// word permute.
+// Sixteen groups' operands (16-bit lanes) into both halves of operand32's entries by one word
+// permute, and their scale bytes (16-bit lanes at most 255) into bytes16.
+HWY_INLINE void StoreScales16(__m256i operand, __m256i scale,
+                              std::uint32_t* HWY_RESTRICT operand32,
+                              std::uint8_t* HWY_RESTRICT bytes16) {
+  const __m512i twice = _mm512_setr_epi32(0x00000, 0x10001, 0x20002, 0x30003, 0x40004, 0x50005,
+                                          0x60006, 0x70007, 0x80008, 0x90009, 0xA000A, 0xB000B,
+                                          0xC000C, 0xD000D, 0xE000E, 0xF000F);
+  _mm512_storeu_si512(operand32, _mm512_permutexvar_epi16(twice, _mm512_castsi256_si512(operand)));
+  const __m128i bytes =
+      _mm_packus_epi16(_mm256_castsi256_si128(scale), _mm256_extracti128_si256(scale, 1));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes16), bytes);
+}
+
+// FP4Pow2Scales8 for sixteen groups from their exponent fields m.
 HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t emax,
                                      std::uint16_t first, std::uint8_t* HWY_RESTRICT scale16,
                                      std::uint32_t* HWY_RESTRICT t0g) {
   const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
   const __m256i s = _mm256_subs_epu16(m.raw, set(emax));
   const __m256i t = _mm256_add_epi16(_mm256_slli_epi16(s, 7), set(first - 127 * 128));
-  const __m512i twice = _mm512_setr_epi32(0x00000, 0x10001, 0x20002, 0x30003, 0x40004, 0x50005,
-                                          0x60006, 0x70007, 0x80008, 0x90009, 0xA000A, 0xB000B,
-                                          0xC000C, 0xD000D, 0xE000E, 0xF000F);
-  _mm512_storeu_si512(t0g, _mm512_permutexvar_epi16(twice, _mm512_castsi256_si512(t)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(scale16),
-                   _mm_packus_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1)));
+  StoreScales16(t, s, t0g, scale16);
   // Nonzero where m > 254 or s < 4.
   return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));
 }
@@ -1126,12 +1134,7 @@ HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* H
   const __m256i e = _mm256_max_epu16(_mm256_subs_epu16(g, set(8)), set(105));
   // (e - 127) * 128 + 0x3C00 - 7, E4M3Pow2Codes' operand, in both halves by one word permute.
   const __m256i s7 = _mm256_sub_epi16(_mm256_slli_epi16(e, 7), set(0x387));
-  const __m512i twice = _mm512_setr_epi32(0x00000, 0x10001, 0x20002, 0x30003, 0x40004, 0x50005,
-                                          0x60006, 0x70007, 0x80008, 0x90009, 0xA000A, 0xB000B,
-                                          0xC000C, 0xD000D, 0xE000E, 0xF000F);
-  _mm512_storeu_si512(subw, _mm512_permutexvar_epi16(twice, _mm512_castsi256_si512(s7)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(exp16),
-                   _mm_packus_epi16(_mm256_castsi256_si128(e), _mm256_extracti128_si256(e, 1)));
+  StoreScales16(s7, e, subw, exp16);
   // Each lane's set's smallest key, plus 5, against its e; every key below 255.
   const __m256i low = _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_set1_epi16(static_cast<std::int16_t>(SmallestByte(keys.min[0])))),

@@ -697,6 +697,41 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
   }
 }
 
+// Rows of d bfloat16 at x, row r into slot r, in an mxfp mode (one e8m0 scale per 32 values)
+// into a cache of cdt, on every SIMD target against the reference: the first row that differs.
+void expect_mx_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, IndexerQuantMode mode,
+                          DType cdt) {
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
+  const std::int64_t w = mode == IndexerQuantMode::mxfp4 ? d / 2 : d;
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  IndexerQuantCacheOptions o;
+  o.quant_mode = mode;
+  const auto go = [&](bool ref, Bytes& c, Bytes& s) {
+    run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, w}),
+                                 TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
+                                 TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                 TensorView(slots.data(), DType::int64, {rows}), o),
+        ref);
+  };
+  Bytes want_c(static_cast<std::size_t>(rows * w)), want_s(static_cast<std::size_t>(rows * ws));
+  go(true, want_c, want_s);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
+    go(false, c, s);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      ASSERT_TRUE(std::equal(c.begin() + r * w, c.begin() + (r + 1) * w, want_c.begin() + r * w))
+          << dtype_name(cdt) << " d" << d << " row " << r << " "
+          << simd_test::target_name(target);
+      ASSERT_TRUE(std::equal(s.begin() + r * ws, s.begin() + (r + 1) * ws,
+                             want_s.begin() + r * ws))
+          << dtype_name(cdt) << " d" << d << " row " << r << " "
+          << simd_test::target_name(target);
+    }
+  }
+}
+
 // Mode mxfp8, d = 128, at the edges of the scale rule and of the lane form's normal test, on
 // every SIMD target: sets of two rows (eight groups) whose groups share a largest magnitude of
 // every exponent with mantissas around 96 (where f32(amax / 448) turns from a power of two to
@@ -732,32 +767,7 @@ TEST(IndexerSweep, Bfloat16Mxfp8ScaleAndNormalEdges) {
       }
     }
   }
-  const std::int64_t d = 128, rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
-  IndexerQuantCacheOptions o;
-  o.quant_mode = IndexerQuantMode::mxfp8;
-  const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-    run(plan_indexer_quant_cache(TensorView(c.data(), DType::float8_e4m3fn, {rows, 1, 1, d}),
-                                 TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
-                                 TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                 TensorView(slots.data(), DType::int64, {rows}), o),
-        ref);
-  };
-  Bytes want_c(static_cast<std::size_t>(rows * d)), want_s(static_cast<std::size_t>(rows * ws));
-  go(true, want_c, want_s);
-  for (std::int64_t target : simd_test::simd_targets()) {
-    simd_test::PinTarget pin(target);
-    Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
-    go(false, c, s);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      ASSERT_TRUE(std::equal(c.begin() + r * d, c.begin() + (r + 1) * d, want_c.begin() + r * d))
-          << "row " << r << " " << simd_test::target_name(target);
-      ASSERT_TRUE(std::equal(s.begin() + r * ws, s.begin() + (r + 1) * ws,
-                             want_s.begin() + r * ws))
-          << "row " << r << " " << simd_test::target_name(target);
-    }
-  }
+  expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
 }
 
 // Mode hifloat8 over x (rows of d bfloat16, row r into slot r) on every SIMD target against the
@@ -854,35 +864,8 @@ TEST(IndexerSweep, Bfloat16Mxfp4MatchesReference) {
   for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
     for (const std::int64_t d : {128, 96, 512, 32}) {
       std::vector<std::uint16_t> x = bf16_sweep_rows(d);
-      const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32, cb = d / 2;
-      std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-      for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
-      IndexerQuantCacheOptions o;
-      o.quant_mode = IndexerQuantMode::mxfp4;
-      const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-        run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, cb}),
-                                     TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
-                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                     TensorView(slots.data(), DType::int64, {rows}), o),
-            ref);
-      };
-      Bytes want_c(static_cast<std::size_t>(rows * cb)),
-          want_s(static_cast<std::size_t>(rows * ws));
-      go(true, want_c, want_s);
-      for (std::int64_t target : simd_test::simd_targets()) {
-        simd_test::PinTarget pin(target);
-        Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
-        go(false, c, s);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const auto at = [&](const Bytes& b, std::int64_t n) { return b.begin() + r * n; };
-          ASSERT_TRUE(std::equal(at(c, cb), at(c, cb) + cb, at(want_c, cb)))
-              << dtype_name(cdt) << " d" << d << " row " << r << " "
-              << simd_test::target_name(target);
-          ASSERT_TRUE(std::equal(at(s, ws), at(s, ws) + ws, at(want_s, ws)))
-              << dtype_name(cdt) << " d" << d << " row " << r << " "
-              << simd_test::target_name(target);
-        }
-      }
+      expect_mx_rows_match(x, d, IndexerQuantMode::mxfp4, cdt);
+      if (HasFatalFailure()) return;
     }
   }
 }
@@ -911,28 +894,8 @@ TEST(IndexerSweep, Bfloat16Mxfp4LaneFormEdges) {
         }
       }
     }
-    const std::int64_t d = 128, rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
-    IndexerQuantCacheOptions o;
-    o.quant_mode = IndexerQuantMode::mxfp4;
-    const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-      run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, d / 2}),
-                                   TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
-                                   TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                   TensorView(slots.data(), DType::int64, {rows}), o),
-          ref);
-    };
-    Bytes want_c(static_cast<std::size_t>(rows * d / 2));
-    Bytes want_s(static_cast<std::size_t>(rows * ws));
-    go(true, want_c, want_s);
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
-      go(false, c, s);
-      EXPECT_EQ(c, want_c) << dtype_name(cdt) << " " << hwy::TargetName(target);
-      EXPECT_EQ(s, want_s) << dtype_name(cdt) << " " << hwy::TargetName(target);
-    }
+    expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp4, cdt);
+    if (HasFatalFailure()) return;
   }
 }
 
