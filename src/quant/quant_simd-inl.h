@@ -1710,8 +1710,8 @@ struct HiF8LaneFlags {
 //   come out 0x00, those from 2^-23 are counted in `small`, those from 2^15 in `big`.
 // - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
 // The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
-// mask: the windows' entries have bit 7 set.
-template <class DB, class VW>
+// mask: the windows' entries have bit 7 set. kFirst: the flags start from these bytes.
+template <bool kFirst, class DB, class VW>
 HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
                               HiF8LaneFlags<DB>& flags, std::uint8_t* HWY_RESTRICT out) {
   const hn::Repartition<std::int8_t, DB> di8;
@@ -1724,7 +1724,7 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
   const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w1, w1)), t.split_hi);
   const auto m2 = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
   const auto e = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
-  flags.big = hn::Max(flags.big, e);
+  flags.big = kFirst ? e : hn::Max(flags.big, e);
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
   // ae is at most 128, so no saturation is needed).
   const auto ki = hn::Add(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e, t.k129)))), t.k112);
@@ -1732,7 +1732,7 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
   const auto mr = hn::AverageRound(m2, hn::TableLookupBytesOr0(t.half2, ki));
   const auto r = hn::Sub(e, hn::BitCast(d8, hn::BroadcastSignBit(hn::BitCast(di8, mr))));
   const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::BitCast(di8, t.k112));
-  flags.small = hn::Max(flags.small, hn::BitCast(d8, ni));
+  flags.small = kFirst ? hn::BitCast(d8, ni) : hn::Max(flags.small, hn::BitCast(d8, ni));
   const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r, t.k80)),
                            hn::TableLookupBytesOr0(t.neg, hn::BitCast(d8, ni)));
   // The rounded mantissa's top four bits, those below the kept ones masked off before the shift
@@ -1774,22 +1774,21 @@ HWY_INLINE void HiF8LaneProducts(D d, const std::uint16_t* HWY_RESTRICT src, VF 
 }
 
 // n bfloat16 values times x_scale (n a multiple of 32; kN: n when known at compile time),
-// their HiFloat8 codes as HiF8CodesByTable's. False when the row holds a NaN product, one in
-// [2^-23, 2^-15) or one from 2^15 (infinities too): the codes written are then not all right,
-// and the caller takes the table.
-template <bool kScaled, std::int64_t kN = 0>
-HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
-                                 std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale) {
+// their HiFloat8 codes as HiF8CodesByTable's where flags.AllRight() holds after the call: the
+// flags take in the row's bytes, from its first vector on where kFresh (no max against a zero
+// then), else on top of those of earlier rows.
+template <bool kScaled, std::int64_t kN = 0, bool kFresh = true>
+HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
+                            std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale,
+                            HiF8LaneFlags<hn::ScalableTag<std::uint8_t>>& flags) {
   if constexpr (kN != 0) n = kN;
   using D = hn::ScalableTag<std::uint16_t>;
   const D d;
-  using DB = hn::Repartition<std::uint8_t, D>;
-  const DB d8;
+  const hn::ScalableTag<std::uint8_t> d8;
   const hn::Repartition<float, D> df;
   const auto xs = hn::Set(df, x_scale);
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  HiF8LaneFlags<DB> flags(d8);
-  for (std::int64_t j = 0; j < n; j += 2 * L) {
+  const auto codes = [&](std::int64_t j, auto first) HWY_ATTR {
     hn::Vec<D> w0, w1;
     if constexpr (kScaled) {
       HiF8LaneProducts(d, src + j, xs, w0, w1);
@@ -1797,8 +1796,21 @@ HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY
       w0 = hn::LoadU(d, src + j);
       w1 = hn::LoadU(d, src + j + L);
     }
-    HiF8ByteCodes(d8, t, w0, w1, flags, out + j);
-  }
+    HiF8ByteCodes<decltype(first)::value>(d8, t, w0, w1, flags, out + j);
+  };
+  codes(0, std::bool_constant<kFresh>());
+  for (std::int64_t j = 2 * L; j < n; j += 2 * L) codes(j, std::false_type());
+}
+
+// HiF8LaneRow for one row on its own. False when the row holds a NaN product, one in
+// [2^-23, 2^-15) or one from 2^15 (infinities too): the codes written are then not all right,
+// and the caller takes the table.
+template <bool kScaled, std::int64_t kN = 0>
+HWY_INLINE bool HiF8CodesByLanes(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
+                                 std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale) {
+  const hn::ScalableTag<std::uint8_t> d8;
+  HiF8LaneFlags<hn::ScalableTag<std::uint8_t>> flags(d8);
+  HiF8LaneRow<kScaled, kN>(t, src, out, n, x_scale, flags);
   return flags.AllRight(d8, t);
 }
 #endif  // KVS_HIF8_LANES

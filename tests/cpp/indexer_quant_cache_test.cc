@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvscatter/formats.h"
@@ -770,8 +771,9 @@ TEST(IndexerSweep, Bfloat16Mxfp8ScaleAndNormalEdges) {
   expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
 }
 
-// Mode hifloat8 over x (rows of d bfloat16, row r into slot r) on every SIMD target against the
-// reference: the first target whose codes differ, and where (at = -1 when none does).
+// Mode hifloat8 over x (rows of d bfloat16, row r into slot r, or into slots[r] where given)
+// on every SIMD target against the reference: the first target whose codes differ, and where
+// (at = -1 when none does).
 struct Hif8Difference {
   std::string target;
   std::int64_t at = -1;
@@ -779,22 +781,25 @@ struct Hif8Difference {
 };
 
 Hif8Difference hif8_first_difference(std::vector<std::uint16_t>& x, std::int64_t d,
-                                     float x_scale) {
+                                     float x_scale, std::vector<std::int64_t> slots = {}) {
   const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  if (slots.empty()) {
+    slots.resize(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  }
+  const std::int64_t n = *std::max_element(slots.begin(), slots.end()) + 1;
   IndexerQuantCacheOptions o;
   o.quant_mode = IndexerQuantMode::hifloat8;
   o.x_scale = x_scale;
-  Bytes scale_row(static_cast<std::size_t>(rows * 4));
+  Bytes scale_row(static_cast<std::size_t>(n * 4));
   const auto go = [&](bool ref, Bytes& c) {
-    run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {rows, 1, 1, d}),
-                                 TensorView(scale_row.data(), DType::float32, {rows, 1, 1, 1}),
+    run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {n, 1, 1, d}),
+                                 TensorView(scale_row.data(), DType::float32, {n, 1, 1, 1}),
                                  TensorView(x.data(), DType::bfloat16, {rows, d}),
                                  TensorView(slots.data(), DType::int64, {rows}), o),
         ref);
   };
-  Bytes want(static_cast<std::size_t>(rows * d), 0xA5);
+  Bytes want(static_cast<std::size_t>(n * d), 0xA5);
   go(true, want);
   for (std::int64_t target : simd_test::simd_targets()) {
     simd_test::PinTarget pin(target);
@@ -854,6 +859,34 @@ TEST(IndexerSweep, Bfloat16HiFloat8OneSpecialLane) {
                           << f.target << ": lane " << std::dec << f.at << std::hex
                           << " gives 0x" << f.got << ", the reference 0x" << f.want;
     }
+  }
+}
+
+// Mode hifloat8 from bfloat16: rows of ordinary values, a few of them holding a lane that the
+// byte encoder of AVX2 and SSE4 leaves to the table, two tokens to a slot. AVX2 and SSE4 check
+// their rows' flags sixteen tokens at a time and take a chunk that fails again row by row: here
+// chunks pass, one fails and later ones pass, one fails where its special row is the first of
+// its slot's writers and one where it is the second, and the rows after the second failure are
+// checked each on its own; the cache must still hold each slot's last writer.
+TEST(IndexerSweep, Bfloat16HiFloat8SpecialRowsInChunks) {
+  const std::int64_t d = 128, rows = 160;
+  std::mt19937_64 rng(19);
+  std::vector<std::uint16_t> x;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t k = 0; k < d; ++k) {
+      const auto e = static_cast<std::uint16_t>(115 + rng() % 24);
+      x.push_back(static_cast<std::uint16_t>((rng() % 2) << 15 | e << 7 | rng() % 128));
+    }
+  }
+  const std::pair<std::int64_t, std::uint16_t> specials[] = {
+      {4, 0x3400}, {71, 0xC740}, {130, 0x7FC0}, {150, 0xB7C0}};
+  for (const auto& [r, v] : specials) x[static_cast<std::size_t>(r * d + (r * 37) % d)] = v;
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r / 2;
+  for (const float x_scale : {1.0f, 0.75f}) {
+    const Hif8Difference f = hif8_first_difference(x, d, x_scale, slots);
+    ASSERT_EQ(f.at, -1) << "x_scale " << x_scale << " " << f.target << ": byte " << f.at
+                        << " gives 0x" << std::hex << f.got << ", the reference 0x" << f.want;
   }
 }
 

@@ -746,18 +746,46 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const RowAddresses& 
 // [2^-23, 2^-15) or from 2^15 by the 8,192-entry table, or with a NaN by the general path (this
 // mode has no scale).
 template <bool kScaled, std::int64_t kD>
+HWY_INLINE void hif8_row(const IndexerQuantCachePlan& p, Scratch& s, const qn::HiF8LaneRegs& t,
+                         const std::uint16_t* src, std::uint8_t* codes) {
+  const float x_scale = p.options.x_scale;
+  if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, src, codes, p.d, x_scale))) ||
+      qn::HiF8CodesByTable(src, codes, p.d, x_scale, s.keys)) {
+    return;
+  }
+  general_row(p, s, src, codes);
+}
+
+// The rows in chunks of kChunk tokens whose flags are checked together, where a check per row
+// cost four operations and a branch per 128 values; a chunk that fails is taken again row by
+// row, in order, so that a repeated slot still ends with its last writer. Where that happens
+// twice in a call, such rows are frequent, and the rest of the call checks each row.
+template <bool kScaled, std::int64_t kD>
 void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                   const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  constexpr std::int64_t kChunk = 16;
+  using DB = hn::ScalableTag<std::uint8_t>;
+  const DB d8;
   const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
-  const float x_scale = p.options.x_scale;
-  auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
-    if (HWY_LIKELY((qn::HiF8CodesByLanes<kScaled, kD>(t, src, codes, p.d, x_scale))) ||
-        qn::HiF8CodesByTable(src, codes, p.d, x_scale, s.keys)) {
-      return;
-    }
-    general_row(p, s, src, codes);
+  qn::HiF8LaneFlags<DB> flags(d8);
+  auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
+    qn::HiF8LaneRow<kScaled, kD, false>(t, src, codes, p.d, p.options.x_scale, flags);
   };
-  ForEachRow(a, slots, begin, end, row);
+  auto checked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
+    hif8_row<kScaled, kD>(p, s, t, src, codes);
+  };
+  int failed = 0;
+  std::int64_t r = begin;
+  for (; r < end && failed < 2; r += kChunk) {
+    const std::int64_t stop = std::min(end, r + kChunk);
+    flags = qn::HiF8LaneFlags<DB>(d8);
+    ForEachRow(a, slots, r, stop, unchecked);
+    if (HWY_UNLIKELY(!flags.AllRight(d8, t))) {
+      ForEachRow(a, slots, r, stop, checked);
+      ++failed;
+    }
+  }
+  if (r < end) ForEachRow(a, slots, r, end, checked);
 }
 #endif
 
