@@ -9,6 +9,8 @@
 //   with their smallest magnitudes per group or for all eight.
 // - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for many groups at
 //   once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads).
+//   E4M3RowKeys16 + E4M3ScalesOfKeys16 (AVX-512): the same for the sixteen groups of four
+//   128-element rows from one key byte per value, reduced as bytes.
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
 //   QuantizeE4M3Pow2Row: the same over a row, two vectors narrowed together.

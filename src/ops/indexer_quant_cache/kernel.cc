@@ -6,7 +6,9 @@
 //   rows at a time: the magnitudes of eight groups (fp8: whole rows) reduced together, their
 //   scales as one vector, then each row's codes by integer subtraction of its scale's exponent.
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
-//   longer than the row's arithmetic; a batch's rows overlap theirs.
+//   longer than the row's arithmetic; a batch's rows overlap theirs. With AVX-512 and d = 128,
+//   mxfp8's scales come from one key byte per value instead (E4M3RowKeys16), four rows at a
+//   time. Batches are filled run by run: a prefill's consecutive slots compared alone.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
 //   not exact) are redone by the scalar rules over a lane form exact for zeros. Rows whose
 //   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups)
