@@ -8,7 +8,8 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs. With AVX-512 and d = 128,
 //   mxfp8's scales come from one key byte per value instead (E4M3RowKeys16), four rows at a
-//   time. Batches are filled run by run: a prefill's consecutive slots compared alone.
+//   time. Batches are filled run by run, a vector at a time: a prefill's consecutive slots
+//   compared alone.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
 //   not exact) are redone by the scalar rules over a lane form exact for zeros. Rows whose
 //   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups)
@@ -248,13 +249,19 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
 }
 
 // Rows quantized together, in token order (the order they are written in, so a repeated slot
-// still ends with its last writer).
+// still ends with its last writer). Their addresses are kept as integers, so that a run of rows
+// one pitch apart fills them a vector at a time (RunFill), with room for a vector past the last.
 constexpr int kMaxBatch = 128;
 struct Batch {
-  const std::uint16_t* src[kMaxBatch];
-  std::uint8_t* codes[kMaxBatch];
-  std::uint8_t* scale[kMaxBatch];
+  static constexpr int kRoom = kMaxBatch + HWY_MAX_BYTES / 8;
+  static_assert(sizeof(std::uintptr_t) == sizeof(std::uint64_t), "64-bit addresses");
+  std::uint64_t src_at[kRoom], codes_at[kRoom], scale_at[kRoom];
   int n = 0;
+  const std::uint16_t* src(int k) const {
+    return reinterpret_cast<const std::uint16_t*>(src_at[k]);
+  }
+  std::uint8_t* codes(int k) const { return reinterpret_cast<std::uint8_t*>(codes_at[k]); }
+  std::uint8_t* scale(int k) const { return reinterpret_cast<std::uint8_t*>(scale_at[k]); }
 };
 
 // The 32-value groups of a batch's rows, in row order, padded to a multiple of eight with the
@@ -263,7 +270,7 @@ struct Batch {
 inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t** units) {
   int n = 0;
   for (int k = 0; k < b.n; ++k) {
-    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src[k] + 32 * g;
+    for (std::int64_t g = 0; g < groups; ++g) units[n++] = b.src(k) + 32 * g;
   }
   const int used = n;
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];
@@ -328,7 +335,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d;
   const std::uint16_t* units[kMaxBatch];
   int n = 0;
-  for (; n < b.n; ++n) units[n] = b.src[n];
+  for (; n < b.n; ++n) units[n] = b.src(n);
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
   HWY_ALIGN std::uint32_t subw[kMaxBatch];
@@ -345,15 +352,15 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     for (int k = c; k < m; ++k) tight &= exp[k] >= kMinLaneExp;
     if (!tight) {
       for (int k = c; k < m; ++k) {
-        fp8_row_any(p, s, units[k], b.codes[k], b.scale[k], d, amax[k], subw + k, exp[k],
+        fp8_row_any(p, s, units[k], b.codes(k), b.scale(k), d, amax[k], subw + k, exp[k],
                     fast[k] != 0);
       }
       continue;
     }
     for (int k = c; k < m; ++k) {
-      qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes[k], d, subw + k);
+      qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes(k), d, subw + k);
       const float stored = f32(std::uint32_t{exp[k]} << 23);
-      std::memcpy(b.scale[k], &stored, 4);
+      std::memcpy(b.scale(k), &stored, 4);
     }
   }
 }
@@ -418,7 +425,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     // 32-row batch in four holds one that does not) takes the unmasked form alone.
     bool set_fast[kMaxBatch / 8];
     const auto by_magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
-      const std::uint16_t* two[2] = {b.src[k], b.src[k + 1 < b.n ? k + 1 : k]};
+      const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
       const int c = 4 * k;
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
       set_fast[k / 2] =
@@ -429,7 +436,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     // the keys do not show fast (rare) is planned again from its magnitudes.
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
-      for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+      for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
       const unsigned sets =
           qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
       for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
@@ -443,10 +450,10 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     for (int k = 0; k < b.n; ++k) {
       const int u = 4 * k;
       if (HWY_LIKELY(set_fast[k / 2])) {
-        std::memcpy(b.scale[k], exp + u, 4);
-        qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
+        std::memcpy(b.scale(k), exp + u, 4);
+        qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src(k), b.codes(k), d, subw + u);
       } else {
-        mxfp8_row_any(s, b.src[k], b.codes[k], b.scale[k], d, amax + u, subw + u, exp + u,
+        mxfp8_row_any(s, b.src(k), b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u,
                       fast + u);
       }
     }
@@ -462,10 +469,10 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     if (all) {  // the usual case
-      std::memcpy(b.scale[k], exp + u, static_cast<std::size_t>(groups));
-      qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src[k], b.codes[k], d, subw + u);
+      std::memcpy(b.scale(k), exp + u, static_cast<std::size_t>(groups));
+      qn::QuantizeE4M3Pow2RowUnmasked<true>(b.src(k), b.codes(k), d, subw + u);
     } else {
-      mxfp8_row_any(s, b.src[k], b.codes[k], b.scale[k], d, amax + u, subw + u, exp + u,
+      mxfp8_row_any(s, b.src(k), b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u,
                     fast + u);
     }
   }
@@ -551,7 +558,7 @@ KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
   __m256i bad = _mm256_setzero_si256();
   for (int k = 0; k < b.n; k += 4) {
     const std::uint16_t* rows[4];
-    for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+    for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
     const auto m = qn::FP4RowExponents16Vbmi(rows);
     bad = _mm256_or_si256(bad,
                           qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
@@ -560,8 +567,8 @@ KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
   const __m512i wide = _mm512_load_si512(table.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
   for (int k = 0; k < b.n; ++k) {
-    std::memcpy(b.scale[k], exp + 4 * k, 4);
-    qn::QuantizeFP4Pow2Row128Vnni(b.src[k], b.codes[k], t0g + 4 * k, wide, bias);
+    std::memcpy(b.scale(k), exp + 4 * k, 4);
+    qn::QuantizeFP4Pow2Row128Vnni(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
   }
   return true;
 }
@@ -622,7 +629,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       __m256i bad16 = _mm256_setzero_si256();
       for (int k = 0; k < b.n; k += 4) {
         const std::uint16_t* rows[4];
-        for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+        for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
         const auto m = qn::FP4RowExponents16(rows);
         bad16 = _mm256_or_si256(
             bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
@@ -637,7 +644,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     __m128i bad16 = _mm_setzero_si128();
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
-      for (int j = 0; j < 4; ++j) rows[j] = b.src[std::min(k + j, b.n - 1)];
+      for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
       bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16(rows),
                                                              static_cast<std::uint8_t>(emax),
                                                              first, exp + 4 * k,
@@ -659,16 +666,16 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     if (all) {  // the usual case, in a loop of its own
       for (int k = 0; k < b.n; ++k) {
         const std::int64_t u = k * groups;
-        std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-        codes(b.src[k], b.codes[k], t0g + u);
+        std::memcpy(b.scale(k), exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+        codes(b.src(k), b.codes(k), t0g + u);
       }
       return;
     }
     for (int k = 0; k < b.n; ++k) {
       const std::int64_t u = k * groups;
-      std::memcpy(b.scale[k], exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      codes(b.src[k], b.codes[k], t0g + u);
-      redo_fp4_groups(s, e2m1, b.src[k], exp + u, groups, b.codes[k], b.scale[k]);
+      std::memcpy(b.scale(k), exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+      codes(b.src(k), b.codes(k), t0g + u);
+      redo_fp4_groups(s, e2m1, b.src(k), exp + u, groups, b.codes(k), b.scale(k));
     }
   });
 }
@@ -829,9 +836,9 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   } else if (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32) {
     fast_rows_of<0>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::mxfp4) {
-    fast_mxfp4_row(p, s, b.src[0], b.codes[0], b.scale[0]);
+    fast_mxfp4_row(p, s, b.src(0), b.codes(0), b.scale(0));
   } else {
-    fast_mxfp8_row(p.d, s, b.src[0], b.codes[0], b.scale[0]);
+    fast_mxfp8_row(p.d, s, b.src(0), b.codes(0), b.scale(0));
   }
 }
 
@@ -840,16 +847,58 @@ void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 
 
 #if HWY_TARGET != HWY_SCALAR
+// How many of the slots s[0, room) run on from slot (s[i] == slot + i), a vector at a time.
+HWY_INLINE std::int64_t run_length(const std::int64_t* s, std::int64_t slot, std::int64_t room) {
+  const hn::ScalableTag<std::int64_t> d;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  auto want = hn::Add(hn::Iota(d, 0), hn::Set(d, slot));
+  std::int64_t len = 0;
+  for (; len + L <= room && hn::AllTrue(d, hn::Eq(hn::LoadU(d, s + len), want)); len += L) {
+    want = hn::Add(want, hn::Set(d, L));
+  }
+  while (len < room && s[len] == slot + len) ++len;
+  return len;
+}
+
+// The addresses of rows one pitch apart: out[i] = first + i * pitch for i < len, a vector at a
+// time (out has room for one vector more). The lanes' offsets are set up once per call: set up
+// per run, the vector load waited on the scalar stores each time (no store forwarding there).
+class RunFill {
+ public:
+  explicit RunFill(std::int64_t pitch) : stride_(static_cast<std::uint64_t>(pitch)) {
+    for (std::size_t i = 0; i < hn::Lanes(d_); ++i) offsets_[i] = i * stride_;
+    stride_ *= hn::Lanes(d_);
+  }
+  HWY_INLINE void operator()(std::uint64_t* out, std::int64_t len, std::uint64_t first) const {
+    auto v = hn::Add(hn::Set(d_, first), hn::Load(d_, offsets_));
+    const auto stride = hn::Set(d_, stride_);
+    for (std::int64_t i = 0; i < len; i += static_cast<std::int64_t>(hn::Lanes(d_))) {
+      hn::StoreU(v, d_, out + i);
+      v = hn::Add(v, stride);
+    }
+  }
+
+ private:
+  hn::ScalableTag<std::uint64_t> d_;
+  HWY_ALIGN std::uint64_t offsets_[HWY_MAX_BYTES / 8];
+  std::uint64_t stride_;  // a whole vector's
+};
+
 // The written rows of [begin, end) in batches of per_batch (the last one shorter), in token
 // order. Rows come in runs: consecutive rows whose slots follow each other within a block (a
 // prefill's) have their addresses one pitch apart, so a run is found by comparing its slots
-// alone and its entries are filled by strides, where the walk row by row cost a sizable share
-// of a batch's arithmetic.
+// alone and its entries are filled by strides, both a vector at a time, where the walk row by
+// row cost a sizable share of a batch's arithmetic (and the scalar compares and 64-bit
+// multiplies that replaced it still 2-3 cycles a row: 2-6 % of a call).
 template <bool kRank2>
 void fast_batches_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                      const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const int per_batch = batch_rows(p);
-  const std::int64_t block_size = a.split.block_size(), c1 = a.c1, s1 = a.s1, x0 = a.x0;
+  const std::int64_t block_size = a.split.block_size();
+  const RunFill fill_codes(a.c1), fill_scale(a.s1), fill_src(2 * a.x0);  // x0: 2-byte elements
+  const auto at = [](const void* ptr) {
+    return std::uint64_t{reinterpret_cast<std::uintptr_t>(ptr)};
+  };
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
   for (std::int64_t r = begin; r < end;) {
@@ -860,15 +909,13 @@ void fast_batches_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddres
     }
     const std::int64_t room =
         std::min({end - r, block_size - a.split.offset(slot), std::int64_t{per_batch - n}});
-    std::int64_t len = 1;
-    while (len < room && slots[r + len] == slot + len) ++len;
-    std::uint8_t* codes = a.codes(slot);
-    std::uint8_t* scale = a.scale(slot);
-    const std::uint16_t* src = a.src(r);
-    for (std::int64_t i = 0; i < len; ++i) {
-      b.src[n + i] = kRank2 ? src + i * x0 : a.src(r + i);
-      b.codes[n + i] = codes + i * c1;
-      b.scale[n + i] = scale + i * s1;
+    const std::int64_t len = run_length(slots + r, slot, room);
+    fill_codes(b.codes_at + n, len, at(a.codes(slot)));
+    fill_scale(b.scale_at + n, len, at(a.scale(slot)));
+    if (kRank2) {
+      fill_src(b.src_at + n, len, at(a.src(r)));
+    } else {
+      for (std::int64_t i = 0; i < len; ++i) b.src_at[n + i] = at(a.src(r + i));
     }
     n += static_cast<int>(len);
     r += len;
