@@ -31,7 +31,7 @@ constexpr std::int64_t kHeads = 8, kHead = 128, kBlock = 128;
 struct Setup {
   std::int64_t tokens, blocks;
   std::vector<std::uint16_t> key, value;
-  cli::CacheVector<std::uint16_t> key_cache, value_cache;
+  cli::TensorVector<std::uint16_t> key_cache, value_cache;
   std::vector<std::int64_t> slots;
   std::vector<unsigned char> copy_k, copy_v;  // memcpy destinations
 

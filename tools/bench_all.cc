@@ -65,13 +65,13 @@ struct Workload {
   std::string id() const { return op + " " + variant + " " + shape; }
 };
 
-using Bytes = std::vector<unsigned char>;
-using CacheBytes = CacheVector<unsigned char>;
+using Bytes = TensorVector<unsigned char>;
+using CacheBytes = TensorVector<unsigned char>;
 
 // Random contents tiled from a 1 MiB pattern: the kernels' speed does not depend on the
 // values, and generating hundreds of MiB of random numbers would dominate the sweep's time.
-template <class T>
-void fill_tiled(T* out, std::size_t n, const std::vector<T>& pattern) {
+template <class T, class Pattern>
+void fill_tiled(T* out, std::size_t n, const Pattern& pattern) {
   for (std::size_t i = 0; i < n; i += pattern.size()) {
     std::memcpy(out + i, pattern.data(), std::min(pattern.size(), n - i) * sizeof(T));
   }
@@ -87,12 +87,12 @@ Bytes random_bytes(std::size_t n, std::uint32_t seed) {
 }
 
 // Normally distributed values (the quantizers' and converters' input), tiled likewise.
-std::vector<float> normal_floats(std::size_t n, float sigma, std::uint32_t seed) {
+TensorVector<float> normal_floats(std::size_t n, float sigma, std::uint32_t seed) {
   std::vector<float> pattern(std::size_t{1} << 18);
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, sigma);
   for (auto& x : pattern) x = nd(rng);
-  std::vector<float> out(n);
+  TensorVector<float> out(n);
   fill_tiled(out.data(), n, pattern);
   return out;
 }
@@ -155,7 +155,7 @@ Workload k_scale_workload(std::int64_t heads, std::int64_t dim) {
     struct Buffers {
       Bytes key, value;
       CacheBytes key_cache, value_cache;
-      std::vector<float> key_scale, scale_cache;
+      TensorVector<float> key_scale, scale_cache;
       std::vector<std::int64_t> slots;
       ScatterPaKvCacheWithKScalePlan plan;
     };
@@ -189,14 +189,14 @@ Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
   Workload w{"kv_compress_epilog", name, "d" + std::to_string(d), nullptr};
   w.make = [mode, d](std::int64_t tokens) {
     struct Buffers {
-      std::vector<std::uint16_t> x;
+      TensorVector<std::uint16_t> x;
       CacheBytes cache;
       std::vector<std::int64_t> slots;
       KvCompressEpilogPlan plan;
     };
     auto b = std::make_shared<Buffers>();
     const std::int64_t nb = blocks_for(tokens);
-    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
     std::vector<std::uint16_t> bits(pattern.size());
     for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
     b->x.resize(static_cast<std::size_t>(tokens * d));
@@ -227,7 +227,7 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   w.make = [cache_dtype, heads, dim](std::int64_t len) {
     struct Buffers {
       CacheBytes key_cache, value_cache;
-      std::vector<float> new_keys, new_values;
+      TensorVector<float> new_keys, new_values;
       KvCacheUpdatePlan plan;
     };
     auto b = std::make_shared<Buffers>();
@@ -260,12 +260,12 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
       Bytes key, value;
       CacheBytes key_cache, value_cache;
       std::vector<std::int64_t> slots;
-      std::vector<float> k_scale, v_scale;
+      TensorVector<float> k_scale, v_scale;
       PagedKvWritePlan plan;
     };
     auto b = std::make_shared<Buffers>();
     const std::int64_t nb = blocks_for(tokens), bs = kBlockSize, elems = heads * dim;
-    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 8);
+    const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 8);
     std::vector<std::uint16_t> bits(pattern.size());
     for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
     b->key.resize(static_cast<std::size_t>(tokens * elems * 2));
@@ -376,7 +376,7 @@ Workload latent_workload(LatentCacheFormat format) {
              "512+64", nullptr};
   w.make = [format](std::int64_t tokens) {
     struct Buffers {
-      std::vector<std::uint16_t> kv_c, k_pe;
+      TensorVector<std::uint16_t> kv_c, k_pe;
       CacheBytes cache;
       std::vector<std::int64_t> slots;
       float scale = 0.05f;
@@ -384,7 +384,7 @@ Workload latent_workload(LatentCacheFormat format) {
     };
     auto b = std::make_shared<Buffers>();
     const std::int64_t nb = blocks_for(tokens);
-    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 10);
+    const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 10);
     std::vector<std::uint16_t> bits(pattern.size());
     for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
     b->kv_c.resize(static_cast<std::size_t>(tokens * 512));
@@ -417,7 +417,7 @@ Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t 
   Workload w{"indexer_quant_cache", name, "d" + std::to_string(d), nullptr};
   w.make = [mode, d](std::int64_t tokens) {
     struct Buffers {
-      std::vector<std::uint16_t> x;
+      TensorVector<std::uint16_t> x;
       CacheBytes cache, scale;
       std::vector<std::int64_t> slots;
       IndexerQuantCachePlan plan;
@@ -433,7 +433,7 @@ Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t 
     const DType cdt = fp4                                  ? DType::float4_e2m1
                       : mode == IndexerQuantMode::hifloat8 ? DType::hifloat8
                                                            : DType::float8_e4m3fn;
-    std::vector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
+    const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
     std::vector<std::uint16_t> bits(pattern.size());
     for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
     b->x.resize(static_cast<std::size_t>(tokens * d));

@@ -47,7 +47,7 @@ void bench_epilog(QuantMode mode) {
   bool header = false;
   for (std::int64_t tokens : c.tokens) {
     const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
-    std::vector<std::uint16_t> x(static_cast<std::size_t>(tokens * c.d));
+    TensorVector<std::uint16_t> x(static_cast<std::size_t>(tokens * c.d));
     std::mt19937 rng(3);
     std::normal_distribution<float> nd(0.0f, 2.0f);
     for (auto& v : x) v = formats::encode_bfloat16(nd(rng));
@@ -69,7 +69,7 @@ void bench_epilog(QuantMode mode) {
       print_header();
       header = true;
     }
-    CacheVector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
+    TensorVector<std::uint8_t> cache(static_cast<std::size_t>(blocks * c.block_size * row));
     const auto plan = plan_kv_compress_epilog(
         TensorView(cache.data(), DType::uint8, {blocks, c.block_size, 1, row}), tx, ts, gs, mode,
         c.round_scale, 1.0f);
@@ -91,10 +91,10 @@ void bench_scatter() {
   print_header();
   for (std::int64_t tokens : c.tokens) {
     const std::int64_t blocks = (tokens + c.block_size - 1) / c.block_size;
-    std::vector<std::uint8_t> key(static_cast<std::size_t>(tokens * H * D), 0x38), value = key;
-    std::vector<float> key_scale(static_cast<std::size_t>(tokens * H), 0.5f);
-    CacheVector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
-    std::vector<float> sc(static_cast<std::size_t>(blocks * H * c.block_size));
+    TensorVector<std::uint8_t> key(static_cast<std::size_t>(tokens * H * D), 0x38), value = key;
+    TensorVector<float> key_scale(static_cast<std::size_t>(tokens * H), 0.5f);
+    TensorVector<std::uint8_t> kc(static_cast<std::size_t>(blocks * H * c.block_size * D)), vc = kc;
+    TensorVector<float> sc(static_cast<std::size_t>(blocks * H * c.block_size));
     std::vector<std::int64_t> slots = paged_slots(tokens, c.block_size, blocks);
     const DType dt = DType::float8_e4m3fn;
     const auto plan = plan_scatter_pa_kv_cache_with_k_scale(

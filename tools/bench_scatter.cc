@@ -36,14 +36,14 @@ using Clock = std::chrono::steady_clock;
 
 // Buffers and a plan for one (mode, tokens) row.
 struct Row {
-  std::vector<unsigned char> key, value, copy_k, copy_v;
-  CacheVector<unsigned char> key_cache, value_cache;  // huge pages advised, as NumPy does
+  TensorVector<unsigned char> key, value, copy_k, copy_v;  // allocated as workload.h says
+  TensorVector<unsigned char> key_cache, value_cache;
   std::vector<std::int64_t> slots, lens, offs, seq;
   ScatterPaKvCachePlan plan;
   std::size_t written = 0;  // bytes written to the caches per call (= bytes read)
 };
 
-void fill(std::vector<unsigned char>& v, std::mt19937& rng) {
+void fill(TensorVector<unsigned char>& v, std::mt19937& rng) {
   for (auto& x : v) x = static_cast<unsigned char>(rng());
 }
 

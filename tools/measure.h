@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/parallel.h"
+#include "workload.h"
 
 namespace kvscatter::cli {
 
@@ -36,10 +37,11 @@ double time_per_call(F&& fn, int reps = 7, int inner = 1) {
 // over buffers of that size, the same way the operators are timed.
 // Source and destination share one buffer, the destination 1 KiB past a page boundary from the
 // source: glibc's `rep movsb` path slows down by 100x on some CPUs when dst - src is a small
-// multiple of 4 KiB plus a few bytes, which two separate allocations can hit by accident.
+// multiple of 4 KiB plus a few bytes, which two separate allocations can hit by accident. Both
+// are 64-byte aligned, as the operators' tensors are (workload.h).
 struct MemcpyBaseline {
   std::size_t n, gap;
-  std::vector<std::uint8_t> buf;
+  TensorVector<std::uint8_t> buf;
   explicit MemcpyBaseline(std::size_t traffic)
       : n(std::max<std::size_t>(traffic / 2, 1)),
         gap((n + 4095) / 4096 * 4096 + 1024),

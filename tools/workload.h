@@ -15,10 +15,13 @@
 
 namespace kvscatter::cli {
 
-// Allocates as NumPy does for large arrays: blocks of 4 MiB or more are 2 MiB aligned with
-// transparent huge pages advised. Engines' caches are large allocations like these; PA_NZ
-// writes touch one 4 KiB page per 32-byte chunk, so on small pages a decode call would measure
-// page walks rather than the kernel.
+// Allocates the bench's tensors (inputs and caches) as the front doors' are: every block 64-byte
+// aligned, as PyTorch's and JAX's CPU allocators align theirs, and blocks of 4 MiB or more 2 MiB
+// aligned with transparent huge pages advised, as NumPy does for large arrays. Engines' caches
+// are large allocations like these; PA_NZ writes touch one 4 KiB page per 32-byte chunk, so on
+// small pages a decode call would measure page walks rather than the kernel. malloc's 16-byte
+// alignment (a NumPy array under 4 MiB) puts every 64-byte vector access of a row across two
+// cache lines, which costs the quantizers 3-8 % and memcpy nothing (bench/performance_notes.md).
 template <class T>
 struct HugePageAllocator {
   using value_type = T;
@@ -29,7 +32,9 @@ struct HugePageAllocator {
     constexpr std::size_t kHuge = std::size_t{2} << 20;
     const std::size_t bytes = n * sizeof(T);
     if (bytes < 2 * kHuge) {
-      if (void* p = std::malloc(bytes)) return static_cast<T*>(p);
+      if (void* p = std::aligned_alloc(64, (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64)) {
+        return static_cast<T*>(p);
+      }
       throw std::bad_alloc();
     }
     void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
@@ -45,7 +50,7 @@ struct HugePageAllocator {
 };
 
 template <class T>
-using CacheVector = std::vector<T, HugePageAllocator<T>>;
+using TensorVector = std::vector<T, HugePageAllocator<T>>;
 
 // Slots of `tokens` tokens spread over a shuffled set of blocks, as a paged allocator hands
 // them out: consecutive tokens share a block, blocks are scattered.
