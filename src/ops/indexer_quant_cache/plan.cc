@@ -9,6 +9,7 @@
 #include "core/index.h"
 #include "core/slots.h"
 #include "ops/indexer_quant_cache/internal.h"
+#include "ops/indexer_quant_cache/kernel.h"
 
 namespace kvscatter {
 namespace detail::indexer {
@@ -144,17 +145,7 @@ namespace {
 // Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). The scan only
 // tells whether there is one; the rare failing call pays a second scan for the message.
 void check_slot_values(const IndexerQuantCachePlan& p, const std::int64_t* s, std::int64_t n) {
-  // s is -1 or in [0, num_slots) exactly when s + 1 and num_slots - 1 - s are both at least 0
-  // (neither overflows where it matters: s + 1 wraps only for the largest s, to a negative
-  // value): the sign bits of all of them or-ed together, a loop of adds and ors that the
-  // compiler vectorizes.
-  const std::uint64_t last = static_cast<std::uint64_t>(p.num_slots) - 1;
-  std::uint64_t signs = 0;
-  for (std::int64_t t = 0; t < n; ++t) {
-    const auto v = static_cast<std::uint64_t>(s[t]);
-    signs |= (v + 1) | (last - v);
-  }
-  if (signs >> 63 == 0) return;
+  if (slots_in_range(s, n, p.num_slots)) return;
   for (std::int64_t i = 0; i < n; ++i) {
     if (s[i] != -1 && (s[i] < 0 || s[i] >= p.num_slots)) {
       invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", s[i],
