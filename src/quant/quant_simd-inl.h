@@ -1396,22 +1396,34 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT rows, std::
     }
   }
 #else
-  V hi[8], lo[8];
-  for (int k = 0; k < 8; ++k) lo[k] = hi[k] = hn::And(hn::LoadU(d, group(k)), mag);
+  // kAll: two accumulators for the minimum, not one per group: with eight of each, the
+  // maxima's and the minima's vectors took every register of AVX2 and spilled (about 10 % of
+  // an mxfp8 call); two keep the chain through them short.
+  V hi[8], lo[kAll ? 2 : 8];
+  for (int k = 0; k < 8; ++k) {
+    hi[k] = hn::And(hn::LoadU(d, group(k)), mag);
+    if constexpr (kAll) {
+      lo[k % 2] = k < 2 ? hi[k] : hn::Min(lo[k % 2], hi[k]);
+    } else if constexpr (kMin != 0) {
+      lo[k] = hi[k];
+    }
+  }
   for (std::int64_t i = L; i < n; i += L) {
     for (int k = 0; k < 8; ++k) {
       const V b = hn::And(hn::LoadU(d, group(k) + i), mag);
       hi[k] = hn::Max(hi[k], b);
-      if constexpr (kMin != 0) lo[k] = hn::Min(lo[k], b);
+      if constexpr (kAll) {
+        lo[k % 2] = hn::Min(lo[k % 2], b);
+      } else if constexpr (kMin != 0) {
+        lo[k] = hn::Min(lo[k], b);
+      }
     }
   }
   Reduce8(d, hi, [](auto a, auto b) { return hn::Max(a, b); }, amax);
   if constexpr (kMin == 0) {
     return;
   } else if (kAll) {
-    // A tree, not a chain through one accumulator.
-    all = hn::Min(hn::Min(hn::Min(lo[0], lo[1]), hn::Min(lo[2], lo[3])),
-                  hn::Min(hn::Min(lo[4], lo[5]), hn::Min(lo[6], lo[7])));
+    all = hn::Min(lo[0], lo[1]);
   } else {
     Reduce8(d, lo, [](auto a, auto b) { return hn::Min(a, b); }, min1);
     const hn::CappedTag<std::uint16_t, 8> d8;
@@ -1422,8 +1434,11 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT rows, std::
   }
 #endif
   if constexpr (kAll) {
-    const std::uint16_t m1 = decrement(SmallestLane(d, all));
-    for (int k = 0; k < 8; ++k) min1[k] = m1;
+    // One vector store: the callers load the eight entries as a vector, which eight scalar
+    // stores would hold up until they retire (no store forwarding from several stores).
+    const hn::CappedTag<std::uint16_t, 8> d8;
+    const auto m1 = hn::Set(d8, decrement(SmallestLane(d, all)));
+    for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) hn::StoreU(m1, d8, min1 + k);
   }
 }
 
