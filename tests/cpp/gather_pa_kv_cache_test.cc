@@ -674,17 +674,12 @@ void check_random(std::mt19937_64& rng, const RandomCase& c) {
   };
   auto want_k = key0, want_v = val0;
   run_once(true, want_k, want_v);
-  for (std::int64_t target : simd_test::simd_targets()) {
-    simd_test::PinTarget pin(target);
-    for (int threads : {1, 3}) {
-      set_num_threads(threads);
-      auto k = key0, v = val0;
-      run_once(false, k, v);
-      ASSERT_EQ(k, want_k) << simd_test::target_name(target) << " threads " << threads;
-      ASSERT_EQ(v, want_v) << simd_test::target_name(target) << " threads " << threads;
-    }
-  }
-  set_num_threads(0);
+  simd_test::for_each_target_and_thread_count([&](const std::string& where) {
+    auto k = key0, v = val0;
+    run_once(false, k, v);
+    ASSERT_EQ(k, want_k) << where;
+    ASSERT_EQ(v, want_v) << where;
+  });
 }
 
 TEST(GatherRandom, OptimizedMatchesReference) {

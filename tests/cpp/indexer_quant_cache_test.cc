@@ -469,17 +469,12 @@ void expect_targets_match(const Go& go, const Bytes& cache0, const Bytes& scale0
                           const std::string& label) {
   Bytes want_c = cache0, want_s = scale0;
   go(true, want_c, want_s);
-  for (std::int64_t target : simd_test::simd_targets()) {
-    simd_test::PinTarget pin(target);
-    for (int threads : {1, 3}) {
-      set_num_threads(threads);
-      Bytes c = cache0, s = scale0;
-      go(false, c, s);
-      ASSERT_EQ(c, want_c) << label << " " << simd_test::target_name(target) << " t" << threads;
-      ASSERT_EQ(s, want_s) << label << " " << simd_test::target_name(target) << " t" << threads;
-    }
-  }
-  set_num_threads(0);
+  simd_test::for_each_target_and_thread_count([&](const std::string& where) {
+    Bytes c = cache0, s = scale0;
+    go(false, c, s);
+    ASSERT_EQ(c, want_c) << label << " " << where;
+    ASSERT_EQ(s, want_s) << label << " " << where;
+  });
 }
 
 TEST(IndexerRandom, OptimizedMatchesReference) {

@@ -449,21 +449,18 @@ TEST(ScatterPaCacheRandom, EqualsTheKeySideOfScatterPaKvCache) {
     kcw.data = want.data();
     if (dt == DType::float4_e2m1 || dt == DType::float4_e1m2) kw.dtype = kcw.dtype = DType::uint8;
     reference::execute(plan_scatter_pa_kv_cache(kw, std::nullopt, kcw, std::nullopt, sm, so));
-    for (std::int64_t target : simd_test::simd_targets()) {
-      simd_test::PinTarget pin(target);
-      for (int threads : {1, 3}) {
-        set_num_threads(threads);
-        for (bool ref : {false, true}) {
-          auto got = cache0;
-          TensorView kc = kc0;
-          kc.data = got.data();
-          run(plan_scatter_pa_cache(k, kc, sm, o), ref);
-          ASSERT_EQ(got, want) << "case " << i << " " << dtype_name(dt) << " ref " << ref;
-        }
+    simd_test::for_each_target_and_thread_count([&](const std::string& where) {
+      for (bool ref : {false, true}) {
+        auto got = cache0;
+        TensorView kc = kc0;
+        kc.data = got.data();
+        run(plan_scatter_pa_cache(k, kc, sm, o), ref);
+        ASSERT_EQ(got, want) << "case " << i << " " << dtype_name(dt) << " ref " << ref << " "
+                             << where;
       }
-    }
+    });
+    if (HasFatalFailure()) return;
   }
-  set_num_threads(0);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // the AVX-512 kernels' forms without VBMI (core/vbmi.h) on a CPU that has it.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <hwy/targets.h>
 
 #include <algorithm>
@@ -57,5 +58,22 @@ class PinTarget {
   PinTarget(const PinTarget&) = delete;
   PinTarget& operator=(const PinTarget&) = delete;
 };
+
+// Calls f(where) on every target of simd_targets(), pinned, at 1 and at 3 threads (where names
+// both, for messages), then restores the default thread count. Stops at the first fatal
+// failure, so that a broken target is reported once.
+template <class F>
+void for_each_target_and_thread_count(F&& f) {
+  for (std::int64_t target : simd_targets()) {
+    PinTarget pin(target);
+    for (int threads : {1, 3}) {
+      set_num_threads(threads);
+      f(target_name(target) + " threads " + std::to_string(threads));
+      if (::testing::Test::HasFatalFailure()) break;
+    }
+    if (::testing::Test::HasFatalFailure()) break;
+  }
+  set_num_threads(0);
+}
 
 }  // namespace kvscatter::simd_test

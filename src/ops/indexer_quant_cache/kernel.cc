@@ -262,6 +262,10 @@ struct Batch {
   }
   std::uint8_t* codes(int k) const { return reinterpret_cast<std::uint8_t*>(codes_at[k]); }
   std::uint8_t* scale(int k) const { return reinterpret_cast<std::uint8_t*>(scale_at[k]); }
+  // Rows k to k + 3 for the four-row reductions, the last row again past the batch's end.
+  void four_rows(int k, const std::uint16_t** rows) const {
+    for (int j = 0; j < 4; ++j) rows[j] = src(std::min(k + j, n - 1));
+  }
 };
 
 // The 32-value groups of a batch's rows, in row order, padded to a multiple of eight with the
@@ -436,7 +440,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     // the keys do not show fast (rare) is planned again from its magnitudes.
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
-      for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
+      b.four_rows(k, rows);
       const unsigned sets =
           qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
       for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
@@ -558,7 +562,7 @@ KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
   __m256i bad = _mm256_setzero_si256();
   for (int k = 0; k < b.n; k += 4) {
     const std::uint16_t* rows[4];
-    for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
+    b.four_rows(k, rows);
     const auto m = qn::FP4RowExponents16Vbmi(rows);
     bad = _mm256_or_si256(bad,
                           qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
@@ -629,7 +633,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       __m256i bad16 = _mm256_setzero_si256();
       for (int k = 0; k < b.n; k += 4) {
         const std::uint16_t* rows[4];
-        for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
+        b.four_rows(k, rows);
         const auto m = qn::FP4RowExponents16(rows);
         bad16 = _mm256_or_si256(
             bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
@@ -644,7 +648,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     __m128i bad16 = _mm_setzero_si128();
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
-      for (int j = 0; j < 4; ++j) rows[j] = b.src(std::min(k + j, b.n - 1));
+      b.four_rows(k, rows);
       bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16(rows),
                                                              static_cast<std::uint8_t>(emax),
                                                              first, exp + 4 * k,
@@ -912,7 +916,7 @@ void fast_batches_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddres
     const std::int64_t len = run_length(slots + r, slot, room);
     fill_codes(b.codes_at + n, len, at(a.codes(slot)));
     fill_scale(b.scale_at + n, len, at(a.scale(slot)));
-    if (kRank2) {
+    if constexpr (kRank2) {
       fill_src(b.src_at + n, len, at(a.src(r)));
     } else {
       for (std::int64_t i = 0; i < len; ++i) b.src_at[n + i] = at(a.src(r + i));
