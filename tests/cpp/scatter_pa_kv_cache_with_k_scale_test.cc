@@ -1,12 +1,14 @@
 // ScatterPaKvCacheWithKScale: the worked example of docs/operators/
-// scatter_pa_kv_cache_with_k_scale.md, skipping of out-of-range slots, every rejection (status,
-// message, caches untouched), and the last writer of duplicate slots. Randomized
-// optimized-versus-reference cases (strided views, slot patterns, threads) live in the shared
-// harness (tests/cpp/harness/scatter_pa_kv_cache_with_k_scale_cases.cc).
+// scatter_pa_kv_cache_with_k_scale.md, skipping of out-of-range slots, runs of slots that write
+// no scale entry but their own, every rejection (status, message, caches untouched), and the last
+// writer of duplicate slots. Randomized optimized-versus-reference cases (strided views, slot
+// patterns, threads) live in the shared harness
+// (tests/cpp/harness/scatter_pa_kv_cache_with_k_scale_cases.cc).
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -19,6 +21,7 @@
 
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
+#include "simd_targets.h"
 
 namespace kvscatter {
 namespace {
@@ -197,6 +200,47 @@ TEST(ScatterPaKvCacheWithKScaleSpec, OffsetsPast4GiB) {
     }
   }
   munmap(mem, bytes);
+}
+
+// A run of consecutive slots writes its own scale entries and no others, on every SIMD target:
+// the entries after the run's last slot lie on a read-only page, so a store that rewrote a whole
+// vector there (a masked store done as load, blend and store, which races with another thread
+// writing those entries) faults. Runs of 2 to 8 tokens end inside a vector of 4 or 8 lanes.
+TEST(ScatterPaKvCacheWithKScaleSpec, RunsWriteOnlyTheirOwnScaleEntries) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* base = static_cast<std::uint8_t*>(mem);
+  constexpr std::int64_t kBS = 16, kD = 16;
+  for (const std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (std::int64_t run = 2; run <= 8; ++run) {
+      SCOPED_TRACE(simd_test::target_name(target) + ", run of " + std::to_string(run));
+      ASSERT_EQ(mprotect(base + page, page, PROT_READ | PROT_WRITE), 0);
+      std::memset(base, 0, 2 * page);
+      auto* sc = reinterpret_cast<float*>(base + page - 4 * run);  // entry `run` starts page 2
+      ASSERT_EQ(mprotect(base + page, page, PROT_READ), 0);
+      Bytes key(static_cast<std::size_t>(run * kD), 7), value = key;
+      Bytes kc(static_cast<std::size_t>(kBS * kD)), vc = kc;
+      std::vector<float> scales(static_cast<std::size_t>(run));
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(run));
+      for (std::int64_t i = 0; i < run; ++i) {
+        scales[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+        slots[static_cast<std::size_t>(i)] = i;
+      }
+      const DType dt = DType::float8_e4m3fn;
+      scatter_pa_kv_cache_with_k_scale(
+          TensorView(key.data(), dt, {run, 1, kD}), TensorView(value.data(), dt, {run, 1, kD}),
+          TensorView(kc.data(), dt, {1, 1, kBS, kD}), TensorView(vc.data(), dt, {1, 1, kBS, kD}),
+          TensorView(slots.data(), DType::int64, {run}),
+          TensorView(scales.data(), DType::float32, {run, 1}),
+          TensorView(sc, DType::float32, {1, 1, kBS, 1}));
+      EXPECT_EQ(std::vector<float>(sc, sc + run), scales);
+      EXPECT_EQ(std::vector<float>(sc + run, sc + kBS),
+                std::vector<float>(static_cast<std::size_t>(kBS - run), 0.0f));
+    }
+  }
+  munmap(mem, 2 * page);
 }
 
 // ---- rejections -----------------------------------------------------------------------------

@@ -130,8 +130,10 @@ HWY_INLINE void Transpose8(std::int32_t* dst, std::int64_t dst_head, const std::
 #endif
 
 // The key scales of n <= kTile tokens on consecutive slots (neighbours in the cache), head by
-// head: one gather over the token rows and one masked store per head instead of n scalar moves.
-// Scales move as 32-bit integers, so every float bit pattern survives.
+// head: one gather over the token rows and one store per head instead of n scalar moves. Scales
+// move as 32-bit integers, so every float bit pattern survives. A part vector leaves through a
+// buffer: a masked store may be a load, blend and store of the whole vector (NEON), which would
+// rewrite the entries after the run, racing with the thread whose tokens own them.
 HWY_INLINE void ScaleRuns(std::int32_t* dst, std::int64_t dst_head, const std::int32_t* src,
                           std::int64_t src_token, std::int64_t src_head, std::int64_t H,
                           std::int64_t n) {
@@ -149,10 +151,16 @@ HWY_INLINE void ScaleRuns(std::int32_t* dst, std::int64_t dst_head, const std::i
     // Lanes past the tile re-read its last token, so no read leaves the input.
     const auto last = hn::Set(d, static_cast<std::int32_t>(count - 1));
     const auto idx = hn::Mul(hn::Min(hn::Iota(d, 0), last), stride);
-    const auto mask = hn::FirstN(d, static_cast<std::size_t>(count));
     for (std::int64_t h = 0; h < H; ++h) {
       const auto scales = hn::GatherIndex(d, src + i0 * src_token + h * src_head, idx);
-      hn::BlendedStore(scales, mask, d, dst + i0 + h * dst_head);
+      std::int32_t* out = dst + i0 + h * dst_head;
+      if (count == N) {
+        hn::StoreU(scales, d, out);
+      } else {
+        HWY_ALIGN std::int32_t part[kTile];
+        hn::Store(scales, d, part);
+        std::memcpy(out, part, static_cast<std::size_t>(count) * sizeof(std::int32_t));
+      }
     }
   }
 }
