@@ -2,6 +2,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstdint>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "kvscatter/tensor.h"
 #include "kvscatter/version.h"
 #include "runtime/parallel.h"
+#include "simd_targets.h"
 #include "testing.h"
 
 namespace kvscatter {
@@ -135,6 +138,31 @@ TEST(Slots, KeepLastWritersShuffledRuns) {
   for (std::int64_t s = 15; s < 25; ++s) overlap.push_back(s);
   EXPECT_TRUE(detail::keep_last_writers(overlap, 32));
   for (std::int64_t t = 5; t < 10; ++t) EXPECT_EQ(overlap[static_cast<std::size_t>(t)], -1);
+}
+
+// The slot scan runs a vector at a time with a scalar tail: a bad slot at every position of
+// every length up to a few vectors, on every target, and the extremes of int64 among them.
+TEST(Slots, SkipOrInRangeEveryPositionOnEveryTarget) {
+  constexpr std::int64_t kSlots = 12, kMax = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t bad[] = {kSlots, kSlots + 1, -2, -kSlots, kMax, -kMax, -kMax - 1};
+  for (const std::int64_t target : simd_test::simd_targets()) {
+    SCOPED_TRACE(simd_test::target_name(target));
+    simd_test::PinTarget pin(target);
+    for (std::int64_t n = 0; n <= 40; ++n) {
+      std::vector<std::int64_t> s(static_cast<std::size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i) s[i] = i % 5 == 4 ? -1 : (kSlots - 1 - i % kSlots);
+      ASSERT_TRUE(detail::skip_or_in_range(s.data(), n, kSlots)) << n;
+      for (std::int64_t at = 0; at < n; ++at) {
+        for (const std::int64_t v : bad) {
+          const std::int64_t keep = s[at];
+          s[at] = v;
+          EXPECT_FALSE(detail::skip_or_in_range(s.data(), n, kSlots))
+              << "n " << n << " at " << at << " value " << v;
+          s[at] = keep;
+        }
+      }
+    }
+  }
 }
 
 TEST(Runtime, ThreadsSetAndRestored) {

@@ -944,27 +944,6 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 #endif
 
 
-// Whether every slot of s[0, n) is -1 or in [0, num_slots): s + 1 and num_slots - 1 - s both
-// at least 0 (s + 1 wraps only for the largest s, to a negative value), their sign bits or-ed
-// together a vector at a time.
-bool SlotsInRange(const std::int64_t* s, std::int64_t n, std::int64_t num_slots) {
-  const hn::ScalableTag<std::int64_t> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto one = hn::Set(d, 1), last = hn::Set(d, num_slots - 1);
-  auto signs = hn::Zero(d);
-  std::int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const auto v = hn::LoadU(d, s + i);
-    signs = hn::Or(signs, hn::Or(hn::Add(v, one), hn::Sub(last, v)));
-  }
-  std::uint64_t tail = 0;
-  for (; i < n; ++i) {
-    const auto v = static_cast<std::uint64_t>(s[i]);
-    tail |= (v + 1) | (static_cast<std::uint64_t>(num_slots) - 1 - v);
-  }
-  return tail >> 63 == 0 && hn::AllFalse(d, hn::Lt(signs, hn::Zero(d)));
-}
-
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
   // The general path's float32 rows: on the stack for the usual head sizes (a heap block per
@@ -1026,15 +1005,10 @@ HWY_AFTER_NAMESPACE();
 namespace kvscatter::detail::indexer {
 
 HWY_EXPORT(QuantizeRows);
-HWY_EXPORT(SlotsInRange);
 
 void quantize_rows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                    std::int64_t end) {
   HWY_DYNAMIC_DISPATCH(QuantizeRows)(p, slots, begin, end);
-}
-
-bool slots_in_range(const std::int64_t* slots, std::int64_t n, std::int64_t num_slots) {
-  return HWY_DYNAMIC_DISPATCH(SlotsInRange)(slots, n, num_slots);
 }
 
 }  // namespace kvscatter::detail::indexer

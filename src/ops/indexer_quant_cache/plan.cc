@@ -9,7 +9,6 @@
 #include "core/index.h"
 #include "core/slots.h"
 #include "ops/indexer_quant_cache/internal.h"
-#include "ops/indexer_quant_cache/kernel.h"
 
 namespace kvscatter {
 namespace detail::indexer {
@@ -145,7 +144,7 @@ namespace {
 // Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). The scan only
 // tells whether there is one; the rare failing call pays a second scan for the message.
 void check_slot_values(const IndexerQuantCachePlan& p, const std::int64_t* s, std::int64_t n) {
-  if (slots_in_range(s, n, p.num_slots)) return;
+  if (skip_or_in_range(s, n, p.num_slots)) return;
   for (std::int64_t i = 0; i < n; ++i) {
     if (s[i] != -1 && (s[i] < 0 || s[i] >= p.num_slots)) {
       invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", s[i],

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/index.h"
+#include "core/slots.h"
 #include "ops/kv_compress_epilog/internal.h"
 
 namespace kvscatter {
@@ -105,6 +106,8 @@ void check_bound_data(const KvCompressEpilogPlan& p) {
 
 void check_data(const KvCompressEpilogPlan& p, std::vector<std::int64_t>& slots) {
   read_indices(p.slot_mapping, slots);
+  const auto n = static_cast<std::int64_t>(slots.size());
+  if (skip_or_in_range(slots.data(), n, p.num_slots)) return;  // else name the first bad slot
   for (std::size_t i = 0; i < slots.size(); ++i) {
     const std::int64_t s = slots[i];
     if (s == -1 || (s >= 0 && s < p.num_slots)) continue;
