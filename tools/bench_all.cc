@@ -65,8 +65,7 @@ struct Workload {
   std::string id() const { return op + " " + variant + " " + shape; }
 };
 
-using Bytes = TensorVector<unsigned char>;
-using CacheBytes = TensorVector<unsigned char>;
+using Bytes = TensorVector<unsigned char>;  // inputs and caches alike (workload.h)
 
 // Random contents tiled from a 1 MiB pattern: the kernels' speed does not depend on the
 // values, and generating hundreds of MiB of random numbers would dominate the sweep's time.
@@ -110,7 +109,7 @@ Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int6
   w.make = [mode, heads, dim, key_only](std::int64_t tokens) {
     struct Buffers {
       Bytes key, value;
-      CacheBytes key_cache, value_cache;
+      Bytes key_cache, value_cache;
       std::vector<std::int64_t> slots;
       ScatterPaKvCachePlan plan;
     };
@@ -125,7 +124,7 @@ Workload scatter_workload(const std::string& mode, std::int64_t heads, std::int6
     b->slots = realistic_slots(tokens, kBlockSize, nb);
     const DType dt = DType::bfloat16;
     ScatterPaKvCacheOptions opt;
-    const auto cache = [&](CacheBytes& c) {
+    const auto cache = [&](Bytes& c) {
       if (mode == "PA_NZ") {
         return TensorView(c.data(), dt, {nb, heads * dim / 16, kBlockSize, 16});
       }
@@ -154,7 +153,7 @@ Workload k_scale_workload(std::int64_t heads, std::int64_t dim) {
   w.make = [heads, dim](std::int64_t tokens) {
     struct Buffers {
       Bytes key, value;
-      CacheBytes key_cache, value_cache;
+      Bytes key_cache, value_cache;
       TensorVector<float> key_scale, scale_cache;
       std::vector<std::int64_t> slots;
       ScatterPaKvCacheWithKScalePlan plan;
@@ -190,7 +189,7 @@ Workload epilog_workload(QuantMode mode, const char* name, std::int64_t d) {
   w.make = [mode, d](std::int64_t tokens) {
     struct Buffers {
       TensorVector<std::uint16_t> x;
-      CacheBytes cache;
+      Bytes cache;
       std::vector<std::int64_t> slots;
       KvCompressEpilogPlan plan;
     };
@@ -226,7 +225,7 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
              std::to_string(heads) + "x" + std::to_string(dim), nullptr};
   w.make = [cache_dtype, heads, dim](std::int64_t len) {
     struct Buffers {
-      CacheBytes key_cache, value_cache;
+      Bytes key_cache, value_cache;
       TensorVector<float> new_keys, new_values;
       KvCacheUpdatePlan plan;
     };
@@ -258,7 +257,7 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
   w.make = [format, hnd, heads, dim](std::int64_t tokens) {
     struct Buffers {
       Bytes key, value;
-      CacheBytes key_cache, value_cache;
+      Bytes key_cache, value_cache;
       std::vector<std::int64_t> slots;
       TensorVector<float> k_scale, v_scale;
       PagedKvWritePlan plan;
@@ -309,7 +308,7 @@ Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
   w.make = [heads, dim](std::int64_t tokens) {
     struct Buffers {
       Bytes key;
-      CacheBytes key_cache;
+      Bytes key_cache;
       std::vector<std::int64_t> slots;
       ScatterPaCachePlan plan;
     };
@@ -334,7 +333,7 @@ Workload paged_gather_workload(KvCacheFormat format) {
              "e576", nullptr};
   w.make = [format](std::int64_t tokens) {
     struct Buffers {
-      CacheBytes cache;
+      Bytes cache;
       Bytes dst;
       std::vector<std::int64_t> block_table, cu;
       float scale = 0.25f;
@@ -377,7 +376,7 @@ Workload latent_workload(LatentCacheFormat format) {
   w.make = [format](std::int64_t tokens) {
     struct Buffers {
       TensorVector<std::uint16_t> kv_c, k_pe;
-      CacheBytes cache;
+      Bytes cache;
       std::vector<std::int64_t> slots;
       float scale = 0.05f;
       PagedLatentWritePlan plan;
@@ -418,7 +417,7 @@ Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t 
   w.make = [mode, d](std::int64_t tokens) {
     struct Buffers {
       TensorVector<std::uint16_t> x;
-      CacheBytes cache, scale;
+      Bytes cache, scale;
       std::vector<std::int64_t> slots;
       IndexerQuantCachePlan plan;
     };
@@ -463,7 +462,7 @@ Workload gather_workload(std::int64_t heads, std::int64_t dim) {
              nullptr};
   w.make = [heads, dim](std::int64_t tokens) {
     struct Buffers {
-      CacheBytes key_cache, value_cache;
+      Bytes key_cache, value_cache;
       Bytes key, value;
       std::vector<std::int64_t> tables, lens;
       GatherPaKvCachePlan plan;

@@ -36,8 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 // Buffers and a plan for one (mode, tokens) row.
 struct Row {
-  TensorVector<unsigned char> key, value, copy_k, copy_v;  // allocated as workload.h says
-  TensorVector<unsigned char> key_cache, value_cache;
+  TensorVector<unsigned char> key, value, copy_k, copy_v, key_cache, value_cache;  // workload.h
   std::vector<std::int64_t> slots, lens, offs, seq;
   ScatterPaKvCachePlan plan;
   std::size_t written = 0;  // bytes written to the caches per call (= bytes read)
