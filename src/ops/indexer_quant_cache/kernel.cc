@@ -23,10 +23,10 @@
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
 //   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI and
-//   VNNI the exponents come out by multishifts and the codes' bytes by dot products. AVX2 reduces
-//   the exponents as bytes the same way and looks the codes up one byte per value, 32 to a
-//   vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale below
-//   2^-123 take the scalar rules.
+//   VNNI the codes' table indices come out by multishifts and their bytes by dot products.
+//   AVX2 reduces the exponents as bytes the same way and looks the codes up one byte per value,
+//   32 to a vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale
+//   below 2^-123 take the scalar rules.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -548,33 +548,21 @@ void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std:
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Mode mxfp4, d = 128, where vbmi_usable() and the CPU has VNNI: fast_mxfp4_rows' scales by
-// FP4RowExponents16Vbmi and, where every group of the batch takes the lane form, its codes by
-// QuantizeFP4Pow2Row128Vnni. Returns whether it wrote the batch; if not, the caller writes the
-// rows from the scales in exp and t0g.
+// Mode mxfp4, d = 128, where vbmi_usable() and the CPU has VNNI and every group of the batch
+// takes the lane form: the rows' scales from exp and their codes by QuantizeFP4Pow2Row128Vnni.
 bool fp4_vnni_usable() {
   static const bool has = __builtin_cpu_supports("avx512vnni");
   return has && vbmi_usable();
 }
-KVS_VBMI_VNNI_ATTR bool fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow2Table& table,
-                                                std::uint16_t emax, std::uint8_t* exp,
-                                                std::uint32_t* t0g) {
-  __m256i bad = _mm256_setzero_si256();
-  for (int k = 0; k < b.n; k += 4) {
-    const std::uint16_t* rows[4];
-    b.four_rows(k, rows);
-    const auto m = qn::FP4RowExponents16Vbmi(rows);
-    bad = _mm256_or_si256(bad,
-                          qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
-  }
-  if (!_mm256_testz_si256(bad, bad)) return false;
+KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow2Table& table,
+                                                const std::uint8_t* exp,
+                                                const std::uint32_t* t0g) {
   const __m512i wide = _mm512_load_si512(table.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
   for (int k = 0; k < b.n; ++k) {
     std::memcpy(b.scale(k), exp + 4 * k, 4);
     qn::QuantizeFP4Pow2Row128Vnni(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
   }
-  return true;
 }
 #endif
 
@@ -626,21 +614,20 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if constexpr (kD == 128) {  // four rows per reduction, read from their own addresses
     by_groups = false;
-    if (fp4_vnni_usable()) {
-      if (fast_mxfp4_rows128_vnni(b, table, emax, exp, t0g)) return;
-      bad = hn::Set(d8, std::uint16_t{1});  // the rows below, from its scales
-    } else {
-      __m256i bad16 = _mm256_setzero_si256();
-      for (int k = 0; k < b.n; k += 4) {
-        const std::uint16_t* rows[4];
-        b.four_rows(k, rows);
-        const auto m = qn::FP4RowExponents16(rows);
-        bad16 = _mm256_or_si256(
-            bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
-      }
-      bad = hn::Vec128<std::uint16_t>{_mm_or_si128(_mm256_castsi256_si128(bad16),
-                                                   _mm256_extracti128_si256(bad16, 1))};
+    __m256i bad16 = _mm256_setzero_si256();
+    for (int k = 0; k < b.n; k += 4) {
+      const std::uint16_t* rows[4];
+      b.four_rows(k, rows);
+      const auto m = qn::FP4RowExponents16(rows);
+      bad16 = _mm256_or_si256(
+          bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
     }
+    if (fp4_vnni_usable() && _mm256_testz_si256(bad16, bad16)) {
+      fast_mxfp4_rows128_vnni(b, table, exp, t0g);
+      return;
+    }
+    bad = hn::Vec128<std::uint16_t>{_mm_or_si128(_mm256_castsi256_si128(bad16),
+                                                 _mm256_extracti128_si256(bad16, 1))};
   }
 #elif KVS_FP4_BYTES
   if constexpr (kD == 128) {  // the same on 256-bit vectors, the maxima as bytes throughout
