@@ -1,5 +1,5 @@
-// skip_or_in_range (core/slots.h), the slot scan of the operators whose only padding is -1,
-// compiled once per SIMD target: one pass over every slot of a call before its first write.
+// first_bad_slot (core/slots.h), the slot check of the operators whose only padding is -1: its
+// scan compiled once per SIMD target, one pass over every slot of a call before its first write.
 #include <cstdint>
 
 #undef HWY_TARGET_INCLUDE
@@ -42,8 +42,12 @@ namespace kvscatter::detail {
 
 HWY_EXPORT(SkipOrInRange);
 
-bool skip_or_in_range(const std::int64_t* slots, std::int64_t n, std::int64_t num_slots) {
-  return HWY_DYNAMIC_DISPATCH(SkipOrInRange)(slots, n, num_slots);
+std::int64_t first_bad_slot(const std::int64_t* slots, std::int64_t n, std::int64_t num_slots) {
+  if (HWY_DYNAMIC_DISPATCH(SkipOrInRange)(slots, n, num_slots)) return -1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (slots[i] != -1 && (slots[i] < 0 || slots[i] >= num_slots)) return i;
+  }
+  return -1;  // not reached: the scan found one
 }
 
 }  // namespace kvscatter::detail

@@ -47,9 +47,10 @@ class SlotSplitter {
 // [0, num_slots). Returns whether any entry was dropped. Allocates nothing once warm.
 bool keep_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots);
 
-// Whether every slot of slots[0, n) is -1 (skip) or in [0, num_slots): the scan of the
-// operators whose only padding is -1, which name the first bad slot only when this fails.
-bool skip_or_in_range(const std::int64_t* slots, std::int64_t n, std::int64_t num_slots);
+// The index of the first slot of slots[0, n) that is neither -1 (skip) nor in [0, num_slots),
+// or -1 when there is none: the check of the operators whose only padding is -1. A vector scan
+// tells whether there is one; only a failing call looks for it slot by slot.
+std::int64_t first_bad_slot(const std::int64_t* slots, std::int64_t n, std::int64_t num_slots);
 
 // Reads a slot-per-token slot_mapping into `slots` and rejects any entry at or past num_slots
 // (negative entries are padding; see docs/semantics.md, "Out-of-range slots"). The message

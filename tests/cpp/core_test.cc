@@ -142,7 +142,7 @@ TEST(Slots, KeepLastWritersShuffledRuns) {
 
 // The slot scan runs a vector at a time with a scalar tail: a bad slot at every position of
 // every length up to a few vectors, on every target, and the extremes of int64 among them.
-TEST(Slots, SkipOrInRangeEveryPositionOnEveryTarget) {
+TEST(Slots, FirstBadSlotEveryPositionOnEveryTarget) {
   constexpr std::int64_t kSlots = 12, kMax = std::numeric_limits<std::int64_t>::max();
   const std::int64_t bad[] = {kSlots, kSlots + 1, -2, -kSlots, kMax, -kMax, -kMax - 1};
   for (const std::int64_t target : simd_test::simd_targets()) {
@@ -151,12 +151,12 @@ TEST(Slots, SkipOrInRangeEveryPositionOnEveryTarget) {
     for (std::int64_t n = 0; n <= 40; ++n) {
       std::vector<std::int64_t> s(static_cast<std::size_t>(n));
       for (std::int64_t i = 0; i < n; ++i) s[i] = i % 5 == 4 ? -1 : (kSlots - 1 - i % kSlots);
-      ASSERT_TRUE(detail::skip_or_in_range(s.data(), n, kSlots)) << n;
+      ASSERT_EQ(detail::first_bad_slot(s.data(), n, kSlots), -1) << n;
       for (std::int64_t at = 0; at < n; ++at) {
         for (const std::int64_t v : bad) {
           const std::int64_t keep = s[at];
           s[at] = v;
-          EXPECT_FALSE(detail::skip_or_in_range(s.data(), n, kSlots))
+          EXPECT_EQ(detail::first_bad_slot(s.data(), n, kSlots), at)
               << "n " << n << " at " << at << " value " << v;
           s[at] = keep;
         }

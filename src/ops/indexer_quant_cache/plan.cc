@@ -141,16 +141,12 @@ void check_bound_data(const IndexerQuantCachePlan& p) {
 
 namespace {
 
-// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots). The scan only
-// tells whether there is one; the rare failing call pays a second scan for the message.
+// Throws for the first slot of s[0, n) that is neither -1 nor in [0, num_slots).
 void check_slot_values(const IndexerQuantCachePlan& p, const std::int64_t* s, std::int64_t n) {
-  if (skip_or_in_range(s, n, p.num_slots)) return;
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (s[i] != -1 && (s[i] < 0 || s[i] >= p.num_slots)) {
-      invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", s[i],
-              " is out of range: -1 (skip) or [0, ", p.num_slots, ")");
-    }
-  }
+  const std::int64_t i = first_bad_slot(s, n, p.num_slots);
+  if (i < 0) return;
+  invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", s[i],
+          " is out of range: -1 (skip) or [0, ", p.num_slots, ")");
 }
 
 }  // namespace

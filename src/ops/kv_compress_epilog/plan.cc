@@ -106,15 +106,12 @@ void check_bound_data(const KvCompressEpilogPlan& p) {
 
 void check_data(const KvCompressEpilogPlan& p, std::vector<std::int64_t>& slots) {
   read_indices(p.slot_mapping, slots);
-  const auto n = static_cast<std::int64_t>(slots.size());
-  if (skip_or_in_range(slots.data(), n, p.num_slots)) return;  // else name the first bad slot
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    const std::int64_t s = slots[i];
-    if (s == -1 || (s >= 0 && s < p.num_slots)) continue;
-    invalid("slot_mapping", index_str(p.slot_mapping, static_cast<std::int64_t>(i)), " = ", s,
-            " is out of range [0, ", p.num_slots, ") (cache has ", p.num_blocks, " blocks of ",
-            p.block_size, " slots); only -1 marks a token to skip");
-  }
+  const std::int64_t i =
+      first_bad_slot(slots.data(), static_cast<std::int64_t>(slots.size()), p.num_slots);
+  if (i < 0) return;
+  invalid("slot_mapping", index_str(p.slot_mapping, i), " = ", slots[static_cast<std::size_t>(i)],
+          " is out of range [0, ", p.num_slots, ") (cache has ", p.num_blocks, " blocks of ",
+          p.block_size, " slots); only -1 marks a token to skip");
 }
 
 }  // namespace detail::epilog
