@@ -8,7 +8,8 @@
 // - Magnitudes8Min: the same for eight groups anywhere (whole rows, or the groups of a few rows),
 //   with their smallest magnitudes per group or for all eight.
 // - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for many groups at
-//   once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads).
+//   once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads;
+//   E4M3Pow2ScalesFloored8: the same for mxfp8's 1e-4 floor in integer steps).
 //   E4M3RowKeys16 + E4M3ScalesOfKeys16 (AVX-512): the same for the sixteen groups of four
 //   128-element rows from one key byte per value, reduced as bytes.
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
@@ -278,6 +279,45 @@ HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
     hn::StoreU(hn::TruncateTo(d8, e), d8, exp8 + g);
     hn::StoreU(hn::TruncateTo(d8, hn::IfThenElseZero(ok, hn::Set(du, 1u))), d8, fast + g);
     all = all && hn::AllTrue(du, ok);
+  }
+  return all;
+}
+
+// E4M3Pow2Scales8 with eps = f32(1e-4) (mode mxfp8), the same entries and result, in integer
+// steps on 16-bit lanes: for a finite magnitude m the exponent of f32(max(m, 1e-4) * f32(1/448))
+// rounded up to a power of two is max(((m + 31) >> 7) - 8, 105) (see E4M3RowKeys16; the tests
+// take every finite m through it). No float multiply and no 32-bit lanes but for subw; entries
+// of a group that is not finite differ from E4M3Pow2Scales8's, and are not used (not fast).
+HWY_INLINE bool E4M3Pow2ScalesFloored8(const std::uint16_t* HWY_RESTRICT amax,
+                                       const std::uint16_t* HWY_RESTRICT min1,
+                                       std::uint32_t* HWY_RESTRICT subw,
+                                       std::uint8_t* HWY_RESTRICT exp8,
+                                       std::uint8_t* HWY_RESTRICT fast) {
+  const hn::CappedTag<std::uint32_t, 8> du;
+  const hn::Rebind<std::uint16_t, decltype(du)> d16;
+  const hn::RebindToSigned<decltype(d16)> di16;
+  const hn::Rebind<std::uint8_t, decltype(du)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
+  const auto set = [d16](int v) { return hn::Set(d16, static_cast<std::uint16_t>(v)); };
+  bool all = true;
+  for (std::int64_t g = 0; g < 8; g += L) {
+    const auto a = hn::LoadU(d16, amax + g);
+    const auto e = hn::Max(hn::SaturatedSub(hn::ShiftRight<7>(hn::Add(a, set(31))), set(8)),
+                           set(105));
+    // (e - 127) * 128 + 0x3C00 - 7, at least 0x30F9.
+    const auto s7 = hn::Sub(hn::ShiftLeft<7>(e), set(0x387));
+    const auto s7w = hn::PromoteTo(du, s7);
+    hn::StoreU(hn::Or(s7w, hn::ShiftLeft<16>(s7w)), du, subw + g);
+    hn::StoreU(hn::TruncateTo(d8, e), d8, exp8 + g);
+    // Every nonzero magnitude at least sub + 0x80, and amax finite (min1 + 1 wraps to 0 only
+    // from 0xFFFF, which then fails).
+    const auto smallest = hn::Add(hn::LoadU(d16, min1 + g), set(1));
+    const auto ok = hn::And(
+        hn::Not(hn::Lt(hn::BitCast(di16, smallest), hn::BitCast(di16, hn::Add(s7, set(0x87))))),
+        hn::Lt(hn::BitCast(di16, a), hn::Set(di16, 0x7F80)));
+    hn::StoreU(hn::TruncateTo(d8, hn::IfThenElseZero(hn::RebindMask(d16, ok), set(1))), d8,
+               fast + g);
+    all = all && hn::AllTrue(di16, ok);
   }
   return all;
 }

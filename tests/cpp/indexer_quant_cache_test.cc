@@ -885,6 +885,81 @@ TEST(IndexerSweep, Bfloat16HiFloat8SpecialRowsInChunks) {
   }
 }
 
+// Mode mxfp8, d = 128: groups whose largest magnitude is each finite bf16 magnitude in turn
+// (either sign), the other lanes just below it, so that every scale exponent the rule gives is
+// reached from every magnitude that gives it, in sets that take the lane forms and sets that do
+// not, on every SIMD target.
+TEST(IndexerSweep, Bfloat16Mxfp8EveryLargestMagnitude) {
+  std::mt19937_64 rng(37);
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t top = 0; top < 0x7F80; ++top) {
+    for (std::uint32_t k = 0; k < 32; ++k) {
+      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 200u) + 1));
+      const std::uint32_t mag = k == top % 32 ? top : top - below;
+      x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+    }
+  }
+  expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
+}
+
+// The modes that scale by powers of two (fp8 with round_scale, mxfp8, mxfp4 into both FP4
+// caches) over rows with one lane of +-infinity and no NaN, so that the infinity is its group's
+// largest magnitude: such a group takes the scalar rules, the others of its row and batch keep
+// the lane forms. Rows of ordinary magnitudes, and rows whose magnitudes are all near the top of
+// bf16's range, where an infinity's group would pass the lane forms' tests of the smallest
+// magnitude if it were taken as finite. Every position of a d = 128 row, and rows of other
+// lengths, on every SIMD target and thread count.
+TEST(IndexerSweep, Bfloat16InfinityAsLargestMagnitude) {
+  std::mt19937_64 rng(31);
+  for (const std::int64_t d : {128, 96, 512}) {
+    const std::int64_t rows = 2 * (d == 128 ? d : 64);
+    std::vector<std::uint16_t> x;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      // Exponents e0 .. e0 + 7, two rows of each kind in turn (the lane forms test the rows'
+      // smallest magnitudes in sets of two).
+      const std::uint32_t e0 = r % 4 < 2 ? 115 : 247;
+      const std::int64_t at = (r / 2 * 37) % d;
+      for (std::int64_t k = 0; k < d; ++k) {
+        const auto e = static_cast<std::uint32_t>(e0 + rng() % 8);
+        const std::uint32_t mag =
+            k == at ? 0x7F80u : (e << 7) | static_cast<std::uint32_t>(rng() % 128);
+        x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+      }
+    }
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+    const struct {
+      IndexerQuantMode mode;
+      DType cdt;
+    } cases[] = {{IndexerQuantMode::fp8, DType::float8_e4m3fn},
+                 {IndexerQuantMode::mxfp8, DType::float8_e4m3fn},
+                 {IndexerQuantMode::mxfp4, DType::float4_e2m1},
+                 {IndexerQuantMode::mxfp4, DType::float4_e1m2}};
+    for (const auto& c : cases) {
+      const bool mx = c.mode != IndexerQuantMode::fp8;
+      const std::int64_t w = c.mode == IndexerQuantMode::mxfp4 ? d / 2 : d, ws = mx ? d / 32 : 1;
+      const DType sdt = mx ? DType::float8_e8m0 : DType::float32;
+      IndexerQuantCacheOptions o;
+      o.quant_mode = c.mode;
+      o.round_scale = true;
+      const auto go = [&](bool ref, Bytes& cache, Bytes& scale) {
+        run(plan_indexer_quant_cache(TensorView(cache.data(), c.cdt, {rows, 1, 1, w}),
+                                     TensorView(scale.data(), sdt, {rows, 1, 1, ws}),
+                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                     TensorView(slots.data(), DType::int64, {rows}), o),
+            ref);
+      };
+      const Bytes cache0 = testing::random_bytes(static_cast<std::size_t>(rows * w), rng());
+      const Bytes scale0 =
+          testing::random_bytes(static_cast<std::size_t>(rows * ws) * dtype_size(sdt), rng());
+      expect_targets_match(go, cache0, scale0,
+                           std::string(dtype_name(c.cdt)) + (mx ? " mx" : " fp8") + " d" +
+                               std::to_string(d));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 // Mode mxfp4 from bfloat16 rows over the same bit patterns, into both FP4 caches: every code,
 // including the lanes whose quotients round to zero (signed zeros), the groups of all zeros and
 // those holding infinities or NaNs, and the groups near either end of bf16's range.

@@ -4,7 +4,8 @@
 // - bfloat16 rows into a float8_e4m3fn cache in the power-of-two modes (fp8 with round_scale,
 //   mxfp8) take 16-bit lane work over the bf16 bits (src/quant/quant_simd-inl.h), a batch of
 //   rows at a time: the magnitudes of eight groups (fp8: whole rows) reduced together, their
-//   scales as one vector, then each row's codes by integer subtraction of its scale's exponent.
+//   scales as one vector (mxfp8: from the magnitudes' bits alone, no float multiply), then each
+//   row's codes by integer subtraction of its scale's exponent.
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs. With AVX-512 and d = 128,
 //   mxfp8's scales come from one key byte per value instead (E4M3RowKeys16), four rows at a
@@ -432,8 +433,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
       const int c = 4 * k;
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
-      set_fast[k / 2] =
-          qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+      set_fast[k / 2] = qn::E4M3Pow2ScalesFloored8(amax + c, min1, subw + c, exp + c, fast + c);
     };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     // AVX-512: the scales of four rows from one key byte per value (E4M3RowKeys16); a set that
@@ -468,7 +468,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const int used = batch_groups(b, groups, units);
   for (int c = 0; c < used; c += 8) {
     qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
-    all &= qn::E4M3Pow2Scales8(amax + c, min1, kC448Bits, kEpsBits, subw + c, exp + c, fast + c);
+    all &= qn::E4M3Pow2ScalesFloored8(amax + c, min1, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
