@@ -915,8 +915,8 @@ TEST(IndexerSweep, Bfloat16InfinityAsLargestMagnitude) {
     const std::int64_t rows = 2 * (d == 128 ? d : 64);
     std::vector<std::uint16_t> x;
     for (std::int64_t r = 0; r < rows; ++r) {
-      // Exponents e0 .. e0 + 7, two rows of each kind in turn (the lane forms test the rows'
-      // smallest magnitudes in sets of two).
+      // Exponents e0 .. e0 + 7, two rows of each kind in turn (mxfp8 tests the smallest
+      // magnitude of each two rows together).
       const std::uint32_t e0 = r % 4 < 2 ? 115 : 247;
       const std::int64_t at = (r / 2 * 37) % d;
       for (std::int64_t k = 0; k < d; ++k) {
