@@ -283,11 +283,24 @@ HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
   return all;
 }
 
-// E4M3Pow2Scales8 with eps = f32(1e-4) (mode mxfp8), the same entries and result, in integer
-// steps on 16-bit lanes: for a finite magnitude m the exponent of f32(max(m, 1e-4) * f32(1/448))
-// rounded up to a power of two is max(((m + 31) >> 7) - 8, 105) (see E4M3RowKeys16; the tests
-// take every finite m through it). No float multiply and no 32-bit lanes but for subw; entries
-// of a group that is not finite differ from E4M3Pow2Scales8's, and are not used (not fast).
+// Mode mxfp8's scale rule in integer steps, on 16-bit lanes: for a finite largest magnitude m
+// (bf16 bits & 0x7FFF) the exponent of f32(max(m, 1e-4) * f32(1/448)) rounded up to a power of
+// two is max(k - 8, 105) for the key k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every
+// finite m through it). E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand
+// (e - 127) * 128 + 0x3C00 - 7 of E4M3Pow2Codes (at least 0x30F9).
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V E4M3ExpOfKey(D d, V key) {
+  using T = hn::TFromD<D>;
+  return hn::Max(hn::SaturatedSub(key, hn::Set(d, T{8})), hn::Set(d, T{105}));
+}
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE V E4M3S7OfExp(D d, V e) {
+  return hn::Sub(hn::ShiftLeft<7>(e), hn::Set(d, hn::TFromD<D>{0x387}));
+}
+
+// E4M3Pow2Scales8 with eps = f32(1e-4) (mode mxfp8), the same entries and result, by the
+// integer rule above: no float multiply and no 32-bit lanes but for subw. Entries of a group
+// that is not finite differ from E4M3Pow2Scales8's, and are not used (not fast).
 HWY_INLINE bool E4M3Pow2ScalesFloored8(const std::uint16_t* HWY_RESTRICT amax,
                                        const std::uint16_t* HWY_RESTRICT min1,
                                        std::uint32_t* HWY_RESTRICT subw,
@@ -302,10 +315,8 @@ HWY_INLINE bool E4M3Pow2ScalesFloored8(const std::uint16_t* HWY_RESTRICT amax,
   bool all = true;
   for (std::int64_t g = 0; g < 8; g += L) {
     const auto a = hn::LoadU(d16, amax + g);
-    const auto e = hn::Max(hn::SaturatedSub(hn::ShiftRight<7>(hn::Add(a, set(31))), set(8)),
-                           set(105));
-    // (e - 127) * 128 + 0x3C00 - 7, at least 0x30F9.
-    const auto s7 = hn::Sub(hn::ShiftLeft<7>(e), set(0x387));
+    const auto e = E4M3ExpOfKey(d16, hn::ShiftRight<7>(hn::Add(a, set(31))));
+    const auto s7 = E4M3S7OfExp(d16, e);
     const auto s7w = hn::PromoteTo(du, s7);
     hn::StoreU(hn::Or(s7w, hn::ShiftLeft<16>(s7w)), du, subw + g);
     hn::StoreU(hn::TruncateTo(d8, e), d8, exp8 + g);
@@ -1171,11 +1182,12 @@ HWY_INLINE std::uint32_t SmallestByte(__m512i v) {
 HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* HWY_RESTRICT subw,
                                        std::uint8_t* HWY_RESTRICT exp16) {
   const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
+  const hn::Full256<std::uint16_t> d16;
   const __m256i g = keys.max.raw;
-  const __m256i e = _mm256_max_epu16(_mm256_subs_epu16(g, set(8)), set(105));
-  // (e - 127) * 128 + 0x3C00 - 7, E4M3Pow2Codes' operand, in both halves by one word permute.
-  const __m256i s7 = _mm256_sub_epi16(_mm256_slli_epi16(e, 7), set(0x387));
-  StoreScales16(s7, e, subw, exp16);
+  const hn::Vec256<std::uint16_t> ev = E4M3ExpOfKey(d16, keys.max);
+  const __m256i e = ev.raw;
+  // E4M3Pow2Codes' operand in both halves by one word permute.
+  StoreScales16(E4M3S7OfExp(d16, ev).raw, e, subw, exp16);
   // Each lane's set's smallest key, plus 5, against its e; every key below 255.
   const __m256i low = _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_set1_epi16(static_cast<std::int16_t>(SmallestByte(keys.min[0])))),
