@@ -653,6 +653,26 @@ std::vector<std::uint16_t> bf16_sweep_rows(std::int64_t d) {
   return x;
 }
 
+// 0, 1, ..., rows - 1: row r into slot r.
+std::vector<std::int64_t> slots_in_order(std::int64_t rows) {
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
+  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  return slots;
+}
+
+// The plan writing x (rows of d bfloat16) into slots (one per row) of caches of one-slot blocks:
+// codes of cdt, w entries a row, in c; scales of sdt, ws entries a row, in s.
+IndexerQuantCachePlan plan_rows(std::vector<std::uint16_t>& x, std::int64_t d,
+                                std::vector<std::int64_t>& slots, Bytes& c, DType cdt,
+                                std::int64_t w, Bytes& s, DType sdt, std::int64_t ws,
+                                const IndexerQuantCacheOptions& o) {
+  const auto rows = static_cast<std::int64_t>(slots.size());
+  return plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, w}),
+                                  TensorView(s.data(), sdt, {rows, 1, 1, ws}),
+                                  TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                  TensorView(slots.data(), DType::int64, {rows}), o);
+}
+
 TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
   for (const auto mode : {IndexerQuantMode::fp8, IndexerQuantMode::mxfp8}) {
     const bool mx = mode == IndexerQuantMode::mxfp8;
@@ -661,16 +681,11 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
       const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = mx ? d / 32 : 1;
       const DType sdt = mx ? DType::float8_e8m0 : DType::float32;
       const std::int64_t sbytes = mx ? ws : 4;
-      std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-      for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+      std::vector<std::int64_t> slots = slots_in_order(rows);
       IndexerQuantCacheOptions o;
       o.quant_mode = mode;
       const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-        run(plan_indexer_quant_cache(TensorView(c.data(), DType::float8_e4m3fn, {rows, 1, 1, d}),
-                                     TensorView(s.data(), sdt, {rows, 1, 1, ws}),
-                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                     TensorView(slots.data(), DType::int64, {rows}), o),
-            ref);
+        run(plan_rows(x, d, slots, c, DType::float8_e4m3fn, d, s, sdt, ws, o), ref);
       };
       Bytes want_c(static_cast<std::size_t>(rows * d)),
           want_s(static_cast<std::size_t>(rows * sbytes));
@@ -699,16 +714,11 @@ void expect_mx_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, Indexer
                           DType cdt) {
   const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
   const std::int64_t w = mode == IndexerQuantMode::mxfp4 ? d / 2 : d;
-  std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-  for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+  std::vector<std::int64_t> slots = slots_in_order(rows);
   IndexerQuantCacheOptions o;
   o.quant_mode = mode;
   const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-    run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, w}),
-                                 TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, ws}),
-                                 TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                 TensorView(slots.data(), DType::int64, {rows}), o),
-        ref);
+    run(plan_rows(x, d, slots, c, cdt, w, s, DType::float8_e8m0, ws, o), ref);
   };
   Bytes want_c(static_cast<std::size_t>(rows * w)), want_s(static_cast<std::size_t>(rows * ws));
   go(true, want_c, want_s);
@@ -778,10 +788,7 @@ struct Hif8Difference {
 Hif8Difference hif8_first_difference(std::vector<std::uint16_t>& x, std::int64_t d,
                                      float x_scale, std::vector<std::int64_t> slots = {}) {
   const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
-  if (slots.empty()) {
-    slots.resize(static_cast<std::size_t>(rows));
-    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
-  }
+  if (slots.empty()) slots = slots_in_order(rows);
   const std::int64_t n = *std::max_element(slots.begin(), slots.end()) + 1;
   IndexerQuantCacheOptions o;
   o.quant_mode = IndexerQuantMode::hifloat8;
@@ -926,8 +933,7 @@ TEST(IndexerSweep, Bfloat16InfinityAsLargestMagnitude) {
         x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
       }
     }
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
-    for (std::int64_t r = 0; r < rows; ++r) slots[static_cast<std::size_t>(r)] = r;
+    std::vector<std::int64_t> slots = slots_in_order(rows);
     const struct {
       IndexerQuantMode mode;
       DType cdt;
@@ -943,11 +949,7 @@ TEST(IndexerSweep, Bfloat16InfinityAsLargestMagnitude) {
       o.quant_mode = c.mode;
       o.round_scale = true;
       const auto go = [&](bool ref, Bytes& cache, Bytes& scale) {
-        run(plan_indexer_quant_cache(TensorView(cache.data(), c.cdt, {rows, 1, 1, w}),
-                                     TensorView(scale.data(), sdt, {rows, 1, 1, ws}),
-                                     TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                     TensorView(slots.data(), DType::int64, {rows}), o),
-            ref);
+        run(plan_rows(x, d, slots, cache, c.cdt, w, scale, sdt, ws, o), ref);
       };
       const Bytes cache0 = testing::random_bytes(static_cast<std::size_t>(rows * w), rng());
       const Bytes scale0 =
