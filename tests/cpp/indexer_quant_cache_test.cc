@@ -1032,11 +1032,7 @@ TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
           IndexerQuantCacheOptions o;
           o.quant_mode = IndexerQuantMode::mxfp4;
           const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-            run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, d / 2}),
-                                         TensorView(s.data(), DType::float8_e8m0, {rows, 1, 1, 4}),
-                                         TensorView(x.data(), DType::bfloat16, {rows, d}),
-                                         TensorView(slots.data(), DType::int64, {rows}), o),
-                ref);
+            run(plan_rows(x, d, slots, c, cdt, d / 2, s, DType::float8_e8m0, 4, o), ref);
           };
           Bytes want_c(static_cast<std::size_t>(rows * d / 2), 0x5A);  // slots left unwritten
           Bytes want_s(static_cast<std::size_t>(rows * 4), 0x5A);
