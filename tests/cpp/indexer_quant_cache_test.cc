@@ -709,16 +709,21 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
 }
 
 // Rows of d bfloat16 at x, row r into slot r, in an mxfp mode (one e8m0 scale per 32 values)
-// into a cache of cdt, on every SIMD target against the reference: the first row that differs.
-void expect_mx_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, IndexerQuantMode mode,
-                          DType cdt) {
-  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = d / 32;
+// or mode fp8 (one float32 scale per row) into a cache of cdt, on every SIMD target against the
+// reference: the first row that differs.
+void expect_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, IndexerQuantMode mode,
+                       DType cdt) {
+  const bool mx = mode != IndexerQuantMode::fp8;
+  const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
   const std::int64_t w = mode == IndexerQuantMode::mxfp4 ? d / 2 : d;
+  const std::int64_t ws = mx ? d / 32 : 4;  // scale bytes per row
   std::vector<std::int64_t> slots = slots_in_order(rows);
   IndexerQuantCacheOptions o;
   o.quant_mode = mode;
   const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-    run(plan_rows(x, d, slots, c, cdt, w, s, DType::float8_e8m0, ws, o), ref);
+    run(plan_rows(x, d, slots, c, cdt, w, s, mx ? DType::float8_e8m0 : DType::float32,
+                  mx ? ws : 1, o),
+        ref);
   };
   Bytes want_c(static_cast<std::size_t>(rows * w)), want_s(static_cast<std::size_t>(rows * ws));
   go(true, want_c, want_s);
@@ -773,7 +778,49 @@ TEST(IndexerSweep, Bfloat16Mxfp8ScaleAndNormalEdges) {
       }
     }
   }
-  expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
+  expect_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
+}
+
+// Mode fp8 (round_scale), on every SIMD target: sets of eight rows (the kernels reduce and test
+// rows eight at a time) whose largest magnitudes have exponents apart, so that their normal
+// ranges start at different magnitudes, each row's other lanes inside its own range. One row of
+// each set also holds a probe lane below the start of its range (a quarter of a step, where the
+// lane form's code differs, or one pattern), at its start, a zero, a negative zero, or none: the
+// row itself must then be redone by the scalar rules, while the set's other rows, which may fail
+// a test shared with it, still pass their own.
+TEST(IndexerSweep, Bfloat16Fp8SetsAndNormalEdges) {
+  std::mt19937_64 rng(31);
+  for (const std::int64_t d : {128, 96}) {
+    std::vector<std::uint16_t> x;
+    const std::uint32_t spread[8] = {0, 1, 2, 3, 5, 8, 13, 20};
+    for (std::uint32_t e0 = 16; e0 < 235; e0 += 9) {
+      for (int probe_row = 0; probe_row < 8; ++probe_row) {
+        for (int probe = 0; probe < 6; ++probe) {
+          for (int r = 0; r < 8; ++r) {
+            const std::uint32_t e = e0 + spread[(r + probe_row) % 8];
+            const std::uint32_t top = (e << 7) | static_cast<std::uint32_t>(rng() % 128);
+            // The scale's exponent for this largest magnitude (no floor in this mode), and the
+            // magnitude from which its quotients are e4m3-normal.
+            const std::uint32_t normal = (((top + 31) >> 7) - 8 - 6) << 7;
+            for (std::int64_t k = 0; k < d; ++k) {
+              std::uint32_t mag = normal + static_cast<std::uint32_t>(rng() % (top - normal + 1));
+              if (k == 0) mag = top;
+              if (r == probe_row && k == d - 1 - (e0 % 7)) {
+                const std::uint32_t probes[6] = {normal - 0x20, normal - 1, normal, 0, 0, mag};
+                mag = probes[probe];
+                if (probe == 4) {  // a negative zero
+                  x.push_back(0x8000);
+                  continue;
+                }
+              }
+              x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+            }
+          }
+        }
+      }
+    }
+    expect_rows_match(x, d, IndexerQuantMode::fp8, DType::float8_e4m3fn);
+  }
 }
 
 // Mode hifloat8 over x (rows of d bfloat16, row r into slot r, or into slots[r] where given)
@@ -906,7 +953,7 @@ TEST(IndexerSweep, Bfloat16Mxfp8EveryLargestMagnitude) {
       x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
     }
   }
-  expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
+  expect_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
 }
 
 // The modes that scale by powers of two (fp8 with round_scale, mxfp8, mxfp4 into both FP4
@@ -969,7 +1016,7 @@ TEST(IndexerSweep, Bfloat16Mxfp4MatchesReference) {
   for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
     for (const std::int64_t d : {128, 96, 512, 32}) {
       std::vector<std::uint16_t> x = bf16_sweep_rows(d);
-      expect_mx_rows_match(x, d, IndexerQuantMode::mxfp4, cdt);
+      expect_rows_match(x, d, IndexerQuantMode::mxfp4, cdt);
       if (HasFatalFailure()) return;
     }
   }
@@ -999,7 +1046,7 @@ TEST(IndexerSweep, Bfloat16Mxfp4LaneFormEdges) {
         }
       }
     }
-    expect_mx_rows_match(x, 128, IndexerQuantMode::mxfp4, cdt);
+    expect_rows_match(x, 128, IndexerQuantMode::mxfp4, cdt);
     if (HasFatalFailure()) return;
   }
 }
