@@ -784,10 +784,10 @@ TEST(IndexerSweep, Bfloat16Mxfp8ScaleAndNormalEdges) {
 // Mode fp8 (round_scale), on every SIMD target: sets of eight rows (the kernels reduce and test
 // rows eight at a time) whose largest magnitudes have exponents apart, so that their normal
 // ranges start at different magnitudes, each row's other lanes inside its own range. One row of
-// each set also holds a probe lane below the start of its range (a quarter of a step, where the
-// lane form's code differs, or one pattern), at its start, a zero, a negative zero, or none: the
-// row itself must then be redone by the scalar rules, while the set's other rows, which may fail
-// a test shared with it, still pass their own.
+// each set also holds a probe lane below the start of its range (an eighth below, where the lane
+// form's code is wrong, or one bit pattern below), at its start, a zero, a negative zero, or
+// none: the row itself must then be redone by the scalar rules, while the set's other rows,
+// which may fail a test shared with it, still pass their own.
 TEST(IndexerSweep, Bfloat16Fp8SetsAndNormalEdges) {
   std::mt19937_64 rng(31);
   for (const std::int64_t d : {128, 96}) {

@@ -347,9 +347,9 @@ HWY_NOINLINE void fp8_row_any(const IndexerQuantCachePlan& p, Scratch& s,
 // that its scale is below 2^-119 (where the lane operand would wrap), takes the general path.
 // A set of eight rows that all take the unmasked form (the usual case) runs a loop of that
 // alone, which keeps the per-row bookkeeping in registers. In any other set each row that may
-// take the unmasked form still does, and only the others go row by row (about one row in
-// fifty of normally distributed rows holds a lane below e4m3's normal range, so a set in six
-// or seven holds one).
+// take the unmasked form still does, and only the others go row by row (in the bench's normally
+// distributed rows of 128 values about one in fifty holds a lane below e4m3's normal range, so
+// a set in six or seven holds one).
 // Where vectors are 256 bits or less and registers sixteen (x86 below AVX-512) the set has one
 // smallest magnitude, not one per row: eight more accumulators spilled there, and cost more
 // than the rows that then fail the set's stricter test and are looked at again one by one
