@@ -311,16 +311,6 @@ constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it ar
 // sub = (e - 127) * 128 + 0x3C00 is at least 7 from e = 8 on.
 constexpr std::uint8_t kMinLaneExp = 8;
 
-// The smallest magnitude (bf16 bits & 0x7FFF, zeros included) of n values, n a multiple of 32.
-HWY_INLINE std::uint32_t smallest_magnitude(const std::uint16_t* x, std::int64_t n) {
-  const hn::CappedTag<std::uint16_t, 16> d;
-  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
-  auto lo = mag;
-  for (std::int64_t i = 0; i < n; i += L) lo = hn::Min(lo, hn::And(hn::LoadU(d, x + i), mag));
-  return qn::SmallestLane(d, lo);
-}
-
 // One fp8 row of fast_fp8_rows that may not take the unmasked form (see there); out of line, so
 // that the rows' loops keep their constants in registers.
 HWY_NOINLINE void fp8_row_any(const IndexerQuantCachePlan& p, Scratch& s,
@@ -352,8 +342,8 @@ HWY_NOINLINE void fp8_row_any(const IndexerQuantCachePlan& p, Scratch& s,
 // a set in six or seven holds one).
 // Where vectors are 256 bits or less and registers sixteen (x86 below AVX-512) the set has one
 // smallest magnitude, not one per row: eight more accumulators spilled there, and cost more
-// than the rows that then fail the set's stricter test and are looked at again one by one
-// (measured on AVX2: 2-5 % of a call at 256-1,024 tokens).
+// than reducing a set that fails that stricter test again with one minimum per row (measured
+// on AVX2: 2-5 % of a call at 256-1,024 tokens).
 template <std::int64_t kD>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 #if HWY_ARCH_X86 && HWY_TARGET >= HWY_AVX2
@@ -385,11 +375,12 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
       std::memcpy(b.scale(k), &stored, 4);
     };
     if (!tight) {
+      if constexpr (kSetMin) {  // each row's own minimum: a row may pass where the set failed
+        qn::Magnitudes8Min<16, false>(units + c, d, amax + c, min1 + c);
+        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
+      }
       for (int k = c; k < m; ++k) {
-        // With kSetMin a row that failed the set's test may still pass its own.
-        if (exp[k] >= kMinLaneExp && amax[k] < kInfBits &&
-            (fast[k] != 0 || (kSetMin && smallest_magnitude(units[k], d) >=
-                                             qn::E4M3NormalThreshold(subw[k])))) {
+        if (fast[k] != 0 && exp[k] >= kMinLaneExp) {  // fast: finite, every lane e4m3-normal
           unmasked(k);
         } else {
           fp8_row_any(p, s, units[k], b.codes(k), b.scale(k), d, amax[k], subw + k, exp[k],
