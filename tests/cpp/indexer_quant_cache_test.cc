@@ -673,41 +673,6 @@ IndexerQuantCachePlan plan_rows(std::vector<std::uint16_t>& x, std::int64_t d,
                                   TensorView(slots.data(), DType::int64, {rows}), o);
 }
 
-TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
-  for (const auto mode : {IndexerQuantMode::fp8, IndexerQuantMode::mxfp8}) {
-    const bool mx = mode == IndexerQuantMode::mxfp8;
-    for (const std::int64_t d : {128, 96, 512}) {
-      std::vector<std::uint16_t> x = bf16_sweep_rows(d);
-      const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d, ws = mx ? d / 32 : 1;
-      const DType sdt = mx ? DType::float8_e8m0 : DType::float32;
-      const std::int64_t sbytes = mx ? ws : 4;
-      std::vector<std::int64_t> slots = slots_in_order(rows);
-      IndexerQuantCacheOptions o;
-      o.quant_mode = mode;
-      const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-        run(plan_rows(x, d, slots, c, DType::float8_e4m3fn, d, s, sdt, ws, o), ref);
-      };
-      Bytes want_c(static_cast<std::size_t>(rows * d)),
-          want_s(static_cast<std::size_t>(rows * sbytes));
-      go(true, want_c, want_s);
-      for (std::int64_t target : simd_test::simd_targets()) {
-        simd_test::PinTarget pin(target);
-        Bytes c(want_c.size()), s(want_s.size());
-        go(false, c, s);
-        for (std::int64_t r = 0; r < rows; ++r) {
-          const auto at = [&](const Bytes& b, std::int64_t n) { return b.begin() + r * n; };
-          ASSERT_TRUE(std::equal(at(c, d), at(c, d) + d, at(want_c, d)))
-              << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
-              << simd_test::target_name(target);
-          ASSERT_TRUE(std::equal(at(s, sbytes), at(s, sbytes) + sbytes, at(want_s, sbytes)))
-              << (mx ? "mxfp8" : "fp8") << " d" << d << " row " << r << " "
-              << simd_test::target_name(target);
-        }
-      }
-    }
-  }
-}
-
 // Rows of d bfloat16 at x, row r into slot r, in an mxfp mode (one e8m0 scale per 32 values)
 // or mode fp8 (one float32 scale per row) into a cache of cdt, on every SIMD target against the
 // reference: the first row that differs.
@@ -739,6 +704,17 @@ void expect_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, IndexerQua
                              want_s.begin() + r * ws))
           << dtype_name(cdt) << " d" << d << " row " << r << " "
           << simd_test::target_name(target);
+    }
+  }
+}
+
+TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
+  for (const auto mode : {IndexerQuantMode::fp8, IndexerQuantMode::mxfp8}) {
+    SCOPED_TRACE(mode == IndexerQuantMode::mxfp8 ? "mxfp8" : "fp8");
+    for (const std::int64_t d : {128, 96, 512}) {
+      std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+      expect_rows_match(x, d, mode, DType::float8_e4m3fn);
+      if (HasFatalFailure()) return;
     }
   }
 }
