@@ -93,7 +93,8 @@ HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned cha
 }
 
 // A 16-bit destination holds one of 256 values per call (a function of the code alone), so the
-// codes of every row are looked up in a table of those values, made once by DequantRow itself.
+// codes of every row are looked up in a table of those values, made once by DequantRow's own
+// steps (256 codes are whole vectors on every target).
 struct CodeTable {
   HWY_ALIGN std::uint16_t values[256];
 };
@@ -101,10 +102,14 @@ struct CodeTable {
 template <bool kE4M3>
 HWY_INLINE void FillTable(const Job& job, CodeTable& table) {
   HWY_ALIGN std::uint8_t codes[256];
+  HWY_ALIGN float values[256];
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<std::uint8_t>(c);
-  Job one = job;
-  one.entry = 256;
-  DequantRow<kE4M3>(one, codes, reinterpret_cast<unsigned char*>(table.values));
+  DequantF32<kE4M3>(codes, 256, job.scale, values);
+  if (job.dst_dtype == DType::bfloat16) {
+    formats::float32_to_bfloat16(values, table.values, 256);
+  } else {
+    formats::float32_to_float16(values, table.values, 256);
+  }
 }
 
 #if HWY_TARGET != HWY_SCALAR
