@@ -56,6 +56,15 @@ HWY_INLINE void DequantF32(const std::uint8_t* HWY_RESTRICT codes, std::size_t n
   }
 }
 
+// Float32 values to a 16-bit destination dtype (bfloat16 or float16).
+HWY_INLINE void NarrowTo(DType dt, const float* in, std::uint16_t* out, std::size_t n) {
+  if (dt == DType::bfloat16) {
+    formats::float32_to_bfloat16(in, out, n);
+  } else {
+    formats::float32_to_float16(in, out, n);
+  }
+}
+
 template <bool kE4M3>
 HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned char* dst) {
   const std::size_t N = hn::Lanes(DF());
@@ -84,10 +93,7 @@ HWY_INLINE void DequantRow(const Job& job, const std::uint8_t* src, unsigned cha
     }
     if (out != buf) continue;
     std::uint16_t* o = direct ? reinterpret_cast<std::uint16_t*>(dst) + i : h;
-    if (job.dst_dtype == DType::bfloat16)
-      formats::float32_to_bfloat16(buf, o, m);
-    else
-      formats::float32_to_float16(buf, o, m);
+    NarrowTo(job.dst_dtype, buf, o, m);
     if (o == h) std::memcpy(dst + 2 * i, h, 2 * m);
   }
 }
@@ -105,11 +111,7 @@ HWY_INLINE void FillTable(const Job& job, CodeTable& table) {
   HWY_ALIGN float values[256];
   for (int c = 0; c < 256; ++c) codes[c] = static_cast<std::uint8_t>(c);
   DequantF32<kE4M3>(codes, 256, job.scale, values);
-  if (job.dst_dtype == DType::bfloat16) {
-    formats::float32_to_bfloat16(values, table.values, 256);
-  } else {
-    formats::float32_to_float16(values, table.values, 256);
-  }
+  NarrowTo(job.dst_dtype, values, table.values, 256);
 }
 
 #if HWY_TARGET != HWY_SCALAR
