@@ -413,6 +413,31 @@ HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int
 }
 #endif
 
+// Loads the 2 * Lanes(d) 16-bit values at x as a pair whose signed pack holds their low bytes
+// in order: on AVX2 the 128-bit blocks of a hold values 0-7 and 16-23, those of b values 8-15
+// and 24-31, so that the pack, which interleaves a and b by block, needs no 64-bit lane permute
+// after it (StoreCodePair's). Two broadcast loads and a blend per vector, which the load ports
+// and any ALU port run, in place of a permute that takes two cycles on the shuffle ports of
+// some CPUs and ends the chain from a load to its store. Elsewhere two plain loads.
+template <class D>
+HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Vec<D>& a,
+                                hn::Vec<D>& b) {
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+  if constexpr (sizeof(hn::Vec<D>) == 32) {
+    const __m128i* v = reinterpret_cast<const __m128i*>(x);
+    const auto blocks = [v](int lo, int hi) HWY_ATTR {
+      return _mm256_blend_epi32(_mm256_broadcastsi128_si256(_mm_loadu_si128(v + lo)),
+                                _mm256_broadcastsi128_si256(_mm_loadu_si128(v + hi)), 0xF0);
+    };
+    a = hn::Vec<D>{blocks(0, 2)};
+    b = hn::Vec<D>{blocks(1, 3)};
+    return;
+  }
+#endif
+  a = hn::LoadU(d, x);
+  b = hn::LoadU(d, x + hn::Lanes(d));
+}
+
 // A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2Scales8 operands
 // subw[g] (kPerGroup) or all subw[0], each vector's codes made by codes(d, bits, s7, low): one
 // of E4M3Pow2Codes and its narrower-domain forms below. low starts with every lane 0xFFFF; a
@@ -1767,84 +1792,96 @@ struct HiF8LaneFlags {
   hn::Vec<DB> big, small;
 };
 
-// The HiFloat8 codes of the bfloat16 values w0, w1 (2 * Lanes(d) of them) as 2 * Lanes(d)
-// bytes in order at out, by the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte
-// per value: about 29 operations per 32 values where 16-bit lanes took 23 per 16. w + w splits
-// into the exponent (high bytes) and the mantissa times 2 (low bytes). A byte shuffle zeroes a
-// byte whose index has bit 7 set, which the indices below arrange for every byte that must
-// read nothing:
+// The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
+// them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k, by
+// the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte per value: about 28
+// operations per 32 values where 16-bit lanes took 23 per 16. Each step is taken for all K
+// pairs before the next: the chain from a load to its store is some twenty operations long,
+// and with one pair at a time the scheduler filled with operations waiting on it before the
+// ports were. w + w splits into the exponent (high bytes) and the mantissa times 2 (low bytes).
+// A byte shuffle zeroes a byte whose index has bit 7 set, which the indices below arrange for
+// every byte that must read nothing:
 // - ae >= 16 (|x| < 2^-15 or from 2^16): the ae tables read 0, so nothing rounds and no
 //   kept bit is read; the lanes below 2^-23 then read no code (R < 112 in either window) and
 //   come out 0x00, those from 2^-23 are counted in `small`, those from 2^15 in `big`.
 // - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
 // The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
 // mask: the windows' entries have bit 7 set. kFirst: the flags start from these bytes.
-template <bool kFirst, class DB, class VW>
-HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, VW w0, VW w1,
+template <bool kFirst, int K, class DB, class VW>
+HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const VW* w1,
                               HiF8LaneFlags<DB>& flags, std::uint8_t* HWY_RESTRICT out) {
   const hn::Repartition<std::int8_t, DB> di8;
   const hn::Repartition<std::uint16_t, DB> d16;
   const hn::Repartition<std::uint64_t, DB> d64;
-  // w1's bytes split the other way round (high bytes first), so that a 64-bit blend, which any
-  // port runs, gathers the mantissas where an unpack needed a shuffle port; a byte align gathers
-  // the exponents.
-  const auto s0 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w0, w0)), t.split);
-  const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w1, w1)), t.split_hi);
-  const auto m2 = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
-  const auto e = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
-  flags.big = kFirst ? e : hn::Max(flags.big, e);
+  using V8 = hn::Vec<DB>;
+  V8 m2[K], e[K], ki[K], mr[K], r[K], ni[K], code[K];
+  for (int k = 0; k < K; ++k) {
+    // w1's bytes split the other way round (high bytes first), so that a 64-bit blend, which
+    // any port runs, gathers the mantissas where an unpack needed a shuffle port; a byte align
+    // gathers the exponents.
+    const auto s0 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w0[k], w0[k])), t.split);
+    const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w1[k], w1[k])), t.split_hi);
+    m2[k] = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
+    e[k] = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
+    flags.big = kFirst && k == 0 ? e[k] : hn::Max(flags.big, e[k]);
+  }
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
   // ae is at most 128, so no saturation is needed).
-  const auto ki = hn::Add(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e, t.k129)))), t.k112);
+  for (int k = 0; k < K; ++k) {
+    ki[k] = hn::Add(hn::BitCast(d8, hn::Abs(hn::BitCast(di8, hn::Add(e[k], t.k129)))), t.k112);
+  }
   // m + half2 / 2 exactly ((2m + half2 + 1) >> 1 with 2m + half2 even): bit 7 the carry.
-  const auto mr = hn::AverageRound(m2, hn::TableLookupBytesOr0(t.half2, ki));
-  const auto r = hn::Sub(e, hn::BitCast(d8, hn::BroadcastSignBit(hn::BitCast(di8, mr))));
-  const auto ni = hn::SaturatedSub(hn::BitCast(di8, r), hn::BitCast(di8, t.k112));
-  flags.small = kFirst ? hn::BitCast(d8, ni) : hn::Max(flags.small, hn::BitCast(d8, ni));
-  const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r, t.k80)),
-                           hn::TableLookupBytesOr0(t.neg, hn::BitCast(d8, ni)));
-  // The rounded mantissa's top four bits, those below the kept ones masked off before the shift
-  // (bit 2 of `keep` is clear, so a neighbour's bit 7 after it is too).
-  const auto keep = hn::TableLookupBytesOr0(t.keep, ki);
-  const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, hn::And(mr, keep))));
-  const auto ti = hn::Or(top, keep);
-  // Bit 7 set where the code is not 0x00 (the windows' entries carry it): the sign's bit there.
-  const auto code = hn::Or(base, hn::TableLookupBytesOr0(t.kept, ti));
+  for (int k = 0; k < K; ++k) {
+    mr[k] = hn::AverageRound(m2[k], hn::TableLookupBytesOr0(t.half2, ki[k]));
+  }
+  for (int k = 0; k < K; ++k) {
+    r[k] = hn::Sub(e[k], hn::BitCast(d8, hn::BroadcastSignBit(hn::BitCast(di8, mr[k]))));
+    ni[k] = hn::BitCast(d8, hn::SaturatedSub(hn::BitCast(di8, r[k]), hn::BitCast(di8, t.k112)));
+    flags.small = kFirst && k == 0 ? ni[k] : hn::Max(flags.small, ni[k]);
+  }
+  for (int k = 0; k < K; ++k) {
+    const auto base = hn::Or(hn::TableLookupBytesOr0(t.pos, hn::Xor(r[k], t.k80)),
+                             hn::TableLookupBytesOr0(t.neg, ni[k]));
+    // The rounded mantissa's top four bits, those below the kept ones masked off before the
+    // shift (bit 2 of `keep` is clear, so a neighbour's bit 7 after it is too).
+    const auto keep = hn::TableLookupBytesOr0(t.keep, ki[k]);
+    const auto top = hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, hn::And(mr[k], keep))));
+    const auto ti = hn::Or(top, keep);
+    // Bit 7 set where the code is not 0x00 (the windows' entries carry it): the sign's bit there.
+    code[k] = hn::Or(base, hn::TableLookupBytesOr0(t.kept, ti));
+  }
+  for (int k = 0; k < K; ++k) {
+    std::uint8_t* HWY_RESTRICT at = out + 2 * hn::Lanes(d16) * k;
 #if HWY_TARGET == HWY_AVX2
-  // The signs in bit 7, packed as the bytes above (each 128-bit block: eight of w0, eight of
-  // w1; a negative word saturates to a negative byte).
-  const __m256i signs = _mm256_or_si256(_mm256_packs_epi16(w0.raw, w1.raw), t.k7f.raw);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                      _mm256_permute4x64_epi64(_mm256_and_si256(code.raw, signs), 0xD8));
+    // The signs in bit 7, packed as the bytes above (each 128-bit block: eight of w0, eight of
+    // w1; a negative word saturates to a negative byte).
+    const __m256i signs = _mm256_or_si256(_mm256_packs_epi16(w0[k].raw, w1[k].raw), t.k7f.raw);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(at), _mm256_and_si256(code[k].raw, signs));
 #else
-  const __m128i signs = _mm_or_si128(_mm_packs_epi16(w0.raw, w1.raw), t.k7f.raw);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_and_si128(code.raw, signs));
+    const __m128i signs = _mm_or_si128(_mm_packs_epi16(w0[k].raw, w1[k].raw), t.k7f.raw);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(at), _mm_and_si128(code[k].raw, signs));
 #endif
+  }
 }
 
-// 2 * Lanes(d) values at src times x_scale, each float32 product truncated to a bfloat16,
-// which keeps its HiFloat8 code, infinities and NaNs (see Bf16ProductsTruncated).
+// The bfloat16 values w times x_scale, each float32 product truncated to a bfloat16, which
+// keeps its HiFloat8 code, infinities and NaNs (see Bf16ProductsTruncated).
 template <class D, class VF>
-HWY_INLINE void HiF8LaneProducts(D d, const std::uint16_t* HWY_RESTRICT src, VF xs,
-                                 hn::Vec<D>& w0, hn::Vec<D>& w1) {
+HWY_INLINE hn::Vec<D> HiF8LaneProducts(D d, hn::Vec<D> w, VF xs) {
   const hn::Repartition<std::uint32_t, D> d32;
   const hn::Repartition<float, D> df;
-  const auto high = hn::Set(d32, 0xFFFF0000u);
-  const auto product = [&](hn::Vec<D> w) HWY_ATTR {
-    const auto w32 = hn::BitCast(d32, w);
-    const auto even = hn::Mul(hn::BitCast(df, hn::ShiftLeft<16>(w32)), xs);
-    const auto odd = hn::Mul(hn::BitCast(df, hn::And(w32, high)), xs);
-    const auto even_high = hn::ShiftRight<16>(hn::BitCast(d32, even));
-    return hn::OddEven(hn::BitCast(d, odd), hn::BitCast(d, even_high));
-  };
-  w0 = product(hn::LoadU(d, src));
-  w1 = product(hn::LoadU(d, src + hn::Lanes(d)));
+  const auto w32 = hn::BitCast(d32, w);
+  const auto even = hn::Mul(hn::BitCast(df, hn::ShiftLeft<16>(w32)), xs);
+  const auto odd = hn::Mul(hn::BitCast(df, hn::And(w32, hn::Set(d32, 0xFFFF0000u))), xs);
+  const auto even_high = hn::ShiftRight<16>(hn::BitCast(d32, even));
+  return hn::OddEven(hn::BitCast(d, odd), hn::BitCast(d, even_high));
 }
 
 // n bfloat16 values times x_scale (n a multiple of 32; kN: n when known at compile time),
 // their HiFloat8 codes as HiF8CodesByTable's where flags.AllRight() holds after the call: the
 // flags take in the row's bytes, from its first vector on where kFresh (no max against a zero
-// then), else on top of those of earlier rows.
+// then), else on top of those of earlier rows. Two pairs of vectors at a time, where the row
+// has them.
 template <bool kScaled, std::int64_t kN = 0, bool kFresh = true>
 HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
                             std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale,
@@ -1855,19 +1892,30 @@ HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_REST
   const hn::ScalableTag<std::uint8_t> d8;
   const hn::Repartition<float, D> df;
   const auto xs = hn::Set(df, x_scale);
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto codes = [&](std::int64_t j, auto first) HWY_ATTR {
-    hn::Vec<D> w0, w1;
-    if constexpr (kScaled) {
-      HiF8LaneProducts(d, src + j, xs, w0, w1);
-    } else {
-      w0 = hn::LoadU(d, src + j);
-      w1 = hn::LoadU(d, src + j + L);
+  const std::int64_t P = 2 * static_cast<std::int64_t>(hn::Lanes(d));  // values per pair
+  const auto codes = [&](std::int64_t j, auto first, auto pairs) HWY_ATTR {
+    constexpr int K = decltype(pairs)::value;
+    hn::Vec<D> w0[K], w1[K];
+    for (int k = 0; k < K; ++k) {
+      LoadOrderedPair(d, src + j + P * k, w0[k], w1[k]);
+      if constexpr (kScaled) {
+        w0[k] = HiF8LaneProducts(d, w0[k], xs);
+        w1[k] = HiF8LaneProducts(d, w1[k], xs);
+      }
     }
-    HiF8ByteCodes<decltype(first)::value>(d8, t, w0, w1, flags, out + j);
+    HiF8ByteCodes<decltype(first)::value, K>(d8, t, w0, w1, flags, out + j);
   };
-  codes(0, std::bool_constant<kFresh>());
-  for (std::int64_t j = 2 * L; j < n; j += 2 * L) codes(j, std::false_type());
+  using Two = std::integral_constant<int, 2>;
+  using One = std::integral_constant<int, 1>;
+  std::int64_t j = 0;
+  if (n >= 2 * P) {
+    codes(0, std::bool_constant<kFresh>(), Two());
+    for (j = 2 * P; j + 2 * P <= n; j += 2 * P) codes(j, std::false_type(), Two());
+  } else {
+    codes(0, std::bool_constant<kFresh>(), One());
+    j = P;
+  }
+  for (; j < n; j += P) codes(j, std::false_type(), One());
 }
 
 // HiF8LaneRow for one row on its own. False when the row holds a NaN product, one in
