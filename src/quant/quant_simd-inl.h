@@ -1794,11 +1794,12 @@ struct HiF8LaneFlags {
 
 // The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
 // them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k, by
-// the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte per value: about 28
-// operations per 32 values where 16-bit lanes took 23 per 16. Each step is taken for all K
-// pairs before the next: the chain from a load to its store is some twenty operations long,
-// and with one pair at a time the scheduler filled with operations waiting on it before the
-// ports were. w + w splits into the exponent (high bytes) and the mantissa times 2 (low bytes).
+// the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte per value: about 29
+// operations per 32 values (and two blends in the loads) where 16-bit lanes took 23 per 16.
+// Each step is taken for all K pairs before the next: the chain from a load to its store is
+// some twenty operations long, and with one pair at a time the scheduler filled with
+// operations waiting on it before the ports were. w + w splits into the exponent (high bytes)
+// and the mantissa times 2 (low bytes).
 // A byte shuffle zeroes a byte whose index has bit 7 set, which the indices below arrange for
 // every byte that must read nothing:
 // - ae >= 16 (|x| < 2^-15 or from 2^16): the ae tables read 0, so nothing rounds and no
