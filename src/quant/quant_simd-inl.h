@@ -631,7 +631,8 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
     const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
     std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
     // Each lane's bucket index sits in its low byte, zero in its high byte: the high bytes look
-    // up entries 0 (see the tables), so they stay zero.
+    // up entries 0 (no count, thresholds of at least 3 that no high byte passes: the byte
+    // tables of quant/e2m1_buckets.h), so they stay zero.
     const auto codes = [&](std::int64_t i) {
       const auto w = hn::LoadU(d, xg + i);
       auto r = hn::SaturatedSub(hn::And(w, mag), b);
@@ -826,7 +827,8 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
 // (the offset in the bucket of the one inside it, 31 for none), E[t >> 5] + t carries exactly
 // the code into bits 5 and up, with no separate test of the first threshold. Its operand is
 // t + bias, so the entries are rotated: wide[(b + bias / 32) % 32] = E[b] - bias, and
-// wide[31], which no bucket uses, is 1 (see there).
+// wide[31], which no bucket uses, is 1: a positive lane below t0g saturates its operand to
+// 0xFFFF and reads that entry, so that the sum wraps to 0, code 0 (see FP4WideOperand).
 constexpr std::uint16_t kFP4Span = 0xA0;
 struct FP4Pow2Table {
   std::uint16_t first = 0;
