@@ -37,8 +37,11 @@
 //   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
 //   takes the table then).
 //
-// All of them are exact lane forms of the scalar rules; none of them depends on the target.
-// They need at least 8 lanes of 16 bits, so the scalar target has none of them.
+// All of them are exact lane forms of the scalar rules, which docs/formats.md (the number
+// formats and their rounding) and the operators' pages (docs/operators/kv_compress_epilog.md,
+// "Scale formulas"; docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)") state;
+// none of them depends on the target. They need at least 8 lanes of 16 bits, so the scalar
+// target has none of them.
 #if defined(KVSCATTER_QUANT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_QUANT_SIMD_INL_H_
 #undef KVSCATTER_QUANT_SIMD_INL_H_
@@ -283,10 +286,10 @@ HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
   return all;
 }
 
-// Mode mxfp8's scale rule in integer steps, on 16-bit lanes: for a finite largest magnitude m
-// (bf16 bits & 0x7FFF) the exponent of f32(max(m, 1e-4) * f32(1/448)) rounded up to a power of
-// two is max(k - 8, 105) for the key k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every
-// finite m through it). E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand
+// Mode mxfp8's scale rule (stated in docs/operators/indexer_quant_cache.md) in integer steps,
+// on 16-bit lanes: for a finite largest magnitude m (bf16 bits & 0x7FFF) the exponent of
+// f32(max(m, 1e-4) * f32(1/448)) rounded up to a power of two is max(k - 8, 105) for the key
+// k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every finite m through it). E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand
 // (e - 127) * 128 + 0x3C00 - 7 of E4M3Pow2Codes (at least 0x30F9).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V E4M3ExpOfKey(D d, V key) {
