@@ -51,8 +51,10 @@ struct Fp8Table {
   std::uint16_t zero_max = 0;    // magnitude bits up to this: the quotient rounds to zero
   std::uint16_t normal_min = 0;  // from this up to below infinity: a normal float8 quotient
   HWY_ALIGN std::int16_t code[128] = {};
-  // The blocks of 16 entries: block a's first entry, and the low four mantissa bits less one
-  // from which it is exceeded by 1 and by 2 (15: never).
+  // The blocks of 16 entries (where blocks_usable: every target but AVX-512): block a's first
+  // entry, and the low four mantissa bits less one from which it is exceeded by 1 and by 2 (15:
+  // never).
+  bool blocks_usable = false;
   HWY_ALIGN std::int16_t block_first[8] = {}, step1[8] = {}, step2[8] = {};
   // The byte form of the blocks, where bytes_usable (see MakeFp8TableBytes): three tables of 16
   // entries and the exponent top bits top and zero_d.
@@ -177,7 +179,8 @@ Fp8Table MakeFp8Table(float scale) {
     t.code[m] = static_cast<std::int16_t>(code - (127 << kMant) -
                                           static_cast<std::int32_t>(m >> (7 - kMant)));
   }
-  t.usable = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 ? true : MakeFp8TableBlocks(t);
+  t.blocks_usable = !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) && MakeFp8TableBlocks(t);
+  t.usable = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3 ? true : t.blocks_usable;
   t.bytes_usable =
       (KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16) && t.usable && MakeFp8TableBytes<kMant>(t);
   // The byte form is the only table kernel of those targets.
@@ -479,6 +482,42 @@ HWY_INLINE void QuantizeBF16GroupsByBytes(const Fp8Table& table, const BF16Short
 // passed one by one: SVE vectors cannot be struct members.
 using Fp8Bytes16Tag = hn::Full128<std::uint8_t>;
 
+// The 16 bfloat16 values at src as bytes in element order: low (the exponent's last bit, then
+// the mantissa) and high (the sign, then the exponent's top seven bits).
+template <class V>
+HWY_INLINE void SplitBytes16(const std::uint16_t* HWY_RESTRICT src, V& low, V& high) {
+  const Fp8Bytes16Tag d8;
+  const hn::Repartition<std::uint16_t, Fp8Bytes16Tag> d16;
+  const hn::Repartition<std::uint64_t, Fp8Bytes16Tag> d64;
+  alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
+                                                          1, 3, 5, 7, 9, 11, 13, 15};
+  const auto split = hn::Load(d8, kSplit);
+  const auto a =
+      hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::LoadU(d16, src)), split));
+  const auto b =
+      hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::LoadU(d16, src + 8)), split));
+  low = hn::BitCast(d8, hn::InterleaveLower(d64, a, b));
+  high = hn::BitCast(d8, hn::InterleaveUpper(d64, a, b));
+}
+
+// The block form's code of each lane at the reference exponent: first[i] plus one per step point
+// passed, i the low byte's top four bits (BlockByteQuotient on 16-byte vectors). A byte lookup
+// reads an index's low four bits on some targets and all eight on others: the index is masked.
+template <class V>
+HWY_INLINE V ByteQuotient16(V low, V first, V step1, V step2) {
+  const Fp8Bytes16Tag d8;
+  const hn::RebindToSigned<Fp8Bytes16Tag> di8;
+  const hn::Repartition<std::uint16_t, Fp8Bytes16Tag> d16;
+  const auto idx =
+      hn::And(hn::BitCast(d8, hn::ShiftRight<4>(hn::BitCast(d16, low))), hn::Set(d8, 15));
+  const auto passed = [&](V step) HWY_ATTR {
+    return hn::BitCast(
+        d8, hn::VecFromMask(di8, hn::Gt(hn::BitCast(di8, low),
+                                        hn::BitCast(di8, hn::TableLookupBytes(step, idx)))));
+  };
+  return hn::Sub(hn::Sub(hn::TableLookupBytes(first, idx), passed(step1)), passed(step2));
+}
+
 // The float8 codes of the 16 bfloat16 values at src into dst by the byte form; false where a code
 // is not exact (a subnormal result, or a lane above top: saturated, infinite or NaN), which the
 // caller encodes again (FixBytes16).
@@ -490,27 +529,9 @@ HWY_INLINE bool Bytes16(const std::uint16_t* HWY_RESTRICT src, V first, V step1,
   const D d8;
   const hn::RebindToSigned<D> di8;
   const hn::Repartition<std::uint16_t, D> d16;
-  const hn::Repartition<std::uint64_t, D> d64;
-  alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
-                                                          1, 3, 5, 7, 9, 11, 13, 15};
-  const auto split = hn::Load(d8, kSplit);
-  const auto a =
-      hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::LoadU(d16, src)), split));
-  const auto b =
-      hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::LoadU(d16, src + 8)), split));
-  const auto low = hn::BitCast(d8, hn::InterleaveLower(d64, a, b));
-  const auto high = hn::BitCast(d8, hn::InterleaveUpper(d64, a, b));
-  // The block form's code at the reference exponent: first[i] plus one per step point passed, i
-  // the low byte's top four bits (BlockByteQuotient). A byte lookup reads an index's low four
-  // bits on some targets and all eight on others: the index is masked.
-  const auto idx =
-      hn::And(hn::BitCast(d8, hn::ShiftRight<4>(hn::BitCast(d16, low))), hn::Set(d8, 15));
-  const auto passed = [&](V step) HWY_ATTR {
-    return hn::BitCast(
-        d8, hn::VecFromMask(di8, hn::Gt(hn::BitCast(di8, low),
-                                        hn::BitCast(di8, hn::TableLookupBytes(step, idx)))));
-  };
-  const auto q = hn::Sub(hn::Sub(hn::TableLookupBytes(first, idx), passed(step1)), passed(step2));
+  V low, high;
+  SplitBytes16(src, low, high);
+  const V q = ByteQuotient16(low, first, step1, step2);
   const auto magnitude = hn::Set(d8, 0x7F);
   const auto h = hn::And(high, magnitude);
   // As in RowByteCodes: d = top - h capped at zero_d (lanes above top wrap and are capped too),

@@ -130,12 +130,18 @@ HWY_INLINE void DsTileByShortcut(const std::uint16_t* HWY_RESTRICT tile, std::ui
   }
 }
 
-#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS
+// The fp8_ds_mla tile tables exist on every target with a table kernel; the block form of
+// their byte codes on AVX2 and the 16-byte targets.
+#undef KVS_DS_BLOCK_BYTES
+#define KVS_DS_BLOCK_BYTES (KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16)
+
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_DS_BLOCK_BYTES
 // The code tables of the fp8_ds_mla tile scales. A tile maximum amax = 1.a * 2^k (a: its
 // bfloat16's 7 mantissa bits) has the scale amax / 448 = 2^k * (1.a / 448) (a normal quotient
 // scales exactly), and a table serves every power-of-two multiple of its scale
 // (the Shifted form of Fp8TableVectors, or of Fp8TableBlockVectors on AVX2): 128 tables, built
-// once, cover every tile. scale[a] is 1.a / 448. The byte tables exist for AVX-512 only.
+// once, cover every tile. scale[a] is 1.a / 448. Of the byte tables, AVX-512 reads byte_code
+// itself; AVX2 and the 16-byte targets (SSE4, NEON, SVE) read its block form.
 // The per-tile checks read only the small arrays after the tables: k_min[a] .. k_max[a] are the
 // exponents k whose shifted table is exact (an empty range where table a is not usable).
 struct DsTileTables {
@@ -147,7 +153,7 @@ struct DsTileTables {
   // kernel assumes and the tile maximum codes within float8's finite range.
   alignas(64) std::uint8_t byte_code[128][128];
   bool byte_ok[128];
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_DS_BLOCK_BYTES
   // byte_code[a] in block form, for BlockByteCodes: block_code[a][o][i] is the code of block
   // i & 7's first mantissa, plus 8 (i >> 3) less 8 o; block_step[a][0 or 1][i] is i << 4 or-ed
   // with block i & 7's step point (Fp8Table::step1, step2).
@@ -175,6 +181,7 @@ HWY_INLINE float TileScale(const DsTileTables& t, std::uint32_t a, int k) {
   return scale;
 }
 
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS
 // A tile's groups that its tables do not encode (rare) go through the bounded shortcut (the
 // tile's scale bounds every product), made once per tile at the first such group.
 class TileRedo {
@@ -195,6 +202,7 @@ class TileRedo {
   typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes_;
   std::optional<BF16Shortcut> sc_;  // nothing to set up for the tiles that never need it
 };
+#endif
 
 // Fills the k range of table a: the exponents whose shifted table is exact and whose tile maximum
 // codes within float8's finite range (then every lane does: the table's codes grow with the
@@ -228,7 +236,7 @@ void SetByteCodes(DsTileTables& t, std::uint32_t a) {
   }
 }
 
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_DS_BLOCK_BYTES
 // The block form of table a's byte codes: byte_code[a][m] for m = 16 c + b is the block's first
 // code plus 0, 1 or 2 (the table's step points) plus 1016 + c.
 void SetBlockBytes(DsTileTables& t, std::uint32_t a) {
@@ -254,9 +262,14 @@ const DsTileTables& TileTables() {
       std::memcpy(&one_a, &bits, 4);
       t->scale[a] = one_a / 448.0f;
       t->table[a] = formats::HWY_NAMESPACE::MakeFp8Table<true>(t->scale[a]);
+#if KVS_FP8_TABLE_BYTES16
+      // The tiles read the block form only, which these targets' own table kernel (the byte
+      // form at one reference exponent) does not need to be usable for.
+      t->table[a].usable = t->table[a].blocks_usable;
+#endif
       SetTileExponents(*t, a);
       SetByteCodes(*t, a);
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_DS_BLOCK_BYTES
       SetBlockBytes(*t, a);
 #endif
     }
@@ -265,6 +278,31 @@ const DsTileTables& TileTables() {
   return *tables;
 }
 #endif
+
+// The inputs of token t + kAhead prefetched (the hardware prefetchers fall behind the token
+// loops), where it exists.
+HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) {
+  if (t + kAhead >= end) return;
+  const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
+  for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
+  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
+  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
+}
+
+// Token t's entry (null for padding), and its kv_c.
+HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x) {
+  const std::int64_t slot = job.slots[t];
+  if (slot < 0) return nullptr;
+  x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+  return job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+}
+
+// The rest of token t's entry once its codes are written: the tile scales and k_pe.
+HWY_INLINE void DsMlaFinish(const Job& job, std::int64_t t, unsigned char* row,
+                            const float* scales) {
+  std::memcpy(row + kDsScaleOffset, scales, 4 * (kDsLatent / kDsTile));
+  CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+}
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 
@@ -552,16 +590,6 @@ struct WordTiles {
   }
 };
 
-// The inputs of token t + kAhead prefetched (the hardware prefetchers fall behind the token
-// loops), where it exists.
-HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) {
-  if (t + kAhead >= end) return;
-  const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
-  for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
-  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
-  hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
-}
-
 // The maxima of token t (TileMaxima), its tables' lines fetched; 0 past the range.
 template <class Tiles>
 HWY_INLINE std::uint64_t DsMlaMaxima(const Job& job, std::int64_t t, std::int64_t end,
@@ -571,21 +599,6 @@ HWY_INLINE std::uint64_t DsMlaMaxima(const Job& job, std::int64_t t, std::int64_
       TileMaxima(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token));
   tiles.Fetch(all);
   return all;
-}
-
-// Token t's entry (null for padding), and its kv_c.
-HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x) {
-  const std::int64_t slot = job.slots[t];
-  if (slot < 0) return nullptr;
-  x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-  return job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-}
-
-// The rest of token t's entry once its codes are written: the tile scales and k_pe.
-HWY_INLINE void DsMlaFinish(const Job& job, std::int64_t t, unsigned char* row,
-                            const float* scales) {
-  std::memcpy(row + kDsScaleOffset, scales, 4 * (kDsLatent / kDsTile));
-  CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
 }
 
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX-512, by the byte tables (compiled with
@@ -677,16 +690,10 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint64_t all = next;
     next = maxima(t + 1);
-    if (t + kAhead < end) {  // the hardware prefetchers fall behind the token loop
-      const unsigned char* ahead = job.kv_c + (t + kAhead) * job.kv_c_token;
-      for (int j = 0; j < kDsLatent * 2; j += 64) hwy::Prefetch(ahead + j);
-      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token);
-      hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
-    }
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
-    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
     float scales[kDsLatent / kDsTile];
     for (int i = 0; i < kDsLatent / kDsTile; ++i) {
       const auto m = static_cast<std::uint16_t>(all >> (16 * i));
@@ -698,15 +705,103 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
       }
       DsTileByShortcut(tile, m, codes, scales[i], shuffle, lanes);
     }
-    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
-    CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+    DsMlaFinish(job, t, row, scales);
+  }
+}
+#endif
+
+#if KVS_FP8_TABLE_BYTES16
+// BlockByteCodes on 16-byte vectors (SSE4, NEON, SVE): the codes of the 16 values at src of a
+// tile with maximum exponent e (biased) by the block form of its byte tables (first =
+// block_code[a][e & 1], step1 / step2 = block_step[a], top = e >> 1 in every byte) into dst.
+// Returns the lanes whose code is exact: at least 8, or at least 11 binade pairs below top
+// (those round to zero).
+template <class V>
+HWY_INLINE hn::Mask<hn::RebindToSigned<formats::HWY_NAMESPACE::Fp8Bytes16Tag>> BlockBytes16(
+    const std::uint16_t* HWY_RESTRICT src, V first, V step1, V step2, V top,
+    unsigned char* HWY_RESTRICT dst) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::Fp8Bytes16Tag d8;
+  const hn::RebindToSigned<decltype(d8)> di8;
+  const hn::Repartition<std::uint16_t, decltype(d8)> d16;
+  V low, high;
+  fmt::SplitBytes16(src, low, high);
+  const V q = fmt::ByteQuotient16(low, first, step1, step2);
+  const auto magnitude = hn::Set(d8, 0x7F);
+  const auto d = hn::Min(hn::Sub(top, hn::And(high, magnitude)), hn::Set(d8, 15));
+  // Each byte of d is at most 15: the 16-bit shift stays within its byte.
+  const auto code = hn::SaturatedSub(q, hn::BitCast(d8, hn::ShiftLeft<4>(hn::BitCast(d16, d))));
+  // Codes are at most 0x7E: the sign goes in bit 7.
+  hn::StoreU(hn::Or(code, hn::AndNot(magnitude, high)), d8, dst);
+  return hn::Or(hn::Gt(hn::BitCast(di8, code), hn::Set(di8, 7)),
+                hn::Gt(hn::BitCast(di8, d), hn::Set(di8, 10)));
+}
+
+// TileByBlockBytes on 16-byte vectors: one tile (largest magnitude bits m) by BlockBytes16, the
+// 16-value blocks it does not encode exactly divided again (FixBytes16); false, writing nothing,
+// where the byte tables do not cover the maximum.
+HWY_INLINE bool TileByBytes16(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
+                              std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const std::uint32_t a = m & 0x7F;
+  const int e = m >> 7, kexp = e - 127;
+  if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) return false;
+  scale = TileScale(tt, a, kexp);
+  const fmt::Fp8Bytes16Tag d8;
+  const hn::RebindToSigned<decltype(d8)> di8;
+  const auto bytes = [d8](const void* p) HWY_ATTR {
+    return hn::Load(d8, static_cast<const std::uint8_t*>(p));
+  };
+  const auto first = bytes(tt.block_code[a][e & 1]), step1 = bytes(tt.block_step[a][0]),
+             step2 = bytes(tt.block_step[a][1]);
+  const auto top = hn::Set(d8, static_cast<std::uint8_t>(e >> 1));
+  // All blocks first, one test for the tile; the rare inexact block is written again.
+  auto ok = BlockBytes16(tile, first, step1, step2, top, codes);
+  for (std::int64_t g = 16; g < kDsTile; g += 16) {
+    ok = hn::And(ok, BlockBytes16(tile + g, first, step1, step2, top, codes + g));
+  }
+  if (HWY_LIKELY(hn::AllTrue(di8, ok))) return true;
+  for (std::int64_t g = 0; g < kDsTile; g += 16) {
+    if (hn::AllTrue(di8, BlockBytes16(tile + g, first, step1, step2, top, codes + g))) continue;
+    fmt::FixBytes16<true>(tile + g, scale, codes + g);
+  }
+  return true;
+}
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows on the 16-byte targets: each tile by
+// TileByBytes16 where its byte tables cover it, else by the shortcut.
+HWY_NOINLINE void WriteDsMlaBytes16(const Job& job, std::int64_t begin, std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  const DsTileTables& tt = TileTables();
+  for (std::int64_t t = begin; t < end; ++t) {
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    // The four maxima first: their reductions then overlap one another.
+    std::uint16_t maxima[kDsLatent / kDsTile];
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    }
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      const std::uint16_t* tile = x + i * kDsTile;
+      unsigned char* codes = row + i * kDsTile;
+      if (TileByBytes16(tt, tile, maxima[i], codes, scales[i])) continue;
+      DsTileByShortcut(tile, maxima[i], codes, scales[i], shuffle, lanes);
+    }
+    DsMlaFinish(job, t, row, scales);
   }
 }
 #endif
 
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows: on AVX-512 by the code tables (byte tables
-// where VBMI is available), on AVX2 each tile by its block table where one covers it, elsewhere
-// each tile by DsTileByShortcut.
+// where VBMI is available), on AVX2 each tile by its block table where one covers it, on the
+// 16-byte targets by their byte form, and otherwise (and for the tiles no table covers) by
+// DsTileByShortcut.
 void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if (vbmi_usable()) {
@@ -716,6 +811,8 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
   }
 #elif KVS_FP8_TABLE_BLOCKS
   WriteDsMlaBlocks(job, begin, end);
+#elif KVS_FP8_TABLE_BYTES16
+  WriteDsMlaBytes16(job, begin, end);
 #else
   const formats::HWY_NAMESPACE::CodeOrder<true>& order =
       formats::HWY_NAMESPACE::CodeOrder<true>::Get();
@@ -723,17 +820,15 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
   const auto lanes = order.Lanes();
   constexpr std::int64_t kTiles = kDsLatent / kDsTile;
   for (std::int64_t t = begin; t < end; ++t) {
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
-    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x);
+    if (row == nullptr) continue;
     float scales[kTiles];
     for (std::int64_t i = 0; i < kTiles; ++i) {
       DsTileByShortcut(x + i * kDsTile, MaxMagnitudeBits(x + i * kDsTile, kDsTile),
                        row + i * kDsTile, scales[i], shuffle, lanes);
     }
-    std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
-    CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
+    DsMlaFinish(job, t, row, scales);
   }
 #endif
 }
