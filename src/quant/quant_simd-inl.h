@@ -679,10 +679,11 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
       x, out, n, subw);
 }
 
-// QuantizeE4M3Pow2RowInRange that also tells whether a lane may need the scalar rules, in place
-// of Magnitudes8Min's per-group minimum and its reduction: true when some lane's magnitude is
-// below E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are
-// right, but which the check does not tell apart). Groups of a finite amax only.
+// QuantizeE4M3Pow2RowInRange that also tells whether a lane may need the scalar encoder (an
+// e4m3 subnormal quotient, whose rounding docs/formats.md states), in place of Magnitudes8Min's
+// per-group minimum and its reduction: true when some lane's magnitude is below
+// E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are right,
+// but which the check does not tell apart). Groups of a finite amax only.
 template <bool kPerGroup>
 HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
@@ -694,7 +695,6 @@ HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
       x, out, n, subw);
 }
 
-
 // The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2Scales8: a nonzero
 // magnitude (bf16 bits & 0x7FFF) below it has a quotient below e4m3's normal range, where the
 // lane forms above are not exact. Up to 0x1007F.
@@ -704,7 +704,7 @@ HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
 
 // Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
 // x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
-// E4M3Pow2Lanes' normal test must redo by the scalar rules.
+// E4M3Pow2Lanes' normal test must redo by the scalar encoder (docs/formats.md).
 template <class F>
 HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
                                         std::uint32_t threshold, F&& f) {
