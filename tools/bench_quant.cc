@@ -119,22 +119,21 @@ std::string multiple_of_64(std::string& text) {
 
 const RegisterBench kRegisterQuantBench{BenchPart{
     "quant", "KvCompressEpilog (each quant_mode) and ScatterPaKvCacheWithKScale vs memcpy",
-    [](CLI::App& app) {
+    [](Command& app) {
       app.add_option("--tokens", g_bq.tokens, "comma-separated token counts (rows of the tables)")
           ->delimiter(',')
-          ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 22));
+          ->check(Range(std::int64_t{1}, std::int64_t{1} << 22));
       app.add_option("--d", g_bq.d, "KvCompressEpilog row length (multiple of 64, 128..8192)")
-          ->check(CLI::Range(std::int64_t{128}, std::int64_t{8192}) &
-                  CLI::Validator(multiple_of_64, "MULTIPLE OF 64", "multiple_of_64"));
+          ->check(Range(std::int64_t{128}, std::int64_t{8192}))
+          ->check(Validator(multiple_of_64, "MULTIPLE OF 64", "multiple_of_64"));
       app.add_option("--group", g_bq.group, "hifloat8_fp4 group size (16, 32, 64)")
-          ->check(CLI::IsMember({std::int64_t{16}, std::int64_t{32}, std::int64_t{64}}));
+          ->check(IsMember({std::int64_t{16}, std::int64_t{32}, std::int64_t{64}}));
       app.add_option("--round-scale", g_bq.round_scale, "fp8 modes: power-of-two scales");
       app.add_option("--heads", g_bq.heads, "ScatterPaKvCacheWithKScale heads")
-          ->check(CLI::Range(1, 1024));
+          ->check(Range(1, 1024));
       app.add_option("--head-size", g_bq.head_size, "ScatterPaKvCacheWithKScale head size")
-          ->check(CLI::Range(1, 65536));
-      app.add_option("--reps", g_bq.reps, "timed batches per cell (median)")
-          ->check(CLI::Range(1, 1000));
+          ->check(Range(1, 65536));
+      app.add_option("--reps", g_bq.reps, "timed batches per cell (median)")->check(Range(1, 1000));
     },
     [] {
       bench_epilog(QuantMode::fp8_bf16);

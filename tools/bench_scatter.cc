@@ -205,21 +205,20 @@ int run_bench() {
 
 const RegisterBench kRegister{BenchPart{
     "scatter", "ScatterPaKvCache per mode: time per call, GB/s, ratio to memcpy",
-    [](CLI::App& app) {
+    [](Command& app) {
       using I = std::int64_t;
       app.add_option("--heads", g_opts.heads, "KV heads")
-          ->check(CLI::Range(I{1}, I{1024}))
+          ->check(Range(I{1}, I{1024}))
           ->capture_default_str();
       app.add_option("--head-size", g_opts.head_size, "head size")
-          ->check(CLI::Range(I{1}, I{8192}))
+          ->check(Range(I{1}, I{8192}))
           ->capture_default_str();
       app.add_option("--block-size", g_opts.block_size, "cache block size")
-          ->check(CLI::Range(I{1}, I{4096}))
+          ->check(Range(I{1}, I{4096}))
           ->capture_default_str();
       app.add_option("--dtype", g_opts.dtype, "element dtype")
-          ->check(CLI::IsMember({"float32", "float16", "bfloat16", "int8", "uint8", "int16",
-                                 "uint16", "int32", "uint32", "hifloat8", "float8_e5m2",
-                                 "float8_e4m3fn"}))
+          ->check(IsMember({"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16",
+                            "int32", "uint32", "hifloat8", "float8_e5m2", "float8_e4m3fn"}))
           ->capture_default_str();
       app.add_option("--tokens", g_opts.tokens, "comma-separated token counts")
           ->check(int_list(1, 1 << 20))
@@ -229,7 +228,7 @@ const RegisterBench kRegister{BenchPart{
           ->check(name_list({"Norm", "Nct", "NHSD", "PA_NZ", "KeyOnly", "Alibi", "Rope", "Omni"}))
           ->capture_default_str();
       app.add_option("--min-time", g_opts.min_time, "seconds per row")
-          ->check(CLI::Range(0.0, 60.0))
+          ->check(Range(0.0, 60.0))
           ->capture_default_str();
     },
     [] {

@@ -131,7 +131,7 @@ void check_options() {
   const std::int64_t elems =
       std::int64_t{c.layers} * c.batch * (c.prompt + c.generate) * c.heads * c.head_size;
   if (elems > (std::int64_t{1} << 28)) {
-    throw CLI::ValidationError(
+    throw UsageError(
         "--layers x --batch x (--prompt + --generate) x --kv-heads x --head-size",
         std::to_string(elems) + " cache elements, more than the demo's limit of 268435456");
   }
@@ -139,15 +139,15 @@ void check_options() {
 
 const RegisterDemo kRegister{DemoPart{
     "contiguous", 10,
-    [](CLI::App& app) {
-      app.add_option("--layers", g_cfg.layers, "model layers")->check(CLI::Range(1, 1024));
-      app.add_option("--kv-heads", g_cfg.heads, "KV heads")->check(CLI::Range(1, 1024));
-      app.add_option("--head-size", g_cfg.head_size, "head size")->check(CLI::Range(1, 4096));
-      app.add_option("--batch", g_cfg.batch, "sequences")->check(CLI::Range(1, 4096));
-      app.add_option("--prompt", g_cfg.prompt, "prompt tokens")->check(CLI::Range(1, 1 << 20));
-      app.add_option("--generate", g_cfg.generate, "generated tokens")->check(CLI::Range(1, 1 << 20));
+    [](Command& app) {
+      app.add_option("--layers", g_cfg.layers, "model layers")->check(Range(1, 1024));
+      app.add_option("--kv-heads", g_cfg.heads, "KV heads")->check(Range(1, 1024));
+      app.add_option("--head-size", g_cfg.head_size, "head size")->check(Range(1, 4096));
+      app.add_option("--batch", g_cfg.batch, "sequences")->check(Range(1, 4096));
+      app.add_option("--prompt", g_cfg.prompt, "prompt tokens")->check(Range(1, 1 << 20));
+      app.add_option("--generate", g_cfg.generate, "generated tokens")->check(Range(1, 1 << 20));
       app.add_option("--cache-dtype", g_cfg.dtype, "float32 | bfloat16 | float16")
-          ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+          ->check(IsMember({"float32", "bfloat16", "float16"}));
     },
     demo, check_options}};
 

@@ -277,13 +277,13 @@ class Engine {
 void check_options() {
   const Options& o = g_opts;
   if (o.blocks * o.block_size < kMaxSequence) {
-    throw CLI::ValidationError("--paged-blocks x --paged-block-size",
-                               std::to_string(o.blocks * o.block_size) +
-                                   " cache slots, fewer than one sequence needs (" +
-                                   std::to_string(kMaxSequence) + ")");
+    throw UsageError("--paged-blocks x --paged-block-size",
+                     std::to_string(o.blocks * o.block_size) +
+                         " cache slots, fewer than one sequence needs (" +
+                         std::to_string(kMaxSequence) + ")");
   }
   if (o.layers * o.blocks * o.block_size > (std::int64_t{1} << 20)) {
-    throw CLI::ValidationError(
+    throw UsageError(
         "--paged-layers x --paged-blocks x --paged-block-size",
         std::to_string(o.layers * o.blocks * o.block_size) + " layer slots, more than 1048576");
   }
@@ -291,22 +291,22 @@ void check_options() {
 
 const RegisterDemo kRegister{DemoPart{
     "paged", 20,
-    [](CLI::App& app) {
+    [](Command& app) {
       using I = std::int64_t;
       app.add_option("--paged-layers", g_opts.layers, "paged demo: layers")
-          ->check(CLI::Range(I{1}, I{256}))
+          ->check(Range(I{1}, I{256}))
           ->capture_default_str();
       app.add_option("--paged-steps", g_opts.steps, "paged demo: engine steps")
-          ->check(CLI::Range(I{1}, I{1} << 20))
+          ->check(Range(I{1}, I{1} << 20))
           ->capture_default_str();
       app.add_option("--paged-seqs", g_opts.max_seqs, "paged demo: concurrent sequences")
-          ->check(CLI::Range(I{1}, I{4096}))
+          ->check(Range(I{1}, I{4096}))
           ->capture_default_str();
       app.add_option("--paged-blocks", g_opts.blocks, "paged demo: cache blocks")
-          ->check(CLI::Range(I{1}, I{1} << 20))
+          ->check(Range(I{1}, I{1} << 20))
           ->capture_default_str();
       app.add_option("--paged-block-size", g_opts.block_size, "paged demo: block size")
-          ->check(CLI::Range(I{1}, I{4096}))
+          ->check(Range(I{1}, I{4096}))
           ->capture_default_str();
       app.add_option("--paged-seed", g_opts.seed, "paged demo: random seed")
           ->check(int_list(0, INT64_MAX))

@@ -247,23 +247,22 @@ void check_options() {
   const QuantConfig& c = g_qcfg;
   const std::int64_t rows = std::int64_t{c.layers} * c.batch * (c.prompt + c.generate);
   if (rows > (std::int64_t{1} << 20)) {
-    throw CLI::ValidationError(
-        "--quant-layers x --quant-batch x (--quant-prompt + --quant-generate)",
-        std::to_string(rows) + " cache rows, more than 1048576");
+    throw UsageError("--quant-layers x --quant-batch x (--quant-prompt + --quant-generate)",
+                     std::to_string(rows) + " cache rows, more than 1048576");
   }
 }
 
 const RegisterDemo kRegisterQuant{DemoPart{
     "quant", 30,
-    [](CLI::App& app) {
+    [](Command& app) {
       app.add_option("--quant-layers", g_qcfg.layers, "layers of the quantized caches")
-          ->check(CLI::Range(1, 256));
+          ->check(Range(1, 256));
       app.add_option("--quant-batch", g_qcfg.batch, "sequences in the quantized demos")
-          ->check(CLI::Range(1, 1024));
+          ->check(Range(1, 1024));
       app.add_option("--quant-prompt", g_qcfg.prompt, "prompt tokens in the quantized demos")
-          ->check(CLI::Range(8, 1 << 16));
+          ->check(Range(8, 1 << 16));
       app.add_option("--quant-generate", g_qcfg.generate, "generated tokens in the quantized demos")
-          ->check(CLI::Range(1, 1 << 16));
+          ->check(Range(1, 1 << 16));
     },
     [] {
       const bool mla = demo_mla();

@@ -1,9 +1,11 @@
 // kvscatter: info, demo (simulated decode loop verified against the reference kernels) and
 // bench (the sweep over every operator, or per-operator tables, against memcpy of the same
 // bytes).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <type_traits>
 
 #include "cli.h"
 #include "kvscatter/error.h"
@@ -21,6 +23,56 @@ std::vector<BenchPart>& bench_parts() {
   return parts;
 }
 
+namespace {
+
+CLI::Validator to_cli(const Check& c) {
+  switch (c.kind) {
+    case Check::Kind::int_range:
+      return CLI::Range(c.lo, c.hi);
+    case Check::Kind::real_range:
+      return CLI::Range(c.real_lo, c.real_hi);
+    case Check::Kind::int_members:
+      return CLI::IsMember(c.ints);
+    case Check::Kind::name_members:
+      return CLI::IsMember(c.names);
+    case Check::Kind::function:
+      break;
+  }
+  return CLI::Validator(c.fn, c.description, c.name);
+}
+
+// Declares a part's options on its CLI11 command (which keeps their targets and copies of the
+// checks, not the declarations).
+void declare(CLI::App& app, const Command& command) {
+  for (const Option& spec : command.options()) {
+    CLI::Option* o = std::visit(
+        [&](auto* target) {
+          if constexpr (std::is_same_v<decltype(target), bool*>) {
+            if (spec.flag) return app.add_flag(spec.name, *target, spec.help);
+          }
+          return app.add_option(spec.name, *target, spec.help);
+        },
+        spec.target);
+    if (spec.separator != 0) o->delimiter(spec.separator);
+    if (!spec.checks.empty()) {
+      CLI::Validator all = to_cli(spec.checks.front());
+      for (std::size_t i = 1; i < spec.checks.size(); ++i) all = all & to_cli(spec.checks[i]);
+      o->check(all);
+    }
+    if (spec.show_default) o->capture_default_str();
+  }
+}
+
+// Runs a part's check of its options taken together, its usage errors as CLI11's.
+void check_together(const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const UsageError& e) {
+    throw CLI::ValidationError(e.options, e.what());
+  }
+}
+
+}  // namespace
 }  // namespace kvscatter::cli
 
 int main(int argc, char** argv) {
@@ -43,13 +95,15 @@ int main(int argc, char** argv) {
   std::sort(demos.begin(), demos.end(),
             [](const cli::DemoPart& a, const cli::DemoPart& b) { return a.order < b.order; });
   auto* demo = app.add_subcommand("demo", "simulated inference writing every layer's K/V, verified");
+  cli::Command demo_options;
   for (auto& part : demos) {
-    if (part.add_flags) part.add_flags(*demo);
+    if (part.add_flags) part.add_flags(demo_options);
   }
+  cli::declare(*demo, demo_options);
   int demo_rc = 0;
   demo->callback([&] {
     for (auto& part : demos) {
-      if (part.check) part.check();  // a usage error stops the demo before any part runs
+      if (part.check) cli::check_together(part.check);  // stops the demo before any part runs
     }
     for (auto& part : demos) {
       if (!part.run()) {
@@ -64,7 +118,9 @@ int main(int argc, char** argv) {
       "bench", "every operator x shape x token count x {1, all} threads against memcpy; "
                "a subcommand prints one operator's tables");
   bench->require_subcommand(0, 1);
-  cli::add_bench_sweep_flags(*bench);
+  cli::Command sweep_options;
+  cli::add_bench_sweep_flags(sweep_options);
+  cli::declare(*bench, sweep_options);
   bench->add_option_function<std::string>(
       "--simd",
       [](const std::string& name) {
@@ -73,12 +129,14 @@ int main(int argc, char** argv) {
       "pin the SIMD target (AVX3, AVX2, SSE4, SCALAR ...; `kvscatter info` lists this "
       "machine's), for every table and sweep");
   int bench_rc = 0;
-  std::vector<CLI::App*> bench_cmds;
   for (auto& part : cli::bench_parts()) {
     auto* sub = bench->add_subcommand(part.name, part.description);
-    if (part.add_flags) part.add_flags(*sub);
+    if (part.add_flags) {
+      cli::Command options;
+      part.add_flags(options);
+      cli::declare(*sub, options);
+    }
     sub->callback([&part, &bench_rc] { bench_rc |= part.run(); });
-    bench_cmds.push_back(sub);
   }
   bench->callback([&] {
     if (bench->get_subcommands().empty()) bench_rc |= cli::run_bench_sweep();
