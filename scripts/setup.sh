@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 
 # clang, libclang-rt-14-dev (libFuzzer) and llvm (llvm-symbolizer for sanitizer reports) serve
 # the fuzz targets; g++ brings the address, undefined and thread sanitizer runtimes.
+# ccache lets scripts/test.sh compile the library once for both the ci build and the Python
+# package, and makes a second run of it fast.
 apt_packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-              libhwy-dev libcli11-dev clang libclang-rt-14-dev llvm)
+              libhwy-dev libcli11-dev clang libclang-rt-14-dev llvm ccache)
 # The aarch64 stage (scripts/test_aarch64.sh): Debian's cross compiler, the arm64 builds of the
 # libraries the library and its tests link (multiarch), and QEMU to run them. KVSCATTER_AARCH64=0
 # leaves them out.
