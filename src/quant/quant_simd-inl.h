@@ -202,8 +202,9 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 #endif
 }
 
-// The lane rule of E4M3Pow2Scales on 32-bit lanes: from amax and min1 (zero-extended), e and
-// sb (sub before its truncation to 16 bits); returns fast.
+// E4M3Pow2Scales' form of the fp8 modes' power-of-two scale (docs/operators/
+// indexer_quant_cache.md, "Quantization (bit-exact)") on 32-bit lanes: from amax and min1
+// (zero-extended), e and sb (sub before its truncation to 16 bits); returns fast.
 template <class DU, class VU = hn::Vec<DU>>
 HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, std::uint32_t eps,
                                       VU& e, VU& sb) {
@@ -289,8 +290,9 @@ HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
 // Mode mxfp8's scale rule (stated in docs/operators/indexer_quant_cache.md) in integer steps,
 // on 16-bit lanes: for a finite largest magnitude m (bf16 bits & 0x7FFF) the exponent of
 // f32(max(m, 1e-4) * f32(1/448)) rounded up to a power of two is max(k - 8, 105) for the key
-// k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every finite m through it). E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand
-// (e - 127) * 128 + 0x3C00 - 7 of E4M3Pow2Codes (at least 0x30F9).
+// k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every finite m through it).
+// E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand (e - 127) * 128 + 0x3C00 - 7 of
+// E4M3Pow2Codes (at least 0x30F9).
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V E4M3ExpOfKey(D d, V key) {
   using T = hn::TFromD<D>;
@@ -1595,10 +1597,10 @@ HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
   return _mm512_permutex2var_epi16(tab[0], i, tab[1]);
 }
 
-// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00), by the tables' rule
-// (hifloat8_table.h), one per 16-bit lane (the high bytes zero). The shifts right are high
-// halves of products (vpmulhuw): on Zen 4 shifts share two pipes with the lookups, multiplies
-// have two of their own.
+// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding as docs/formats.md,
+// "HiFloat8", states it), by the lane tables of hifloat8_table.h, one per 16-bit lane (the high
+// bytes zero). The shifts right are high halves of products (vpmulhuw): on Zen 4 shifts share
+// two pipes with the lookups, multiplies have two of their own.
 HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
   const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
   const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
@@ -1798,9 +1800,10 @@ struct HiF8LaneFlags {
 };
 
 // The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
-// them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k, by
-// the rule of hifloat8_lane_tables() (hifloat8_table.h) on one byte per value: about 29
-// operations per 32 values (and two blends in the loads) where 16-bit lanes took 23 per 16.
+// them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k (the
+// encoding as docs/formats.md, "HiFloat8", states it), by hifloat8_lane_tables() on one byte per
+// value: about 29 operations per 32 values (and two blends in the loads) where 16-bit lanes took
+// 23 per 16.
 // Each step is taken for all K pairs before the next: the chain from a load to its store is
 // some twenty operations long, and with one pair at a time the scheduler filled with
 // operations waiting on it before the ports were. w + w splits into the exponent (high bytes)
