@@ -13,8 +13,8 @@ writes ``performance.md`` and PNG plots under ``perf/`` in the output directory.
     python3 bench/compare.py                  # regenerates docs/performance.md, docs/perf/*.png
     python3 bench/compare.py --quick --out /tmp/report   # a few token counts: tests the script
 
-Needs the installed package (``python3 -m pip install --no-build-isolation .``), matplotlib,
-and the ``kvscatter`` program (``--cli``; found under build/*/tools/ or on PATH) for the
+Needs the installed package (``python3 -m pip install --no-build-isolation .``), matplotlib
+(not with ``--no-plots``), and the ``kvscatter`` program (``--cli``; found under build/*/tools/ or on PATH) for the
 native table.
 """
 
@@ -1134,6 +1134,8 @@ def main(argv=None) -> int:
                         "editing bench/performance_notes.md), measuring nothing")
     p.add_argument("--tokens", help="comma-separated token counts for the side-by-side runs")
     p.add_argument("--ops", help="comma-separated filters on 'op variant shape'")
+    p.add_argument("--no-plots", action="store_true",
+                   help="write the report without its plots (no matplotlib needed)")
     args = p.parse_args(argv)
     start = time.time()
     warnings.filterwarnings("ignore")
@@ -1144,7 +1146,7 @@ def main(argv=None) -> int:
 
     if args.render_only:
         saved = json.loads((out / "perf" / "compare.json").read_text())
-        made = plots(saved["native"], saved["compare"], out / "perf")
+        made = [] if args.no_plots else plots(saved["native"], saved["compare"], out / "perf")
         text = report(saved["native"], saved["meta"].get("cli_info", ""), saved["compare"],
                       saved["meta"], made, out, saved.get("per_target"))
         (out / "performance.md").write_text(text)
@@ -1171,11 +1173,12 @@ def main(argv=None) -> int:
                 "NumPy": np.__version__, "ml_dtypes": ml_dtypes.__version__,
                 "JAX": available("jax"), "jaxlib": available("jaxlib"),
                 "PyTorch": available("torch"), "matplotlib": available("matplotlib")}
-    made = plots(native, comp, out / "perf")
+    made = [] if args.no_plots else plots(native, comp, out / "perf")
     meta = {"machine": machine(), "versions": versions,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "wall_min": (time.time() - start) / 60, "cli_info": cli_info}
     text = report(native, cli_info, comp, meta, made, out, per_target)
+    (out / "perf").mkdir(parents=True, exist_ok=True)
     (out / "performance.md").write_text(text)
     (out / "perf" / "compare.json").write_text(json.dumps(
         {"native": native, "compare": comp, "meta": meta, "per_target": per_target}))

@@ -189,12 +189,12 @@ NEW_IDS = {
 
 
 def test_quick_run_verifies_the_new_operators(tmp_path, compare_module):
-    pytest.importorskip("matplotlib")
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     ops = "scatter_pa_cache plain,gather_pa_kv_cache,indexer_quant_cache,paged_"
+    # A decode batch with padding slots, and a prefill; the plots are the other test's.
     args = [sys.executable, str(COMPARE), "--quick", "--out", str(tmp_path), "--ops", ops,
-            "--tokens", "16,256"]  # a decode batch with padding slots, and a prefill
+            "--tokens", "16,256", "--no-plots"]
     cli = compare_module.find_cli(None)
     args += ["--cli", cli] if cli else ["--no-cli"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env,
@@ -212,6 +212,8 @@ def test_quick_run_verifies_the_new_operators(tmp_path, compare_module):
         assert {"JAX", "kvscatter.jax"} <= impls[i]
     assert "PyTorch index_put_" in impls["scatter_pa_cache plain bf16 8x128"]
     assert "PyTorch advanced index" in impls["gather_pa_kv_cache Norm bf16 8x128"]
+    assert not list((tmp_path / "perf").glob("*.png"))
+    assert "## Side by side with the alternatives" in (tmp_path / "performance.md").read_text()
     if data["native"] is not None:  # the native sweep ran the same workloads under these ids
         native_ids = {f"{r['op']} {r['variant']} {r['shape']}" for r in data["native"]["rows"]}
         assert NEW_IDS <= native_ids, NEW_IDS - native_ids
