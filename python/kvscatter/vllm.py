@@ -11,6 +11,8 @@ strides) and raise ``ValueError`` / ``TypeError`` before writing anything.
 from __future__ import annotations
 
 import operator
+import re
+import sys
 
 from . import _kvscatter as _ext
 from . import _torch_ops_for
@@ -38,11 +40,12 @@ def concat_and_cache_mla(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, sca
     are 2-D; ``scale`` is float32 with one element.
     """
     fmt, dtype = _cache_format(kv_cache_dtype, "concat_and_cache_mla", _MLA_DTYPES)
-    if scale is None:
-        raise TypeError("scale is required, got None")
+    _required(kv_c=kv_c, k_pe=k_pe, kv_cache=kv_cache, slot_mapping=slot_mapping)
+    _float32_scale(scale, "scale")
     ops = _torch_ops_for(kv_cache)
     if ops is not None:
-        ops.concat_and_cache_mla.default(kv_c, k_pe, kv_cache, slot_mapping, kv_cache_dtype, scale)
+        _on_torch(ops.concat_and_cache_mla.default, "kv_cache", kv_c, k_pe, kv_cache,
+                  slot_mapping, kv_cache_dtype, scale)
         return
     _ext.paged_latent_write(kv_c, k_pe, kv_cache, slot_mapping, fmt, scale, dtype)
 
@@ -90,12 +93,14 @@ def reshape_and_cache_flash(
         float32 with 1 or ``num_heads`` elements, equal shapes (checked in every mode).
     """
     fmt, dtype = _cache_format(kv_cache_dtype, "reshape_and_cache_flash", _FLASH_DTYPES)
-    if k_scale is None or v_scale is None:
-        raise TypeError(f"{'k_scale' if k_scale is None else 'v_scale'} is required, got None")
+    _required(key=key, value=value, key_cache=key_cache, value_cache=value_cache,
+              slot_mapping=slot_mapping)
+    _float32_scale(k_scale, "k_scale")
+    _float32_scale(v_scale, "v_scale")
     ops = _torch_ops_for(key_cache)
     if ops is not None:
-        ops.reshape_and_cache_flash.default(key, value, key_cache, value_cache, slot_mapping,
-                                            kv_cache_dtype, k_scale, v_scale)
+        _on_torch(ops.reshape_and_cache_flash.default, "key_cache", key, value, key_cache,
+                  value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale)
         return
     _ext.paged_kv_write(
         key, value, key_cache, value_cache, slot_mapping, fmt, "NHD", k_scale, v_scale, dtype
@@ -103,10 +108,80 @@ def reshape_and_cache_flash(
 
 
 def _index(value, name):
-    """A Python integer (or any object with __index__), never a bool."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    """A Python integer (or any object with __index__), never a bool (nor a bool array or
+    tensor), within the int64 range the operators take."""
+    if (isinstance(value, bool) or _dtype_name(value) == "bool"
+            or not hasattr(type(value), "__index__")):
         raise TypeError(f"{name} must be an int, got {value!r}")
-    return operator.index(value)
+    value = operator.index(value)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{name} = {value} is outside the int64 range")
+    return value
+
+
+def _dtype_name(array):
+    """The element type's name without a framework prefix ("float64" for NumPy and torch
+    alike), or None for an object without a dtype."""
+    dtype = getattr(array, "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+def _required(**arrays):
+    for name, array in arrays.items():
+        if array is None:
+            raise TypeError(f"{name} is required, got None")
+
+
+def _float32_scale(scale, name):
+    """The scales are float32 arrays (or tensors); any other element type is a ValueError, the
+    types the library does not take at all (float64) included."""
+    _required(**{name: scale})
+    found = _dtype_name(scale)
+    if found is not None and found != "float32":
+        raise ValueError(f"{name} must be float32, got {found}")
+
+
+_NOT_A_TENSOR = re.compile(r"Expected a value of type '[^']*' for argument '(\w+)' but instead "
+                           r"found type '(\w+)'")
+
+
+def _on_torch(op, routed_by, *args):
+    """Calls a torch.ops.kvscatter operator, chosen because ``routed_by`` is a tensor. The
+    dispatcher refuses another argument that is not a tensor (a NumPy array) before the
+    operator runs, with a RuntimeError; that is the caller's type error."""
+    try:
+        op(*args)
+    except RuntimeError as e:
+        m = _NOT_A_TENSOR.search(str(e))
+        if m is None:
+            raise
+        raise TypeError(f"{m[1]} must be a torch.Tensor like {routed_by}, got {m[2]}") from None
+
+
+# The element types every operator takes; cp_gather_cache copies any other of 1, 2 or 4 bytes
+# (bool, float8_e4m3fnuz, a packed float4 tensor) as the unsigned integers of its width.
+_COPY_VIEWS = {1: "uint8", 2: "uint16", 4: "uint32"}
+_KNOWN = {"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", "int32",
+          "uint32", "float8_e5m2", "float8_e4m3fn", "float8_e8m0fnu"}
+
+
+def _as_raw(src_cache, dst):
+    """src_cache and dst viewed as unsigned integers of their width where they share a dtype
+    the library has no name for; unchanged otherwise (a mismatch is reported as such)."""
+    name = _dtype_name(src_cache)
+    if name is None or name in _KNOWN or name != _dtype_name(dst):
+        return src_cache, dst
+    width = _COPY_VIEWS.get(getattr(src_cache, "itemsize", None))
+    if width is None:
+        return src_cache, dst
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(src_cache, torch.Tensor):
+        target = getattr(torch, width)
+    else:
+        import numpy as np
+
+        target = np.dtype(width)
+    return src_cache.view(target), dst.view(target)
 
 
 def gather_and_maybe_dequant_cache(
@@ -123,16 +198,14 @@ def gather_and_maybe_dequant_cache(
     bfloat16; index tensors int32 or int64, one dtype; ``scale``: float32, one element.
     """
     fmt, dtype = _cache_format(kv_cache_dtype, "gather_and_maybe_dequant_cache", _GATHER_DTYPES)
-    if token_to_seq is None:
-        raise TypeError("token_to_seq is required, got None")
-    if scale is None:
-        raise TypeError("scale is required, got None")
+    _required(src_cache=src_cache, dst=dst, block_table=block_table, cu_seq_lens=cu_seq_lens,
+              token_to_seq=token_to_seq)
+    _float32_scale(scale, "scale")
     num_tokens = _index(num_tokens, "num_tokens")
     ops = _torch_ops_for(dst)
     if ops is not None:
-        ops.gather_and_maybe_dequant_cache.default(src_cache, dst, block_table, cu_seq_lens,
-                                                   token_to_seq, num_tokens, kv_cache_dtype, scale,
-                                                   seq_starts)
+        _on_torch(ops.gather_and_maybe_dequant_cache.default, "dst", src_cache, dst, block_table,
+                  cu_seq_lens, token_to_seq, num_tokens, kv_cache_dtype, scale, seq_starts)
         return
     rule = None if fmt != "copy" else (dtype or "float")
     _ext.paged_cache_gather(
@@ -148,12 +221,15 @@ def cp_gather_cache(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_st
     with its cached entries from position ``seq_starts[b]`` (default 0) on. ``src_cache`` and
     ``dst`` share any dtype of 1, 2 or 4 bytes.
     """
+    _required(src_cache=src_cache, dst=dst, block_table=block_table, cu_seq_lens=cu_seq_lens)
     batch_size = _index(batch_size, "batch_size")
     if batch_size < 0:
         raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    src_cache, dst = _as_raw(src_cache, dst)
     ops = _torch_ops_for(dst)
     if ops is not None:
-        ops.cp_gather_cache.default(src_cache, dst, block_table, cu_seq_lens, batch_size, seq_starts)
+        _on_torch(ops.cp_gather_cache.default, "dst", src_cache, dst, block_table, cu_seq_lens,
+                  batch_size, seq_starts)
         return
     _ext.paged_cache_gather(
         src_cache, dst, block_table, cu_seq_lens, "copy", None, batch_size, seq_starts, None, 0,

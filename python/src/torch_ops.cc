@@ -76,6 +76,7 @@ std::optional<DType> dtype_of(c10::ScalarType t) {
 
 // A view of a CPU tensor's memory: no copy, no DLPack.
 TensorView view(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_TYPE(t.defined(), name, " is required, got None");
   TORCH_CHECK(t.device().is_cpu(), "kvscatter runs on CPU tensors: ", name, " is on ",
               t.device().str());
   const std::optional<DType> d = dtype_of(t.scalar_type());

@@ -415,6 +415,13 @@ def test_wrong_dtype_is_a_type_error():
     assert kc.eq(0).all()
 
 
+def test_a_required_tensor_given_as_none_is_a_type_error():
+    kc = torch.zeros(2, 4, 1, 8)
+    with pytest.raises(TypeError, match="slot_mapping is required, got None"):
+        ops.scatter_pa_kv_cache(torch.ones(1, 1, 8), None, kc, None, None)
+    assert kc.eq(0).all()
+
+
 def test_meta_tensors_are_refused():
     (key, value, kc, vc, slots), kwargs = scatter_samples()[0]
     before = snapshot([kc, vc])

@@ -100,12 +100,13 @@ REJECTIONS = [
      "k_scale has 3 elements; expected 1 or 2"),
     (dict(k_scale=np.ones(2, np.float32)), ValueError, "v_scale shape [1] must equal k_scale shape [2]"),
     (dict(k_scale=np.ones(1, np.int32)), ValueError, "k_scale must be float32, got int32"),
-    (dict(k_scale=np.ones(1, np.float64)), TypeError, "k_scale: unsupported element type float64"),
+    (dict(k_scale=np.ones(1, np.float64)), ValueError, "k_scale must be float32, got float64"),
     (dict(slot_mapping=np.array([0, 1, 2, 12, 4, 5])), ValueError,
      "slot_mapping[3] = 12 is out of range [0, 12) (key_cache has 3 blocks of 4 slots; negative slots mark padding)"),
     (dict(slot_mapping=np.arange(6, dtype=np.int16)), ValueError, "slot_mapping dtype must be one of"),
     (dict(k_scale=None), TypeError, "k_scale is required, got None"),
     (dict(key=None), TypeError, "key is required, got None"),
+    (dict(slot_mapping=None), TypeError, "slot_mapping is required, got None"),
 ]
 
 
@@ -314,7 +315,11 @@ GATHER_REJECTIONS = [
      "num_tokens = 15 exceeds dst rows 14"),
     (dict(num_tokens=True), TypeError, "num_tokens must be an int"),
     (dict(num_tokens=6.0), TypeError, "num_tokens must be an int"),
-    (dict(scale=np.ones(1, np.float64)), TypeError, "scale: unsupported element type float64"),
+    (dict(scale=np.ones(1, np.float64)), ValueError, "scale must be float32, got float64"),
+    (dict(src_cache=None), TypeError, "src_cache is required, got None"),
+    (dict(num_tokens=2**63), ValueError, "num_tokens = 9223372036854775808 is outside the int64 "
+     "range"),
+    (dict(num_tokens=np.array(True)), TypeError, "num_tokens must be an int"),
     (dict(scale=np.ones(2, np.float32)), ValueError, "scale has 2 elements; expected 1"),
     (dict(cu_seq_lens=np.array([0, 3, 2])), ValueError,
      "cu_seq_lens must be non-decreasing: cu_seq_lens[2] = 2 < cu_seq_lens[1] = 3"),
@@ -376,8 +381,23 @@ def test_cp_gather_cache_batch_size_type():
     with pytest.raises(TypeError, match="batch_size must be an int"):
         vllm.cp_gather_cache(args["src_cache"], args["dst"], args["block_table"],
                              args["cu_seq_lens"], True)
+    with pytest.raises(ValueError, match="batch_size = -18446744073709551616 is outside"):
+        vllm.cp_gather_cache(args["src_cache"], args["dst"], args["block_table"],
+                             args["cu_seq_lens"], -(2**64))
     vllm.cp_gather_cache(args["src_cache"], args["dst"], args["block_table"],
                          args["cu_seq_lens"], np.int64(0))  # empty: a no-op
+
+
+@pytest.mark.parametrize("dtype", [bool, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float4_e2m1fn])
+def test_cp_gather_cache_copies_any_one_byte_type(rng, dtype):
+    # Types the library has no name for travel as the unsigned integers of their width.
+    raw = rng.integers(0, 2 if dtype is bool else 16, (3, 4, 5), dtype=np.uint8)
+    src = raw.view(dtype)
+    dst = np.zeros((6, 5), dtype)
+    vllm.cp_gather_cache(src, dst, np.array([[2, 0]]), np.array([0, 6]), 1,
+                         seq_starts=np.array([1]))
+    want = np.concatenate([raw[2, 1:], raw[0, :3]])
+    assert np.array_equal(dst.view(np.uint8), want)
 
 
 # ---- port of vLLM's gather tests (test_gather_and_maybe_dequant_cache_mla, test_cp_gather_cache_mla)
@@ -659,6 +679,34 @@ def test_torch_hnd_fp8_and_gather_round_trip():
                                         torch.arange(tokens, dtype=torch.int32), tokens, "fp8",
                                         torch.tensor([1.0]), seq_starts=off.to(torch.int32))
     assert torch.equal(dst, q.float().reshape(tokens, -1))
+
+
+def test_torch_arguments_that_are_not_tensors():
+    torch = pytest.importorskip("torch")
+    args = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+            for k, v in flash_args().items()}
+    before = args["key_cache"].clone()
+    for change, exc, message in [
+            (dict(key=None), TypeError, "key is required, got None"),
+            (dict(slot_mapping=args["slot_mapping"].numpy()), TypeError,
+             "slot_mapping must be a torch.Tensor like key_cache, got ndarray"),
+            (dict(k_scale=torch.ones(1, dtype=torch.float64)), ValueError,
+             "k_scale must be float32, got float64")]:
+        with pytest.raises(exc, match=message):
+            vllm.reshape_and_cache_flash(**{**args, **change})
+        assert torch.equal(args["key_cache"], before)
+
+
+def test_torch_cp_gather_cache_packed_float4():
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    raw = torch.arange(2 * 4 * 3, dtype=torch.uint8).reshape(2, 4, 3)
+    dst = torch.zeros(5, 3, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    vllm.cp_gather_cache(raw.view(torch.float4_e2m1fn_x2), dst,
+                         torch.tensor([[1, 0]], dtype=torch.int32),
+                         torch.tensor([0, 5], dtype=torch.int32), 1)
+    assert torch.equal(dst.view(torch.uint8), torch.cat([raw[1], raw[0, :1]]))
 
 
 def test_torch_concat_and_cache_mla_auto():
