@@ -405,8 +405,7 @@ def indexer_quant_cache(
     """
     import numbers
 
-    if isinstance(quant_mode, bool) or not isinstance(quant_mode, (str, int)):
-        raise TypeError(f"quant_mode must be a str or an int, got {quant_mode!r}")
+    quant_mode = _indexer_quant_mode(quant_mode)
     if isinstance(x_scale, bool) or not isinstance(x_scale, numbers.Real):
         raise TypeError(f"x_scale must be a float, got {x_scale!r}")
     if not isinstance(round_scale, bool):
@@ -418,7 +417,7 @@ def indexer_quant_cache(
             cache_scale,
             x,
             slot_mapping,
-            quant_mode=str(quant_mode),
+            quant_mode=quant_mode,
             round_scale=round_scale,
             x_scale=float(x_scale),
             dtype=formats.canonical_dtype(dtype),
@@ -429,7 +428,7 @@ def indexer_quant_cache(
         cache_scale,
         x,
         slot_mapping,
-        str(quant_mode),
+        quant_mode,
         round_scale,
         float(x_scale),
         formats.canonical_dtype(dtype),
@@ -886,6 +885,21 @@ def _int_pair(pair):
     if pair is None or isinstance(pair, str):
         return pair
     return [_as_int(v, "strides/offsets entry") for v in pair]
+
+
+def _indexer_quant_mode(mode) -> str:
+    """indexer_quant_cache's quant_mode as the library parses it: a name (any case, blanks
+    stripped) or an int 0-3 (a NumPy integer too). A string of digits is neither."""
+    import operator
+
+    if isinstance(mode, bool) or not (isinstance(mode, str) or hasattr(type(mode), "__index__")):
+        raise TypeError(f"quant_mode must be a str or an int, got {mode!r}")
+    if not isinstance(mode, str):
+        return str(operator.index(mode))
+    if mode.strip().isdigit():
+        raise ValueError("quant_mode should be one of [mxfp8, fp8, hifloat8, mxfp4] or an int 0-3, "
+                         f"got '{mode}'")
+    return mode
 
 
 def _quant_mode_str(mode) -> str:

@@ -30,6 +30,7 @@ import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
+from . import _indexer_quant_mode
 from . import _kvscatter as _ext
 
 __all__ = [
@@ -655,8 +656,7 @@ def indexer_quant_cache(
     >>> float(s[0, 1, 0, 0])
     0.015625
     """
-    if isinstance(quant_mode, bool) or not isinstance(quant_mode, (str, int, np.integer)):
-        raise TypeError(f"quant_mode must be a str or an int, got {quant_mode!r}")
+    quant_mode = _indexer_quant_mode(quant_mode)
     cache, cache_scale = jnp.asarray(cache), jnp.asarray(cache_scale)
     call = jax.ffi.ffi_call(
         "kvscatter_indexer_quant_cache",
@@ -666,7 +666,7 @@ def indexer_quant_cache(
     )
     return tuple(call(
         cache, cache_scale, jnp.asarray(x), jnp.asarray(slot_mapping),
-        quant_mode=str(quant_mode) if not isinstance(quant_mode, str) else quant_mode,
+        quant_mode=quant_mode,
         round_scale=bool(round_scale),
         x_scale=np.float32(x_scale),
         dtype=_dtype_attr(dtype),

@@ -55,6 +55,15 @@ def test_mxfp8_bfloat16(cache_dt, codes, scales):
     assert u8(scale) == scales
 
 
+def test_quant_mode_as_a_numpy_integer():
+    x = np.concatenate([ROW, np.zeros(32, np.float32)]).astype(ml_dtypes.bfloat16)[None]
+    got, want = (np.zeros((1, 1, 1, 64), E4) for _ in range(2))
+    scales = [np.zeros((1, 1, 1, 2), E8) for _ in range(2)]
+    kvscatter.indexer_quant_cache(got, scales[0], x, np.array([0]), quant_mode=np.int64(0))
+    kvscatter.indexer_quant_cache(want, scales[1], x, np.array([0]), quant_mode="mxfp8")
+    assert u8(got) == u8(want) and u8(scales[0]) == u8(scales[1])
+
+
 @pytest.mark.parametrize("x_scale, codes", [(1.0, "08 88 18 14 09 4A B2 6E"),
                                             (0.5, "18 98 30 0C 19 46 BA 6C")])
 def test_hifloat8(x_scale, codes):
@@ -98,6 +107,7 @@ def test_paged_placement_and_rank3_x():
      "quant_mode should be one of [mxfp8, fp8, hifloat8, mxfp4], got 'int8'"),
     ({"quant_mode": True}, TypeError, "quant_mode must be a str or an int"),
     ({"quant_mode": 7}, kvscatter.Error, "got '7'"),
+    ({"quant_mode": "1"}, ValueError, "or an int 0-3, got '1'"),
     ({"x_scale": "1.0"}, TypeError, "x_scale must be a float, got '1.0'"),
     ({"round_scale": 1}, TypeError, "round_scale must be a bool"),
     ({"quant_mode": "mxfp8"}, kvscatter.Error,
