@@ -135,7 +135,7 @@ def indexer_samples():
     out.append(((torch.zeros(2, 4, 1, 64, dtype=u8), torch.zeros(2, 4, 1, 1), x, slots),
                 {"quant_mode": "hifloat8", "x_scale": 0.5}))
     out.append(((torch.zeros(2, 4, 1, 32, dtype=u8), torch.zeros(2, 4, 1, 2, dtype=u8), x,
-                 slots), {"quant_mode": "3", "dtype": "float4_e2m1"}))
+                 slots), {"quant_mode": "mxfp4", "dtype": "float4_e2m1"}))
     return out
 
 
