@@ -508,13 +508,16 @@ inline bool materialize(Case& c) {
       continue;
     }
     if (ext < 0 || ext * es > kMaxBytes) return false;
-    const auto bytes = static_cast<std::size_t>(ext * es);
+    // A packed FP4 view counts elements, two to a byte: the buffer ends with the last one's
+    // byte, so that the guard catches a write one byte past it.
+    const auto bytes =
+        static_cast<std::size_t>(dtype_bits(t.dtype) == 4 ? (ext + 1) / 2 : ext * es);
     t.a.emplace(bytes, t.misalign, static_cast<std::uint8_t>(c.rng.next()));
     std::uint8_t* d = t.a->data();
     fill_random(d, bytes, c.rng);
-    if (t.role != Role::index && c.special > 0 && ext > 0 && (es == 1 || es == 2 || es == 4)) {
+    if (t.role != Role::index && c.special > 0 && bytes > 0 && (es == 1 || es == 2 || es == 4)) {
       // About one element in `special` gets a special pattern, at random positions.
-      const auto n = static_cast<std::uint64_t>(ext);
+      const auto n = static_cast<std::uint64_t>(bytes) / static_cast<std::uint64_t>(es);
       for (std::uint64_t k = n / static_cast<std::uint64_t>(c.special) + 1; k-- > 0;) {
         const std::uint64_t i = c.rng.next() % n;
         const std::uint64_t v = special_bits(static_cast<std::size_t>(es), c.rng);

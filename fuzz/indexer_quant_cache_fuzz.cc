@@ -73,10 +73,11 @@ int run(const std::uint8_t* data, std::size_t size) {
   }
   scale.dtype = mx ? (in.pick(2) ? DType::uint8 : DType::float8_e8m0) : DType::float32;
   slots.dtype = in.pick(2) ? DType::int64 : DType::int32;
-  const std::int64_t w = (o.quant_mode == IndexerQuantMode::mxfp4 ? d / 2 : d) + in.pick(3);
-  cache.set_shape({nb, bs, 1, w});
+  // A packed FP4 view counts elements, two to a byte: its row and block strides stay even.
+  const std::int64_t e = o.quant_mode == IndexerQuantMode::mxfp4 ? 2 : 1;
+  cache.set_shape({nb, bs, 1, d + e * in.pick(3)});
   scale.set_shape({nb, bs, 1, (mx ? d / 32 : 1) + in.pick(2)});
-  if (in.pick(4) == 3) cache.strides[0] += in.pick(40);
+  if (in.pick(4) == 3) cache.strides[0] += e * in.pick(40);
   if (in.pick(3) == 2 && rows % 2 == 0) {
     x.set_shape({2, rows / 2, d});
     slots.set_shape({2, rows / 2});

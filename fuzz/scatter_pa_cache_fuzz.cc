@@ -65,7 +65,9 @@ int run(const std::uint8_t* data, std::size_t size) {
   const DType idt = in.pick(2) ? DType::int64 : DType::int32;
   static const std::vector<std::int64_t> kBlock = {4, 1, 2, 3, 8, 16, 5};
   const std::int64_t nb = in.pick(7), bs = in.choose(kBlock), nh = 1 + in.pick(3);
-  const std::int64_t d = head_size(in), ns = nb * bs;
+  // A packed FP4 view counts elements, an even number per row (odd ones, rarely, are errors).
+  const bool fp4 = dtype_bits(dt) == 4;
+  const std::int64_t d = head_size(in) * (fp4 && !in.rare() ? 2 : 1), ns = nb * bs;
   Tensor& key = c.add("key", Role::input);
   Tensor& cache = c.add("key_cache", Role::cache);
   Tensor& slots = c.add("slot_mapping", Role::index);
@@ -102,7 +104,7 @@ int run(const std::uint8_t* data, std::size_t size) {
     }
     c.nan_tolerant = true;  // a window holding NaNs has a NaN mean of unspecified payload
   }
-  if (in.pick(4) == 3) cache.strides[0] += in.pick(40);
+  if (in.pick(4) == 3) cache.strides[0] += fp4 ? 2 * in.pick(20) : in.pick(40);
   key.misalign = cache.misalign = static_cast<std::size_t>(in.pick(8));
   for (const Tensor* t : {&key, &cache}) {
     if (t->extent() * static_cast<std::int64_t>(dtype_size(t->dtype)) > (std::int64_t{1} << 16))

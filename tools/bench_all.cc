@@ -447,7 +447,7 @@ Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t 
     IndexerQuantCacheOptions opt;
     opt.quant_mode = mode;
     b->plan = plan_indexer_quant_cache(
-        TensorView(b->cache.data(), cdt, {nb, kBlockSize, 1, row}),
+        TensorView(b->cache.data(), cdt, {nb, kBlockSize, 1, d}),  // FP4: elements, not bytes
         mx ? TensorView(b->scale.data(), DType::float8_e8m0, {nb, kBlockSize, 1, d / 32})
            : TensorView(b->scale.data(), DType::float32, {nb, kBlockSize, 1, 1}),
         TensorView(b->x.data(), DType::bfloat16, {tokens, d}),

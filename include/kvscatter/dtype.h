@@ -38,7 +38,8 @@ KVSCATTER_API std::optional<DType> dtype_from_name(std::string_view name) noexce
 // Bits per element: 4 for float4_e2m1 and float4_e1m2 (two elements packed per byte, even
 // element in the low nibble), otherwise 8 * dtype_size.
 KVSCATTER_API int dtype_bits(DType dtype) noexcept;
-// Bytes per addressable element. The float4 tensors address packed bytes, so this is 1.
+// Bytes per element; 1 for the float4 types, whose views count elements packed two to a byte
+// (shape and strides in elements, as aclnn's; the operators take them to bytes).
 KVSCATTER_API std::size_t dtype_size(DType dtype) noexcept;
 KVSCATTER_API bool dtype_is_floating(DType dtype) noexcept;
 

@@ -25,7 +25,7 @@ struct IndexerQuantCacheOptions {
 // over every token before its first write. Rebind the views' data pointers (same shapes,
 // dtypes, strides) to execute the plan again.
 struct KVSCATTER_API IndexerQuantCachePlan {
-  TensorView cache, cache_scale, x, slot_mapping;
+  TensorView cache, cache_scale, x, slot_mapping;  // an FP4 cache here counts bytes
   IndexerQuantCacheOptions options;
   std::int64_t num_rows = 0, d = 0;  // rows of x (leading axes flattened), row length
   std::int64_t num_blocks = 0, block_size = 0, num_slots = 0;

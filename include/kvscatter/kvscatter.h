@@ -88,7 +88,7 @@ typedef enum kvsDataType KVS_ENUM_INT32 {
   KVS_FLOAT8_E5M2 = 11,
   KVS_FLOAT8_E4M3FN = 12,
   KVS_FLOAT8_E8M0 = 13,
-  KVS_FLOAT4_E2M1 = 14, /* two elements per byte; such tensors address packed bytes */
+  KVS_FLOAT4_E2M1 = 14, /* two elements per byte; shapes and strides count elements */
   KVS_FLOAT4_E1M2 = 15  /* likewise */
 } kvsDataType;
 
@@ -323,9 +323,9 @@ enum {
 };
 
 /* One tensor into one paged cache. 3-D key [T, heads, D] with slot_mapping [T] and no compress
- * tensors: a row copy (any of the twelve copy dtypes, or packed float4_e2m1 / float4_e1m2 whose
- * shapes count bytes). 4-D key [B, S, heads, D] into a [blocks, block_size, 1, D] cache with
- * slot_mapping [B, heads], compress_lens and seq_lens: tail keep, or ReduceMean when
+ * tensors: a row copy (any of the twelve copy dtypes, or packed float4_e2m1 / float4_e1m2, whose
+ * shapes count elements: D even). 4-D key [B, S, heads, D] into a [blocks, block_size, 1, D] cache
+ * with slot_mapping [B, heads], compress_lens and seq_lens: tail keep, or ReduceMean when
  * compress_seq_offsets is given. Absent tensors are NULL. */
 KVSCATTER_API kvsStatus kvsScatterPaCacheGetWorkspaceSize(
     const kvsTensor *key, kvsTensor *key_cache, const kvsTensor *slot_mapping,
@@ -346,6 +346,7 @@ enum {
 
 /* x [..., d] float16/bfloat16 quantized row by row into cache [blocks, block_size, 1, W] and
  * cache_scale [blocks, block_size, 1, Ws] at slot_mapping (x.shape[:-1]; -1 skips a row).
+ * W >= d counts elements, also for a packed float4 cache (W even: d / 2 bytes are written).
  * quant_mode: "mxfp8" | "fp8" (default) | "hifloat8" | "mxfp4" (any case, blanks ignored) or
  * "0".."3". round_scale: fp8 mode only; x_scale: hifloat8 mode only. */
 KVSCATTER_API kvsStatus kvsIndexerQuantCacheGetWorkspaceSize(

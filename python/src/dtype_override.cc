@@ -22,6 +22,20 @@ bool raw_integer(DType d, int bits) {
 
 }  // namespace
 
+std::string count_fp4_elements(TensorView& view, std::string_view name) {
+  if (view.rank < 1) return {};
+  const auto at = [](int i) { return static_cast<std::size_t>(i); };
+  const int last = view.rank - 1;
+  bool overflow = __builtin_mul_overflow(view.dim(last), 2, &view.shape[at(last)]);
+  for (int i = 0; i < view.rank; ++i) {
+    if (i == last && view.stride(i) == 1) continue;
+    overflow = __builtin_mul_overflow(view.stride(i), 2, &view.strides[at(i)]) || overflow;
+  }
+  if (!overflow) return {};
+  return std::string(name) + ": sizes of " + std::string(dtype_name(view.dtype)) +
+         " elements (two per byte) overflow 64 bits";
+}
+
 std::string override_dtypes(DType want, std::initializer_list<NamedView> views) {
   const int want_bits = dtype_bits(want);
   bool matched = false;
@@ -32,6 +46,10 @@ std::string override_dtypes(DType want, std::initializer_list<NamedView> views) 
       matched = true;
     } else if (raw_integer(nv.view->dtype, want_bits)) {
       nv.view->dtype = want;
+      if (want_bits == 4) {
+        std::string error = count_fp4_elements(*nv.view, nv.name);
+        if (!error.empty()) return error;
+      }
       matched = true;
     } else {
       if (!seen.empty()) seen += ", ";

@@ -101,6 +101,10 @@ TensorView view(const at::Tensor& t, const char* name) {
     v.strides = contiguous_strides(
         std::span<const std::int64_t>(v.shape.data(), static_cast<std::size_t>(rank)));
   }
+  if (dtype_bits(v.dtype) == 4) {  // torch.float4_e2m1fn_x2: one element per byte pair
+    const std::string error = python::count_fp4_elements(v, name);
+    TORCH_CHECK_VALUE(error.empty(), error);
+  }
   return v;
 }
 

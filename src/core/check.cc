@@ -80,6 +80,34 @@ void require_sane_layout(const TensorView& t, std::string_view name) {
   checked_mul(checked_add(last, 1, name), static_cast<std::int64_t>(t.element_size()), name);
 }
 
+TensorView packed_fp4_bytes(const TensorView& t, std::string_view name) {
+  const std::string_view type = dtype_name(t.dtype);
+  if (t.rank < 1) invalid(name, " (", type, ") must have at least one dimension");
+  const int last = t.rank - 1;
+  if (t.dim(last) % 2 != 0) {
+    invalid(name, ".shape[", last, "] = ", t.dim(last), " must be even (", type,
+            " packs two elements per byte)");
+  }
+  bool empty = false;  // an empty view addresses no memory: its strides mean nothing
+  for (int i = 0; i < t.rank; ++i) empty = empty || t.dim(i) == 0;
+  if (!empty && t.dim(last) > 1 && t.stride(last) != 1) {
+    invalid(name, ".strides[", last, "] must be 1 (", type,
+            " elements are packed two per byte), got ", t.stride(last));
+  }
+  TensorView bytes = t;
+  const auto at = [](int i) { return static_cast<std::size_t>(i); };
+  bytes.shape[at(last)] = t.dim(last) / 2;
+  bytes.strides[at(last)] = 1;
+  for (int i = 0; i < last; ++i) {
+    if (!empty && t.dim(i) > 1 && t.stride(i) % 2 != 0) {
+      invalid(name, ".strides[", i, "] = ", t.stride(i), " must be even (a ", type,
+              " row starts on a whole byte)");
+    }
+    bytes.strides[at(i)] = t.stride(i) / 2;
+  }
+  return bytes;
+}
+
 void require_index(const TensorView& t, std::string_view name) {
   require_dtype(t, name, {DType::int32, DType::int64});
 }

@@ -51,6 +51,12 @@ void require_scalar_scale(const TensorView& t, std::string_view name);
 // Index tensors: int32 or int64 (see docs/semantics.md, "Index tensors").
 void require_index(const TensorView& t, std::string_view name);
 
+// A packed float4 tensor as the kernels address it. The caller's shape and strides count
+// elements, two to a byte with the even element in the low nibble (docs/formats.md); the view
+// returned counts bytes. Rejects an odd last extent, a last axis that is not contiguous, and a
+// stride that would start a row inside a byte.
+TensorView packed_fp4_bytes(const TensorView& t, std::string_view name);
+
 std::int64_t checked_mul(std::int64_t a, std::int64_t b, std::string_view what);
 std::int64_t checked_add(std::int64_t a, std::int64_t b, std::string_view what);
 

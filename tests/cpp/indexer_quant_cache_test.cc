@@ -48,6 +48,22 @@ Bytes hex(const std::string& s) {
   return out;
 }
 
+// A cache view built over rows of bytes, as the caller of the C++ API describes it: a packed
+// FP4 view's shape and strides count elements, two per byte.
+TensorView as_elements(TensorView bytes) {
+  if (dtype_bits(bytes.dtype) != 4) return bytes;
+  const int last = bytes.rank - 1;
+  for (int i = 0; i < bytes.rank; ++i) {
+    const auto a = static_cast<std::size_t>(i);
+    if (i == last) {
+      bytes.shape[a] *= 2;
+    } else {
+      bytes.strides[a] *= 2;
+    }
+  }
+  return bytes;
+}
+
 std::vector<std::uint16_t> encode(DType dt, const std::vector<float>& xs) {
   std::vector<std::uint16_t> v;
   for (float x : xs) v.push_back(static_cast<std::uint16_t>(formats::encode(dt, x)));
@@ -73,7 +89,7 @@ struct OneRow {
     const std::size_t sz = dtype_size(sdt);
     if (cache.empty()) cache.assign(static_cast<std::size_t>(nb * bs * w), 0);
     if (scale.empty()) scale.assign(static_cast<std::size_t>(nb * bs * ws) * sz, 0);
-    return plan_indexer_quant_cache(TensorView(cache.data(), cdt, {nb, bs, 1, w}),
+    return plan_indexer_quant_cache(as_elements(TensorView(cache.data(), cdt, {nb, bs, 1, w})),
                                     TensorView(scale.data(), sdt, {nb, bs, 1, ws}),
                                     TensorView(x.data(), xdt, {1, d}),
                                     TensorView(slots.data(), DType::int32, {1}), opt);
@@ -365,9 +381,25 @@ TEST(IndexerRejects, Geometry) {
       [](Bad& b) {
         b.o.quant_mode = IndexerQuantMode::mxfp4;
         b.s.dtype = DType::uint8;
-        b.c = TensorView(b.cache.data(), DType::float4_e2m1, {3, 4, 1, 31});
+        b.c = TensorView(b.cache.data(), DType::float4_e2m1, {3, 4, 1, 62});
       },
-      {"cache row holds 31 bytes, needs 32 for d = 64"});
+      {"cache row holds 62 elements (packed two per byte), needs 64 for d = 64"});
+  // Packed FP4 shapes and strides count elements; a row starts and ends on whole bytes.
+  expect_rejected(
+      [](Bad& b) {
+        b.o.quant_mode = IndexerQuantMode::mxfp4;
+        b.s.dtype = DType::uint8;
+        b.c = TensorView(b.cache.data(), DType::float4_e2m1, {3, 4, 1, 65});
+      },
+      {"cache.shape[3] = 65 must be even (float4_e2m1 packs two elements per byte)"});
+  expect_rejected(
+      [](Bad& b) {
+        b.o.quant_mode = IndexerQuantMode::mxfp4;
+        b.s.dtype = DType::uint8;
+        const std::int64_t shape[] = {3, 4, 1, 64}, strides[] = {260, 65, 65, 1};
+        b.c = TensorView(b.cache.data(), DType::float4_e1m2, shape, strides);
+      },
+      {"cache.strides[1] = 65 must be even (a float4_e1m2 row starts on a whole byte)"});
   expect_rejected(
       [](Bad& b) {
         b.c = TensorView(b.cache.data(), DType::float8_e4m3fn, {3, 0, 1, 64});
@@ -500,7 +532,7 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
     const TensorView sv = layout == 2 ? TensorView(slots.data(), DType::int64, {2, half})
                                       : TensorView(slots.data(), DType::int64, {rows});
     auto go = [&](bool ref, Bytes& c, Bytes& s) {
-      run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {nb, bs, 1, w}),
+      run(plan_indexer_quant_cache(as_elements(TensorView(c.data(), cdt, {nb, bs, 1, w})),
                                    TensorView(s.data(), sdt, {nb, bs, 1, ws}), xv, sv, o),
           ref);
     };
@@ -557,7 +589,7 @@ TEST(IndexerRuns, PrefillAcrossBlocksOfPaddedCaches) {
     const std::int64_t cshape[] = {nb, bs, 1, w}, cstrides[] = {cstride, w, w, 1};
     const std::int64_t sshape[] = {nb, bs, 1, ws}, sstrides[] = {sstride, ws, ws, 1};
     auto go = [&](bool ref, Bytes& c, Bytes& s) {
-      run(plan_indexer_quant_cache(TensorView(c.data(), cdt, cshape, cstrides),
+      run(plan_indexer_quant_cache(as_elements(TensorView(c.data(), cdt, cshape, cstrides)),
                                    TensorView(s.data(), sdt, sshape, sstrides),
                                    TensorView(x.data(), DType::bfloat16, {rows, d}),
                                    TensorView(slots.data(), DType::int64, {rows}), o),
@@ -597,7 +629,7 @@ TEST(IndexerThreads, ManyRowsMatchReference) {
       IndexerQuantCacheOptions o;
       o.quant_mode = mode;
       const auto go = [&](bool ref, Bytes& c, Bytes& sc) {
-        run(plan_indexer_quant_cache(TensorView(c.data(), cdt, {nb, bs, 1, w}),
+        run(plan_indexer_quant_cache(as_elements(TensorView(c.data(), cdt, {nb, bs, 1, w})),
                                      TensorView(sc.data(), sdt, {nb, bs, 1, ws}),
                                      TensorView(x.data(), DType::bfloat16, {rows, d}),
                                      TensorView(slots.data(), DType::int64, {rows}), o),
@@ -667,7 +699,7 @@ IndexerQuantCachePlan plan_rows(std::vector<std::uint16_t>& x, std::int64_t d,
                                 std::int64_t w, Bytes& s, DType sdt, std::int64_t ws,
                                 const IndexerQuantCacheOptions& o) {
   const auto rows = static_cast<std::int64_t>(slots.size());
-  return plan_indexer_quant_cache(TensorView(c.data(), cdt, {rows, 1, 1, w}),
+  return plan_indexer_quant_cache(as_elements(TensorView(c.data(), cdt, {rows, 1, 1, w})),
                                   TensorView(s.data(), sdt, {rows, 1, 1, ws}),
                                   TensorView(x.data(), DType::bfloat16, {rows, d}),
                                   TensorView(slots.data(), DType::int64, {rows}), o);

@@ -340,8 +340,8 @@ Op indexer_op(IndexerQuantMode mode) {
   constexpr std::int64_t T = 300, d = 128, NB = 24, BS = 16;
   const std::vector<std::int64_t> slots = shuffled_slots(T, NB * BS);
   Op op;
-  // MX-FP4 packs two codes per cache byte (a float4 view addresses bytes) and keeps d / 32
-  // one-byte scales; the others store a byte per element and one float32 scale.
+  // MX-FP4 packs two codes per cache byte (rows of d / 2 bytes; the view counts the d elements)
+  // and keeps d / 32 one-byte scales; the others store a byte per element and one float32 scale.
   const bool fp4 = mode == IndexerQuantMode::mxfp4;
   const std::int64_t row = fp4 ? d / 2 : d;
   op.regions = {{"cache", NB * BS * row, row, true},
@@ -362,7 +362,7 @@ Op indexer_op(IndexerQuantMode mode) {
     const DType cdt = fp4                                 ? DType::float4_e2m1
                       : mode == IndexerQuantMode::hifloat8 ? DType::hifloat8
                                                           : DType::float8_e4m3fn;
-    const TensorView cache(o + at.off[0], cdt, {NB, BS, 1, row});
+    const TensorView cache(o + at.off[0], cdt, {NB, BS, 1, fp4 ? 2 * row : row});
     const TensorView scale = fp4 ? TensorView(o + at.off[1], DType::uint8, {NB, BS, 1, d / 32})
                                  : TensorView(o + at.off[1], DType::float32, {NB, BS, 1, 1});
     const TensorView x = strided(i + at.off[2], DType::float16, {T, d}, {at.mult[2] * d, 1});
@@ -658,7 +658,8 @@ TEST(Overlap, QuickTestFollowsReboundAddressesAndGivenOperands) {
   const OperandExtents e = detail::extents_of(ops);
   EXPECT_EQ(e.present, 0b11u | (0b1u << detail::kMaxOperands));
   EXPECT_FALSE(detail::ranges_may_meet(ops, e));
-  // An input moved onto the last byte of a packed FP4 output (a float4 view addresses bytes).
+  // An input moved onto the last byte of a packed FP4 output (the plans hold packed FP4 views
+  // in bytes).
   TensorView moved = in;
   moved.data = reinterpret_cast<unsigned char*>(buf.data()) + 8192 + 255;
   ops.inputs[0].view = &moved;

@@ -57,8 +57,9 @@ TEST_P(ScatterPaCacheExamples, PlainPackedFp4) {
     std::vector<std::uint8_t> key{0x21, 0x7F, 0x9A, 0x00};
     std::vector<std::uint8_t> cache(8, 0xEE);
     std::vector<std::int64_t> slots{2, 0};
-    run(plan_scatter_pa_cache(TensorView(key.data(), fp4, {2, 1, 2}),
-                              TensorView(cache.data(), fp4, {2, 2, 1, 2}),
+    // Shapes count elements: two per byte.
+    run(plan_scatter_pa_cache(TensorView(key.data(), fp4, {2, 1, 4}),
+                              TensorView(cache.data(), fp4, {2, 2, 1, 4}),
                               TensorView(slots.data(), DType::int64, {2})),
         GetParam());
     EXPECT_EQ(cache, (std::vector<std::uint8_t>{0x9A, 0x00, 0xEE, 0xEE, 0x21, 0x7F, 0xEE, 0xEE}));
@@ -188,6 +189,28 @@ void expect_rejected(const std::function<void(Call&)>& mutate, std::initializer_
     expect_error([&] { run(plan_scatter_pa_cache(c.k, c.kc, c.sm, c.o), ref); }, status, f);
     EXPECT_EQ(c.cache, before);
   }
+}
+
+// Packed FP4 shapes count elements; a row must start and end on whole bytes.
+TEST(ScatterPaCacheRejects, PackedFp4Layout) {
+  const auto fp4 = [](Call& c, std::int64_t d) {
+    c.k = TensorView(c.key.data(), DType::float4_e2m1, {6, 2, d});
+    c.kc = TensorView(c.cache.data(), DType::float4_e2m1, {3, 4, 2, d});
+  };
+  expect_rejected([&](Call& c) { fp4(c, 7); },
+                  {"key.shape[2] = 7 must be even (float4_e2m1 packs two elements per byte)"});
+  expect_rejected(
+      [&](Call& c) {
+        fp4(c, 8);
+        c.kc.strides = {64, 16, 8, 2};
+      },
+      {"key_cache.strides[3] must be 1 (float4_e2m1 elements are packed two per byte), got 2"});
+  expect_rejected(
+      [&](Call& c) {
+        fp4(c, 8);
+        c.kc.strides = {66, 17, 8, 1};
+      },
+      {"key_cache.strides[1] = 17 must be even (a float4_e2m1 row starts on a whole byte)"});
 }
 
 TEST(ScatterPaCacheRejects, Dtypes) {
@@ -407,8 +430,10 @@ TEST(ScatterPaCacheRandom, EqualsTheKeySideOfScatterPaKvCache) {
         slots.push_back(rng() % 5 == 0 ? -1
                                        : static_cast<std::int64_t>(
                                              rng() % static_cast<std::uint64_t>(nb * bs)));
-      k = TensorView(key.data(), dt, {t, nh, d});
-      kc0 = TensorView(cache0.data(), dt, {nb, bs, nh, d});
+      // A packed FP4 row of d bytes holds 2 d elements, which its shape counts.
+      const std::int64_t de = dtype_bits(dt) == 4 ? 2 * d : d;
+      k = TensorView(key.data(), dt, {t, nh, de});
+      kc0 = TensorView(cache0.data(), dt, {nb, bs, nh, de});
       slot_shape[0] = t;
     } else {
       const std::int64_t b = 1 + static_cast<std::int64_t>(rng() % 3),
@@ -447,7 +472,10 @@ TEST(ScatterPaCacheRandom, EqualsTheKeySideOfScatterPaKvCache) {
     auto want = cache0;
     TensorView kw = k, kcw = kc0;
     kcw.data = want.data();
-    if (dt == DType::float4_e2m1 || dt == DType::float4_e1m2) kw.dtype = kcw.dtype = DType::uint8;
+    if (dtype_bits(dt) == 4) {
+      kw = TensorView(key.data(), DType::uint8, {k.dim(0), nh, d});
+      kcw = TensorView(want.data(), DType::uint8, {nb, bs, nh, d});
+    }
     reference::execute(plan_scatter_pa_kv_cache(kw, std::nullopt, kcw, std::nullopt, sm, so));
     simd_test::for_each_target_and_thread_count([&](const std::string& where) {
       for (bool ref : {false, true}) {

@@ -27,6 +27,27 @@ def test_plain_packed_fp4(fp4):
     assert cache.reshape(-1).tolist() == [0x9A, 0x00, 0xEE, 0xEE, 0x21, 0x7F, 0xEE, 0xEE]
 
 
+def test_packed_fp4_torch_and_strided_bytes():
+    # Python counts packed bytes (the library counts elements, twice as many): a torch
+    # float4_e2m1fn_x2 tensor or uint8 bytes with dtype=; a block axis with any byte stride
+    # passes, a last axis that is not contiguous does not.
+    key = np.array([[[0x21, 0x7F]], [[0x9A, 0x00]]], np.uint8)
+    padded = np.full((2, 3, 1, 2), 0xEE, np.uint8)
+    kvscatter.scatter_pa_cache(key, padded[:, 1:], np.array([2, 0]), dtype="float4_e2m1")
+    assert padded[:, 1:].reshape(-1).tolist() == [0x9A, 0x00, 0xEE, 0xEE, 0x21, 0x7F, 0xEE, 0xEE]
+    with pytest.raises(ValueError, match=r"key_cache.strides\[3\] must be 1 \(float4_e2m1 elements "
+                                         r"are packed two per byte\), got 4"):
+        kvscatter.scatter_pa_cache(key, np.zeros((2, 2, 1, 4), np.uint8)[..., ::2], np.array([0, 1]),
+                                   dtype="float4_e2m1")
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip("this torch has no float4_e2m1fn_x2")
+    cache = torch.full((2, 2, 1, 2), 0xEE, dtype=torch.uint8)
+    kvscatter.scatter_pa_cache(torch.from_numpy(key).view(torch.float4_e2m1fn_x2),
+                               cache.view(torch.float4_e2m1fn_x2), torch.tensor([2, 0]))
+    assert cache.reshape(-1).tolist() == [0x9A, 0x00, 0xEE, 0xEE, 0x21, 0x7F, 0xEE, 0xEE]
+
+
 def test_unpacked_fp4_rejected():
     key = np.zeros((2, 1, 4), ml_dtypes.float4_e2m1fn)
     cache = np.zeros((2, 2, 1, 4), ml_dtypes.float4_e2m1fn)

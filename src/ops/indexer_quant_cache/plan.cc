@@ -116,11 +116,13 @@ void check_geometry(IndexerQuantCachePlan& p) {
   }
   p.num_slots = checked_mul(p.num_blocks, p.block_size, "cache slots");
   const bool fp4 = p.options.quant_mode == IndexerQuantMode::mxfp4;
-  p.code_bytes = fp4 ? p.d / 2 : p.d;
-  if (p.cache.dim(3) < p.code_bytes) {
-    invalid("cache row holds ", p.cache.dim(3), fp4 ? " bytes" : " elements", ", needs ",
-            p.code_bytes, " for d = ", p.d);
+  if (p.cache.dim(3) < p.d) {
+    invalid("cache row holds ", p.cache.dim(3), " elements", fp4 ? " (packed two per byte)" : "",
+            ", needs ", p.d, " for d = ", p.d);
   }
+  // The kernels address packed FP4 rows as bytes: d / 2 of them.
+  p.code_bytes = fp4 ? p.d / 2 : p.d;
+  if (fp4) p.cache = packed_fp4_bytes(p.cache, "cache");
   const bool mx = p.options.quant_mode == IndexerQuantMode::mxfp8 || fp4;
   const std::int64_t need = mx ? p.d / 32 : 1;  // hifloat8 writes none but needs the entry
   p.scale_count = p.options.quant_mode == IndexerQuantMode::hifloat8 ? 0 : need;

@@ -171,10 +171,13 @@ ScatterPaCachePlan plan_scatter_pa_cache(const TensorView& key, const TensorView
     p.scenario = options.compress_seq_offsets ? ScatterPaCacheScenario::ReduceMean
                                               : ScatterPaCacheScenario::TailKeep;
   }
-  // Packed FP4 rows are bytes to the copy kernels (the views already count
-  // bytes).
+  // Packed FP4 rows are bytes to the copy kernels; the caller's views count elements.
   TensorView k = key, kc = key_cache;
-  if (is_fp4(key.dtype)) k.dtype = kc.dtype = DType::uint8;
+  if (is_fp4(key.dtype)) {
+    k = packed_fp4_bytes(key, "key");
+    kc = packed_fp4_bytes(key_cache, "key_cache");
+    k.dtype = kc.dtype = DType::uint8;
+  }
   ScatterPaKvCacheOptions inner;
   inner.compress_lens = options.compress_lens;
   inner.compress_seq_offsets = options.compress_seq_offsets;

@@ -167,7 +167,10 @@ Case generate(std::mt19937_64& rng) {
     c.misalign.push_back(i == kScale ? 0 : (rng() % 4 == 0 ? 2 * (rng() % 4) : 0));
   c.expect_error = bad;
   c.run = [g](const std::vector<std::uint8_t*>& data, bool reference) {
-    const std::int64_t cshape[] = {g.nb, g.bs, 1, g.w}, cstr[] = {g.bs * g.w + g.pad, g.w, g.w, 1};
+    // The buffers hold rows of g.w bytes; a packed FP4 view counts elements, two per byte.
+    const std::int64_t e = dtype_bits(g.cdt) == 4 ? 2 : 1;
+    const std::int64_t cshape[] = {g.nb, g.bs, 1, e * g.w},
+                       cstr[] = {e * (g.bs * g.w + g.pad), e * g.w, e * g.w, 1};
     const std::int64_t outer = g.rows / g.lead;
     const std::int64_t xshape[] = {g.lead, outer, g.d},
                        xstr[] = {outer * (g.d + g.xpad), g.d + g.xpad, 1};

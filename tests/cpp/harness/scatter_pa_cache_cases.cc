@@ -126,9 +126,11 @@ Case generate(std::mt19937_64& rng) {
     ScatterPaCacheOptions o;
     TensorView slot_view;
     if (!s.four) {
-      key = TensorView(data[kKey], s.dt, {s.tokens, s.nh, s.d});
-      const std::int64_t shape[] = {s.nb, s.bs, s.nh, s.d},
-                         strides[] = {s.bs * row + s.pad, row, s.d, 1};
+      // The buffers hold rows of s.d bytes for packed FP4, whose views count elements.
+      const std::int64_t e = dtype_bits(s.dt) == 4 ? 2 : 1;
+      key = TensorView(data[kKey], s.dt, {s.tokens, s.nh, e * s.d});
+      const std::int64_t shape[] = {s.nb, s.bs, s.nh, e * s.d},
+                         strides[] = {e * (s.bs * row + s.pad), e * row, e * s.d, 1};
       cache = TensorView(data[kCache], s.dt, shape, strides);
       slot_view = TensorView(data[kSlots], idx, {s.tokens});
     } else {
