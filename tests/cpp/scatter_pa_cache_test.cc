@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <random>
 #include <string>
@@ -50,6 +51,28 @@ TEST_P(ScatterPaCacheExamples, PlainHifloat8) {
       GetParam());
   EXPECT_EQ(cache, (std::vector<std::uint8_t>{1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x88, 0x18,
                                               0x14}));
+}
+
+// Every negative slot is padding, not only -1: a token (3-D key) or a whole run (4-D key).
+TEST_P(ScatterPaCacheExamples, AnyNegativeSlotIsPadding) {
+  std::vector<std::uint8_t> key{1, 2, 3, 4, 5, 6};
+  std::vector<std::uint8_t> cache(8, 0xEE);
+  std::vector<std::int64_t> slots{-7, 1, std::numeric_limits<std::int64_t>::min()};
+  run(plan_scatter_pa_cache(TensorView(key.data(), DType::uint8, {3, 1, 2}),
+                            TensorView(cache.data(), DType::uint8, {2, 2, 1, 2}),
+                            TensorView(slots.data(), DType::int64, {3})),
+      GetParam());
+  EXPECT_EQ(cache, (std::vector<std::uint8_t>{0xEE, 0xEE, 3, 4, 0xEE, 0xEE, 0xEE, 0xEE}));
+  std::vector<std::int32_t> starts{-2, 4}, seq{2, 2}, lens{2, 2};  // tail keep of 2 rows
+  std::vector<std::uint8_t> runs(8, 0xEE);
+  ScatterPaCacheOptions o;
+  o.seq_lens = TensorView(seq.data(), DType::int32, {2});
+  o.compress_lens = TensorView(lens.data(), DType::int32, {2});
+  run(plan_scatter_pa_cache(TensorView(key.data(), DType::uint8, {2, 2, 1, 1}),
+                            TensorView(runs.data(), DType::uint8, {2, 4, 1, 1}),
+                            TensorView(starts.data(), DType::int32, {2, 1}), o),
+      GetParam());
+  EXPECT_EQ(runs, (std::vector<std::uint8_t>{0xEE, 0xEE, 0xEE, 0xEE, 3, 4, 0xEE, 0xEE}));
 }
 
 TEST_P(ScatterPaCacheExamples, PlainPackedFp4) {
