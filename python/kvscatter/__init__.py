@@ -765,6 +765,7 @@ def kv_compress_epilog(
     >>> bool(cache[0, 3].any())
     True
     """
+    quant_mode = _epilog_quant_mode(quant_mode)
     ops = _torch_ops_for(cache)
     if ops is not None:
         ops.kv_compress_epilog(
@@ -772,7 +773,7 @@ def kv_compress_epilog(
             x,
             slot_mapping,
             quant_group_size=_as_int(quant_group_size, "quant_group_size"),
-            quant_mode=_quant_mode_str(quant_mode),
+            quant_mode=quant_mode,
             round_scale=bool(round_scale),
             x_scale=float(x_scale),
             dtype=formats.canonical_dtype(dtype),
@@ -887,9 +888,9 @@ def _int_pair(pair):
     return [_as_int(v, "strides/offsets entry") for v in pair]
 
 
-def _indexer_quant_mode(mode) -> str:
-    """indexer_quant_cache's quant_mode as the library parses it: a name (any case, blanks
-    stripped) or an int 0-3 (a NumPy integer too). A string of digits is neither."""
+def _mode_arg(mode, allowed: str) -> str:
+    """A quant_mode as the library parses it: a name (any case, blanks stripped) or an int (a
+    NumPy integer too). A string of digits is neither: the library reads those for its C ABI."""
     import operator
 
     if isinstance(mode, bool) or not (isinstance(mode, str) or hasattr(type(mode), "__index__")):
@@ -897,15 +898,16 @@ def _indexer_quant_mode(mode) -> str:
     if not isinstance(mode, str):
         return str(operator.index(mode))
     if mode.strip().isdigit():
-        raise ValueError("quant_mode should be one of [mxfp8, fp8, hifloat8, mxfp4] or an int 0-3, "
-                         f"got '{mode}'")
+        raise ValueError(f"quant_mode should be one of {allowed}, got '{mode}'")
     return mode
 
 
-def _quant_mode_str(mode) -> str:
-    if isinstance(mode, str):
-        return mode
-    return str(_as_int(mode, "quant_mode"))
+def _indexer_quant_mode(mode) -> str:
+    return _mode_arg(mode, "[mxfp8, fp8, hifloat8, mxfp4] or an int 0-3")
+
+
+def _epilog_quant_mode(mode) -> str:
+    return _mode_arg(mode, "[fp8_bf16, fp8_e8m0, hifloat8_fp4] or an int 0-2")
 
 
 # torch_npu's entry point with torch_npu's defaults (cache_mode='PA_NZ'); see kvscatter.torch_npu.

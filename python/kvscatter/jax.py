@@ -6,7 +6,8 @@ traced positions and slots, and inside ``jax.shard_map``. The caches are aliased
 them in place instead of copying the whole cache first.
 
 - :func:`kv_cache_update` is a drop-in for the reference built on
-  ``jax.lax.dynamic_update_slice``: the same result bit for bit, out-of-range positions
+  ``jax.lax.dynamic_update_slice``: the same result bit for bit (the payload of a float32 NaN
+  written into a bfloat16 cache aside: see ``method``), out-of-range positions
   included (the start is clamped to ``[0, S - L]``, for positions of any integer dtype), and
   ``length = position + L``. Decode-size updates go to XLA's own in-place update, which writes
   the same bytes without a custom call's fixed cost (``method=``).
@@ -30,7 +31,7 @@ import jax.custom_batching
 import jax.numpy as jnp
 import numpy as np
 
-from . import _indexer_quant_mode
+from . import _epilog_quant_mode, _indexer_quant_mode
 from . import _kvscatter as _ext
 
 __all__ = [
@@ -111,7 +112,8 @@ def _update_vmap(axis_size, in_batched, key_cache, value_cache, new_keys, new_va
 def kv_cache_update(key_cache, value_cache, new_keys, new_values, position, *, method="auto"):
     """Writes ``L`` new tokens at slot ``position`` of ``(B, S, H, D)`` key and value caches.
 
-    A drop-in for the reference built on ``jax.lax.dynamic_update_slice``, bit for bit.
+    A drop-in for the reference built on ``jax.lax.dynamic_update_slice``, bit for bit (but for
+    the payload of a float32 NaN converted to bfloat16, as ``method`` says).
 
     Parameters
     ----------
@@ -126,8 +128,11 @@ def kv_cache_update(key_cache, value_cache, new_keys, new_values, position, *, m
         treats it: a negative signed start counts from the end, then the start is clamped into
         ``[0, S - L]``.
     method : {"auto", "kvscatter", "xla"}, default "auto"
-        Who moves the bytes; the result is the same bit for bit. ``"kvscatter"``: the library's
-        kernel, through an XLA custom call. ``"xla"``: XLA's own in-place
+        Who moves the bytes; the result is the same bit for bit, except where float32 new
+        vectors hold a NaN and the cache is bfloat16: XLA writes the canonical quiet NaN
+        (``0x7FC0``, or ``0xFFC0`` with the sign), the library keeps the sign and the top seven
+        payload bits and sets the quiet bit (docs/formats.md, "bfloat16").
+        ``"kvscatter"``: the library's kernel, through an XLA custom call. ``"xla"``: XLA's own in-place
         ``dynamic_update_slice``. ``"auto"``: XLA's own update when the new rows of both caches
         add up to less than :data:`XLA_UPDATE_MAX_BYTES` (4 MiB: decode steps and short
         prefill chunks, where a custom call's fixed cost is not won back), the library's kernel
@@ -427,8 +432,7 @@ def kv_compress_epilog(
     True
     """
     cache = jnp.asarray(cache)
-    if isinstance(quant_mode, bool) or not isinstance(quant_mode, (str, int, np.integer)):
-        raise TypeError(f"quant_mode must be a str or an int, got {quant_mode!r}")
+    quant_mode = _epilog_quant_mode(quant_mode)
     call = jax.ffi.ffi_call(
         "kvscatter_kv_compress_epilog",
         _shape_dtype(cache),
@@ -438,7 +442,7 @@ def kv_compress_epilog(
     return call(
         cache, jnp.asarray(x), jnp.asarray(slot_mapping),
         quant_group_size=np.int64(operator.index(quant_group_size)),
-        quant_mode=str(quant_mode) if not isinstance(quant_mode, str) else quant_mode,
+        quant_mode=quant_mode,
         round_scale=bool(round_scale),
         x_scale=np.float32(x_scale),
     )

@@ -301,6 +301,9 @@ def test_kv_compress_epilog_errors(epilog):
     for mode in (1.0, True, None):
         expect_error(TypeError, lambda: kvscatter.kv_compress_epilog(cache, x, ok, quant_mode=mode),
                      "quant_mode", caches=(cache,))
+    for mode in ("1", " 2 "):  # a name or an int; digit strings are the C ABI's
+        expect_error(ValueError, lambda: kvscatter.kv_compress_epilog(cache, x, ok, quant_mode=mode),
+                     "or an int 0-2", f"got '{mode}'", caches=(cache,))
     expect_error(kvscatter.Error, lambda: kvscatter.kv_compress_epilog(
         cache, x, ok, quant_mode=2, quant_group_size=48), "quant_group_size", "48", caches=(cache,),
         status=INVALID)

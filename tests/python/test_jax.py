@@ -91,6 +91,21 @@ def test_random_positions_match_dynamic_update_slice(update, rng, cache_dtype):
             assert_same_result(ours(kc, vc, nk, nv, jnp.int32(pos)), theirs(kc, vc, nk, nv, jnp.int32(pos)))
 
 
+@pytest.mark.parametrize("cache_dtype", [jnp.bfloat16, jnp.float16], ids=["bfloat16", "float16"])
+def test_nan_payloads_by_method(cache_dtype):
+    # The one documented difference between the methods: a float32 NaN into a bfloat16 cache.
+    bits = np.array([0x7FA00000, 0xFFA00000, 0x7FBFFFFF, 0x7FC00001], np.uint32)
+    new = jnp.asarray(bits.view(np.float32).reshape(1, 4, 1, 1))
+    cache = jnp.zeros((1, 6, 1, 1), cache_dtype)
+    got = {m: np.asarray(kj.kv_cache_update(cache, cache, new, new, 1, method=m)["key_cache"])
+           .view(np.uint16)[0, 1:5, 0, 0].tolist() for m in ("xla", "kvscatter")}
+    if cache_dtype == jnp.float16:
+        assert got["kvscatter"] == got["xla"]
+    else:
+        assert got["xla"] == [0x7FC0, 0xFFC0, 0x7FC0, 0x7FC0]
+        assert got["kvscatter"] == [0x7FE0, 0xFFE0, 0x7FFF, 0x7FC0]
+
+
 def test_new_vectors_in_cache_dtype_and_python_position(update, rng):
     kc = jnp.asarray(rng.standard_normal((2, 9, 2, 4)), jnp.bfloat16)
     nk = jnp.asarray(rng.standard_normal((2, 2, 2, 4)), jnp.bfloat16)
