@@ -168,9 +168,11 @@ _KNOWN = {"float32", "float16", "bfloat16", "int8", "uint8", "int16", "uint16", 
 def _as_raw(src_cache, dst):
     """src_cache and dst viewed as unsigned integers of their width where they share a dtype
     the library has no name for; unchanged otherwise (a mismatch is reported as such)."""
-    name = _dtype_name(src_cache)
-    if name is None or name in _KNOWN or name != _dtype_name(dst):
+    name, dst_name = _dtype_name(src_cache), _dtype_name(dst)
+    if name is None or dst_name is None or (name in _KNOWN and dst_name in _KNOWN):
         return src_cache, dst
+    if name != dst_name:  # the library's message, for types it may have no name for
+        raise ValueError(f"dst dtype {dst_name} differs from src_cache dtype {name}")
     width = _COPY_VIEWS.get(getattr(src_cache, "itemsize", None))
     if width is None:
         return src_cache, dst

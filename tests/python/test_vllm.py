@@ -398,6 +398,11 @@ def test_cp_gather_cache_copies_any_one_byte_type(rng, dtype):
                          seq_starts=np.array([1]))
     want = np.concatenate([raw[2, 1:], raw[0, :3]])
     assert np.array_equal(dst.view(np.uint8), want)
+    other = np.zeros((6, 5), np.uint8)
+    with pytest.raises(ValueError, match=f"dst dtype uint8 differs from src_cache dtype "
+                                         f"{np.dtype(dtype).name}"):
+        vllm.cp_gather_cache(src, other, np.array([[2, 0]]), np.array([0, 6]), 1)
+    assert not other.any()
 
 
 # ---- port of vLLM's gather tests (test_gather_and_maybe_dequant_cache_mla, test_cp_gather_cache_mla)
