@@ -487,7 +487,8 @@ HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
-// finite, >= 0) is e2m1_RNE(clamp(bf16_RNE(v * m), -6, 6)): a monotone function of |v|, so
+// finite, >= 0) is e2m1_RNE(clamp(bf16_RNE(v * m), -6, 6)) (mode 2 of
+// docs/operators/kv_compress_epilog.md, "Scale formulas"): a monotone function of |v|, so
 // its magnitude is the number of thresholds |v| reaches. thr[k * stride + g] = (the smallest
 // bf16 magnitude bits whose code is at least k + 1) - 1, for k = 0..6 and every group g. On
 // 16-bit lanes that turns the multiply, the two roundings and the clamp into seven compares.
@@ -658,7 +659,8 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
 // ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
 
 // E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
-// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))): no quotient exceeds 448
+// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))) (the fp8 and mxfp8 scales of
+// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): no quotient exceeds 448
 // there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) lies
 // above 1/448 the product would exceed 2^k by more than its rounding, so 2^k would not be its
 // ceiling.
@@ -1165,7 +1167,8 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
   return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));
 }
 
-// Mode mxfp8's scales of four 128-element rows from one byte per value. A group's scale
+// Mode mxfp8's scales (docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)") of
+// four 128-element rows from one byte per value. A group's scale
 // exponent (E4M3Pow2Lanes' e) is max(((m + 31) >> 7) - 8, 105) for its largest magnitude m (bf16
 // bits & 0x7FFF), finite: f32(m * f32(1/448)) has a nonzero mantissa exactly where m's mantissa
 // is above 96 (1.75 x 2^k times f32(1/448) rounds to 2^(k - 8) exactly), which the 31 carries
