@@ -5,8 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# clang, libclang-rt-14-dev (libFuzzer) and llvm (llvm-symbolizer for sanitizer reports) serve
-# the fuzz targets; g++ brings the address, undefined and thread sanitizer runtimes.
+# clang, libclang-rt-14-dev (libFuzzer, the address and undefined sanitizer runtimes) and llvm
+# (llvm-symbolizer for sanitizer reports) serve the asan preset, which builds the sanitized test
+# suites and the fuzz targets; g++ brings the thread sanitizer runtime.
 # ccache lets scripts/test.sh compile the library once for both the ci build and the Python
 # package, and makes a second run of it fast.
 apt_packages=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev

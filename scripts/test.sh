@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the C++ suite in release with warnings as errors, the
-# quick performance regression guard, the same suite under address + undefined sanitizers, the
-# concurrency suite under ThreadSanitizer, the aarch64 cross build tested under QEMU
-# (scripts/test_aarch64.sh), a short fuzz run of every operator (FUZZ_SECONDS each, default 30),
-# then the Python package (pip install ., warnings as errors) and its pytest suite. The exhaustive
-# format sweeps and long fuzz campaigns are separate: see README.
+# quick performance regression guard, the same suite under address + undefined sanitizers (clang;
+# one build holds it and the fuzz targets), the concurrency suite under ThreadSanitizer, the
+# aarch64 cross build tested under QEMU (scripts/test_aarch64.sh), a short fuzz run of every
+# operator (FUZZ_SECONDS each, default 30), then the Python package (pip install ., warnings as
+# errors) and its pytest suite. The exhaustive format sweeps and long fuzz campaigns are separate:
+# see README.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -29,6 +30,7 @@ ctest --preset ci -j"$jobs"
 stage "Performance regression guard (kvscatter bench --quick)"
 ctest --test-dir build/ci -L perf --output-on-failure
 
+# clang, with the libFuzzer targets in the same build: the fuzz stage below compiles nothing.
 stage "C++: address + undefined sanitizers"
 cmake --preset asan >/dev/null
 cmake --build build/asan -j"$jobs"
