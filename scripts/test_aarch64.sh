@@ -13,7 +13,8 @@
 # Under each CPU it runs the suites labelled `simd` (the optimized-versus-reference tests of
 # every operator and mode; several loop over every runnable target, pinning each in turn, so
 # NEON, SVE and SVE2 are also checked at each vector length), replays the committed fuzz corpora
-# and runs a small `kvscatter demo`. The C ABI tests and the example run once. The rest of the
+# and runs a small `kvscatter demo`. harness_test runs its cases at 1 and 3 threads here (1, 2
+# and 3 on x86): the rows split among threads the same way on every target. The C ABI tests and the example run once. The rest of the
 # suite under QEMU (thread-pool and concurrency suites, slow there and not target-specific):
 #   QEMU_CPU=max ctest --preset aarch64 -j2
 #
@@ -115,7 +116,7 @@ step "the suites, fuzz replays and demo under each CPU, $jobs at a time"
 for pass in long short; do
   for entry in "${selected[@]}"; do
     IFS='|' read -r cpu_name cpu best runnable skip <<<"$entry"
-    export QEMU_CPU=$cpu KVSCATTER_TEST_SKIP_TARGETS=$skip
+    export QEMU_CPU=$cpu KVSCATTER_TEST_SKIP_TARGETS=$skip KVSCATTER_TEST_THREADS=1,3
     for s in "${suites[@]}"; do
       if [ "$s" = harness_test ] && [ $pass = short ]; then continue; fi
       if [ "$s" != harness_test ] && [ $pass = long ]; then continue; fi

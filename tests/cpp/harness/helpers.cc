@@ -16,6 +16,27 @@ std::uint64_t base_seed() {
   return 20250101;
 }
 
+std::vector<int> harness_thread_counts() {
+  const char* s = std::getenv("KVSCATTER_TEST_THREADS");
+  if (!s) return {1, 2, 3};
+  std::vector<int> counts;
+  const std::string text(s);
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    char* stop = nullptr;
+    const long n = std::strtol(item.c_str(), &stop, 10);
+    if (item.empty() || *stop != '\0' || n < 1 || n > 256) {
+      throw std::invalid_argument(
+          "KVSCATTER_TEST_THREADS must list thread counts like \"1,3\", got \"" + text + "\"");
+    }
+    counts.push_back(static_cast<int>(n));
+    at = end + 1;
+  }
+  return counts;
+}
+
 std::int64_t Gen::uniform(std::int64_t lo, std::int64_t hi) {
   return std::uniform_int_distribution<std::int64_t>(lo, hi)(rng_);
 }

@@ -19,6 +19,10 @@ namespace kvscatter::harness {
 // KVSCATTER_TEST_SEED (decimal) when set, else a fixed seed.
 std::uint64_t base_seed();
 
+// The thread counts the harness runs each case at: KVSCATTER_TEST_THREADS (comma-separated, e.g.
+// "1,3") when set, else 1, 2 and 3. Throws std::invalid_argument on anything but positive counts.
+std::vector<int> harness_thread_counts();
+
 class Gen {
  public:
   explicit Gen(std::mt19937_64& rng) : rng_(rng) {}
