@@ -3,7 +3,7 @@
 # quick performance regression guard, the same suite under address + undefined sanitizers (clang;
 # one build holds it and the fuzz targets), the concurrency suite under ThreadSanitizer, the
 # aarch64 cross build tested under QEMU (scripts/test_aarch64.sh), a short fuzz run of every
-# operator (FUZZ_SECONDS each, default 30), then the Python package (pip install ., warnings as
+# operator (FUZZ_SECONDS each, default 20), then the Python package (pip install ., warnings as
 # errors) and its pytest suite. The exhaustive format sweeps and long fuzz campaigns are separate:
 # see README.
 set -euo pipefail
@@ -47,8 +47,8 @@ if [ "${KVSCATTER_AARCH64:-1}" != 0 ]; then
   scripts/test_aarch64.sh
 fi
 
-stage "Fuzzing: ${FUZZ_SECONDS:-30} s per operator"
-scripts/fuzz.sh "${FUZZ_SECONDS:-30}"
+stage "Fuzzing: ${FUZZ_SECONDS:-20} s per operator"
+scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
 
 if [ -f pyproject.toml ]; then
   stage "Python"
