@@ -7,11 +7,12 @@
 //   reduction (and one dependency chain) per group (Reduce8 is the reduction).
 // - Magnitudes8Min: the same for eight groups anywhere (whole rows, or the groups of a few rows),
 //   with their smallest magnitudes per group or for all eight.
-// - E4M3Pow2Scales: from those, the power-of-two scales of the fp8 modes for many groups at
-//   once (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads;
-//   E4M3Pow2ScalesFloored8: the same for mxfp8's 1e-4 floor in integer steps).
-//   E4M3RowKeys16 + E4M3ScalesOfKeys16 (AVX-512): the same for the sixteen groups of four
-//   128-element rows from one key byte per value, reduced as bytes.
+// - E4M3Pow2Scales: from those, the power-of-two scales of kv_compress_epilog's fp8_bf16 and
+//   fp8_e8m0 modes and of indexer_quant_cache's fp8 mode (with round_scale) for many groups at once
+//   (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads; E4M3Pow2ScalesFloored8:
+//   the same for mxfp8's 1e-4 floor in integer steps). E4M3RowKeys16 + E4M3ScalesOfKeys16
+//   (AVX-512): the same for the sixteen groups of four 128-element rows from one key byte per
+//   value, reduced as bytes.
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
 //   QuantizeE4M3Pow2Row: the same over a row, two vectors narrowed together.
@@ -202,9 +203,11 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 #endif
 }
 
-// E4M3Pow2Scales' form of the fp8 modes' power-of-two scale (docs/operators/
-// indexer_quant_cache.md, "Quantization (bit-exact)") on 32-bit lanes: from amax and min1
-// (zero-extended), e and sb (sub before its truncation to 16 bits); returns fast.
+// E4M3Pow2Scales' form of the power-of-two scale 2^ceil(log2(max(amax, eps) * c)) (fp8_bf16 and
+// fp8_e8m0 with round_scale: docs/operators/kv_compress_epilog.md, "Scale formulas"; the
+// indexer's fp8, with eps = 0, and mxfp8: docs/operators/indexer_quant_cache.md, "Quantization
+// (bit-exact)") on 32-bit lanes: from amax and min1 (zero-extended), e and sb (sub before its
+// truncation to 16 bits); returns fast.
 template <class DU, class VU = hn::Vec<DU>>
 HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, std::uint32_t eps,
                                       VU& e, VU& sb) {
@@ -227,7 +230,7 @@ HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, 
   return hn::And(hn::RebindMask(du, normal), hn::RebindMask(du, finite));
 }
 
-// Per-group plan of the fp8 modes with power-of-two scales (round_scale), from
+// Per-group plan of fp8_bf16 and fp8_e8m0 with power-of-two scales (round_scale), from
 // GroupMagnitudes with kMin: the scale s = 2^(e - 127) = ceil_pow2(max(amax,
 // 1e-4) * f32(1/448)), and
 // - sub[g] = (e - 127) * 128 + 0x3C00 modulo 2^16: subtracted from a
@@ -487,7 +490,7 @@ HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
-// finite, >= 0) is e2m1_RNE(clamp(bf16_RNE(v * m), -6, 6)) (mode 2 of
+// finite, >= 0) is e2m1_RNE(clamp(bf16_RNE(v * m), -6, 6)) (hifloat8_fp4 in
 // docs/operators/kv_compress_epilog.md, "Scale formulas"): a monotone function of |v|, so
 // its magnitude is the number of thresholds |v| reaches. thr[k * stride + g] = (the smallest
 // bf16 magnitude bits whose code is at least k + 1) - 1, for k = 0..6 and every group g. On
@@ -659,11 +662,12 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
 // ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
 
 // E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
-// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))) (the fp8 and mxfp8 scales of
-// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): no quotient exceeds 448
-// there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) lies
-// above 1/448 the product would exceed 2^k by more than its rounding, so 2^k would not be its
-// ceiling.
+// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))) (the scales of fp8_bf16 and
+// fp8_e8m0 with round_scale, docs/operators/kv_compress_epilog.md, "Scale formulas", and of the
+// indexer's fp8 (eps = 0) and mxfp8, docs/operators/indexer_quant_cache.md, "Quantization
+// (bit-exact)"): no quotient exceeds 448 there. If amax / 2^k were above 448 it would be at least
+// 450 (bf16), and as f32(1/448) lies above 1/448 the product would exceed 2^k by more than its
+// rounding, so 2^k would not be its ceiling.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7, V& low) {
   const auto t7 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7);
