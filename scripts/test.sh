@@ -47,8 +47,9 @@ if [ "${KVSCATTER_AARCH64:-1}" != 0 ]; then
   scripts/test_aarch64.sh
 fi
 
-stage "Fuzzing: ${FUZZ_SECONDS:-20} s per operator"
-scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+fuzz_seconds=${FUZZ_SECONDS:-20}
+stage "Fuzzing: $fuzz_seconds s per operator"
+scripts/fuzz.sh "$fuzz_seconds"
 
 if [ -f pyproject.toml ]; then
   stage "Python"

@@ -230,20 +230,15 @@ HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, 
   return hn::And(hn::RebindMask(du, normal), hn::RebindMask(du, finite));
 }
 
-// Per-group plan of fp8_bf16 and fp8_e8m0 with power-of-two scales (round_scale), from
-// GroupMagnitudes with kMin: the scale s = 2^(e - 127) = ceil_pow2(max(amax,
-// 1e-4) * f32(1/448)), and
-// - sub[g] = (e - 127) * 128 + 0x3C00 modulo 2^16: subtracted from a
-// magnitude's bf16 bits, it
-//   divides by s and rebiases the exponent from 127 to e4m3's 7 (bf16 bits of
-//   |v / s| - 120 << 7);
+// Per-group plan of fp8_bf16 and fp8_e8m0 with power-of-two scales (round_scale; the scale rule
+// is docs/operators/kv_compress_epilog.md, "Scale formulas"), from GroupMagnitudes with kMin: the
+// scale s = 2^(e - 127) = ceil_pow2(max(amax, 1e-4) * f32(1/448)), and
+// - sub[g] = (e - 127) * 128 + 0x3C00 modulo 2^16: subtracted from a magnitude's bf16 bits, it
+//   divides by s and rebiases the exponent from 127 to e4m3's 7 (bf16 bits of |v / s| - 120 << 7);
 // - exp[g] = e (the e8m0 byte; the bf16 scale is e << 7);
-// - fast[g] = 1 when QuantizeE4M3Pow2Group is exact for the group: amax finite
-// and every
-//   nonzero v / s at least 2^-6 (e4m3 normal), else 0 (the caller takes the
-//   general path).
-// c448 and eps are the bit patterns of f32(1/448) and f32(1e-4). Arrays of
-// groups + 8 entries.
+// - fast[g] = 1 when QuantizeE4M3Pow2Group is exact for the group: amax finite and every nonzero
+//   v / s at least 2^-6 (e4m3 normal), else 0 (the caller takes the general path).
+// c448 and eps are the bit patterns of f32(1/448) and f32(1e-4). Arrays of groups + 8 entries.
 HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
                                const std::uint16_t* HWY_RESTRICT min1, std::int64_t groups,
                                std::uint32_t c448, std::uint32_t eps,
