@@ -3,8 +3,8 @@
 // foreach_target.h; the functions live in kvscatter::quant::HWY_NAMESPACE):
 //
 // - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of a row and,
-//   optionally, the smallest nonzero one, eight groups per horizontal reduction instead of one
-//   reduction (and one dependency chain) per group (Reduce8 is the reduction).
+//   optionally, the smallest (zeros included), eight groups per horizontal reduction instead
+//   of one reduction (and one dependency chain) per group (Reduce8 is the reduction).
 // - Magnitudes8Min: the same for eight groups anywhere (whole rows, or the groups of a few rows),
 //   with their smallest magnitudes per group or for all eight.
 // - E4M3Pow2Scales: from those, the power-of-two scales of kv_compress_epilog's fp8_bf16 and
@@ -148,10 +148,12 @@ using GroupTag = hn::CappedTag<std::uint16_t, kGs>;
 
 // For groups [0, groups) of gs = kGs consecutive bf16 values at x: amax[g] =
 // the largest (bits & 0x7FFF), an order of the magnitudes that puts every NaN
-// above infinity, and, with kMin, min1[g] = the smallest (bits & 0x7FFF) - 1
-// modulo 2^16, so 0xFFFF when the group is all zeros and otherwise one less
-// than its smallest nonzero magnitude. Both arrays need groups + 8 entries.
-// Needs at least 8 lanes (every target but scalar).
+// above infinity, and, with kMin, min1[g] = the smallest (bits & 0x7FFF), zeros
+// included, less one and saturated at 0 (as Magnitudes8's). A group holding a
+// zero then reads to E4M3Pow2Lanes as one with a magnitude below every normal
+// threshold: not fast, so the unmasked codes, wrong for zeros, never meet one.
+// Both arrays need groups + 8 entries. Needs at least 8 lanes (every target
+// but scalar).
 template <std::size_t kGs, bool kMin, std::size_t kLanes = kGs>
 HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                                 std::uint16_t* HWY_RESTRICT amax,
@@ -160,7 +162,6 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
   using V = hn::Vec<decltype(d)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const V one = hn::Set(d, std::uint16_t{1});
 #if KVS_SIZELESS_VECTORS
   // SVE vectors cannot form arrays: reduce each group on its own. Entries up to the next
   // multiple of 8 repeat the last group, as below.
@@ -169,14 +170,17 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
     const std::int64_t g = g0 < groups ? g0 : groups - 1;
     const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
     V hi = hn::And(hn::LoadU(d, xg), mag);
-    V lo = hn::Sub(hi, one);
+    V lo = hi;
     for (std::int64_t i = L; i < static_cast<std::int64_t>(kGs); i += L) {
       const V b = hn::And(hn::LoadU(d, xg + i), mag);
       hi = hn::Max(hi, b);
-      lo = hn::Min(lo, hn::Sub(b, one));
+      lo = hn::Min(lo, b);
     }
     amax[g0] = hn::GetLane(hn::MaxOfLanes(d, hi));
-    if (kMin) min1[g0] = hn::GetLane(hn::MinOfLanes(d, lo));
+    if (kMin) {
+      const std::uint16_t m = hn::GetLane(hn::MinOfLanes(d, lo));
+      min1[g0] = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
+    }
   }
 #else
   const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
@@ -190,15 +194,22 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
       const std::uint16_t* xg = x + g * static_cast<std::int64_t>(kGs);
       const V a = hn::And(hn::LoadU(d, xg), mag);
       hi[k] = a;
-      if (kMin) lo[k] = hn::Sub(a, one);
+      if (kMin) lo[k] = a;
       for (std::int64_t i = L; i < static_cast<std::int64_t>(kGs); i += L) {
         const V b = hn::And(hn::LoadU(d, xg + i), mag);
         hi[k] = hn::Max(hi[k], b);
-        if (kMin) lo[k] = hn::Min(lo[k], hn::Sub(b, one));
+        if (kMin) lo[k] = hn::Min(lo[k], b);
       }
     }
     Reduce8(d, hi, max_op, amax + g0);
-    if (kMin) Reduce8(d, lo, min_op, min1 + g0);
+    if (kMin) {
+      Reduce8(d, lo, min_op, min1 + g0);
+      const hn::CappedTag<std::uint16_t, 8> d8;
+      for (std::int64_t k = g0; k < g0 + 8; k += static_cast<std::int64_t>(hn::Lanes(d8))) {
+        hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
+                   min1 + k);
+      }
+    }
   }
 #endif
 }
@@ -221,8 +232,8 @@ HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, 
   e = hn::ShiftRight<23>(hn::Add(hn::BitCast(du, s), hn::Set(du, 0x7FFFFFu)));
   // (e - 127) * 128 + 0x3C00 = e * 128 - 0x380; kept modulo 2^16 by the truncation below.
   sb = hn::Sub(hn::ShiftLeft<7>(e), hn::Set(du, 0x380u));
-  // Smallest nonzero magnitude >= sub + 0x80 <=> its quotient is e4m3-normal; an all-zero
-  // group has min1 + 1 = 0x10000 and passes.
+  // Smallest magnitude >= sub + 0x80 <=> every quotient is e4m3-normal; a group holding a zero
+  // has min1 = 0 (a saturated decrement), so min1 + 1 = 1 fails every threshold.
   const auto smallest = hn::Add(min1, hn::Set(du, 1u));
   const auto threshold = hn::Add(hn::And(sb, hn::Set(du, 0xFFFFu)), hn::Set(du, 0x80u));
   const auto normal = hn::Not(hn::Lt(hn::BitCast(di, smallest), hn::BitCast(di, threshold)));
@@ -236,8 +247,8 @@ HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, 
 // - sub[g] = (e - 127) * 128 + 0x3C00 modulo 2^16: subtracted from a magnitude's bf16 bits, it
 //   divides by s and rebiases the exponent from 127 to e4m3's 7 (bf16 bits of |v / s| - 120 << 7);
 // - exp[g] = e (the e8m0 byte; the bf16 scale is e << 7);
-// - fast[g] = 1 when QuantizeE4M3Pow2Group is exact for the group: amax finite and every nonzero
-//   v / s at least 2^-6 (e4m3 normal), else 0 (the caller takes the general path).
+// - fast[g] = 1 when QuantizeE4M3Pow2RowUnmasked is exact for the group: amax finite, no zero,
+//   and every v / s at least 2^-6 (e4m3 normal), else 0 (the caller takes the general path).
 // c448 and eps are the bit patterns of f32(1/448) and f32(1e-4). Arrays of groups + 8 entries.
 HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
                                const std::uint16_t* HWY_RESTRICT min1, std::int64_t groups,

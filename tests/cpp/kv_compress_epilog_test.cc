@@ -750,6 +750,37 @@ void sweep_encoders(const std::vector<float>& in, bool all_targets = true) {
   }
 }
 
+// Signed zeros among normal values, on every target: the codes of a group with power-of-two
+// scales come from its bf16 bits with the sign in place, a form that is exact for magnitudes in
+// e4m3's normal range only, so a group holding a zero must be sent to the form that keeps the
+// sign of -0 (0x80) and the code of +0 (0x00).
+TEST(KvCompressEpilogSimd, SignedZerosInGroupsOfNormalValues) {
+  for (std::int64_t target : targets()) {
+    const simd_test::PinTarget pin(target);
+    SCOPED_TRACE(simd_test::target_name(target));
+    for (QuantMode mode : {QuantMode::fp8_bf16, QuantMode::fp8_e8m0}) {
+      // d = 320: four groups. Group 0 holds -0 and +0 at either end and inside; group 1 is all
+      // -0; group 2 all +0 but one -2; group 3 has no zero.
+      std::vector<std::uint16_t> x(320, bf16(1.5f));
+      for (int k = 0; k < 64; ++k)
+        x[static_cast<std::size_t>(k)] = bf16((k % 2 ? -1.0f : 1.0f) * static_cast<float>(k + 1));
+      for (int k : {0, 17, 62}) x[static_cast<std::size_t>(k)] = 0x8000;
+      for (int k : {1, 33, 63}) x[static_cast<std::size_t>(k)] = 0x0000;
+      for (int k = 64; k < 128; ++k) x[static_cast<std::size_t>(k)] = 0x8000;
+      for (int k = 128; k < 192; ++k) x[static_cast<std::size_t>(k)] = 0x0000;
+      x[150] = bf16(-2.0f);
+      const Bytes r = quantize_one(x, mode, true, 64, 1.0f, 1024);
+      for (int k : {0, 17, 62}) EXPECT_EQ(r[static_cast<std::size_t>(128 + k)], 0x80) << k;
+      for (int k : {1, 33, 63}) EXPECT_EQ(r[static_cast<std::size_t>(128 + k)], 0x00) << k;
+      for (int k = 64; k < 128; ++k) EXPECT_EQ(r[static_cast<std::size_t>(128 + k)], 0x80) << k;
+      // -2 / 2^ceil(log2(2 / 448)) = -2 * 128 = -256: e4m3 0xF8.
+      for (int k = 128; k < 192; ++k) {
+        EXPECT_EQ(r[static_cast<std::size_t>(128 + k)], k == 150 ? 0xF8 : 0x00) << k;
+      }
+    }
+  }
+}
+
 TEST(KvCompressEpilogSimd, EncodersMatchScalarDense) { sweep_encoders(dense_floats()); }
 
 TEST(KvCompressEpilogSimd, EncodersMatchScalarExhaustive) {

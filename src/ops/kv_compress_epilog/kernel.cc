@@ -391,8 +391,10 @@ HWY_INLINE void Fp8Pow2Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gr
 }
 
 // Second phase: the rope, the codes and the scale bytes of the row. Groups with fast = 1
-// (nearly all) are quantized on 16-bit lanes from the bf16 bits; the others take the general
-// path with the reference's rules.
+// (nearly all) are quantized on 16-bit lanes from the bf16 bits, sign and all (five operations
+// per vector, where masking the magnitude and or-ing the sign back took eight); that form is
+// wrong for zeros, so a group holding one is not fast (GroupMagnitudes' minimum counts zeros)
+// and takes the general path with the reference's rules, as do the rest.
 template <bool kMode0>
 HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
                                 std::int64_t n, std::int64_t groups,
@@ -417,7 +419,7 @@ HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_
     // 448.
     const std::uint32_t s7 = static_cast<std::uint16_t>(sub[g] - 7u);
     const std::uint32_t subw = s7 | s7 << 16;
-    quant::HWY_NAMESPACE::QuantizeE4M3Pow2RowInRange<false>(x + 64 * g, data + 64 * g, 64, &subw);
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2RowUnmasked<false>(x + 64 * g, data + 64 * g, 64, &subw);
     if (kMode0) {
       PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
     } else {
