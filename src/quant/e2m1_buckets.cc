@@ -74,6 +74,7 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
     b.byte_lo[j][i] = static_cast<std::uint8_t>((i % 4) * 64 + thr[0]);
     b.byte_hi[j][i] = static_cast<std::uint8_t>((i % 4) * 64 + thr[1]);
     b.byte_below[j][i] = static_cast<std::uint8_t>(below);
+    b.byte_below8[j][i] = static_cast<std::uint8_t>(below + 8);
   }
   byte_usable = byte_usable && b.byte_lo[j][0] >= 3 && b.byte_hi[j][0] >= 3;
   b.byte_usable[j] = byte_usable;

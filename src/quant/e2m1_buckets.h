@@ -33,6 +33,7 @@ struct E2M1Buckets {
   alignas(16) std::uint8_t byte_lo[128][16];
   alignas(16) std::uint8_t byte_hi[128][16];
   alignas(16) std::uint8_t byte_below[128][16];
+  alignas(16) std::uint8_t byte_below8[128][16];  // byte_below + 8: the sign bit of a nibble
   bool byte_usable[128];    // that layout holds (checked when the tables are built)
   std::uint16_t t0[128];    // the smallest threshold of M
   std::uint16_t base[128];  // t0 >> 5: bucket 0 holds t0

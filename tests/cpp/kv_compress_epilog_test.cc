@@ -881,10 +881,11 @@ TEST(KvCompressEpilogSimd, HiFloat8RopeScaledMatchesReference) {
   }
 }
 
-// The FP4 paths by bucket tables (AVX-512: 16-bit entries; SSE4 and AVX2: byte entries), in
-// their clamped forms: every finite bfloat16 times multipliers with every mantissa and exponents
-// across the range, including those the tables refuse (near the top, where the thresholds would
-// leave the normal range).
+// The FP4 paths by bucket tables (AVX-512: 16-bit entries; SSE4 and AVX2: byte entries, on AVX2
+// one byte per value for groups of 64 and on 16-bit lanes for groups of 16), in their clamped
+// forms: every finite bfloat16 times multipliers with every mantissa and exponents across the
+// range, including those the tables refuse (near the top, where the thresholds would leave the
+// normal range).
 TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
   std::vector<std::uint16_t> x;
   for (std::uint32_t b = 0; b < 0x10000; ++b) {
@@ -893,35 +894,70 @@ TEST(KvCompressEpilogSimd, E2M1ByBucketsExhaustive) {
   while (x.size() % 64 != 0) x.push_back(0);
   Bytes out(x.size() / 2);
   for (std::int64_t target : targets()) {
+    for (std::int64_t group : {16, 64}) {
+      const simd_test::PinTarget pin(target);
+      SCOPED_TRACE(simd_test::target_name(target) + ", groups of " + std::to_string(group));
+      if (!detail::simd_encode_e2m1_by_buckets(1.0f, x.data(), out.data(), 64, group)) continue;
+      int ran = 0;
+      for (std::uint32_t e : {1u,   2u,   3u,   30u,  60u,  90u,  120u, 125u, 126u, 127u, 128u,
+                              129u, 135u, 160u, 200u, 230u, 245u, 249u, 250u, 251u, 252u, 254u}) {
+        for (std::uint32_t j = 0; j < 128; ++j) {
+          const std::uint16_t mb = static_cast<std::uint16_t>(e << 7 | j);
+          const float mult = formats::decode_bfloat16(mb);
+          if (!detail::simd_encode_e2m1_by_buckets(mult, x.data(), out.data(), x.size(), group)) {
+            EXPECT_GE(e, 251u) << "multiplier 0x" << std::hex << mb << " refused";
+            continue;
+          }
+          ++ran;
+          std::size_t bad = 0;
+          for (std::size_t i = 0; i < x.size(); ++i) {
+            const std::uint8_t want = scalar_e2m1(formats::decode_bfloat16(x[i]) * mult);
+            const std::uint8_t got = (out[i / 2] >> (4 * (i % 2))) & 0xF;
+            if (got != want && bad++ < 5) {
+              ADD_FAILURE() << "multiplier 0x" << std::hex << mb << " bf16 0x" << x[i] << " simd 0x"
+                            << int(got) << " scalar 0x" << int(want);
+            }
+          }
+          ASSERT_EQ(bad, 0u);
+        }
+      }
+      EXPECT_GE(ran, 19 * 128);  // every exponent up to 250 takes the tables
+      std::printf("%s, groups of %d: %d multipliers by bucket tables\n",
+                  simd_test::target_name(target).c_str(), static_cast<int>(group), ran);
+    }
+  }
+}
+
+// Mode hifloat8_fp4 rows whose groups the bucket tables serve next to groups they refuse (an
+// all-zero group: multiplier 0; a group of magnitudes near 2^-124: a multiplier near 2^126,
+// whose thresholds would leave the normal range), in every order, group sizes 16, 32 and 64,
+// every target: the refused groups take the thresholds, and the served ones next to them keep
+// their own tables (on AVX2 two 32-groups share a store).
+TEST(KvCompressEpilogSimd, E2M1BucketsBesideRefusedGroups) {
+  const float tiny = std::ldexp(1.0f, -124);
+  for (std::int64_t target : targets()) {
     const simd_test::PinTarget pin(target);
     SCOPED_TRACE(simd_test::target_name(target));
-    if (!detail::simd_encode_e2m1_by_buckets(1.0f, x.data(), out.data(), 64)) continue;  // none
-    int ran = 0;
-    for (std::uint32_t e : {1u,   2u,   3u,   30u,  60u,  90u,  120u, 125u, 126u, 127u, 128u,
-                            129u, 135u, 160u, 200u, 230u, 245u, 249u, 250u, 251u, 252u, 254u}) {
-      for (std::uint32_t j = 0; j < 128; ++j) {
-        const std::uint16_t mb = static_cast<std::uint16_t>(e << 7 | j);
-        const float mult = formats::decode_bfloat16(mb);
-        if (!detail::simd_encode_e2m1_by_buckets(mult, x.data(), out.data(), x.size())) {
-          EXPECT_GE(e, 251u) << "multiplier 0x" << std::hex << mb << " refused";
-          continue;
+    for (std::int64_t gs : {16, 32, 64}) {
+      SCOPED_TRACE(testing::Message() << "gs " << gs);
+      // Kinds of group: 0 served (values k / 7), 1 all zeros, 2 tiny; every ordered pair of kinds
+      // appears at an even group index, then one more served group.
+      const int kinds[] = {0, 0, 0, 1, 1, 0, 0, 2, 2, 0, 1, 2, 2, 1, 1, 1, 0};
+      const std::int64_t groups = sizeof(kinds) / sizeof(kinds[0]);
+      const std::int64_t n = (groups * gs + 63) / 64 * 64;
+      std::vector<std::uint16_t> x(static_cast<std::size_t>(n + 64), bf16(0.5f));
+      for (std::int64_t g = 0; g < groups; ++g) {
+        for (std::int64_t i = 0; i < gs; ++i) {
+          const float sign = i % 3 == 0 ? -1.0f : 1.0f;
+          const float k = static_cast<float>((g * gs + i) % 50);
+          const float v = kinds[g] == 0   ? k / 7.0f
+                          : kinds[g] == 1 ? 0.0f
+                                          : tiny * (1.0f + k / 50.0f);
+          x[static_cast<std::size_t>(g * gs + i)] = bf16(sign * v);
         }
-        ++ran;
-        std::size_t bad = 0;
-        for (std::size_t i = 0; i < x.size(); ++i) {
-          const std::uint8_t want = scalar_e2m1(formats::decode_bfloat16(x[i]) * mult);
-          const std::uint8_t got = (out[i / 2] >> (4 * (i % 2))) & 0xF;
-          if (got != want && bad++ < 5) {
-            ADD_FAILURE() << "multiplier 0x" << std::hex << mb << " bf16 0x" << x[i] << " simd 0x"
-                          << int(got) << " scalar 0x" << int(want);
-          }
-        }
-        ASSERT_EQ(bad, 0u);
       }
+      quantize_one(x, QuantMode::hifloat8_fp4, true, gs, 1.0f, 8192);
     }
-    EXPECT_GE(ran, 19 * 128);  // every exponent up to 250 takes the tables
-    std::printf("%s: %d multipliers by bucket tables\n", simd_test::target_name(target).c_str(),
-                ran);
   }
 }
 

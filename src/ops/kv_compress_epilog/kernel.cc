@@ -14,10 +14,11 @@
 //   first, then the codes of each (Hif8Fp4Rows).
 // - hifloat8_fp4 rows look FP4 codes up in registers by the bucket tables of
 //   quant/e2m1_buckets.h: 16-bit entries (vpermw) on AVX-512, byte entries (pshufb) on AVX2
-//   and SSE4. On AVX-512 the HiFloat8 rope goes by exponent tables over the products truncated
-//   to bfloat16 (quant_simd-inl.h: HiF8CodesBf16RowBytes by byte permutes where the CPU has
-//   VBMI, else HiF8CodesBf16Row); on AVX2 and SSE4 one byte per value (HiF8CodesByLanes), the
-//   HiFloat8 table for a rope that form does not cover.
+//   (one byte per value for groups of 32 and 64) and SSE4. On AVX-512 the HiFloat8 rope goes by
+//   exponent tables over the products truncated to bfloat16 (quant_simd-inl.h:
+//   HiF8CodesBf16RowBytes by byte permutes where the CPU has VBMI, else HiF8CodesBf16Row); on AVX2
+//   and SSE4 one byte per value (HiF8CodesByLanes), the HiFloat8 table for a rope that form does
+//   not cover.
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -491,6 +492,10 @@ HWY_INLINE void Fp4NopeFinite(const std::uint16_t* HWY_RESTRICT x, std::uint8_t*
   } else {
     for (std::int64_t g = 0; g < groups; ++g) rest[g] = g;
   }
+#elif KVS_FP4_BYTES
+  left = gs == 16   ? qn::QuantizeE2M1ByByteBuckets<16, true>(x, data, groups, inv_b, amax, rest)
+         : gs == 32 ? qn::QuantizeE2M1ByBytePairs<32, true>(x, data, groups, inv_b, amax, rest)
+                    : qn::QuantizeE2M1ByBytePairs<64, true>(x, data, groups, inv_b, amax, rest);
 #elif KVS_E2M1_BYTE_BUCKETS
   left = gs == 16   ? qn::QuantizeE2M1ByByteBuckets<16, true>(x, data, groups, inv_b, amax, rest)
          : gs == 32 ? qn::QuantizeE2M1ByByteBuckets<32, true>(x, data, groups, inv_b, amax, rest)
@@ -929,24 +934,35 @@ bool HiF8Bf16Batch(const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
 #endif
 }
 
-bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std::size_t n) {
-#if KVS_E2M1_BYTE_BUCKETS
-  const std::int64_t groups = static_cast<std::int64_t>(n / 64);
+bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std::size_t n,
+                      std::int64_t group) {
+#if KVS_E2M1_BUCKETS || KVS_E2M1_BYTE_BUCKETS
+  namespace qn = quant::HWY_NAMESPACE;
+  const std::int64_t groups = static_cast<std::int64_t>(n) / group;
   std::vector<float> mults(static_cast<std::size_t>(groups), mult);
   std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
-  return quant::HWY_NAMESPACE::QuantizeE2M1ByByteBuckets<64, false>(x, out, groups, mults.data(),
-                                                                    nullptr, rest.data()) == 0;
-#elif KVS_E2M1_BUCKETS
-  const std::int64_t groups = static_cast<std::int64_t>(n / 64);
-  std::vector<float> mults(static_cast<std::size_t>(groups), mult);
-  std::vector<std::int64_t> rest(static_cast<std::size_t>(groups));
-  return quant::HWY_NAMESPACE::QuantizeE2M1ByBuckets<64, false>(x, out, groups, mults.data(),
-                                                                nullptr, rest.data()) == 0;
+#if KVS_E2M1_BUCKETS
+  // Groups of 16 take the thresholds on AVX-512 (a bucket vector holds 32 values).
+  return group == 64 && qn::QuantizeE2M1ByBuckets<64, false>(x, out, groups, mults.data(), nullptr,
+                                                             rest.data()) == 0;
+#else
+#if KVS_FP4_BYTES
+  if (group == 64) {
+    return qn::QuantizeE2M1ByBytePairs<64, false>(x, out, groups, mults.data(), nullptr,
+                                                  rest.data()) == 0;
+  }
+#endif
+  return (group == 64 ? qn::QuantizeE2M1ByByteBuckets<64, false>(x, out, groups, mults.data(),
+                                                                 nullptr, rest.data())
+                      : qn::QuantizeE2M1ByByteBuckets<16, false>(x, out, groups, mults.data(),
+                                                                 nullptr, rest.data())) == 0;
+#endif
 #else
   (void)mult;
   (void)x;
   (void)out;
   (void)n;
+  (void)group;
   return false;
 #endif
 }
@@ -1008,8 +1024,8 @@ bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::s
   return HWY_DYNAMIC_DISPATCH(HiF8Bf16Batch)(x, out, n);
 }
 bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
-                                 std::size_t n) {
-  return HWY_DYNAMIC_DISPATCH(E2M1BucketsBatch)(mult, x, out, n);
+                                 std::size_t n, std::int64_t group) {
+  return HWY_DYNAMIC_DISPATCH(E2M1BucketsBatch)(mult, x, out, n, group);
 }
 
 }  // namespace kvscatter::detail

@@ -28,12 +28,14 @@ void simd_encode_hifloat8_sat(const float* x, std::uint8_t* out, std::size_t n);
 // (finite bf16 values >= 0, as f32; n a multiple of 8): thr[k * n + i], k = 0..6. Writes
 // nothing on the scalar target, which has no such path.
 void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr);
-// The AVX-512 fast paths, for n a multiple of 64; false (nothing defined written) where the
+// The fast paths by tables, for n a multiple of 64; false (nothing defined written) where the
 // target has none or the input is outside the path's domain. HiFloat8 codes of bfloat16 inputs
 // (the rope with x_scale 1; NaN gives 0x00); FP4 codes, packed, of bfloat16 inputs (finite)
-// times the bf16 multiplier mult, by bucket tables (false when the tables do not apply to mult).
+// times the bf16 multiplier mult, by bucket tables (false when the tables do not apply to mult),
+// in the form the operator takes for groups of `group` (16 or 64): on AVX2 64 takes the byte
+// pairs and 16 the 16-bit lanes; AVX-512 has no bucket form for 16.
 bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::size_t n);
 bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
-                                 std::size_t n);
+                                 std::size_t n, std::int64_t group);
 
 }  // namespace kvscatter::detail
