@@ -147,6 +147,20 @@ HWY_INLINE void Reduce8(D d, const hn::Vec<D>* m, Op op, hn::TFromD<D>* HWY_REST
 template <std::size_t kGs>
 using GroupTag = hn::CappedTag<std::uint16_t, kGs>;
 
+// The smallest magnitude m of a group (zeros included) as the min1 entry that E4M3Pow2Lanes
+// reads: m - 1, saturated at 0, so that a zero fails every normal threshold. The scalar form
+// and the form for eight entries in place.
+HWY_INLINE std::uint16_t SaturatedDecrement(std::uint16_t m) {
+  return static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
+}
+HWY_INLINE void SaturatedDecrement8(std::uint16_t* HWY_RESTRICT min1) {
+  const hn::CappedTag<std::uint16_t, 8> d8;
+  for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) {
+    hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
+               min1 + k);
+  }
+}
+
 // For groups [0, groups) of gs = kGs consecutive bf16 values at x: amax[g] =
 // the largest (bits & 0x7FFF), an order of the magnitudes that puts every NaN
 // above infinity, and, with kMin, min1[g] = the smallest (bits & 0x7FFF), zeros
@@ -178,10 +192,7 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
       lo = hn::Min(lo, b);
     }
     amax[g0] = hn::GetLane(hn::MaxOfLanes(d, hi));
-    if (kMin) {
-      const std::uint16_t m = hn::GetLane(hn::MinOfLanes(d, lo));
-      min1[g0] = static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
-    }
+    if (kMin) min1[g0] = SaturatedDecrement(hn::GetLane(hn::MinOfLanes(d, lo)));
   }
 #else
   const auto max_op = [](auto a, auto b) { return hn::Max(a, b); };
@@ -205,21 +216,19 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
     Reduce8(d, hi, max_op, amax + g0);
     if (kMin) {
       Reduce8(d, lo, min_op, min1 + g0);
-      const hn::CappedTag<std::uint16_t, 8> d8;
-      for (std::int64_t k = g0; k < g0 + 8; k += static_cast<std::int64_t>(hn::Lanes(d8))) {
-        hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
-                   min1 + k);
-      }
+      SaturatedDecrement8(min1 + g0);
     }
   }
 #endif
 }
 
-// E4M3Pow2Scales' form of the power-of-two scale 2^ceil(log2(max(amax, eps) * c)) (fp8_bf16 and
-// fp8_e8m0 with round_scale: docs/operators/kv_compress_epilog.md, "Scale formulas"; the
-// indexer's fp8, with eps = 0, and mxfp8: docs/operators/indexer_quant_cache.md, "Quantization
-// (bit-exact)") on 32-bit lanes: from amax and min1 (zero-extended), e and sb (sub before its
-// truncation to 16 bits); returns fast.
+// E4M3Pow2Scales' form of the power-of-two scale 2^ceil(log2(max(amax, eps) * c)) on 32-bit
+// lanes, from amax and min1 (zero-extended): e and sb (sub before its truncation to 16 bits);
+// returns fast. The scale rules it serves are stated in two places:
+// - fp8_bf16 and fp8_e8m0 with round_scale:
+//   docs/operators/kv_compress_epilog.md, "Scale formulas";
+// - the indexer's fp8 (eps = 0) and mxfp8:
+//   docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)".
 template <class DU, class VU = hn::Vec<DU>>
 HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, std::uint32_t eps,
                                       VU& e, VU& sb) {
@@ -669,10 +678,8 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
 // ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
 
 // E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
-// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))) (the scales of fp8_bf16 and
-// fp8_e8m0 with round_scale, docs/operators/kv_compress_epilog.md, "Scale formulas", and of the
-// indexer's fp8 (eps = 0) and mxfp8, docs/operators/indexer_quant_cache.md, "Quantization
-// (bit-exact)"): no quotient exceeds 448 there. If amax / 2^k were above 448 it would be at least
+// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))) (the scale rules E4M3Pow2Lanes
+// cites): no quotient exceeds 448 there. If amax / 2^k were above 448 it would be at least
 // 450 (bf16), and as f32(1/448) lies above 1/448 the product would exceed 2^k by more than its
 // rounding, so 2^k would not be its ceiling.
 template <class D, class V = hn::Vec<D>>
@@ -1581,9 +1588,6 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT rows, std::
   using V = hn::Vec<decltype(d)>;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
   const V mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const auto decrement = [](std::uint16_t m) {
-    return static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);  // zeros included, saturated
-  };
   V all = mag;  // kAll: the smallest magnitude of every group so far
 #if KVS_SIZELESS_VECTORS
   for (int k = 0; k < 8; ++k) {
@@ -1600,7 +1604,7 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT rows, std::
     } else if (kAll) {
       all = hn::Min(all, lo);
     } else {
-      min1[k] = decrement(hn::GetLane(hn::MinOfLanes(d, lo)));
+      min1[k] = SaturatedDecrement(hn::GetLane(hn::MinOfLanes(d, lo)));
     }
   }
 #else
@@ -1634,18 +1638,14 @@ HWY_INLINE void Magnitudes8(const std::uint16_t* const* HWY_RESTRICT rows, std::
     all = hn::Min(lo[0], lo[1]);
   } else {
     Reduce8(d, lo, [](auto a, auto b) { return hn::Min(a, b); }, min1);
-    const hn::CappedTag<std::uint16_t, 8> d8;
-    for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) {
-      hn::StoreU(hn::SaturatedSub(hn::LoadU(d8, min1 + k), hn::Set(d8, std::uint16_t{1})), d8,
-                 min1 + k);
-    }
+    SaturatedDecrement8(min1);
   }
 #endif
   if constexpr (kAll) {
     // One vector store: the callers load the eight entries as a vector, which eight scalar
     // stores would hold up until they retire (no store forwarding from several stores).
     const hn::CappedTag<std::uint16_t, 8> d8;
-    const auto m1 = hn::Set(d8, decrement(SmallestLane(d, all)));
+    const auto m1 = hn::Set(d8, SaturatedDecrement(SmallestLane(d, all)));
     for (std::size_t k = 0; k < 8; k += hn::Lanes(d8)) hn::StoreU(m1, d8, min1 + k);
   }
 }
@@ -1722,10 +1722,10 @@ HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
   return _mm512_permutex2var_epi16(tab[0], i, tab[1]);
 }
 
-// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding as docs/formats.md,
-// "HiFloat8", states it), by the lane tables of hifloat8_table.h, one per 16-bit lane (the high
-// bytes zero). The shifts right are high halves of products (vpmulhuw): on Zen 4 shifts share
-// two pipes with the lookups, multiplies have two of their own.
+// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding as the "HiFloat8"
+// section of docs/formats.md states it), by the lane tables of hifloat8_table.h, one per 16-bit
+// lane (the high bytes zero). The shifts right are high halves of products (vpmulhuw): on Zen 4
+// shifts share two pipes with the lookups, multiplies have two of their own.
 HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
   const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
   const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
@@ -1926,12 +1926,11 @@ struct HiF8LaneFlags {
 
 // The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
 // them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k (the
-// encoding as docs/formats.md, "HiFloat8", states it), by hifloat8_lane_tables() on one byte per
-// value: about 29 operations per 32 values (and two blends in the loads) where 16-bit lanes took
-// 23 per 16.
-// Each step is taken for all K pairs before the next: the chain from a load to its store is
-// some twenty operations long, and with one pair at a time the scheduler filled with
-// operations waiting on it before the ports were. w + w splits into the exponent (high bytes)
+// encoding as the "HiFloat8" section of docs/formats.md states it), by hifloat8_lane_tables() on
+// one byte per value: about 29 operations per 32 values (and two blends in the loads) where 16-bit
+// lanes took 23 per 16. Each step is taken for all K pairs before the next: the chain from a load
+// to its store is some twenty operations long, and with one pair at a time the scheduler filled
+// with operations waiting on it before the ports were. w + w splits into the exponent (high bytes)
 // and the mantissa times 2 (low bytes).
 // A byte shuffle zeroes a byte whose index has bit 7 set, which the indices below arrange for
 // every byte that must read nothing:
