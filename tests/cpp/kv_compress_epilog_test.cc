@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/slots.h"
+#include "core/streaming.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "ops/kv_compress_epilog/kernel.h"
@@ -779,6 +780,57 @@ TEST(KvCompressEpilogSimd, SignedZerosInGroupsOfNormalValues) {
       }
     }
   }
+}
+
+// Calls past the streaming threshold quantize each batch of rows into a buffer and stream runs
+// of rows that follow each other in the cache out together. With the threshold at 0: runs that
+// start and end mid-line, a run broken by a skipped token, a slot written twice within one
+// batch and again in a later one, the last slot, and rows apart (a row pitch wider than the row,
+// whose tail stays untouched), for every mode on every target.
+TEST(KvCompressEpilogSimd, StreamedRowsMatchReference) {
+  const std::int64_t saved = detail::set_stream_threshold(0);
+  const std::int64_t d = 576, bs = 8, nb = 5;
+  std::vector<std::int32_t> slots = {16, 17, 18, 19, 20, 21, -1, 22, 23, 24, 25, 30,
+                                     25, 39, 0,  1,  2,  3,  4,  5,  6,  7,  25};
+  const std::int64_t t = static_cast<std::int64_t>(slots.size());
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(t * d));
+  for (auto& v : x) v = bf16(normal(rng));
+  struct Mode {
+    QuantMode mode;
+    std::int64_t group;
+  };
+  for (std::int64_t target : targets()) {
+    const simd_test::PinTarget pin(target);
+    for (const Mode m : {Mode{QuantMode::fp8_bf16, 64}, Mode{QuantMode::fp8_e8m0, 64},
+                         Mode{QuantMode::hifloat8_fp4, 32}, Mode{QuantMode::hifloat8_fp4, 16}}) {
+      for (std::int64_t extra : {0, 3}) {
+        SCOPED_TRACE(std::string(simd_test::target_name(target)) + " mode " +
+                     std::to_string(static_cast<int>(m.mode)) + " group " +
+                     std::to_string(m.group) + " pitch +" + std::to_string(extra));
+        TensorView tx(x.data(), DType::bfloat16, {t, d});
+        TensorView ts(slots.data(), DType::int32, {t});
+        std::int32_t none = 0;
+        const std::int64_t row =
+            plan_kv_compress_epilog(TensorView(nullptr, DType::uint8, {0, bs, 1, 1 << 14}),
+                                    TensorView(x.data(), DType::bfloat16, {0, d}),
+                                    TensorView(&none, DType::int32, {0}), m.group, m.mode, true,
+                                    1.0f)
+                .row_bytes;
+        const std::int64_t width = row + extra;
+        Bytes cache(static_cast<std::size_t>(nb * bs * width), 0xCD), ref = cache;
+        auto plan =
+            plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {nb, bs, 1, width}), tx,
+                                    ts, m.group, m.mode, true, 1.0f);
+        execute(plan);
+        plan.cache.data = ref.data();
+        reference::execute(plan);
+        EXPECT_EQ(dump(cache), dump(ref));
+      }
+    }
+  }
+  detail::set_stream_threshold(saved);
 }
 
 TEST(KvCompressEpilogSimd, EncodersMatchScalarDense) { sweep_encoders(dense_floats()); }

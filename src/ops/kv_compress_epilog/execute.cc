@@ -6,6 +6,7 @@
 
 #include "core/overlap.h"
 #include "core/slots.h"
+#include "core/streaming.h"
 #include "ops/kv_compress_epilog/internal.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "runtime/parallel.h"
@@ -27,8 +28,10 @@ void execute(const KvCompressEpilogPlan& plan) {
         // write disjoint rows, with the result of a sequential pass.
         if (p.rows > grain) keep_last_writers(slots, p.num_slots);
         const std::int64_t* rows_slots = slots.data();
+        const bool stream = use_streaming_stores(p.rows * p.row_bytes);
+        const bool prefetch = use_streaming_stores(p.rows * (2 * p.d + p.row_bytes));
         parallel_for(p.rows, grain, [&](std::int64_t begin, std::int64_t end) {
-          quantize_rows(p, rows_slots, begin, end);
+          quantize_rows(p, rows_slots, begin, end, stream, prefetch);
         });
       });
 }

@@ -10,9 +10,12 @@
 
 namespace kvscatter::detail {
 
-// Rows [begin, end) of x into the cache rows named by slots (-1 = skip).
+// Rows [begin, end) of x into the cache rows named by slots (-1 = skip). stream: the call
+// writes more than the caches hold (core/streaming.h), so whole cache lines may be written with
+// non-temporal stores; prefetch: it reads and writes more than they hold, so the rows of x are
+// prefetched ahead of the kernel.
 void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
-                   std::int64_t end);
+                   std::int64_t end, bool stream, bool prefetch);
 
 // The SIMD element encoders of the optimized kernel (runtime dispatched), for tests:
 // q -> e4m3fn code after the clamp to [-448, 448], NaN -> 0x7F (modes 0/1);

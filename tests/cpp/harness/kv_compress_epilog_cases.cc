@@ -4,8 +4,8 @@
 // NaNs, subnormals and signed zeros mixed in, x with a padded row pitch, caches with padded blocks
 // and rows wider than the written length (the tail stays untouched), power- of-two and other block
 // sizes, int32/int64 slots that are permutations, consecutive prefills, padding (-1), duplicates,
-// the last slot, empty input, rows split over threads with many repeated slots, and slots that are
-// neither -1 nor in range, which must fail.
+// the last slot, empty input, rows split over threads with many repeated slots, the path of calls
+// past the streaming threshold, and slots that are neither -1 nor in range, which must fail.
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -141,6 +141,10 @@ Case generate(std::mt19937_64& rng) {
     c.expect_error = true;
     d << " mode 3";
   }
+  // The path of calls past the streaming threshold (batches staged, runs of rows streamed out,
+  // rows of x prefetched) on small calls.
+  c.stream = g.chance(1.0 / 3);
+  if (c.stream) d << " streamed";
   c.name = d.str();
   c.run = [call](const std::vector<std::uint8_t*>& data, bool reference) {
     const KvCompressEpilogPlan plan = plan_kv_compress_epilog(
