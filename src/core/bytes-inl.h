@@ -65,6 +65,21 @@ HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char
   CopyBytes(dst + end, src + end, n - end);
 }
 
+// Sends n rows of row_bytes each, built one after another in buf, to out[0..n) in order by
+// StreamBytes: each run of rows that follow each other at their destinations goes out in one
+// call, so that only a run's first and last lines can be partial. The caller issues
+// hwy::FlushStream() before publishing the bytes.
+HWY_INLINE void StreamRows(unsigned char* const* out, const unsigned char* HWY_RESTRICT buf, int n,
+                           std::size_t row_bytes) {
+  for (int i = 0; i < n;) {
+    int j = i + 1;
+    while (j < n && out[j] == out[j - 1] + row_bytes) ++j;
+    StreamBytes(out[i], buf + static_cast<std::size_t>(i) * row_bytes,
+                static_cast<std::size_t>(j - i) * row_bytes);
+    i = j;
+  }
+}
+
 }  // namespace kvscatter::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/streaming.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
 #include "kvscatter/runtime.h"
@@ -215,6 +216,55 @@ TEST(PagedLatentWriteDsMla, TileScalesOnEveryTarget) {
     EXPECT_EQ(bad, 0);
   }
   set_num_threads(threads);
+}
+
+// Calls past the streaming threshold build fp8_ds_mla entries four at a time in a buffer and
+// stream runs of entries that follow each other in the cache out together. With the threshold
+// at 0, on every target and thread count: runs broken by a skipped token and by a jump, a slot
+// written twice within one group of four and again later, the last slot, and entries apart (a
+// slot pitch wider than the entry, whose tail stays untouched).
+TEST(PagedLatentWriteDsMla, StreamedEntriesMatchReference) {
+  const std::int64_t saved = detail::set_stream_threshold(0);
+  const int threads = get_num_threads();
+  const std::int64_t bs = 8, nb = 5;
+  std::vector<std::int32_t> slots = {16, 17, 18, 19, 20, 21, -1, 22, 23, 24, 25, 30,
+                                     25, 39, 0,  1,  2,  3,  4,  5,  6,  7,  25};
+  const std::int64_t t = static_cast<std::int64_t>(slots.size());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<std::uint16_t> kv_c(static_cast<std::size_t>(t * 512)), k_pe(t * 64);
+  for (auto& v : kv_c) v = bf16(normal(rng));
+  for (auto& v : k_pe) v = bf16(normal(rng));
+  float unused = 1.0f;
+  PagedLatentWriteOptions o;
+  o.format = LatentCacheFormat::fp8_ds_mla;
+  o.scale = TensorView(&unused, DType::float32, {1});
+  // [nb, bs, 656] entries `pitch` bytes apart.
+  const auto cache_view = [&](Bytes& cache, std::int64_t pitch) {
+    const std::int64_t shape[] = {nb, bs, 656}, strides[] = {bs * pitch, pitch, 1};
+    return TensorView(cache.data(), DType::uint8, shape, strides);
+  };
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (int n : {1, 2}) {
+      set_num_threads(n);
+      for (std::int64_t width : {656, 664}) {
+        SCOPED_TRACE(std::string(simd_test::target_name(target)) + ", " + std::to_string(n) +
+                     " threads, entries " + std::to_string(width) + " bytes apart");
+        Bytes cache(static_cast<std::size_t>(nb * bs * width), 0xCD), ref = cache;
+        auto plan = plan_paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {t, 512}),
+                                            TensorView(k_pe.data(), DType::bfloat16, {t, 64}),
+                                            cache_view(cache, width),
+                                            TensorView(slots.data(), DType::int32, {t}), o);
+        execute(plan);
+        plan.kv_cache.data = ref.data();
+        reference::execute(plan);
+        EXPECT_EQ(cache, ref);
+      }
+    }
+  }
+  set_num_threads(threads);
+  detail::set_stream_threshold(saved);
 }
 
 TEST(PagedLatentWriteExamples, DsMlaBfloat16) {

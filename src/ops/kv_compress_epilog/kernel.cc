@@ -689,13 +689,7 @@ class BatchRows {
 
   // Sends the batch's first `rows` rows to their cache rows out[0..rows) (staged calls only).
   void Flush(std::uint8_t* const* out, int rows) {
-    if (!staged_) return;
-    for (int i = 0; i < rows;) {
-      int j = i + 1;
-      while (j < rows && out[j] == out[j - 1] + row_bytes_) ++j;
-      StreamBytes(out[i], buf_ + i * row_bytes_, static_cast<std::size_t>((j - i) * row_bytes_));
-      i = j;
-    }
+    if (staged_) StreamRows(out, buf_, rows, static_cast<std::size_t>(row_bytes_));
   }
 
   // Streaming stores are weakly ordered: drained before the pool reports the chunk done.

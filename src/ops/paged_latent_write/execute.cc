@@ -34,8 +34,12 @@ void run(const PagedLatentWritePlan& plan) {
   job.format = plan.format;
   job.scale = data.scale;
   const std::int64_t token_bytes = (plan.latent_dim + plan.pe_dim) * (es + ces);
-  job.stream = plan.format == LatentCacheFormat::copy &&
-               use_streaming_stores(plan.num_tokens * (plan.latent_dim + plan.pe_dim) * ces);
+  // Copies, and the fp8_ds_mla entries built from bfloat16 (kernel.cc, DsStage), of calls that
+  // write more than the caches hold.
+  job.stream = (plan.format == LatentCacheFormat::copy &&
+                use_streaming_stores(plan.num_tokens * (plan.latent_dim + plan.pe_dim) * ces)) ||
+               (plan.format == LatentCacheFormat::fp8_ds_mla &&
+                use_streaming_stores(plan.num_tokens * kDsEntryBytes));
   const std::int64_t grain = grain_for_bytes(token_bytes);
   // A call that runs as one chunk writes in token order already; a split one keeps only the
   // last writer of each slot so that no two chunks write the same row.
