@@ -39,10 +39,11 @@
 //   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
 //   takes the table then).
 //
-// All of them are exact lane forms of the scalar rules, which docs/formats.md (the number
-// formats and their rounding) and the operators' pages (docs/operators/kv_compress_epilog.md,
-// "Scale formulas"; docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)") state;
-// none of them depends on the target. They need at least 8 lanes of 16 bits, so the scalar
+// All of them are exact lane forms of the scalar rules, which these sections state:
+// - the encoders: docs/formats.md, "float8_e4m3fn", "float4_e2m1" and "HiFloat8";
+// - the epilog's scales and codes: docs/operators/kv_compress_epilog.md, "Scale formulas";
+// - the indexer's: docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)".
+// None of them depends on the target. They need at least 8 lanes of 16 bits, so the scalar
 // target has none of them.
 #if defined(KVSCATTER_QUANT_SIMD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_QUANT_SIMD_INL_H_
@@ -306,9 +307,10 @@ HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
   return all;
 }
 
-// Mode mxfp8's scale rule (stated in docs/operators/indexer_quant_cache.md) in integer steps,
-// on 16-bit lanes: for a finite largest magnitude m (bf16 bits & 0x7FFF) the exponent of
-// f32(max(m, 1e-4) * f32(1/448)) rounded up to a power of two is max(k - 8, 105) for the key
+// Mode mxfp8's scale rule in integer steps, on 16-bit lanes (the rule:
+// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): for a finite largest
+// magnitude m (bf16 bits & 0x7FFF) the exponent of f32(max(m, 1e-4) * f32(1/448)) rounded up
+// to a power of two is max(k - 8, 105) for the key
 // k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every finite m through it).
 // E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand (e - 127) * 128 + 0x3C00 - 7 of
 // E4M3Pow2Codes (at least 0x30F9).
@@ -702,7 +704,7 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // QuantizeE4M3Pow2RowInRange that also tells whether a lane may need the scalar encoder (an
-// e4m3 subnormal quotient, whose rounding docs/formats.md states), in place of Magnitudes8Min's
+// e4m3 subnormal quotient; docs/formats.md, "float8_e4m3fn"), in place of Magnitudes8Min's
 // per-group minimum and its reduction: true when some lane's magnitude is below
 // E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are right,
 // but which the check does not tell apart). Groups of a finite amax only.
@@ -726,7 +728,8 @@ HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
 
 // Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
 // x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
-// E4M3Pow2Lanes' normal test must redo by the scalar encoder (docs/formats.md).
+// E4M3Pow2Lanes' normal test must redo by the scalar encoder (its rounding:
+// docs/formats.md, "float8_e4m3fn").
 template <class F>
 HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
                                         std::uint32_t threshold, F&& f) {
@@ -1722,8 +1725,8 @@ HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
   return _mm512_permutex2var_epi16(tab[0], i, tab[1]);
 }
 
-// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding as the "HiFloat8"
-// section of docs/formats.md states it), by the lane tables of hifloat8_table.h, one per 16-bit
+// The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding:
+// docs/formats.md, "HiFloat8"), by the lane tables of hifloat8_table.h, one per 16-bit
 // lane (the high bytes zero). The shifts right are high halves of products (vpmulhuw): on Zen 4
 // shifts share two pipes with the lookups, multiplies have two of their own.
 HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
@@ -1926,7 +1929,7 @@ struct HiF8LaneFlags {
 
 // The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
 // them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k (the
-// encoding as the "HiFloat8" section of docs/formats.md states it), by hifloat8_lane_tables() on
+// encoding: docs/formats.md, "HiFloat8"), by hifloat8_lane_tables() on
 // one byte per value: about 29 operations per 32 values (and two blends in the loads) where 16-bit
 // lanes took 23 per 16. Each step is taken for all K pairs before the next: the chain from a load
 // to its store is some twenty operations long, and with one pair at a time the scheduler filled
