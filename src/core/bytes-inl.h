@@ -65,20 +65,59 @@ HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char
   CopyBytes(dst + end, src + end, n - end);
 }
 
-// Sends n rows of row_bytes each, built one after another in buf, to out[0..n) in order by
-// StreamBytes: each run of rows that follow each other at their destinations goes out in one
-// call, so that only a run's first and last lines can be partial. The caller issues
-// hwy::FlushStream() before publishing the bytes.
-HWY_INLINE void StreamRows(unsigned char* const* out, const unsigned char* HWY_RESTRICT buf, int n,
-                           std::size_t row_bytes) {
-  for (int i = 0; i < n;) {
-    int j = i + 1;
-    while (j < n && out[j] == out[j - 1] + row_bytes) ++j;
-    StreamBytes(out[i], buf + static_cast<std::size_t>(i) * row_bytes,
-                static_cast<std::size_t>(j - i) * row_bytes);
-    i = j;
+// Rows bound for cache rows, for calls that write more than the caches hold (`stream`): each
+// row is built in an L1 buffer, and every kRows rows each run of them that follow each other in
+// the cache goes out in one piece by StreamBytes, so that only a run's first and last lines can
+// be partial and the others skip their read-for-ownership. Rows go out in the order they were
+// handed out (a repeated slot keeps its last writer), all of them, drained by
+// hwy::FlushStream(), before the object dies. Without `stream`, or for rows too large for the
+// buffer, Row hands out the cache row itself.
+class StagedRows {
+ public:
+  static constexpr int kRows = 4;
+
+  StagedRows(bool stream, std::size_t row_bytes)
+      : row_bytes_(row_bytes), on_(stream && kRows * row_bytes <= kBytes) {}
+  StagedRows(const StagedRows&) = delete;
+  StagedRows& operator=(const StagedRows&) = delete;
+
+  // Where the row bound for cache row `out` is built.
+  unsigned char* Row(unsigned char* out) {
+    if (!on_) return out;
+    out_[n_] = out;
+    return buf_ + static_cast<std::size_t>(n_) * row_bytes_;
   }
-}
+
+  // The row last handed out is complete.
+  void Done() {
+    if (on_ && ++n_ == kRows) Flush();
+  }
+
+  ~StagedRows() {
+    if (!on_) return;
+    Flush();
+    hwy::FlushStream();  // streaming stores are weakly ordered
+  }
+
+ private:
+  void Flush() {
+    for (int i = 0; i < n_;) {
+      int j = i + 1;
+      while (j < n_ && out_[j] == out_[j - 1] + row_bytes_) ++j;
+      StreamBytes(out_[i], buf_ + static_cast<std::size_t>(i) * row_bytes_,
+                  static_cast<std::size_t>(j - i) * row_bytes_);
+      i = j;
+    }
+    n_ = 0;
+  }
+
+  static constexpr std::size_t kBytes = 12 << 10;
+  const std::size_t row_bytes_;
+  const bool on_;
+  int n_ = 0;  // rows handed out since the last flush
+  unsigned char* out_[kRows];
+  alignas(64) unsigned char buf_[kBytes];
+};
 
 }  // namespace kvscatter::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -672,44 +672,12 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
 constexpr std::int64_t kAheadRows = 1;
 
 #if HWY_TARGET != HWY_SCALAR
-// Where the batched kernels below write a batch of kRows rows. A call that writes more than the
-// caches hold (`stream`) quantizes them into this L1 buffer and then streams each run of rows
-// that follow each other in the cache out in one piece with non-temporal stores (StreamBytes),
-// which skips the read-for-ownership of every whole line they fill; other calls, and batches
-// too large for the buffer, write in place. Rows go out in batch order, so a repeated slot
-// still ends with its last writer.
-template <int kRows>
-class BatchRows {
- public:
-  BatchRows(const KvCompressEpilogPlan& p, bool stream)
-      : row_bytes_(p.row_bytes), staged_(stream && kRows * p.row_bytes <= kBytes) {}
-
-  // Where row i of the batch, bound for cache row `out`, is written.
-  std::uint8_t* Row(int i, std::uint8_t* out) { return staged_ ? buf_ + i * row_bytes_ : out; }
-
-  // Sends the batch's first `rows` rows to their cache rows out[0..rows) (staged calls only).
-  void Flush(std::uint8_t* const* out, int rows) {
-    if (staged_) StreamRows(out, buf_, rows, static_cast<std::size_t>(row_bytes_));
-  }
-
-  // Streaming stores are weakly ordered: drained before the pool reports the chunk done.
-  ~BatchRows() {
-    if (staged_) hwy::FlushStream();
-  }
-
- private:
-  static constexpr std::int64_t kBytes = 12 << 10;
-  const std::int64_t row_bytes_;
-  const bool staged_;
-  alignas(64) std::uint8_t buf_[kBytes];
-};
-
 // Prefetches the x rows of the next batch, one per row of the current one: the batched
 // kernels read a batch's rows in the plan loop and then only compute on them, so without
 // this the hardware prefetcher, which follows demand misses, stalls for the whole code loop
 // and calls from memory run compute and memory one after the other. kLocality is the
-// prefetch's: each mode takes the one that measured fastest (bench/performance_notes.md,
-// "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+// prefetch's: each mode takes the one that measured fastest, as measured in
+// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only".
 template <int kLocality>
 HWY_INLINE void PrefetchRow(const KvCompressEpilogPlan& p, std::int64_t r) {
   const auto* row = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(p.x.data) +
@@ -739,7 +707,8 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
   alignas(64) std::uint32_t e[kFp8BatchRows * kStride], fast[kFp8BatchRows * kStride];
   const std::uint16_t* xb[kFp8BatchRows];
   std::uint8_t* ob[kFp8BatchRows];
-  BatchRows<kFp8BatchRows> batch(p, stream);
+  // Calls past the caches build their rows in L1 and stream them out (core/bytes-inl.h).
+  StagedRows staged(stream, static_cast<std::size_t>(p.row_bytes));
   for (std::int64_t r = begin; r < end;) {
     int rows = 0;
     for (; r < end && rows < kFp8BatchRows; ++r) {
@@ -754,11 +723,11 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
       const std::int64_t k = i * kStride;
       // Into L2 (prefetcht1): 1.03-1.07 x the speed of prefetching into L1.
       if (prefetch && r + i < end) PrefetchRow<2>(p, r + i);
-      std::uint8_t* out = batch.Row(i, ob[i]);
+      std::uint8_t* out = staged.Row(ob[i]);
       Fp8Pow2Quantize<kMode0>(xb[i], out, n, groups, amax + k, sub + k, e + k, fast + k);
       if (pad) std::memset(out + p.payload_bytes, 0, pad);
+      staged.Done();
     }
-    batch.Flush(ob, rows);
   }
 }
 
@@ -789,7 +758,7 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
   bool finite[kFp4BatchRows];
   const std::uint16_t* xb[kFp4BatchRows];
   std::uint8_t* ob[kFp4BatchRows];
-  BatchRows<kFp4BatchRows> batch(p, stream);
+  StagedRows staged(stream, static_cast<std::size_t>(p.row_bytes));
   for (std::int64_t r = begin; r < end;) {
     int rows = 0;
     for (; r < end && rows < kFp4BatchRows; ++r) {
@@ -807,15 +776,15 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
       const std::int64_t k = i * kStride;
       // Non-temporal (prefetchnta): 1.05-1.15 x the speed of prefetching into L2 or L1.
       if (prefetch && r + i < end) PrefetchRow<0>(p, r + i);
-      std::uint8_t* out = batch.Row(i, ob[i]);
+      std::uint8_t* out = staged.Row(ob[i]);
       // The pad (under 32 bytes, row_bytes a multiple of 32) by one store of zeros over the
       // row's last 32 bytes before the codes and scales rewrite the payload among them, where a
       // memset call per row took longer.
       if (pad) std::memset(out + p.row_bytes - 32, 0, 32);
       if (!rope(xb[i] + n, out)) HiF8RopeByLanes(xb[i] + n, out, p.x_scale);
       Hif8Fp4Codes(xb[i], out, n, gs, groups, amax + k, inv_b + k, scale_code + k, finite[i]);
+      staged.Done();
     }
-    batch.Flush(ob, rows);
   }
 }
 

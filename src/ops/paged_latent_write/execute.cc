@@ -34,7 +34,7 @@ void run(const PagedLatentWritePlan& plan) {
   job.format = plan.format;
   job.scale = data.scale;
   const std::int64_t token_bytes = (plan.latent_dim + plan.pe_dim) * (es + ces);
-  // Copies, and the fp8_ds_mla entries built from bfloat16 (kernel.cc, DsStage), of calls that
+  // Copies, and the fp8_ds_mla entries built from bfloat16 (kernel.cc, StagedRows), of calls that
   // write more than the caches hold.
   job.stream = (plan.format == LatentCacheFormat::copy &&
                 use_streaming_stores(plan.num_tokens * (plan.latent_dim + plan.pe_dim) * ces)) ||

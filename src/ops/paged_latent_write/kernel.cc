@@ -23,8 +23,8 @@ HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::paged_latent_write::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 using detail::HWY_NAMESPACE::CopyBytes;
+using detail::HWY_NAMESPACE::StagedRows;
 using detail::HWY_NAMESPACE::StreamBytes;
-using detail::HWY_NAMESPACE::StreamRows;
 using formats::HWY_NAMESPACE::BF16Shortcut;
 using formats::HWY_NAMESPACE::MakeBF16Shortcut;
 using formats::HWY_NAMESPACE::QuantizeBF16Row;
@@ -290,63 +290,21 @@ HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) 
   hwy::Prefetch(job.k_pe + (t + kAhead) * job.k_pe_token + 64);
 }
 
-// Where the bfloat16 token loops below build their fp8_ds_mla entries. A call that writes more
-// than the caches hold (job.stream) builds four at a time in this L1 buffer and then streams
-// each run of them that follow each other in the cache out in one piece with non-temporal
-// stores for the whole lines (four 656-byte entries are 41 lines), which skips reading those
-// lines before they are overwritten (measured in bench/performance_notes.md, "A fourth CPU: AMD
-// EPYC (Zen 2), AVX2 only"). Entries go out in token order, so a repeated slot still ends with its
-// last writer, and all of them before the chunk returns. Other calls write in place.
-class DsStage {
- public:
-  explicit DsStage(const Job& job) : on_(job.stream) {}
-  DsStage(const DsStage&) = delete;
-  DsStage& operator=(const DsStage&) = delete;
-
-  // Where the entry bound for `entry` in the cache is built.
-  unsigned char* Entry(unsigned char* entry) {
-    if (!on_) return entry;
-    out_[n_] = entry;
-    return buf_ + n_ * kDsEntryBytes;
-  }
-
-  // The entry last handed out is complete.
-  void Done() {
-    if (on_ && ++n_ == kEntries) Flush();
-  }
-
-  // Streaming stores are weakly ordered: drained before the pool reports the chunk done.
-  ~DsStage() {
-    if (!on_) return;
-    Flush();
-    hwy::FlushStream();
-  }
-
- private:
-  void Flush() {
-    StreamRows(out_, buf_, n_, kDsEntryBytes);
-    n_ = 0;
-  }
-
-  static constexpr int kEntries = 4;
-  const bool on_;
-  int n_ = 0;  // entries built
-  unsigned char* out_[kEntries];
-  alignas(64) unsigned char buf_[kEntries * kDsEntryBytes];
-};
-
-// Token t's entry (null for padding), as `stage` has it built, and its kv_c.
+// Token t's entry (null for padding), where `stage` has it built, and its kv_c. A call that
+// writes more than the caches hold builds its bfloat16 entries in L1 and streams them out
+// (StagedRows; four 656-byte entries are 41 whole lines). Measured in
+// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only".
 HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x,
-                                   DsStage& stage) {
+                                   StagedRows& stage) {
   const std::int64_t slot = job.slots[t];
   if (slot < 0) return nullptr;
   x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
-  return stage.Entry(job.split.address(job.cache, job.block_stride, job.slot_stride, slot));
+  return stage.Row(job.split.address(job.cache, job.block_stride, job.slot_stride, slot));
 }
 
 // The rest of token t's entry once its codes are written: the tile scales and k_pe.
 HWY_INLINE void DsMlaFinish(const Job& job, std::int64_t t, unsigned char* row, const float* scales,
-                            DsStage& stage) {
+                            StagedRows& stage) {
   std::memcpy(row + kDsScaleOffset, scales, 4 * (kDsLatent / kDsTile));
   CopyBytes(row + kDsPeOffset, job.k_pe + t * job.k_pe_token, kDsPe * 2);
   stage.Done();
@@ -659,7 +617,7 @@ KVS_VBMI_ATTR HWY_NOINLINE void WriteDsMlaBytes(const Job& job, std::int64_t beg
       formats::HWY_NAMESPACE::CodeOrder<true>::Get();
   const ByteTiles tiles{TileTables(), MakeByteConstants(), order.Shuffle(), order.Lanes()};
   std::uint64_t next = DsMlaMaxima(job, begin, end, tiles);
-  DsStage stage(job);
+  StagedRows stage(job.stream, kDsEntryBytes);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint64_t all = next;
     next = DsMlaMaxima(job, t + 1, end, tiles);
@@ -678,7 +636,7 @@ HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64
       formats::HWY_NAMESPACE::CodeOrder<true>::Get();
   const WordTiles tiles{TileTables(), order.Shuffle(), order.Lanes()};
   std::uint64_t next = DsMlaMaxima(job, begin, end, tiles);
-  DsStage stage(job);
+  StagedRows stage(job.stream, kDsEntryBytes);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint64_t all = next;
     next = DsMlaMaxima(job, t + 1, end, tiles);
@@ -737,7 +695,7 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
                    : std::uint64_t{0};
   };
   std::uint64_t next = maxima(begin);
-  DsStage stage(job);
+  StagedRows stage(job.stream, kDsEntryBytes);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint64_t all = next;
     next = maxima(t + 1);
@@ -827,7 +785,7 @@ HWY_NOINLINE void WriteDsMlaBytes16(const Job& job, std::int64_t begin, std::int
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   const DsTileTables& tt = TileTables();
-  DsStage stage(job);
+  StagedRows stage(job.stream, kDsEntryBytes);
   for (std::int64_t t = begin; t < end; ++t) {
     DsMlaPrefetch(job, t, end);
     const std::uint16_t* x;
@@ -871,7 +829,7 @@ void WriteDsMlaBF16Tokens(const Job& job, std::int64_t begin, std::int64_t end) 
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   constexpr std::int64_t kTiles = kDsLatent / kDsTile;
-  DsStage stage(job);
+  StagedRows stage(job.stream, kDsEntryBytes);
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint16_t* x;
     unsigned char* row = DsMlaRow(job, t, x, stage);
