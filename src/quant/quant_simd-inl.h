@@ -60,6 +60,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "core/bytes-inl.h"
 #include "core/vbmi.h"
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
@@ -440,23 +441,18 @@ HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int
 #endif
 
 // Loads the 2 * Lanes(d) 16-bit values at x as a pair whose signed pack holds their low bytes
-// in order: on AVX2 the 128-bit blocks of a hold values 0-7 and 16-23, those of b values 8-15
-// and 24-31, so that the pack, which interleaves a and b by block, needs no 64-bit lane permute
-// after it (StoreCodePair's). Three overlapping loads (values 0-15, 8-23 and 16-31) and two
-// blends, which the load ports and any ALU port run, in place of a permute that takes about
-// two cycles of the shuffle ports on some CPUs (AMD Zen 2) and ends the chain from a load to its
-// store. Four 16-byte broadcast loads and two blends measured 2-8 % slower there: one more
-// operation for the front end. Elsewhere two plain loads.
+// in order: on AVX2 by LoadCrossedPair (core/bytes-inl.h), so that the pack, which interleaves
+// a and b by block, needs no 64-bit lane permute after it (StoreCodePair's). Elsewhere two plain
+// loads.
 template <class D>
 HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Vec<D>& a,
                                 hn::Vec<D>& b) {
 #if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
   if constexpr (sizeof(hn::Vec<D>) == 32) {
-    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-    const __m256i mid = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 8));
-    const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 16));
-    a = hn::Vec<D>{_mm256_blend_epi32(lo, mid, 0xF0)};
-    b = hn::Vec<D>{_mm256_blend_epi32(mid, hi, 0xF0)};
+    __m256i lo, hi;
+    detail::HWY_NAMESPACE::LoadCrossedPair(x, lo, hi);
+    a = hn::Vec<D>{lo};
+    b = hn::Vec<D>{hi};
     return;
   }
 #endif
