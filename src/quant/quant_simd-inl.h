@@ -479,8 +479,8 @@ HWY_INLINE void StoreOrderedCodePair(D d, V a, V b, std::uint8_t* HWY_RESTRICT o
 // form that checks its lanes keeps there the smallest t7 it saw, and with kCheck the row
 // returns whether one was below 0x87 (otherwise false). Each pair of vectors is loaded by
 // LoadOrderedPair, so that on AVX2 its pack needs no permute: on a CPU whose permutes take
-// about two cycles of its shuffle pipes (AMD Zen 2), 1.04-1.10 x for kv_compress_epilog's fp8
-// modes and the indexer's fp8 and mxfp8 rows.
+// about two cycles of its shuffle pipes (AMD Zen 2), 1.08-1.17 x at 1,024 tokens for
+// kv_compress_epilog's fp8 modes and the indexer's fp8 and mxfp8 rows.
 template <bool kPerGroup, bool kCheck = false, class Codes>
 HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
