@@ -405,9 +405,11 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2Codes(D d, V w, V s7) {
   return E4M3Pow2CodesOfT7(d, t7, w);
 }
 
-// Stores the low bytes of a's lanes, then b's (both of tag d: a vector's type does not give its
-// lane count where vectors are sizeless). x86 narrows both in one signed pack (the lanes are in
-// [-128, 127]) and one lane permute; elsewhere each vector is narrowed on its own.
+// Stores the low bytes of a pair's lanes in element order, the pair as LoadOrderedPair (below)
+// loads it (both of tag d: a vector's type does not give its lane count where vectors are
+// sizeless). x86 narrows both in one signed pack (the lanes are in [-128, 127]): on AVX2 the
+// loads' order leaves the pack in element order, on AVX-512 one lane permute restores it.
+// Elsewhere each vector is narrowed on its own.
 template <class D, class V>
 HWY_INLINE void StoreCodePair(D d, V a, V b, std::uint8_t* HWY_RESTRICT out) {
   const hn::Rebind<std::int8_t, D> d8;
@@ -421,13 +423,11 @@ HWY_INLINE void StoreCodePair(D, hn::Vec128<std::int16_t> a, hn::Vec128<std::int
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_packs_epi16(a.raw, b.raw));
 }
 #endif
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
 template <class D>
 HWY_INLINE void StoreCodePair(D, hn::Vec256<std::int16_t> a, hn::Vec256<std::int16_t> b,
                               std::uint8_t* HWY_RESTRICT out) {
-  // The pack interleaves a and b by 128-bit block; the permute puts a's blocks first.
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(a.raw, b.raw), 0xD8);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), packed);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_packs_epi16(a.raw, b.raw));
 }
 #endif
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -442,8 +442,8 @@ HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int
 
 // Loads the 2 * Lanes(d) 16-bit values at x as a pair whose signed pack holds their low bytes
 // in order: on AVX2 by LoadCrossedPair (core/bytes-inl.h), so that the pack, which interleaves
-// a and b by block, needs no 64-bit lane permute after it (StoreCodePair's). Elsewhere two plain
-// loads.
+// a and b by block, needs no 64-bit lane permute after it (see StoreCodePair). Elsewhere two
+// plain loads.
 template <class D>
 HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Vec<D>& a,
                                 hn::Vec<D>& b) {
@@ -458,19 +458,6 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
 #endif
   a = hn::LoadU(d, x);
   b = hn::LoadU(d, x + hn::Lanes(d));
-}
-
-// StoreCodePair for a pair loaded by LoadOrderedPair: on AVX2 the pack alone leaves the codes
-// in order; elsewhere the pair is in plain order, and StoreCodePair stores it.
-template <class D, class V>
-HWY_INLINE void StoreOrderedCodePair(D d, V a, V b, std::uint8_t* HWY_RESTRICT out) {
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
-  if constexpr (sizeof(V) == 32) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm256_packs_epi16(a.raw, b.raw));
-    return;
-  }
-#endif
-  StoreCodePair(d, a, b, out);
 }
 
 // A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2Scales8 operands
@@ -501,7 +488,7 @@ HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_REST
     LoadOrderedPair(d, x + i, wa, wb);
     const auto a = codes(d, wa, kPerGroup ? s7(i) : row_s7, low);
     const auto b = codes(d, wb, kPerGroup ? s7(i + L) : row_s7, low);
-    StoreOrderedCodePair(di, a, b, out + i);
+    StoreCodePair(di, a, b, out + i);
   }
   if (i < n) {  // an odd number of vectors
     const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7, low);
