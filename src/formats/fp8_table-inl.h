@@ -421,7 +421,7 @@ HWY_INLINE __m256i RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8
 }
 
 // The 8-value blocks of a group of RowByteCodes with a lane not in ok (its movemask) encoded
-// again as x / scale: bit j of ok is value j % 8 of block {0, 16, 8, 24}[j / 8].
+// again as x / scale: bit j of ok is value j (SplitBlockBytes leaves the bytes in element order).
 template <bool kE4M3>
 HWY_NOINLINE void FixByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint32_t ok,
                                 float scale, unsigned char* HWY_RESTRICT dst) {
