@@ -40,7 +40,8 @@
 //   takes the table then).
 //
 // All of them are exact lane forms of the scalar rules, which these sections state:
-// - the encoders: docs/formats.md, "float8_e4m3fn", "float4_e2m1" and "HiFloat8";
+// - the encoders: docs/formats.md, "float8_e4m3fn", "float4_e2m1", "float4_e1m2" and
+//   "HiFloat8";
 // - the epilog's scales and codes: docs/operators/kv_compress_epilog.md, "Scale formulas";
 // - the indexer's: docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)".
 // None of them depends on the target. They need at least 8 lanes of 16 bits, so the scalar
@@ -467,7 +468,8 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
 // returns whether one was below 0x87 (otherwise false). Each pair of vectors is loaded by
 // LoadOrderedPair, so that on AVX2 its pack needs no permute: on a CPU whose permutes take
 // about two cycles of its shuffle pipes (AMD Zen 2), 1.08-1.17 x at 1,024 tokens for
-// kv_compress_epilog's fp8 modes and the indexer's fp8 and mxfp8 rows.
+// kv_compress_epilog's fp8 modes and the indexer's fp8 and mxfp8 rows (measured in
+// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
 template <bool kPerGroup, bool kCheck = false, class Codes>
 HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
@@ -749,7 +751,8 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
     if (hn::AllFalse(di, below)) continue;
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 && HWY_TARGET <= HWY_SSE4
     // Two bits a lane, from the mask's bytes: Highway narrows a 16-bit lane mask to one bit a
-    // lane by pext, which AMD CPUs before Zen 3 run in microcode, a few hundred cycles a call.
+    // lane by pext, which AMD CPUs before Zen 3 run in microcode, a few hundred cycles a call
+    // (bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
     const hn::Repartition<std::uint8_t, decltype(di)> dm;
     const auto mask = hn::MaskFromVec(hn::BitCast(dm, hn::VecFromMask(di, below)));
     constexpr int kStep = 1;  // log2 of the bits a lane takes
@@ -1165,7 +1168,8 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 }
 // A shift, an add and a blend form each pair, where VBMI's multishift would take two
 // operations instead of three: 512-bit multishifts share their one port with the transposes'
-// shuffles, which the three ops leave alone (measured 2 % faster in the mxfp4 operator).
+// shuffles, which the three ops leave alone (measured 2 % faster in the mxfp4 operator:
+// bench/performance_notes.md, its part on `indexer_quant_cache`).
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   __m512i v[8];
   for (int k = 0; k < 8; ++k) {
