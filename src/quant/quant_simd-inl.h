@@ -8,11 +8,11 @@
 // - Magnitudes8Min: the same for eight groups anywhere (whole rows, or the groups of a few rows),
 //   with their smallest magnitudes per group or for all eight.
 // - E4M3Pow2Scales: from those, the power-of-two scales of kv_compress_epilog's fp8_bf16 and
-//   fp8_e8m0 modes and of indexer_quant_cache's fp8 mode (with round_scale) for many groups at once
-//   (E4M3Pow2Scales8: eight groups, in the forms QuantizeE4M3Pow2Row loads; E4M3Pow2ScalesFloored8:
-//   the same for mxfp8's 1e-4 floor in integer steps). E4M3RowKeys16 + E4M3ScalesOfKeys16
-//   (AVX-512): the same for the sixteen groups of four 128-element rows from one key byte per
-//   value, reduced as bytes.
+//   fp8_e8m0 modes (with round_scale) and of indexer_quant_cache's fp8 (with round_scale) and
+//   mxfp8 modes for many groups at once (E4M3Pow2ScalesByKey8: eight groups in integer steps, in
+//   the forms QuantizeE4M3Pow2Row loads). E4M3RowKeys16 + E4M3ScalesOfKeys16 (AVX-512): the same
+//   for the sixteen groups of four 128-element rows from one key byte per value, reduced as
+//   bytes.
 // - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
 //   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
 //   QuantizeE4M3Pow2Row: the same over a row, two vectors narrowed together.
@@ -282,58 +282,44 @@ HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
   }
 }
 
-// E4M3Pow2Scales for the eight groups of Magnitudes8Min, in the forms the quantizer loads:
-// subw[k] = E4M3Pow2Codes' operand (sub - 7) in both 16-bit halves, as a 32-bit broadcast from
-// memory is a plain load; exp8[k] = e as a byte; fast[k] as there. Returns whether all eight
-// groups are fast.
-HWY_INLINE bool E4M3Pow2Scales8(const std::uint16_t* HWY_RESTRICT amax,
-                                const std::uint16_t* HWY_RESTRICT min1, std::uint32_t c448,
-                                std::uint32_t eps, std::uint32_t* HWY_RESTRICT subw,
-                                std::uint8_t* HWY_RESTRICT exp8, std::uint8_t* HWY_RESTRICT fast) {
-  const hn::CappedTag<std::uint32_t, 8> du;
-  const hn::Rebind<std::uint16_t, decltype(du)> d16;
-  const hn::Rebind<std::uint8_t, decltype(du)> d8;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
-  bool all = true;
-  for (std::int64_t g = 0; g < 8; g += L) {
-    const auto a = hn::PromoteTo(du, hn::LoadU(d16, amax + g));
-    const auto m = hn::PromoteTo(du, hn::LoadU(d16, min1 + g));
-    auto e = hn::Zero(du), sb = hn::Zero(du);
-    const auto ok = E4M3Pow2Lanes(du, a, m, c448, eps, e, sb);
-    const auto s7 = hn::And(hn::Sub(sb, hn::Set(du, 7u)), hn::Set(du, 0xFFFFu));
-    hn::StoreU(hn::Or(s7, hn::ShiftLeft<16>(s7)), du, subw + g);
-    hn::StoreU(hn::TruncateTo(d8, e), d8, exp8 + g);
-    hn::StoreU(hn::TruncateTo(d8, hn::IfThenElseZero(ok, hn::Set(du, 1u))), d8, fast + g);
-    all = all && hn::AllTrue(du, ok);
-  }
-  return all;
-}
-
-// Mode mxfp8's scale rule in integer steps, on 16-bit lanes (the rule:
-// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): for a finite largest
-// magnitude m (bf16 bits & 0x7FFF) the exponent of f32(max(m, 1e-4) * f32(1/448)) rounded up
-// to a power of two is max(k - 8, 105) for the key
-// k = (m + 31) >> 7 (see E4M3RowKeys16; the tests take every finite m through it).
+// The power-of-two scale rule of modes mxfp8 and fp8 in integer steps, on 16-bit lanes (the
+// rules: docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): for a finite
+// largest magnitude m (bf16 bits & 0x7FFF) the exponent of f32(max(m, 1e-4) * f32(1/448))
+// rounded up to a power of two is max(k - 8, 105) for the key k = (m + 31) >> 7 (see
+// E4M3RowKeys16), and that of f32(m * f32(1/448)) (fp8, no floor) is k - 8 wherever it is at
+// least 8 (the product is then an f32 normal, whose mantissa alone decides the rounding up), and
+// below 8 where k - 8 is (the tests take every finite m through both). kFloor: 105 or 0.
 // E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand (e - 127) * 128 + 0x3C00 - 7 of
-// E4M3Pow2Codes (at least 0x30F9).
-template <class D, class V = hn::Vec<D>>
+// E4M3Pow2Codes (at least 0x30F9 with the floor; saturated at 0 for e below 8, whose groups
+// take no lane form but for all-zero ones, whose codes any operand leaves right).
+template <int kFloor, class D, class V = hn::Vec<D>>
 HWY_INLINE V E4M3ExpOfKey(D d, V key) {
   using T = hn::TFromD<D>;
-  return hn::Max(hn::SaturatedSub(key, hn::Set(d, T{8})), hn::Set(d, T{105}));
+  const V e = hn::SaturatedSub(key, hn::Set(d, T{8}));
+  if constexpr (kFloor == 0) {
+    return e;
+  } else {
+    return hn::Max(e, hn::Set(d, T{kFloor}));
+  }
 }
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE V E4M3S7OfExp(D d, V e) {
-  return hn::Sub(hn::ShiftLeft<7>(e), hn::Set(d, hn::TFromD<D>{0x387}));
+  return hn::SaturatedSub(hn::ShiftLeft<7>(e), hn::Set(d, hn::TFromD<D>{0x387}));
 }
 
-// E4M3Pow2Scales8 with eps = f32(1e-4) (mode mxfp8), the same entries and result, by the
-// integer rule above: no float multiply and no 32-bit lanes but for subw. Entries of a group
-// that is not finite differ from E4M3Pow2Scales8's, and are not used (not fast).
-HWY_INLINE bool E4M3Pow2ScalesFloored8(const std::uint16_t* HWY_RESTRICT amax,
-                                       const std::uint16_t* HWY_RESTRICT min1,
-                                       std::uint32_t* HWY_RESTRICT subw,
-                                       std::uint8_t* HWY_RESTRICT exp8,
-                                       std::uint8_t* HWY_RESTRICT fast) {
+// E4M3Pow2Scales with eps = f32(1e-4) (kFloor 105, mode mxfp8) or 0 (kFloor 0, mode fp8) for the
+// eight groups of Magnitudes8Min, by the integer rule above (no float multiply, and no 32-bit
+// lanes but for subw), in the forms the quantizer loads: subw[k] = E4M3Pow2Codes' operand
+// (sub - 7) in both 16-bit halves, as a 32-bit broadcast from memory is a plain load; exp8[k] =
+// e as a byte; fast[k] as there. Returns whether all eight groups are fast. The entries of a
+// group that is not finite, or (kFloor 0) whose exponent is below 8, are not to be used: the
+// first are not fast, and callers send the second by the scalar rules unless all zero.
+template <int kFloor>
+HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
+                                     const std::uint16_t* HWY_RESTRICT min1,
+                                     std::uint32_t* HWY_RESTRICT subw,
+                                     std::uint8_t* HWY_RESTRICT exp8,
+                                     std::uint8_t* HWY_RESTRICT fast) {
   const hn::CappedTag<std::uint32_t, 8> du;
   const hn::Rebind<std::uint16_t, decltype(du)> d16;
   const hn::RebindToSigned<decltype(d16)> di16;
@@ -343,7 +329,7 @@ HWY_INLINE bool E4M3Pow2ScalesFloored8(const std::uint16_t* HWY_RESTRICT amax,
   bool all = true;
   for (std::int64_t g = 0; g < 8; g += L) {
     const auto a = hn::LoadU(d16, amax + g);
-    const auto e = E4M3ExpOfKey(d16, hn::ShiftRight<7>(hn::Add(a, set(31))));
+    const auto e = E4M3ExpOfKey<kFloor>(d16, hn::ShiftRight<7>(hn::Add(a, set(31))));
     const auto s7 = E4M3S7OfExp(d16, e);
     const auto s7w = hn::PromoteTo(du, s7);
     hn::StoreU(hn::Or(s7w, hn::ShiftLeft<16>(s7w)), du, subw + g);
@@ -461,7 +447,7 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
   b = hn::LoadU(d, x + hn::Lanes(d));
 }
 
-// A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2Scales8 operands
+// A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2ScalesByKey8 operands
 // subw[g] (kPerGroup) or all subw[0], each vector's codes made by codes(d, bits, s7, low): one
 // of E4M3Pow2Codes and its narrower-domain forms below. low starts with every lane 0xFFFF; a
 // form that checks its lanes keeps there the smallest t7 it saw, and with kCheck the row
@@ -724,7 +710,7 @@ HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
       x, out, n, subw);
 }
 
-// The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2Scales8: a nonzero
+// The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2ScalesByKey8: a nonzero
 // magnitude (bf16 bits & 0x7FFF) below it has a quotient below e4m3's normal range, where the
 // lane forms above are not exact. Up to 0x1007F.
 HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
@@ -1250,16 +1236,16 @@ HWY_INLINE std::uint32_t SmallestByte(__m512i v) {
       _mm_cvtsi128_si32(_mm_minpos_epu16(_mm_and_si128(m, _mm_set1_epi16(0xFF)))) & 0xFFFF);
 }
 
-// E4M3Pow2Scales8's subw and exp8 for the sixteen groups of E4M3RowKeys16. Returns a bit per set
-// of two rows (bit 0: rows 0-1), set where all its groups are finite and every lane stays
-// e4m3-normal: there the unmasked form is exact and the entries are those E4M3Pow2Scales8
-// gives. The other sets' entries are not to be used (their rows take E4M3Pow2Scales8).
+// E4M3Pow2ScalesByKey8<105>'s subw and exp8 for the sixteen groups of E4M3RowKeys16. Returns a bit
+// per set of two rows (bit 0: rows 0-1), set where all its groups are finite and every lane stays
+// e4m3-normal: there the unmasked form is exact and the entries are those E4M3Pow2ScalesByKey8
+// gives. The other sets' entries are not to be used (their rows take E4M3Pow2ScalesByKey8).
 HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* HWY_RESTRICT subw,
                                        std::uint8_t* HWY_RESTRICT exp16) {
   const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
   const hn::Full256<std::uint16_t> d16;
   const __m256i g = keys.max.raw;
-  const hn::Vec256<std::uint16_t> ev = E4M3ExpOfKey(d16, keys.max);
+  const hn::Vec256<std::uint16_t> ev = E4M3ExpOfKey<105>(d16, keys.max);
   const __m256i e = ev.raw;
   // E4M3Pow2Codes' operand in both halves by one word permute.
   StoreScales16(E4M3S7OfExp(d16, ev).raw, e, subw, exp16);

@@ -964,6 +964,24 @@ TEST(IndexerSweep, Bfloat16Mxfp8EveryLargestMagnitude) {
   expect_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
 }
 
+// Mode fp8 (round_scale), d = 128: rows whose largest magnitude is each finite bf16 magnitude in
+// turn (either sign), the other lanes just below it, so that the integer scale rule meets every
+// largest magnitude: the scale exponents from 8 on in sets that take the lane forms, and the
+// rows below them (all-zero rows among them, with zeros of either sign), which only the scalar
+// rules may write, on every SIMD target.
+TEST(IndexerSweep, Bfloat16Fp8EveryLargestMagnitude) {
+  std::mt19937_64 rng(41);
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t top = 0; top < 0x7F80; ++top) {
+    for (std::uint32_t k = 0; k < 128; ++k) {
+      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 200u) + 1));
+      const std::uint32_t mag = k == top % 128 ? top : top - below;
+      x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+    }
+  }
+  expect_rows_match(x, 128, IndexerQuantMode::fp8, DType::float8_e4m3fn);
+}
+
 // The modes that scale by powers of two (fp8 with round_scale, mxfp8, mxfp4 into both FP4
 // caches) over rows with one lane of +-infinity and no NaN, so that the infinity is its group's
 // largest magnitude: such a group takes the scalar rules, the others of its row and batch keep

@@ -307,8 +307,8 @@ void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
 
-// The smallest scale exponent (biased) whose lane operand sub - 7 does not wrap below zero:
-// sub = (e - 127) * 128 + 0x3C00 is at least 7 from e = 8 on.
+// The smallest scale exponent (biased) whose lane operand sub - 7 is not below zero (below it,
+// the operand saturates at 0): sub = (e - 127) * 128 + 0x3C00 is at least 7 from e = 8 on.
 constexpr std::uint8_t kMinLaneExp = 8;
 
 // One fp8 row of fast_fp8_rows that may not take the unmasked form (see there); out of line, so
@@ -362,8 +362,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   bool all_fast[kMaxBatch / 8];
   for (int c = 0; c < n; c += 8) {
     qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
-    all_fast[c / 8] =
-        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
+    all_fast[c / 8] = qn::E4M3Pow2ScalesByKey8<0>(amax + c, min1 + c, subw + c, exp + c, fast + c);
   }
   for (int c = 0; c < b.n; c += 8) {
     const int m = std::min(c + 8, b.n);
@@ -377,7 +376,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     if (!tight) {
       if constexpr (kSetMin) {  // each row's own minimum: a row may pass where the set failed
         qn::Magnitudes8Min<16, false>(units + c, d, amax + c, min1 + c);
-        qn::E4M3Pow2Scales8(amax + c, min1 + c, kC448Bits, 0, subw + c, exp + c, fast + c);
+        qn::E4M3Pow2ScalesByKey8<0>(amax + c, min1 + c, subw + c, exp + c, fast + c);
       }
       for (int k = c; k < m; ++k) {
         if (fast[k] != 0 && exp[k] >= kMinLaneExp) {  // fast: finite, every lane e4m3-normal
@@ -456,7 +455,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
       const int c = 4 * k;
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
-      set_fast[k / 2] = qn::E4M3Pow2ScalesFloored8(amax + c, min1, subw + c, exp + c, fast + c);
+      set_fast[k / 2] = qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1, subw + c, exp + c, fast + c);
     };
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     // AVX-512: the scales of four rows from one key byte per value (E4M3RowKeys16); a set that
@@ -491,7 +490,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const int used = batch_groups(b, groups, units);
   for (int c = 0; c < used; c += 8) {
     qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
-    all &= qn::E4M3Pow2ScalesFloored8(amax + c, min1, subw + c, exp + c, fast + c);
+    all &= qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1, subw + c, exp + c, fast + c);
   }
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
