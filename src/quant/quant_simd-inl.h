@@ -7,15 +7,14 @@
 //   of one reduction (and one dependency chain) per group (Reduce8 is the reduction).
 // - Magnitudes8Min: the same for eight groups anywhere (whole rows, or the groups of a few rows),
 //   with their smallest magnitudes per group or for all eight.
-// - E4M3Pow2Scales: from those, the power-of-two scales of kv_compress_epilog's fp8_bf16 and
-//   fp8_e8m0 modes (with round_scale) and of indexer_quant_cache's fp8 (with round_scale) and
-//   mxfp8 modes for many groups at once (E4M3Pow2ScalesByKey8: eight groups in integer steps, in
-//   the forms QuantizeE4M3Pow2Row loads). E4M3RowKeys16 + E4M3ScalesOfKeys16 (AVX-512): the same
-//   for the sixteen groups of four 128-element rows from one key byte per value, reduced as
-//   bytes.
-// - QuantizeE4M3Pow2Group: codes of one group divided by a power of two, on 16-bit lanes
-//   straight from the bf16 bits, two codes per 32-bit lane's worth of work.
-//   QuantizeE4M3Pow2Row: the same over a row, two vectors narrowed together.
+// - E4M3Pow2ScalesByKey8: from those, the power-of-two scales of kv_compress_epilog's fp8_bf16
+//   and fp8_e8m0 modes (with round_scale) and of indexer_quant_cache's fp8 (with round_scale) and
+//   mxfp8 modes, eight groups at a time in integer steps, in the forms the quantizers load.
+//   E4M3RowKeys16 + E4M3ScalesOfKeys16 (AVX-512): the same for the sixteen groups of four
+//   128-element rows from one key byte per value, reduced as bytes.
+// - QuantizeE4M3Pow2RowUnmasked, QuantizeE4M3Pow2RowInRange, QuantizeE4M3Pow2RowChecked: codes
+//   of a row's groups divided by their powers of two, on 16-bit lanes straight from the bf16
+//   bits, two vectors narrowed together.
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
@@ -150,9 +149,9 @@ HWY_INLINE void Reduce8(D d, const hn::Vec<D>* m, Op op, hn::TFromD<D>* HWY_REST
 template <std::size_t kGs>
 using GroupTag = hn::CappedTag<std::uint16_t, kGs>;
 
-// The smallest magnitude m of a group (zeros included) as the min1 entry that E4M3Pow2Lanes
-// reads: m - 1, saturated at 0, so that a zero fails every normal threshold. The scalar form
-// and the form for eight entries in place.
+// The smallest magnitude m of a group (zeros included) as the min1 entry that
+// E4M3Pow2ScalesByKey8 reads: m - 1, saturated at 0, so that a zero fails every normal threshold.
+// The scalar form and the form for eight entries in place.
 HWY_INLINE std::uint16_t SaturatedDecrement(std::uint16_t m) {
   return static_cast<std::uint16_t>(m == 0 ? 0 : m - 1);
 }
@@ -168,7 +167,7 @@ HWY_INLINE void SaturatedDecrement8(std::uint16_t* HWY_RESTRICT min1) {
 // the largest (bits & 0x7FFF), an order of the magnitudes that puts every NaN
 // above infinity, and, with kMin, min1[g] = the smallest (bits & 0x7FFF), zeros
 // included, less one and saturated at 0 (as Magnitudes8's). A group holding a
-// zero then reads to E4M3Pow2Lanes as one with a magnitude below every normal
+// zero then reads to E4M3Pow2ScalesByKey8 as one with a magnitude below every normal
 // threshold: not fast, so the unmasked codes, wrong for zeros, never meet one.
 // Both arrays need groups + 8 entries. Needs at least 8 lanes (every target
 // but scalar).
@@ -225,73 +224,19 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 #endif
 }
 
-// E4M3Pow2Scales' form of the power-of-two scale 2^ceil(log2(max(amax, eps) * c)) on 32-bit
-// lanes, from amax and min1 (zero-extended): e and sb (sub before its truncation to 16 bits);
-// returns fast. The scale rules it serves are stated in two places:
-// - fp8_bf16 and fp8_e8m0 with round_scale:
-//   docs/operators/kv_compress_epilog.md, "Scale formulas";
-// - the indexer's fp8 (eps = 0) and mxfp8:
-//   docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)".
-template <class DU, class VU = hn::Vec<DU>>
-HWY_INLINE hn::Mask<DU> E4M3Pow2Lanes(DU du, VU a, VU min1, std::uint32_t c448, std::uint32_t eps,
-                                      VU& e, VU& sb) {
-  const hn::Rebind<float, DU> df;
-  const hn::RebindToSigned<DU> di;
-  const auto k448 = hn::BitCast(df, hn::Set(du, c448));
-  const auto keps = hn::BitCast(df, hn::Set(du, eps));
-  const auto s = hn::Mul(hn::Max(hn::BitCast(df, hn::ShiftLeft<16>(a)), keps), k448);
-  // Ceiling to a power of two: one more than the exponent field when any mantissa bit is set,
-  // which adding 0x7FFFFF carries into it (s has no sign bit, so the sum does not wrap).
-  e = hn::ShiftRight<23>(hn::Add(hn::BitCast(du, s), hn::Set(du, 0x7FFFFFu)));
-  // (e - 127) * 128 + 0x3C00 = e * 128 - 0x380; kept modulo 2^16 by the truncation below.
-  sb = hn::Sub(hn::ShiftLeft<7>(e), hn::Set(du, 0x380u));
-  // Smallest magnitude >= sub + 0x80 <=> every quotient is e4m3-normal; a group holding a zero
-  // has min1 = 0 (a saturated decrement), so min1 + 1 = 1 fails every threshold.
-  const auto smallest = hn::Add(min1, hn::Set(du, 1u));
-  const auto threshold = hn::Add(hn::And(sb, hn::Set(du, 0xFFFFu)), hn::Set(du, 0x80u));
-  const auto normal = hn::Not(hn::Lt(hn::BitCast(di, smallest), hn::BitCast(di, threshold)));
-  const auto finite = hn::Lt(hn::BitCast(di, a), hn::Set(di, 0x7F80));
-  return hn::And(hn::RebindMask(du, normal), hn::RebindMask(du, finite));
-}
-
-// Per-group plan of fp8_bf16 and fp8_e8m0 with power-of-two scales (round_scale; the scale rule
-// is docs/operators/kv_compress_epilog.md, "Scale formulas"), from GroupMagnitudes with kMin: the
-// scale s = 2^(e - 127) = ceil_pow2(max(amax, 1e-4) * f32(1/448)), and
-// - sub[g] = (e - 127) * 128 + 0x3C00 modulo 2^16: subtracted from a magnitude's bf16 bits, it
-//   divides by s and rebiases the exponent from 127 to e4m3's 7 (bf16 bits of |v / s| - 120 << 7);
-// - exp[g] = e (the e8m0 byte; the bf16 scale is e << 7);
-// - fast[g] = 1 when QuantizeE4M3Pow2RowUnmasked is exact for the group: amax finite, no zero,
-//   and every v / s at least 2^-6 (e4m3 normal), else 0 (the caller takes the general path).
-// c448 and eps are the bit patterns of f32(1/448) and f32(1e-4). Arrays of groups + 8 entries.
-HWY_INLINE void E4M3Pow2Scales(const std::uint16_t* HWY_RESTRICT amax,
-                               const std::uint16_t* HWY_RESTRICT min1, std::int64_t groups,
-                               std::uint32_t c448, std::uint32_t eps,
-                               std::uint16_t* HWY_RESTRICT sub, std::uint32_t* HWY_RESTRICT exp,
-                               std::uint32_t* HWY_RESTRICT fast) {
-  const hn::CappedTag<std::uint32_t, 8> du;
-  const hn::Rebind<std::uint16_t, decltype(du)> d16;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
-  for (std::int64_t g = 0; g < groups; g += L) {
-    const auto a = hn::PromoteTo(du, hn::LoadU(d16, amax + g));
-    const auto m = hn::PromoteTo(du, hn::LoadU(d16, min1 + g));
-    auto e = hn::Zero(du), sb = hn::Zero(du);
-    const auto ok = E4M3Pow2Lanes(du, a, m, c448, eps, e, sb);
-    hn::StoreU(hn::TruncateTo(d16, sb), d16, sub + g);
-    hn::StoreU(e, du, exp + g);
-    hn::StoreU(hn::IfThenElseZero(ok, hn::Set(du, 1u)), du, fast + g);
-  }
-}
-
-// The power-of-two scale rule of modes mxfp8 and fp8 in integer steps, on 16-bit lanes (the
-// rules: docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): for a finite
-// largest magnitude m (bf16 bits & 0x7FFF) the exponent of f32(max(m, 1e-4) * f32(1/448))
-// rounded up to a power of two is max(k - 8, 105) for the key k = (m + 31) >> 7 (see
-// E4M3RowKeys16), and that of f32(m * f32(1/448)) (fp8, no floor) is k - 8 wherever it is at
-// least 8 (the product is then an f32 normal, whose mantissa alone decides the rounding up), and
-// below 8 where k - 8 is (the tests take every finite m through both). kFloor: 105 or 0.
-// E4M3ExpOfKey gives that exponent e, E4M3S7OfExp the operand (e - 127) * 128 + 0x3C00 - 7 of
-// E4M3Pow2Codes (at least 0x30F9 with the floor; saturated at 0 for e below 8, whose groups
-// take no lane form but for all-zero ones, whose codes any operand leaves right).
+// The power-of-two scales of kv_compress_epilog's fp8_bf16 and fp8_e8m0 modes with round_scale
+// (docs/operators/kv_compress_epilog.md, "Scale formulas") and of the indexer's modes fp8 with
+// round_scale and mxfp8 (docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"):
+// s = 2^(e - 127) = ceil_pow2(f32(max(amax, eps) * f32(1/448))), eps = f32(1e-4) but in mode fp8
+// (none). In integer steps on 16-bit lanes: for a finite largest magnitude m (bf16 bits &
+// 0x7FFF) the exponent with the floor is max(k - 8, 105) for the key k = (m + 31) >> 7 (see
+// E4M3RowKeys16), and without it k - 8 wherever that is at least 8 (the product is then an f32
+// normal, whose mantissa alone decides the rounding up), and below 8 where k - 8 is (the tests
+// take every finite m through both). kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
+// E4M3S7OfExp the operand s7 = sub - 7 of E4M3Pow2CodesOfT7, where sub = (e - 127) * 128 + 0x3C00:
+// subtracted from a magnitude's bf16 bits, sub divides by s and rebiases the exponent from 127
+// to e4m3's 7. s7 is at least 0x30F9 with the floor, and saturates at 0 for e below 8, whose
+// groups take no lane form but for all-zero ones, whose codes any operand leaves right.
 template <int kFloor, class D, class V = hn::Vec<D>>
 HWY_INLINE V E4M3ExpOfKey(D d, V key) {
   using T = hn::TFromD<D>;
@@ -307,11 +252,12 @@ HWY_INLINE V E4M3S7OfExp(D d, V e) {
   return hn::SaturatedSub(hn::ShiftLeft<7>(e), hn::Set(d, hn::TFromD<D>{0x387}));
 }
 
-// E4M3Pow2Scales with eps = f32(1e-4) (kFloor 105, mode mxfp8) or 0 (kFloor 0, mode fp8) for the
-// eight groups of Magnitudes8Min, by the integer rule above (no float multiply, and no 32-bit
-// lanes but for subw), in the forms the quantizer loads: subw[k] = E4M3Pow2Codes' operand
-// (sub - 7) in both 16-bit halves, as a 32-bit broadcast from memory is a plain load; exp8[k] =
-// e as a byte; fast[k] as there. Returns whether all eight groups are fast. The entries of a
+// The scales above for eight groups, from their largest magnitudes amax and their smallest ones
+// min1 as GroupMagnitudes or Magnitudes8Min give them (less one, saturated), in the forms the
+// quantizer loads: subw[k] = s7 in both 16-bit halves, as a 32-bit broadcast from memory is a
+// plain load; exp8[k] = e (the e8m0 byte; the bf16 scale is e << 7); fast[k] = 1 when
+// QuantizeE4M3Pow2RowUnmasked is exact for the group: amax finite, no zero, and every v / s at
+// least 2^-6 (e4m3-normal), else 0. Returns whether all eight groups are fast. The entries of a
 // group that is not finite, or (kFloor 0) whose exponent is below 8, are not to be used: the
 // first are not fast, and callers send the second by the scalar rules unless all zero.
 template <int kFloor>
@@ -347,49 +293,22 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
   return all;
 }
 
-// e4m3fn codes of the kGs bf16 values at x divided by the power of two whose E4M3Pow2Scales
-// entry is sub, for a group with fast = 1: |q| is the magnitude bits minus sub (saturating at
-// 0 for zeros), clamped to 448, its 7 mantissa bits rounded to 3, nearest even; the sign is
-// the input's. The rounding's +7 rides on the subtraction: where t + 7 carries into bit 4 the
-// result rounds up whatever the parity, so bit 4 of t + 7 serves as t's parity bit.
-template <std::size_t kGs>
-HWY_INLINE void QuantizeE4M3Pow2Group(const std::uint16_t* HWY_RESTRICT x,
-                                      std::uint8_t* HWY_RESTRICT out, std::uint16_t sub) {
-  const GroupTag<kGs> d;
-  const hn::Rebind<std::uint8_t, decltype(d)> d8;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(d));
-  const auto vsub = hn::Set(d, static_cast<std::uint16_t>(sub - 7));  // sub >= 0x3100
-  const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
-  const auto max448 = hn::Set(d, std::uint16_t{0x07E7});  // 448 in e4m3-biased bf16 bits, + 7
-  const auto one = hn::Set(d, std::uint16_t{1});
-  const auto sign = hn::Set(d, std::uint16_t{0x80});
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(kGs); i += L) {
-    const auto w = hn::LoadU(d, x + i);
-    const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, mag), vsub), max448);
-    const auto code = hn::ShiftRight<4>(hn::Add(t7, hn::And(hn::ShiftRight<4>(t7), one)));
-    hn::StoreU(hn::TruncateTo(d8, hn::OrAnd(code, hn::ShiftRight<8>(w), sign)), d8, out + i);
-  }
-}
-
-// QuantizeE4M3Pow2Group's code of each lane of w as a signed 16-bit value whose low byte is the
-// code (in [-128, 127], so a signed narrowing keeps it), from t7: the lane's magnitude bits
-// minus s7 (that function's sub - 7), clamped to 448 where needed. The rounded magnitude is
-// built four bits up, where the sign can be or-ed in unshifted and one arithmetic shift both
-// lowers the code and extends the sign. E4M3Pow2Codes and its narrower-domain forms below
-// differ only in how they form t7.
+// The e4m3fn code of each lane of w divided by the power of two whose operand is s7 (see
+// E4M3ExpOfKey), as a signed 16-bit value whose low byte is the code (in [-128, 127], so a
+// signed narrowing keeps it), from t7: the lane's magnitude bits minus s7, saturating at 0 for
+// zeros, at most 0x07E7 (448 in e4m3-biased bf16 bits, plus 7). Its 7 mantissa bits are rounded
+// to 3, nearest even, and the sign is the input's. The rounding's +7 rides on the subtraction
+// (s7 = sub - 7): where t + 7 carries into bit 4 the result rounds up whatever the parity, so
+// bit 4 of t + 7 serves as t's parity bit. The rounded magnitude is built four bits up, where
+// the sign can be or-ed in unshifted and one arithmetic shift both lowers the code and extends
+// the sign. The forms below (E4M3Pow2CodesInRange, E4M3Pow2CodesUnmasked) differ in how they
+// form t7.
 template <class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesOfT7(D d, V t7, V w) {
   const hn::RebindToSigned<D> di;
   // 16 * (t7 + bit 4 of t7), below 0x8000 where t7 is at most 0x07E7.
   const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
   return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
-}
-
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2Codes(D d, V w, V s7) {
-  const auto t7 = hn::Min(hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7),
-                          hn::Set(d, std::uint16_t{0x07E7}));
-  return E4M3Pow2CodesOfT7(d, t7, w);
 }
 
 // Stores the low bytes of a pair's lanes in element order, the pair as LoadOrderedPair (below)
@@ -449,7 +368,7 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
 
 // A row of n bf16 values (n a multiple of 32) whose 32-groups use the E4M3Pow2ScalesByKey8 operands
 // subw[g] (kPerGroup) or all subw[0], each vector's codes made by codes(d, bits, s7, low): one
-// of E4M3Pow2Codes and its narrower-domain forms below. low starts with every lane 0xFFFF; a
+// of the forms of E4M3Pow2CodesOfT7 below. low starts with every lane 0xFFFF; a
 // form that checks its lanes keeps there the smallest t7 it saw, and with kCheck the row
 // returns whether one was below 0x87 (otherwise false). Each pair of vectors is loaded by
 // LoadOrderedPair, so that on AVX2 its pack needs no permute: on a CPU whose permutes take
@@ -484,16 +403,6 @@ HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_REST
   }
   if (!kCheck) return false;
   return !hn::AllFalse(d, hn::Lt(low, hn::Set(d, std::uint16_t{0x87})));
-}
-
-// QuantizeE4M3Pow2Group over a row: every lane exact.
-template <bool kPerGroup>
-HWY_INLINE void QuantizeE4M3Pow2Row(const std::uint16_t* HWY_RESTRICT x,
-                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                                    const std::uint32_t* HWY_RESTRICT subw) {
-  QuantizeE4M3Pow2RowBy<kPerGroup>(
-      [](auto d, auto w, auto s7, auto&) HWY_ATTR { return E4M3Pow2Codes(d, w, s7); }, x, out, n,
-      subw);
 }
 
 // FP4 (e2m1) by thresholds. The code of v in a group with multiplier m (a bf16 value as f32,
@@ -666,12 +575,12 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
 }
 #endif  // KVS_E2M1_BYTE_BUCKETS
 
-// ---- Power-of-two e4m3 rows without the clamp, and their lanes below the normal range -----
+// ---- Power-of-two e4m3 rows, and their lanes below the normal range ------------------------
 
-// E4M3Pow2Codes without the clamp at 448, for a group whose amax is finite and whose scale 2^k
-// is E4M3Pow2Lanes' ceil_pow2(f32(max(amax, eps) * f32(1/448))) (the scale rules:
-// docs/operators/kv_compress_epilog.md, "Scale formulas", and
-// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"): no quotient exceeds 448
+// E4M3Pow2CodesOfT7 of the magnitude bits less s7, with no clamp at 448: for a group whose amax
+// is finite and whose scale 2^k is E4M3Pow2ScalesByKey8's ceil_pow2(f32(max(amax, eps) *
+// f32(1/448))) (the scale rules: docs/operators/kv_compress_epilog.md, "Scale formulas", and
+// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"), no quotient exceeds 448
 // there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) (bits
 // 0x3B124925) lies above 1/448 the product would exceed 2^k by more than its rounding, so 2^k
 // would not be its ceiling.
@@ -682,7 +591,8 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7, V
   return E4M3Pow2CodesOfT7(d, t7, w);
 }
 
-// QuantizeE4M3Pow2Row with E4M3Pow2CodesInRange (for groups whose amax is finite).
+// QuantizeE4M3Pow2RowBy with E4M3Pow2CodesInRange (for groups whose amax is finite), every
+// lane exact.
 template <bool kPerGroup>
 HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
@@ -710,7 +620,7 @@ HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
       x, out, n, subw);
 }
 
-// The threshold of E4M3Pow2Lanes' fast test from a subw entry of E4M3Pow2ScalesByKey8: a nonzero
+// The threshold of the normal test from a subw entry of E4M3Pow2ScalesByKey8: a nonzero
 // magnitude (bf16 bits & 0x7FFF) below it has a quotient below e4m3's normal range, where the
 // lane forms above are not exact. Up to 0x1007F.
 HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
@@ -719,7 +629,7 @@ HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
 
 // Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
 // x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
-// E4M3Pow2Lanes' normal test must redo by the scalar encoder (its rounding:
+// E4M3Pow2ScalesByKey8's normal test must redo by the scalar encoder (its rounding:
 // docs/formats.md, "float8_e4m3fn").
 template <class F>
 HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
@@ -1195,11 +1105,11 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
 
 // Mode mxfp8's scales (docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)") of
 // four 128-element rows from one byte per value. A group's scale
-// exponent (E4M3Pow2Lanes' e) is max(((m + 31) >> 7) - 8, 105) for its largest magnitude m (bf16
-// bits & 0x7FFF), finite: f32(m * f32(1/448)) has a nonzero mantissa exactly where m's mantissa
-// is above 96 (1.75 x 2^k times f32(1/448) rounds to 2^(k - 8) exactly), which the 31 carries
-// into the exponent field, and the 1e-4 floor is the 105. The key min((m + 31) >> 7, 255) is
-// monotone in m, so a group's largest key is its largest magnitude's: the maxima run on bytes,
+// exponent (E4M3Pow2ScalesByKey8's e) is max(((m + 31) >> 7) - 8, 105) for its largest magnitude m
+// (bf16 bits & 0x7FFF), finite: f32(m * f32(1/448)) has a nonzero mantissa exactly where m's
+// mantissa is above 96 (1.75 x 2^k times f32(1/448) rounds to 2^(k - 8) exactly), which the 31
+// carries into the exponent field, and the 1e-4 floor is the 105. The key min((m + 31) >> 7, 255)
+// is monotone in m, so a group's largest key is its largest magnitude's: the maxima run on bytes,
 // two groups to a vector, as FP4RowExponents16's do (the doubling drops the sign, the saturating
 // add caps the key at 255, which marks a group that may not be finite). The same bytes give
 // each set of two rows its smallest key: a key k means an exponent field of at least k - 1, so
@@ -1247,7 +1157,7 @@ HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* H
   const __m256i g = keys.max.raw;
   const hn::Vec256<std::uint16_t> ev = E4M3ExpOfKey<105>(d16, keys.max);
   const __m256i e = ev.raw;
-  // E4M3Pow2Codes' operand in both halves by one word permute.
+  // E4M3Pow2CodesOfT7's operand in both halves by one word permute.
   StoreScales16(E4M3S7OfExp(d16, ev).raw, e, subw, exp16);
   // Each lane's set's smallest key, plus 5, against its e; every key below 255.
   const __m256i low = _mm256_inserti128_si256(
@@ -1574,8 +1484,8 @@ HWY_INLINE std::uint16_t SmallestLane(hn::Full256<std::uint16_t>, hn::Vec256<std
 // 32-lane vector per group where 512-bit operations take two issue slots (AMD Zen 4).
 //
 // A group without zeros gets its smallest nonzero magnitude less one; a group holding a zero gets
-// min1 = 0, which E4M3Pow2Lanes reads as a nonzero magnitude below every threshold (not fast),
-// so its lanes below the normal range are looked for one by one (zeros need no fix). One
+// min1 = 0, which E4M3Pow2ScalesByKey8 reads as a nonzero magnitude below every threshold (not
+// fast), so its lanes below the normal range are looked for one by one (zeros need no fix). One
 // minimum for eight groups costs a fold and one horizontal reduction where eight minimums cost
 // a second Reduce8; compared with the largest of the groups' thresholds it is a stricter test
 // than each group's own minimum, and almost as often passed.

@@ -61,8 +61,9 @@ struct Scratch {
   float* x = nullptr;
   float* y = nullptr;
   HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys of a row
-  HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8], sub[kMaxGroups + 8];
-  HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], fast[kMaxGroups + 8];
+  HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8];
+  HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], subw[kMaxGroups + 8];
+  std::uint8_t fast[kMaxGroups + 8];
   std::uint8_t scale[kMaxGroups * 4];
 };
 
@@ -509,13 +510,15 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
                     std::uint8_t* scale) {
   const std::int64_t groups = d / 32;
   qn::GroupMagnitudes<32, true>(src, groups, s.amax, s.min1);
-  qn::E4M3Pow2Scales(s.amax, s.min1, groups, kC448Bits, kEpsBits, s.sub, s.exp, s.fast);
+  for (std::int64_t g = 0; g < groups; g += 8) {  // the scale bytes straight into s.scale
+    qn::E4M3Pow2ScalesByKey8<105>(s.amax + g, s.min1 + g, s.subw + g, s.scale + g, s.fast + g);
+  }
   for (std::int64_t g = 0; g < groups; ++g) {
     if (s.amax[g] < kInfBits) {
-      qn::QuantizeE4M3Pow2Group<32>(src + 32 * g, codes + 32 * g, s.sub[g]);
-      s.scale[g] = static_cast<std::uint8_t>(s.exp[g]);
+      qn::QuantizeE4M3Pow2RowInRange<false>(src + 32 * g, codes + 32 * g, 32, s.subw + g);
       if (s.fast[g] == 0) {
-        fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, s.sub[g] + 0x80u, s.exp[g]);
+        fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(s.subw[g]),
+                               s.scale[g]);
       }
     } else {
       formats::bfloat16_to_float32(src + 32 * g, s.x, 32);

@@ -380,16 +380,22 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
 
 #if HWY_TARGET != HWY_SCALAR
 // First phase of an fp8 row with power-of-two scales (round_scale): the magnitudes and scales
-// of all its groups (see E4M3Pow2Scales for sub, e and fast). A long dependency chain (loads,
-// reductions, scale rules) with little work, so the row driver runs it for several rows
-// before quantizing any of them: the chains then overlap instead of following each other.
+// of all its groups, eight at a time (see E4M3Pow2ScalesByKey8 for subw, e and fast: the scale
+// rule in integer steps on 16-bit lanes; with a float multiply on 32-bit lanes the call took
+// 1.06-1.09 x as long on AVX2: bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2
+// only").
+// A long dependency chain (loads, reductions, scale rules) with little work, so the row driver
+// runs it for several rows before quantizing any of them: the chains then overlap instead of
+// following each other.
 HWY_INLINE void Fp8Pow2Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
-                            std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT sub,
-                            std::uint32_t* HWY_RESTRICT e, std::uint32_t* HWY_RESTRICT fast) {
+                            std::uint16_t* HWY_RESTRICT amax, std::uint32_t* HWY_RESTRICT subw,
+                            std::uint8_t* HWY_RESTRICT e, std::uint8_t* HWY_RESTRICT fast) {
   namespace qn = quant::HWY_NAMESPACE;
   alignas(64) std::uint16_t min1[kMaxGroups + 8];
   qn::GroupMagnitudes<64, true, 16>(x, groups, amax, min1);
-  qn::E4M3Pow2Scales(amax, min1, groups, kC448Bits, kEpsBits, sub, e, fast);
+  for (std::int64_t g = 0; g < groups; g += 8) {
+    qn::E4M3Pow2ScalesByKey8<105>(amax + g, min1 + g, subw + g, e + g, fast + g);
+  }
 }
 
 // Second phase: the rope, the codes and the scale bytes of the row. Groups with fast = 1
@@ -401,9 +407,9 @@ template <bool kMode0>
 HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
                                 std::int64_t n, std::int64_t groups,
                                 const std::uint16_t* HWY_RESTRICT amax,
-                                const std::uint16_t* HWY_RESTRICT sub,
-                                const std::uint32_t* HWY_RESTRICT e,
-                                const std::uint32_t* HWY_RESTRICT fast) {
+                                const std::uint32_t* HWY_RESTRICT subw,
+                                const std::uint8_t* HWY_RESTRICT e,
+                                const std::uint8_t* HWY_RESTRICT fast) {
   std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
   std::uint8_t* data = out + 128;
   std::uint8_t* scale = out + 128 + n;
@@ -419,9 +425,8 @@ HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_
     // which is below amax / 448 by float32 rounding at most, and no bfloat16 amax lies that
     // close above 448 times a power of two (the nearest is 2^-8 away), so no quotient passes
     // 448.
-    const std::uint32_t s7 = static_cast<std::uint16_t>(sub[g] - 7u);
-    const std::uint32_t subw = s7 | s7 << 16;
-    quant::HWY_NAMESPACE::QuantizeE4M3Pow2RowUnmasked<false>(x + 64 * g, data + 64 * g, 64, &subw);
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2RowUnmasked<false>(x + 64 * g, data + 64 * g, 64,
+                                                             subw + g);
     if (kMode0) {
       PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
     } else {
@@ -437,10 +442,10 @@ void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
   alignas(64) std::uint16_t amax[kMaxGroups + 8];
 #if HWY_TARGET != HWY_SCALAR
   if (kRoundScale) {
-    alignas(64) std::uint16_t sub[kMaxGroups + 8];
-    alignas(64) std::uint32_t e[kMaxGroups + 8], fast[kMaxGroups + 8];
-    Fp8Pow2Plan(x, groups, amax, sub, e, fast);
-    Fp8Pow2Quantize<kMode0>(x, out, n, groups, amax, sub, e, fast);
+    alignas(64) std::uint32_t subw[kMaxGroups + 8];
+    alignas(64) std::uint8_t e[kMaxGroups + 8], fast[kMaxGroups + 8];
+    Fp8Pow2Plan(x, groups, amax, subw, e, fast);
+    Fp8Pow2Quantize<kMode0>(x, out, n, groups, amax, subw, e, fast);
     return;
   }
 #endif
@@ -703,8 +708,9 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
   const bool x_rows_dense = p.x.is_contiguous();
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
   const SlotSplitter split(p.block_size);
-  alignas(64) std::uint16_t amax[kFp8BatchRows * kStride], sub[kFp8BatchRows * kStride];
-  alignas(64) std::uint32_t e[kFp8BatchRows * kStride], fast[kFp8BatchRows * kStride];
+  alignas(64) std::uint16_t amax[kFp8BatchRows * kStride];
+  alignas(64) std::uint32_t subw[kFp8BatchRows * kStride];
+  alignas(64) std::uint8_t e[kFp8BatchRows * kStride], fast[kFp8BatchRows * kStride];
   const std::uint16_t* xb[kFp8BatchRows];
   std::uint8_t* ob[kFp8BatchRows];
   // Calls past the caches build their rows in L1 and stream them out (core/bytes-inl.h).
@@ -716,7 +722,7 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
       xb[rows] = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
       ob[rows] = split.address(cache, p.cache.stride(0), p.cache.stride(1), slots[r]);
       const std::int64_t k = rows * kStride;
-      Fp8Pow2Plan(xb[rows], groups, amax + k, sub + k, e + k, fast + k);
+      Fp8Pow2Plan(xb[rows], groups, amax + k, subw + k, e + k, fast + k);
       ++rows;
     }
     for (int i = 0; i < rows; ++i) {
@@ -724,7 +730,7 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
       // Into L2 (prefetcht1): 1.03-1.07 x the speed of prefetching into L1.
       if (prefetch && r + i < end) PrefetchRow<2>(p, r + i);
       std::uint8_t* out = staged.Row(ob[i]);
-      Fp8Pow2Quantize<kMode0>(xb[i], out, n, groups, amax + k, sub + k, e + k, fast + k);
+      Fp8Pow2Quantize<kMode0>(xb[i], out, n, groups, amax + k, subw + k, e + k, fast + k);
       if (pad) std::memset(out + p.payload_bytes, 0, pad);
       staged.Done();
     }
