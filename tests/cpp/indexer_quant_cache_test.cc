@@ -947,38 +947,35 @@ TEST(IndexerSweep, Bfloat16HiFloat8SpecialRowsInChunks) {
   }
 }
 
-// Mode mxfp8, d = 128: groups whose largest magnitude is each finite bf16 magnitude in turn
-// (either sign), the other lanes just below it, so that every scale exponent the rule gives is
-// reached from every magnitude that gives it, in sets that take the lane forms and sets that do
-// not, on every SIMD target.
-TEST(IndexerSweep, Bfloat16Mxfp8EveryLargestMagnitude) {
-  std::mt19937_64 rng(37);
+// Groups of `lanes` values whose largest magnitude is each finite bf16 magnitude in turn (either
+// sign), at a lane that moves from group to group, the other lanes just below it.
+std::vector<std::uint16_t> every_largest_magnitude(std::uint32_t lanes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::vector<std::uint16_t> x;
   for (std::uint32_t top = 0; top < 0x7F80; ++top) {
-    for (std::uint32_t k = 0; k < 32; ++k) {
+    for (std::uint32_t k = 0; k < lanes; ++k) {
       const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 200u) + 1));
-      const std::uint32_t mag = k == top % 32 ? top : top - below;
+      const std::uint32_t mag = k == top % lanes ? top : top - below;
       x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
     }
   }
+  return x;
+}
+
+// Mode mxfp8, d = 128: groups of 32 by every_largest_magnitude, so that every scale exponent the
+// rule gives is reached from every magnitude that gives it, in sets that take the lane forms and
+// sets that do not, on every SIMD target.
+TEST(IndexerSweep, Bfloat16Mxfp8EveryLargestMagnitude) {
+  std::vector<std::uint16_t> x = every_largest_magnitude(32, 37);
   expect_rows_match(x, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
 }
 
-// Mode fp8 (round_scale), d = 128: rows whose largest magnitude is each finite bf16 magnitude in
-// turn (either sign), the other lanes just below it, so that the integer scale rule meets every
-// largest magnitude: the scale exponents from 8 on in sets that take the lane forms, and the
-// rows below them (all-zero rows among them, with zeros of either sign), which only the scalar
-// rules may write, on every SIMD target.
+// Mode fp8 (round_scale), d = 128: rows by every_largest_magnitude, so that the integer scale
+// rule meets every largest magnitude: the scale exponents from 8 on in sets that take the lane
+// forms, and the rows below them (all-zero rows among them, with zeros of either sign), which
+// only the scalar rules may write, on every SIMD target.
 TEST(IndexerSweep, Bfloat16Fp8EveryLargestMagnitude) {
-  std::mt19937_64 rng(41);
-  std::vector<std::uint16_t> x;
-  for (std::uint32_t top = 0; top < 0x7F80; ++top) {
-    for (std::uint32_t k = 0; k < 128; ++k) {
-      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 200u) + 1));
-      const std::uint32_t mag = k == top % 128 ? top : top - below;
-      x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
-    }
-  }
+  std::vector<std::uint16_t> x = every_largest_magnitude(128, 41);
   expect_rows_match(x, 128, IndexerQuantMode::fp8, DType::float8_e4m3fn);
 }
 
