@@ -230,9 +230,9 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 // s = 2^(e - 127) = ceil_pow2(f32(max(amax, eps) * f32(1/448))), eps = f32(1e-4) but in mode fp8
 // (none). In integer steps on 16-bit lanes: for a finite largest magnitude m (bf16 bits &
 // 0x7FFF) the exponent with the floor is max(k - 8, 105) for the key k = (m + 31) >> 7 (see
-// E4M3RowKeys16), and without it k - 8 wherever that is at least 8 (the product is then an f32
-// normal, whose mantissa alone decides the rounding up), and below 8 where k - 8 is (the tests
-// take every finite m through both). kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
+// E4M3RowKeys16), and without it k - 8 wherever that is at least 8, and below 8 where k - 8 is
+// (why: the same section, "The power-of-two scales in integer steps"; the tests take every
+// finite m through both). kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
 // E4M3S7OfExp the operand s7 = sub - 7 of E4M3Pow2CodesOfT7, where sub = (e - 127) * 128 + 0x3C00:
 // subtracted from a magnitude's bf16 bits, sub divides by s and rebiases the exponent from 127
 // to e4m3's 7. s7 is at least 0x30F9 with the floor, and saturates at 0 for e below 8, whose

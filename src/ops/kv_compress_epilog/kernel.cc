@@ -380,13 +380,12 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
 
 #if HWY_TARGET != HWY_SCALAR
 // First phase of an fp8 row with power-of-two scales (round_scale): the magnitudes and scales
-// of all its groups, eight at a time (see E4M3Pow2ScalesByKey8 for subw, e and fast: the scale
-// rule in integer steps on 16-bit lanes; with a float multiply on 32-bit lanes the call took
-// 1.06-1.09 x as long on AVX2: bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2
-// only").
-// A long dependency chain (loads, reductions, scale rules) with little work, so the row driver
-// runs it for several rows before quantizing any of them: the chains then overlap instead of
-// following each other.
+// of all its groups, eight at a time. E4M3Pow2ScalesByKey8 gives subw, e and fast by the scale
+// rule in integer steps on 16-bit lanes (with a float multiply on 32-bit lanes the call took
+// 1.06-1.09 x as long on AVX2, as measured in bench/performance_notes.md, "A fourth CPU: AMD
+// EPYC (Zen 2), AVX2 only"). A long dependency chain (loads, reductions, scale rules) with
+// little work, so the row driver runs it for several rows before quantizing any of them: the
+// chains then overlap instead of following each other.
 HWY_INLINE void Fp8Pow2Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                             std::uint16_t* HWY_RESTRICT amax, std::uint32_t* HWY_RESTRICT subw,
                             std::uint8_t* HWY_RESTRICT e, std::uint8_t* HWY_RESTRICT fast) {
