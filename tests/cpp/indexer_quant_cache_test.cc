@@ -979,6 +979,49 @@ TEST(IndexerSweep, Bfloat16Fp8EveryLargestMagnitude) {
   expect_rows_match(x, 128, IndexerQuantMode::fp8, DType::float8_e4m3fn);
 }
 
+// Groups of `lanes` bf16 values whose first lane gives the scale exponent e (its largest
+// magnitude, by the integer rule) and whose other lanes lie below e4m3's normal range at that
+// scale (magnitude bits below (e - 6) << 7, quotients below 2^-6), each magnitude once with
+// either sign: for every e in [e_from, 247] the five binades below that bound (every quotient
+// that rounds to a nonzero code, and the first that round to zero), and for a few e every
+// magnitude below it, zero included. The lane forms cannot code such lanes; the kernels find
+// them and code them apart.
+std::vector<std::uint16_t> below_normal_groups(std::uint32_t lanes, std::uint32_t e_from) {
+  std::vector<std::uint16_t> x;
+  const auto group = [&](std::uint32_t e, std::uint32_t from, std::uint32_t to) {
+    const std::uint32_t top = e == 247 ? 0x7F7Fu : (e + 8) << 7;  // (top + 31) >> 7 == e + 8
+    std::uint32_t sign = 0;
+    for (std::uint32_t m = from; m < to || x.size() % lanes != 0;) {
+      if (x.size() % lanes == 0) {
+        x.push_back(static_cast<std::uint16_t>(top | sign));
+        continue;
+      }
+      x.push_back(static_cast<std::uint16_t>((m < to ? m : from) | sign));
+      sign ^= 0x8000u;
+      if (sign == 0) ++m;
+    }
+  };
+  for (std::uint32_t e = e_from; e <= 247; ++e) {
+    const std::uint32_t bound = (e - 6) << 7;
+    group(e, bound > (5u << 7) ? bound - (5u << 7) : 0, bound);
+  }
+  for (const std::uint32_t e : {8u, 9u, 20u, 105u, 106u, 127u, 200u, 247u}) {
+    if (e >= e_from) group(e, 0, (e - 6) << 7);
+  }
+  x.resize((x.size() + 127) / 128 * 128, 0);  // whole rows of 128
+  return x;
+}
+
+// Modes fp8 (round_scale) and mxfp8, d = 128, over below_normal_groups: every set of rows holds
+// lanes below the normal range, so every row takes the checked form and has its low lanes
+// coded apart, on every SIMD target.
+TEST(IndexerSweep, Bfloat16E4M3LanesBelowNormal) {
+  std::vector<std::uint16_t> fp8 = below_normal_groups(128, 8);
+  expect_rows_match(fp8, 128, IndexerQuantMode::fp8, DType::float8_e4m3fn);
+  std::vector<std::uint16_t> mx = below_normal_groups(32, 105);
+  expect_rows_match(mx, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
+}
+
 // The modes that scale by powers of two (fp8 with round_scale, mxfp8, mxfp4 into both FP4
 // caches) over rows with one lane of +-infinity and no NaN, so that the infinity is its group's
 // largest magnitude: such a group takes the scalar rules, the others of its row and batch keep

@@ -295,15 +295,29 @@ int batch_rows(const IndexerQuantCachePlan& p) {
   return groups <= 8 ? static_cast<int>(kMaxBatch / groups) : 1;
 }
 
+// The e4m3fn code of the bf16 value `bits` times mul (a power of two) where the product q lies
+// below e4m3's normal range (|q| < 2^-6): the encoder's rounding (docs/formats.md,
+// "float8_e4m3fn") gives |q| / 2^-9 rounded to nearest even, a subnormal code 0-7 or 8 (0x08,
+// 2^-6 itself), and the sign of the value. Float32 adds 2^14, whose ulp is 2^-9, with that same
+// rounding, and keeps the multiple in the low mantissa bits. The product is exact unless q is
+// far below 2^-10, and every q up to 2^-10 codes as 0 either way, so this equals the encoder for
+// every such lane (the tests take every magnitude of the five binades below the normal range at
+// every scale exponent, and every one below it at eight, through the kernels), in a few
+// operations instead of the encoder's general branches.
+inline std::uint8_t e4m3_code_below_normal(std::uint16_t bits, float mul) {
+  const float q = f32(std::uint32_t{bits & 0x7FFFu} << 16) * mul;
+  const std::uint32_t y = std::bit_cast<std::uint32_t>(q + 16384.0f);
+  return static_cast<std::uint8_t>((y & 0xFu) | ((bits >> 8) & 0x80u));
+}
+
 // The lanes of a group with a finite amax whose quotients fall below e4m3's normal range
-// (where the lane form is not exact), rewritten by the scalar rules over the lane form's codes.
+// (where the lane form is not exact), rewritten over the lane form's codes.
 // threshold: E4M3NormalThreshold of the group; e: its scale's biased exponent.
 void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::int64_t n,
                             std::uint32_t threshold, std::uint32_t e) {
   const float mul = pow2_from(e);
-  qn::ForE4M3LanesBelowNormal(src, n, threshold, [&](std::int64_t i) {
-    codes[i] = formats::encode_float8_e4m3fn(f32(std::uint32_t{src[i]} << 16) * mul);
-  });
+  qn::ForE4M3LanesBelowNormal(
+      src, n, threshold, [&](std::int64_t i) { codes[i] = e4m3_code_below_normal(src[i], mul); });
 }
 
 constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it are not finite
@@ -312,39 +326,30 @@ constexpr std::uint16_t kInfBits = 0x7F80;  // bf16 magnitudes at or above it ar
 // the operand saturates at 0): sub = (e - 127) * 128 + 0x3C00 is at least 7 from e = 8 on.
 constexpr std::uint8_t kMinLaneExp = 8;
 
-// One fp8 row of fast_fp8_rows that may not take the unmasked form (see there); out of line, so
-// that the rows' loops keep their constants in registers.
-HWY_NOINLINE void fp8_row_any(const IndexerQuantCachePlan& p, Scratch& s,
-                              const std::uint16_t* src, std::uint8_t* codes, std::uint8_t* scale,
-                              std::int64_t d, std::uint16_t amax, const std::uint32_t* subw,
-                              std::uint8_t exp, bool fast) {
-  if (amax >= kInfBits || (exp < kMinLaneExp && amax != 0)) {
-    general_row(p, s, src, codes);
-    std::memcpy(scale, s.scale, 4);
-    return;
-  }
-  if (fast) {
-    qn::QuantizeE4M3Pow2RowUnmasked<false>(src, codes, d, subw);
-  } else {  // the masked form: exact for zeros too, and all an all-zero row needs
-    qn::QuantizeE4M3Pow2RowInRange<false>(src, codes, d, subw);
-    if (amax != 0) fix_lanes_below_normal(src, codes, d, qn::E4M3NormalThreshold(*subw), exp);
-  }
-  const float stored = f32(std::uint32_t{exp} << 23);
-  std::memcpy(scale, &stored, 4);
+// One fp8 row of fast_fp8_rows that the lane forms do not cover (see there), by the general
+// path; out of line, so that the rows' loops keep their constants in registers.
+HWY_NOINLINE void fp8_row_general(const IndexerQuantCachePlan& p, Scratch& s,
+                                  const std::uint16_t* src, std::uint8_t* codes,
+                                  std::uint8_t* scale) {
+  general_row(p, s, src, codes);
+  std::memcpy(scale, s.scale, 4);
 }
 
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
 // keeps an all-zero row's scale 0. A row with a non-finite element, or (nonzero) one so small
 // that its scale is below 2^-119 (where the lane operand would wrap), takes the general path.
-// A set of eight rows that all take the unmasked form (the usual case) runs a loop of that
-// alone, which keeps the per-row bookkeeping in registers. In any other set each row that may
-// take the unmasked form still does, and only the others go row by row (in the bench's normally
-// distributed rows of 128 values about one in fifty holds a lane below e4m3's normal range, so
-// a set in six or seven holds one).
+// A set of eight rows that all pass the normal test (the usual case) runs a loop of the
+// unmasked form alone, which keeps the per-row bookkeeping in registers. In any other set
+// (in the bench's normally distributed rows of 128 values about one in sixty-four holds a lane
+// below e4m3's normal range, so about one set in nine) each row takes the checked form, which
+// finds such lanes itself, and only a row where it saw one is scanned again; where each row
+// has its own smallest magnitude, the rows that pass with it still take the unmasked form.
 // Where vectors are 256 bits or less and registers sixteen (x86 below AVX-512) the set has one
-// smallest magnitude, not one per row: eight more accumulators spilled there, and cost more
-// than reducing a set that fails that stricter test again with one minimum per row (measured
-// on AVX2: 2-5 % of a call at 256-1,024 tokens).
+// smallest magnitude, not one per row: eight more accumulators spilled there. Reducing a set
+// that fails that stricter test again, one minimum per row, and sending its rows one way or the
+// other by it cost more than taking all its rows through the checked form (which with the
+// cheaper coding of the low lanes made the call 1.04-1.06 x faster on AVX2 and SSE4 at 1,024
+// and 4,096 tokens: bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
 template <std::int64_t kD>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 #if HWY_ARCH_X86 && HWY_TARGET >= HWY_AVX2
@@ -374,17 +379,23 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale(k), &stored, 4);
     };
-    if (!tight) {
-      if constexpr (kSetMin) {  // each row's own minimum: a row may pass where the set failed
-        qn::Magnitudes8Min<16, false>(units + c, d, amax + c, min1 + c);
-        qn::E4M3Pow2ScalesByKey8<0>(amax + c, min1 + c, subw + c, exp + c, fast + c);
+    // The checked form is exact for zeros too, all that an all-zero row (scale 0) needs.
+    const auto checked = [&](int k) HWY_ATTR {
+      if (qn::QuantizeE4M3Pow2RowChecked<false>(units[k], b.codes(k), d, subw + k) &&
+          amax[k] != 0) {
+        fix_lanes_below_normal(units[k], b.codes(k), d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
       }
+      const float stored = f32(std::uint32_t{exp[k]} << 23);
+      std::memcpy(b.scale(k), &stored, 4);
+    };
+    if (!tight) {
       for (int k = c; k < m; ++k) {
-        if (fast[k] != 0 && exp[k] >= kMinLaneExp) {  // fast: finite, every lane e4m3-normal
+        if (HWY_UNLIKELY(amax[k] >= kInfBits || (exp[k] < kMinLaneExp && amax[k] != 0))) {
+          fp8_row_general(p, s, units[k], b.codes(k), b.scale(k));
+        } else if (!kSetMin && fast[k] != 0) {  // every lane e4m3-normal, and exp >= 8 here
           unmasked(k);
         } else {
-          fp8_row_any(p, s, units[k], b.codes(k), b.scale(k), d, amax[k], subw + k, exp[k],
-                      fast[k] != 0);
+          checked(k);
         }
       }
       continue;
