@@ -256,10 +256,10 @@ HWY_INLINE V E4M3S7OfExp(D d, V e) {
 // min1 as GroupMagnitudes or Magnitudes8Min give them (less one, saturated), in the forms the
 // quantizer loads: subw[k] = s7 in both 16-bit halves, as a 32-bit broadcast from memory is a
 // plain load; exp8[k] = e (the e8m0 byte; the bf16 scale is e << 7); fast[k] = 1 when
-// QuantizeE4M3Pow2RowUnmasked is exact for the group: amax finite, no zero, and every v / s at
-// least 2^-6 (e4m3-normal), else 0. Returns whether all eight groups are fast. The entries of a
-// group that is not finite, or (kFloor 0) whose exponent is below 8, are not to be used: the
-// first are not fast, and callers send the second by the scalar rules unless all zero.
+// QuantizeE4M3Pow2RowUnmasked is exact for the group: amax finite, no zero, every v / s at
+// least 2^-6 (e4m3-normal), and e at least 8, else 0. Returns whether all eight groups are fast.
+// The entries of a group that is not finite, or (kFloor 0) whose exponent is below 8, are not
+// to be used: neither is fast, and callers send the second by the scalar rules unless all zero.
 template <int kFloor>
 HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
                                      const std::uint16_t* HWY_RESTRICT min1,
@@ -283,9 +283,12 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
     // Every nonzero magnitude at least sub + 0x80, and amax finite (min1 + 1 wraps to 0 only
     // from 0xFFFF, which then fails).
     const auto smallest = hn::Add(hn::LoadU(d16, min1 + g), set(1));
-    const auto ok = hn::And(
+    auto ok = hn::And(
         hn::Not(hn::Lt(hn::BitCast(di16, smallest), hn::BitCast(di16, hn::Add(s7, set(0x87))))),
         hn::Lt(hn::BitCast(di16, a), hn::Set(di16, 0x7F80)));
+    if constexpr (kFloor < 8) {  // the operand saturates below exponent 8
+      ok = hn::And(ok, hn::Gt(hn::BitCast(di16, e), hn::Set(di16, 7)));
+    }
     hn::StoreU(hn::TruncateTo(d8, hn::IfThenElseZero(hn::RebindMask(d16, ok), set(1))), d8,
                fast + g);
     all = all && hn::AllTrue(di16, ok);

@@ -372,8 +372,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
   for (int c = 0; c < b.n; c += 8) {
     const int m = std::min(c + 8, b.n);
-    bool tight = all_fast[c / 8];  // finite, and every lane at least e4m3-normal
-    for (int k = c; k < m; ++k) tight &= exp[k] >= kMinLaneExp;
+    const bool tight = all_fast[c / 8];  // finite, every lane e4m3-normal, exp >= 8
     const auto unmasked = [&](int k) HWY_ATTR {
       qn::QuantizeE4M3Pow2RowUnmasked<false>(units[k], b.codes(k), d, subw + k);
       const float stored = f32(std::uint32_t{exp[k]} << 23);
@@ -392,7 +391,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
       for (int k = c; k < m; ++k) {
         if (HWY_UNLIKELY(amax[k] >= kInfBits || (exp[k] < kMinLaneExp && amax[k] != 0))) {
           fp8_row_general(p, s, units[k], b.codes(k), b.scale(k));
-        } else if (!kSetMin && fast[k] != 0) {  // every lane e4m3-normal, and exp >= 8 here
+        } else if (!kSetMin && fast[k] != 0) {  // every lane e4m3-normal, and exp >= 8
           unmasked(k);
         } else {
           checked(k);
