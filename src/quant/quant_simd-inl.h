@@ -296,6 +296,25 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
   return all;
 }
 
+// How the e4m3 code forms below take a code, the high byte of a 16-bit lane, down to its low
+// byte. kShift: an arithmetic shift. kMultiply: on x86 below AVX-512 the high half of the lane
+// times 256 (elsewhere the shift), which runs on the vector multiplier: AMD Zen 2 issues vector
+// shifts on one pipe only, and a code takes two there. Which is faster depends on the loop
+// around the codes: the indexer's rows gain by the multiply, the epilog's groups lose (measured
+// in bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only"); Intel's AVX2
+// cores shift and multiply on the same two ports.
+enum class HighByte { kShift, kMultiply };
+template <HighByte kHigh, class DI, class V = hn::Vec<DI>>
+HWY_INLINE V SignedHighByte(DI di, V r) {
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+  if constexpr (kHigh == HighByte::kMultiply) {
+    return hn::MulHigh(r, hn::Set(di, hn::TFromD<DI>{256}));
+  }
+#endif
+  (void)di;
+  return hn::ShiftRight<8>(r);
+}
+
 // The e4m3fn code of each lane of w divided by the power of two whose operand is s7 (see
 // E4M3ExpOfKey), as a signed 16-bit value whose low byte is the code (in [-128, 127], so a
 // signed narrowing keeps it), from t7: the lane's magnitude bits minus s7, saturating at 0 for
@@ -306,12 +325,13 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
 // the sign can be or-ed in unshifted and one arithmetic shift both lowers the code and extends
 // the sign. The forms below (E4M3Pow2CodesInRange, E4M3Pow2CodesUnmasked) differ in how they
 // form t7.
-template <class D, class V = hn::Vec<D>>
+template <HighByte kHigh = HighByte::kShift, class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesOfT7(D d, V t7, V w) {
   const hn::RebindToSigned<D> di;
   // 16 * (t7 + bit 4 of t7), below 0x8000 where t7 is at most 0x07E7.
   const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x10})));
-  return hn::ShiftRight<8>(hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
+  return SignedHighByte<kHigh>(di,
+                               hn::BitCast(di, hn::OrAnd(r, w, hn::Set(d, std::uint16_t{0x8000}))));
 }
 
 // Stores the low bytes of a pair's lanes in element order, the pair as LoadOrderedPair (below)
@@ -587,23 +607,22 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
 // there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) (bits
 // 0x3B124925) lies above 1/448 the product would exceed 2^k by more than its rounding, so 2^k
 // would not be its ceiling.
-template <class D, class V = hn::Vec<D>>
+template <HighByte kHigh = HighByte::kShift, class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7, V& low) {
   const auto t7 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7);
   low = hn::Min(low, t7);  // dead where the row does not check
-  return E4M3Pow2CodesOfT7(d, t7, w);
+  return E4M3Pow2CodesOfT7<kHigh>(d, t7, w);
 }
 
 // QuantizeE4M3Pow2RowBy with E4M3Pow2CodesInRange (for groups whose amax is finite), every
 // lane exact.
-template <bool kPerGroup>
+template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
 HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                            const std::uint32_t* HWY_RESTRICT subw) {
   QuantizeE4M3Pow2RowBy<kPerGroup>(
-      [](auto d, auto w, auto s7, auto& low) HWY_ATTR {
-        return E4M3Pow2CodesInRange(d, w, s7, low);
-      },
+      [](auto d, auto w, auto s7, auto& low)
+          HWY_ATTR { return E4M3Pow2CodesInRange<kHigh>(d, w, s7, low); },
       x, out, n, subw);
 }
 
@@ -612,14 +631,13 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
 // per-group minimum and its reduction: true when some lane's magnitude is below
 // E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are right,
 // but which the check does not tell apart). Groups of a finite amax only.
-template <bool kPerGroup>
+template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
 HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                            const std::uint32_t* HWY_RESTRICT subw) {
   return QuantizeE4M3Pow2RowBy<kPerGroup, true>(
-      [](auto d, auto w, auto s7, auto& low) HWY_ATTR {
-        return E4M3Pow2CodesInRange(d, w, s7, low);
-      },
+      [](auto d, auto w, auto s7, auto& low)
+          HWY_ATTR { return E4M3Pow2CodesInRange<kHigh>(d, w, s7, low); },
       x, out, n, subw);
 }
 
@@ -1594,22 +1612,22 @@ HWY_INLINE void Maxima8(const std::uint16_t* const* HWY_RESTRICT x, std::int64_t
 // The sign needs no operation of its own here: t7 keeps it in bit 15, and as the rest of t7 is
 // at most 0x07E7 for those lanes, t7 << 4 plus bit 4 stays below 0x8000 and adding the sign bit
 // carries into nothing (E4M3Pow2CodesOfT7 or-s it in from w instead).
-template <class D, class V = hn::Vec<D>>
+template <HighByte kHigh = HighByte::kShift, class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesUnmasked(D d, V w, V s7) {
   const hn::RebindToSigned<D> di;
   const auto t7 = hn::SaturatedSub(w, s7);
   const auto r = hn::Add(hn::ShiftLeft<4>(t7), hn::And(t7, hn::Set(d, std::uint16_t{0x8010})));
-  return hn::ShiftRight<8>(hn::BitCast(di, r));
+  return SignedHighByte<kHigh>(di, hn::BitCast(di, r));
 }
 
 // QuantizeE4M3Pow2RowInRange with E4M3Pow2CodesUnmasked.
-template <bool kPerGroup>
+template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
 HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
                                             std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                             const std::uint32_t* HWY_RESTRICT subw) {
-  QuantizeE4M3Pow2RowBy<kPerGroup>(
-      [](auto d, auto w, auto s7, auto&) HWY_ATTR { return E4M3Pow2CodesUnmasked(d, w, s7); }, x,
-      out, n, subw);
+  QuantizeE4M3Pow2RowBy<kPerGroup>([](auto d, auto w, auto s7, auto&)
+                                       HWY_ATTR { return E4M3Pow2CodesUnmasked<kHigh>(d, w, s7); },
+                                   x, out, n, subw);
 }
 
 #if KVS_HIF8_BF16
