@@ -231,8 +231,8 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 // (none). In integer steps on 16-bit lanes: for a finite largest magnitude m (bf16 bits &
 // 0x7FFF) the exponent with the floor is max(k - 8, 105) for the key k = (m + 31) >> 7 (see
 // E4M3RowKeys16), and without it k - 8 wherever that is at least 8, and below 8 where k - 8 is
-// (why: the same section, "The power-of-two scales in integer steps"; the tests take every
-// finite m through both). kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
+// (why: docs/operators/indexer_quant_cache.md, "The power-of-two scales in integer steps"; the
+// tests take every finite m through both). kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
 // E4M3S7OfExp the operand s7 = sub - 7 of E4M3Pow2CodesOfT7, where sub = (e - 127) * 128 + 0x3C00:
 // subtracted from a magnitude's bf16 bits, sub divides by s and rebiases the exponent from 127
 // to e4m3's 7. s7 is at least 0x30F9 with the floor, and saturates at 0 for e below 8, whose
@@ -1086,7 +1086,7 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 // A shift, an add and a blend form each pair, where VBMI's multishift would take two
 // operations instead of three: 512-bit multishifts share their one port with the transposes'
 // shuffles, which the three ops leave alone (measured 2 % faster in the mxfp4 operator:
-// bench/performance_notes.md, its part on `indexer_quant_cache`).
+// bench/performance_notes.md, "Analysis", on `indexer_quant_cache`).
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   __m512i v[8];
   for (int k = 0; k < 8; ++k) {
