@@ -322,9 +322,9 @@ HWY_INLINE V SignedHighByte(DI di, V r) {
 // to 3, nearest even, and the sign is the input's. The rounding's +7 rides on the subtraction
 // (s7 = sub - 7): where t + 7 carries into bit 4 the result rounds up whatever the parity, so
 // bit 4 of t + 7 serves as t's parity bit. The rounded magnitude is built four bits up, where
-// the sign can be or-ed in unshifted and one arithmetic shift both lowers the code and extends
-// the sign. The forms below (E4M3Pow2CodesInRange, E4M3Pow2CodesUnmasked) differ in how they
-// form t7.
+// the sign can be or-ed in unshifted and one arithmetic shift (SignedHighByte, or its multiply
+// form) both lowers the code and extends the sign. The forms below (E4M3Pow2CodesInRange,
+// E4M3Pow2CodesUnmasked) differ in how they form t7.
 template <HighByte kHigh = HighByte::kShift, class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesOfT7(D d, V t7, V w) {
   const hn::RebindToSigned<D> di;
@@ -626,8 +626,8 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
       x, out, n, subw);
 }
 
-// QuantizeE4M3Pow2RowInRange that also tells whether a lane may need the scalar encoder (an
-// e4m3 subnormal quotient; docs/formats.md, "float8_e4m3fn"), in place of Magnitudes8Min's
+// QuantizeE4M3Pow2RowInRange that also tells whether a lane may need coding apart (an e4m3
+// subnormal quotient; docs/formats.md, "float8_e4m3fn"), in place of Magnitudes8Min's
 // per-group minimum and its reduction: true when some lane's magnitude is below
 // E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are right,
 // but which the check does not tell apart). Groups of a finite amax only.
@@ -650,7 +650,7 @@ HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
 
 // Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
 // x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
-// E4M3Pow2ScalesByKey8's normal test must redo by the scalar encoder (its rounding:
+// E4M3Pow2ScalesByKey8's normal test must code apart (the encoder's rounding:
 // docs/formats.md, "float8_e4m3fn").
 template <class F>
 HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
