@@ -365,8 +365,10 @@ HWY_INLINE BlockByteLanes SplitBlockBytes(const std::uint16_t* HWY_RESTRICT src)
 // i the low byte's top four bits (tables of 16 entries, the same in each 16-byte block). The step
 // tables hold i << 4 | step: compared with the whole low byte, whose top four bits are i, they
 // compare the mantissa's low four bits with the step.
-HWY_INLINE __m256i BlockByteQuotient(__m256i low, __m256i first, __m256i step1, __m256i step2) {
-  const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(low, 4), _mm256_set1_epi8(15));
+// nibble: 15 in every byte (a caller may keep it in a register of its own).
+HWY_INLINE __m256i BlockByteQuotient(__m256i low, __m256i first, __m256i step1, __m256i step2,
+                                     __m256i nibble = _mm256_set1_epi8(15)) {
+  const __m256i idx = _mm256_and_si256(_mm256_srli_epi16(low, 4), nibble);
   __m256i q = _mm256_shuffle_epi8(first, idx);
   q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(step1, idx)));
   return _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(step2, idx)));

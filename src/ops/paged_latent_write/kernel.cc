@@ -417,54 +417,95 @@ HWY_INLINE bool TileByBlocks(const DsTileTables& tt, const std::uint16_t* HWY_RE
 // step2 = block_step[a], top = e >> 1 in every byte. The lanes' low bytes (the exponent's last
 // bit and the mantissa) index the 16-entry tables by their top four bits; the exponent term, 16 d
 // capped at 240 for d = top less the lane's exponent top bits, is computed, and d >= 11 flags a
-// lane that rounds to zero. Stores the codes and returns the lanes whose code is exact (at least
-// 8, or flagged), all ones where the group is.
+// lane that rounds to zero. Stores the codes and returns, for each lane, the larger of its code
+// and d - 3 (saturated): at least 8 exactly where the code is exact (at least 8, or flagged).
+// The caller keeps the tile's minimum of these, one operation a group where a mask of the exact
+// lanes took two compares, an or and an and.
 struct BlockBytes {
   __m256i first, step1, step2, top;
 };
 
+// The constants of BlockByteCodes (15, 0x7F and 3 in every byte), built once per call. An empty
+// asm statement that may change them hides their values from the compiler, which otherwise
+// builds them again for every tile (an integer move and a broadcast each, the broadcasts on the
+// shuffle pipes that the codes keep busy): 1.04-1.06 x on AMD Zen 2 (measured in
+// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+struct BlockConstants {
+  __m256i nibble, magnitude, three;
+};
+HWY_INLINE BlockConstants MakeBlockConstants() {
+  BlockConstants k{_mm256_set1_epi8(15), _mm256_set1_epi8(0x7F), _mm256_set1_epi8(3)};
+  asm volatile("" : "+x"(k.nibble), "+x"(k.magnitude), "+x"(k.three));
+  return k;
+}
+
 HWY_INLINE __m256i BlockByteCodes(const std::uint16_t* HWY_RESTRICT src, const BlockBytes& t,
-                                  unsigned char* HWY_RESTRICT dst) {
+                                  const BlockConstants& k, unsigned char* HWY_RESTRICT dst) {
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::BlockByteLanes v = fmt::SplitBlockBytes(src);
-  const __m256i nibble = _mm256_set1_epi8(15), magnitude = _mm256_set1_epi8(0x7F);
-  const __m256i q = fmt::BlockByteQuotient(v.low, t.first, t.step1, t.step2);
+  const __m256i nibble = k.nibble, magnitude = k.magnitude;
+  const __m256i q = fmt::BlockByteQuotient(v.low, t.first, t.step1, t.step2, nibble);
   const __m256i d =
       _mm256_min_epu8(_mm256_sub_epi8(t.top, _mm256_and_si256(v.high, magnitude)), nibble);
   // Each byte of d is at most 15: the 16-bit shift stays within its byte.
   const __m256i code = _mm256_subs_epu8(q, _mm256_slli_epi16(d, 4));
   // Codes are at most 0x7E: the sign goes in bit 7.
   fmt::StoreBlockBytes(_mm256_or_si256(code, _mm256_andnot_si256(magnitude, v.high)), dst);
-  return _mm256_or_si256(_mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)),
-                         _mm256_cmpgt_epi8(d, _mm256_set1_epi8(10)));
+  return _mm256_max_epu8(code, _mm256_subs_epu8(d, k.three));
+}
+
+// Whether every lane of BlockByteCodes' results (or of their minimum) is exact. The results are
+// at most 0x7E (codes) or 12 (d - 3): a signed compare serves.
+HWY_INLINE bool AllExact(__m256i v) {
+  return _mm256_movemask_epi8(_mm256_cmpgt_epi8(v, _mm256_set1_epi8(7))) == -1;
+}
+
+// The block byte tables of a tile whose maximum has exponent e (biased) and mantissa bits a.
+HWY_INLINE BlockBytes TileBlockBytes(const DsTileTables& tt, std::uint32_t a, int e) {
+  const auto dup = [](const void* p) HWY_ATTR {
+    return _mm256_broadcastsi128_si256(_mm_load_si128(static_cast<const __m128i*>(p)));
+  };
+  return {dup(tt.block_code[a][e & 1]), dup(tt.block_step[a][0]), dup(tt.block_step[a][1]),
+          _mm256_set1_epi8(static_cast<char>(e >> 1))};
+}
+
+// The groups of a tile of TileByBlockBytes that its byte tables did not encode exactly (rare),
+// written again by the bounded shortcut. Out of line, so that the tile's table vectors need not
+// outlive its test (inline, they were spilled for every tile).
+HWY_NOINLINE void RedoBlockByteGroups(const DsTileTables& tt,
+                                      const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
+                                      unsigned char* HWY_RESTRICT codes, float scale,
+                                      hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
+                                      typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
+  const BlockBytes t = TileBlockBytes(tt, m & 0x7F, m >> 7);
+  const BlockConstants k = MakeBlockConstants();
+  TileRedo redo(scale, shuffle, lanes);
+  for (std::int64_t g = 0; g < kDsTile; g += 32) {
+    if (AllExact(BlockByteCodes(tile + g, t, k, codes + g))) continue;
+    redo.Group(tile + g, 32, codes + g);
+  }
 }
 
 // ByteTiles::Tile on AVX2: one tile (largest magnitude bits m) by BlockByteCodes, the groups it
 // does not encode exactly again by the bounded shortcut; false, writing nothing, where the byte
 // tables do not cover the maximum.
-HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const std::uint16_t* HWY_RESTRICT tile,
-                                 std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale,
+HWY_INLINE bool TileByBlockBytes(const DsTileTables& tt, const BlockConstants& k,
+                                 const std::uint16_t* HWY_RESTRICT tile, std::uint16_t m,
+                                 unsigned char* HWY_RESTRICT codes, float& scale,
                                  hn::Vec<hn::Repartition<std::uint8_t, DF>> shuffle,
                                  typename formats::HWY_NAMESPACE::CodeOrder<true>::Idx lanes) {
   const std::uint32_t a = m & 0x7F;
   const int e = m >> 7, kexp = e - 127;
   if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) return false;
   scale = TileScale(tt, a, kexp);
-  const auto dup = [](const void* p) HWY_ATTR {
-    return _mm256_broadcastsi128_si256(_mm_load_si128(static_cast<const __m128i*>(p)));
-  };
-  const BlockBytes t{dup(tt.block_code[a][e & 1]), dup(tt.block_step[a][0]),
-                     dup(tt.block_step[a][1]), _mm256_set1_epi8(static_cast<char>(e >> 1))};
+  const BlockBytes t = TileBlockBytes(tt, a, e);
   // All groups first, one test for the tile; the rare inexact group is written again.
-  __m256i ok = BlockByteCodes(tile, t, codes);
+  __m256i ok = BlockByteCodes(tile, t, k, codes);
   for (std::int64_t g = 32; g < kDsTile; g += 32) {
-    ok = _mm256_and_si256(ok, BlockByteCodes(tile + g, t, codes + g));
+    ok = _mm256_min_epu8(ok, BlockByteCodes(tile + g, t, k, codes + g));
   }
-  if (HWY_LIKELY(_mm256_movemask_epi8(ok) == -1)) return true;
-  TileRedo redo(scale, shuffle, lanes);
-  for (std::int64_t g = 0; g < kDsTile; g += 32) {
-    if (_mm256_movemask_epi8(BlockByteCodes(tile + g, t, codes + g)) == -1) continue;
-    redo.Group(tile + g, 32, codes + g);
+  if (HWY_UNLIKELY(!AllExact(ok))) {
+    RedoBlockByteGroups(tt, tile, m, codes, scale, shuffle, lanes);
   }
   return true;
 }
@@ -696,6 +737,7 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
   };
   std::uint64_t next = maxima(begin);
   StagedRows stage(job.stream, kDsEntryBytes);
+  const BlockConstants k = MakeBlockConstants();
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint64_t all = next;
     next = maxima(t + 1);
@@ -708,7 +750,7 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
       const auto m = static_cast<std::uint16_t>(all >> (16 * i));
       const std::uint16_t* tile = x + i * kDsTile;
       unsigned char* codes = row + i * kDsTile;
-      if (TileByBlockBytes(tt, tile, m, codes, scales[i], shuffle, lanes) ||
+      if (TileByBlockBytes(tt, k, tile, m, codes, scales[i], shuffle, lanes) ||
           TileByBlocks(tt, tile, m, codes, scales[i], shuffle, lanes)) {
         continue;
       }
