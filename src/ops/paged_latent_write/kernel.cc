@@ -765,15 +765,14 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
 // BlockByteCodes on 16-byte vectors (SSE4, NEON, SVE): the codes of the 16 values at src of a
 // tile with maximum exponent e (biased) by the block form of its byte tables (first =
 // block_code[a][e & 1], step1 / step2 = block_step[a], top = e >> 1 in every byte) into dst.
-// Returns the lanes whose code is exact: at least 8, or at least 11 binade pairs below top
-// (those round to zero).
+// Returns, as BlockByteCodes does, the larger of each lane's code and d - 3: at least 8 exactly
+// where the code is exact (at least 8, or at least 11 binade pairs below top, where it rounds
+// to zero).
 template <class V>
-HWY_INLINE hn::Mask<hn::RebindToSigned<formats::HWY_NAMESPACE::Fp8Bytes16Tag>> BlockBytes16(
-    const std::uint16_t* HWY_RESTRICT src, V first, V step1, V step2, V top,
-    unsigned char* HWY_RESTRICT dst) {
+HWY_INLINE V BlockBytes16(const std::uint16_t* HWY_RESTRICT src, V first, V step1, V step2, V top,
+                          unsigned char* HWY_RESTRICT dst) {
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::Fp8Bytes16Tag d8;
-  const hn::RebindToSigned<decltype(d8)> di8;
   const hn::Repartition<std::uint16_t, decltype(d8)> d16;
   V low, high;
   fmt::SplitBytes16(src, low, high);
@@ -784,8 +783,14 @@ HWY_INLINE hn::Mask<hn::RebindToSigned<formats::HWY_NAMESPACE::Fp8Bytes16Tag>> B
   const auto code = hn::SaturatedSub(q, hn::BitCast(d8, hn::ShiftLeft<4>(hn::BitCast(d16, d))));
   // Codes are at most 0x7E: the sign goes in bit 7.
   hn::StoreU(hn::Or(code, hn::AndNot(magnitude, high)), d8, dst);
-  return hn::Or(hn::Gt(hn::BitCast(di8, code), hn::Set(di8, 7)),
-                hn::Gt(hn::BitCast(di8, d), hn::Set(di8, 10)));
+  return hn::Max(code, hn::SaturatedSub(d, hn::Set(d8, 3)));
+}
+
+// Whether every lane of BlockBytes16's results (or of their minimum) is exact.
+template <class V>
+HWY_INLINE bool AllExact16(V v) {
+  const formats::HWY_NAMESPACE::Fp8Bytes16Tag d8;
+  return hn::AllFalse(d8, hn::Lt(v, hn::Set(d8, 8)));
 }
 
 // TileByBlockBytes on 16-byte vectors: one tile (largest magnitude bits m) by BlockBytes16, the
@@ -799,7 +804,6 @@ HWY_INLINE bool TileByBytes16(const DsTileTables& tt, const std::uint16_t* HWY_R
   if (!tt.byte_ok[a] || kexp < kByteMinExponent || kexp > kDsMaxExponent) return false;
   scale = TileScale(tt, a, kexp);
   const fmt::Fp8Bytes16Tag d8;
-  const hn::RebindToSigned<decltype(d8)> di8;
   const auto bytes = [d8](const void* p) HWY_ATTR {
     return hn::Load(d8, static_cast<const std::uint8_t*>(p));
   };
@@ -809,11 +813,11 @@ HWY_INLINE bool TileByBytes16(const DsTileTables& tt, const std::uint16_t* HWY_R
   // All blocks first, one test for the tile; the rare inexact block is written again.
   auto ok = BlockBytes16(tile, first, step1, step2, top, codes);
   for (std::int64_t g = 16; g < kDsTile; g += 16) {
-    ok = hn::And(ok, BlockBytes16(tile + g, first, step1, step2, top, codes + g));
+    ok = hn::Min(ok, BlockBytes16(tile + g, first, step1, step2, top, codes + g));
   }
-  if (HWY_LIKELY(hn::AllTrue(di8, ok))) return true;
+  if (HWY_LIKELY(AllExact16(ok))) return true;
   for (std::int64_t g = 0; g < kDsTile; g += 16) {
-    if (hn::AllTrue(di8, BlockBytes16(tile + g, first, step1, step2, top, codes + g))) continue;
+    if (AllExact16(BlockBytes16(tile + g, first, step1, step2, top, codes + g))) continue;
     fmt::FixBytes16<true>(tile + g, scale, codes + g);
   }
   return true;
