@@ -69,7 +69,7 @@ HWY_BEFORE_NAMESPACE();
 namespace kvscatter::quant::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// QuantizeE2M1GroupByBuckets exists where this is 1 (AVX-512 targets).
+// QuantizeE2M1ByBuckets exists where this is 1 (AVX-512 targets).
 #undef KVS_E2M1_BUCKETS
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 #define KVS_E2M1_BUCKETS 1
@@ -1085,8 +1085,8 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 }
 // A shift, an add and a blend form each pair, where VBMI's multishift would take two
 // operations instead of three: 512-bit multishifts share their one port with the transposes'
-// shuffles, which the three ops leave alone (measured 2 % faster in the mxfp4 operator:
-// bench/performance_notes.md, "Analysis", on `indexer_quant_cache`).
+// shuffles, which the three ops leave alone: the mxfp4 operator measured 2 % faster on AVX-512
+// (bench/performance_notes.md, "Analysis").
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   __m512i v[8];
   for (int k = 0; k < 8; ++k) {
