@@ -227,12 +227,13 @@ HWY_INLINE void GroupMagnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_
 // The power-of-two scales of kv_compress_epilog's fp8_bf16 and fp8_e8m0 modes with round_scale
 // (docs/operators/kv_compress_epilog.md, "Scale formulas") and of the indexer's modes fp8 with
 // round_scale and mxfp8 (docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"):
-// s = 2^(e - 127) = ceil_pow2(f32(max(amax, eps) * f32(1/448))), eps = f32(1e-4) but in mode fp8
-// (none). In integer steps on 16-bit lanes: for a finite largest magnitude m (bf16 bits &
-// 0x7FFF) the exponent with the floor is max(k - 8, 105) for the key k = (m + 31) >> 7 (see
-// E4M3RowKeys16), and without it k - 8 wherever that is at least 8, and below 8 where k - 8 is
-// (why: docs/operators/indexer_quant_cache.md, "The power-of-two scales in integer steps"; the
-// tests take every finite m through both). kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
+// s = 2^(e - 127), the float32 product max(amax, eps) * f32(1/448) rounded up to a power of two,
+// eps = f32(1e-4) but in mode fp8 (none). In integer steps on 16-bit lanes: for a finite
+// largest magnitude m (bf16 bits & 0x7FFF) the exponent with the floor is max(k - 8, 105) for
+// the key k = (m + 31) >> 7 (see E4M3RowKeys16), and without it k - 8 wherever that is at least
+// 8, and below 8 where k - 8 is; the tests take every finite m through both. Why:
+// docs/operators/indexer_quant_cache.md, "The power-of-two scales in integer steps".
+// kFloor: 105 or 0. E4M3ExpOfKey gives that exponent e,
 // E4M3S7OfExp the operand s7 = sub - 7 of E4M3Pow2CodesOfT7, where sub = (e - 127) * 128 + 0x3C00:
 // subtracted from a magnitude's bf16 bits, sub divides by s and rebiases the exponent from 127
 // to e4m3's 7. s7 is at least 0x30F9 with the floor, and saturates at 0 for e below 8, whose
@@ -301,7 +302,7 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
 // times 256 (elsewhere the shift), which runs on the vector multiplier: AMD Zen 2 issues vector
 // shifts on one pipe only, and a code takes two there. Which is faster depends on the loop
 // around the codes: the indexer's rows gain by the multiply, the epilog's groups lose (measured
-// in bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only"); Intel's AVX2
+// in docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only"); Intel's AVX2
 // cores shift and multiply on the same two ports.
 enum class HighByte { kShift, kMultiply };
 template <HighByte kHigh, class DI, class V = hn::Vec<DI>>
@@ -397,7 +398,7 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
 // LoadOrderedPair, so that on AVX2 its pack needs no permute: on a CPU whose permutes take
 // about two cycles of its shuffle pipes (AMD Zen 2), 1.08-1.17 x at 1,024 tokens for
 // kv_compress_epilog's fp8 modes and the indexer's fp8 and mxfp8 rows (measured in
-// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+// docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
 template <bool kPerGroup, bool kCheck = false, class Codes>
 HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
@@ -669,7 +670,7 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 && HWY_TARGET <= HWY_SSE4
     // Two bits a lane, from the mask's bytes: Highway narrows a 16-bit lane mask to one bit a
     // lane by pext, which AMD CPUs before Zen 3 run in microcode, a few hundred cycles a call
-    // (bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+    // (docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
     const hn::Repartition<std::uint8_t, decltype(di)> dm;
     const auto mask = hn::MaskFromVec(hn::BitCast(dm, hn::VecFromMask(di, below)));
     constexpr int kStep = 1;  // log2 of the bits a lane takes
@@ -1086,7 +1087,7 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 // A shift, an add and a blend form each pair, where VBMI's multishift would take two
 // operations instead of three: 512-bit multishifts share their one port with the transposes'
 // shuffles, which the three ops leave alone: the mxfp4 operator measured 2 % faster on AVX-512
-// (bench/performance_notes.md, "Analysis").
+// (docs/performance.md, "Analysis").
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   __m512i v[8];
   for (int k = 0; k < 8; ++k) {

@@ -382,7 +382,7 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
 // First phase of an fp8 row with power-of-two scales (round_scale): the magnitudes and scales
 // of all its groups, eight at a time. E4M3Pow2ScalesByKey8 gives subw, e and fast by the scale
 // rule in integer steps on 16-bit lanes (with a float multiply on 32-bit lanes the call took
-// 1.06-1.09 x as long on AVX2, as measured in bench/performance_notes.md, "A fourth CPU: AMD
+// 1.06-1.09 x as long on AVX2, as measured in docs/performance.md, "A fourth CPU: AMD
 // EPYC (Zen 2), AVX2 only"). A long dependency chain (loads, reductions, scale rules) with
 // little work, so the row driver runs it for several rows before quantizing any of them: the
 // chains then overlap instead of following each other.
@@ -672,7 +672,7 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
 
 // Rows are read rope first (the row's end), then the nope from its start: the backward jump
 // defeats the hardware stream prefetcher, so the next row is prefetched by hand (measured in
-// bench/performance_notes.md).
+// docs/performance.md).
 constexpr std::int64_t kAheadRows = 1;
 
 #if HWY_TARGET != HWY_SCALAR
@@ -681,7 +681,7 @@ constexpr std::int64_t kAheadRows = 1;
 // this the hardware prefetcher, which follows demand misses, stalls for the whole code loop
 // and calls from memory run compute and memory one after the other. kLocality is the
 // prefetch's: each mode takes the one that measured fastest, as measured in
-// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only".
+// docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only".
 template <int kLocality>
 HWY_INLINE void PrefetchRow(const KvCompressEpilogPlan& p, std::int64_t r) {
   const auto* row = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(p.x.data) +

@@ -293,7 +293,7 @@ HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) 
 // Token t's entry (null for padding), where `stage` has it built, and its kv_c. A call that
 // writes more than the caches hold builds its bfloat16 entries in L1 and streams them out
 // (StagedRows; four 656-byte entries are 41 whole lines). Measured in
-// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only".
+// docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only".
 HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x,
                                    StagedRows& stage) {
   const std::int64_t slot = job.slots[t];
@@ -429,7 +429,7 @@ struct BlockBytes {
 // asm statement that may change them hides their values from the compiler, which otherwise
 // builds them again for every tile (an integer move and a broadcast each, the broadcasts on the
 // shuffle pipes that the codes keep busy): 1.04-1.06 x on AMD Zen 2 (measured in
-// bench/performance_notes.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+// docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
 struct BlockConstants {
   __m256i nibble, magnitude, three;
 };
