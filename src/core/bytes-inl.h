@@ -60,9 +60,12 @@ HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char
     return;
   }
   const std::size_t end = head + (n - head) / kLine * kLine;
-  CopyBytes(dst, src, head);
+  // Empty ends (rows on whole lines) are skipped: CopyBytes would call the C library's memcpy
+  // for them, twice a row where rows stream one by one (measured in
+  // docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+  if (head != 0) CopyBytes(dst, src, head);
   for (std::size_t i = head; i < end; i += N) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
-  CopyBytes(dst + end, src + end, n - end);
+  if (end != n) CopyBytes(dst + end, src + end, n - end);
 }
 
 // Rows bound for cache rows, for calls that write more than the caches hold (`stream`): each

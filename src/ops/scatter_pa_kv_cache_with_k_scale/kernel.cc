@@ -1,5 +1,5 @@
 // The kernel of scatter_pa_kv_cache_with_k_scale, compiled once per SIMD target (Highway
-// dynamic dispatch). The operator is a pure byte copy, so the fast path is one memcpy per
+// dynamic dispatch). The operator is a pure byte copy, so the fast path is one copy per
 // (token, head) row; the driver (execute.cc) splits tokens over threads.
 //
 // Tokens whose slots follow each other in one block (a prefill) go in tiles of job.tile, head
@@ -25,27 +25,29 @@
 HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::k_scale::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+using detail::HWY_NAMESPACE::CopyBytes;
 
-// Copies n one-byte elements between strided rows; memcpy when both are contiguous, with the
-// common head sizes as compile-time sizes so the copy is a few inline vector moves.
+// Copies n one-byte elements between strided rows; CopyBytes when both are contiguous, with the
+// common head sizes as compile-time sizes so the copy is a few inline vector moves of the
+// target's width (GCC expands a fixed-size memcpy into 16-byte moves even on AVX2).
 HWY_INLINE void CopyRow(std::uint8_t* dst, std::int64_t dst_stride, const std::uint8_t* src,
                         std::int64_t src_stride, std::int64_t n) {
   if ((dst_stride == 1 && src_stride == 1) || n == 1) {
     switch (n) {
       case 64:
-        std::memcpy(dst, src, 64);
+        CopyBytes(dst, src, 64);
         return;
       case 128:
-        std::memcpy(dst, src, 128);
+        CopyBytes(dst, src, 128);
         return;
       case 192:
-        std::memcpy(dst, src, 192);
+        CopyBytes(dst, src, 192);
         return;
       case 256:
-        std::memcpy(dst, src, 256);
+        CopyBytes(dst, src, 256);
         return;
       case 512:
-        std::memcpy(dst, src, 512);
+        CopyBytes(dst, src, 512);
         return;
       default:
         std::memcpy(dst, src, static_cast<std::size_t>(n));
@@ -76,7 +78,7 @@ HWY_INLINE void CopyTileFixed(std::uint8_t* dst, const std::int64_t* dst_strides
     std::uint8_t* d = dst + h * dst_strides[1];
     const std::uint8_t* s = src + h * src_strides[1];
     for (std::int64_t i = 0; i < n; ++i) {
-      std::memcpy(d + i * dst_strides[2], s + i * src_strides[0], kD);
+      CopyBytes(d + i * dst_strides[2], s + i * src_strides[0], kD);
     }
   }
 }
