@@ -602,12 +602,13 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
 // ---- Power-of-two e4m3 rows, and their lanes below the normal range ------------------------
 
 // E4M3Pow2CodesOfT7 of the magnitude bits less s7, with no clamp at 448: for a group whose amax
-// is finite and whose scale 2^k is E4M3Pow2ScalesByKey8's ceil_pow2(f32(max(amax, eps) *
-// f32(1/448))) (the scale rules: docs/operators/kv_compress_epilog.md, "Scale formulas", and
+// is finite and whose scale 2^k is E4M3Pow2ScalesByKey8's (the float32 product
+// max(amax, eps) * f32(1/448) rounded up to a power of two; the scale rules:
+// docs/operators/kv_compress_epilog.md, "Scale formulas", and
 // docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"), no quotient exceeds 448
 // there. If amax / 2^k were above 448 it would be at least 450 (bf16), and as f32(1/448) (bits
 // 0x3B124925) lies above 1/448 the product would exceed 2^k by more than its rounding, so 2^k
-// would not be its ceiling.
+// would not be the power of two it rounds up to.
 template <HighByte kHigh = HighByte::kShift, class D, class V = hn::Vec<D>>
 HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesInRange(D d, V w, V s7, V& low) {
   const auto t7 = hn::SaturatedSub(hn::And(w, hn::Set(d, std::uint16_t{0x7FFF})), s7);
