@@ -20,14 +20,17 @@ HWY_BEFORE_NAMESPACE();
 namespace kvscatter::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// n contiguous bytes. Below one vector: memcpy (a few bytes); otherwise full vectors, the last
-// one overlapping the previous store so no scalar tail is needed.
+// n contiguous bytes. Below one vector: memcpy (a few bytes), not called for none (a call to
+// the C library, twice a row for StreamBytes' empty ends where rows on whole lines stream one by
+// one: measured in docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only");
+// otherwise full vectors, the last one overlapping the previous store so no scalar tail is
+// needed.
 HWY_INLINE void CopyBytes(unsigned char* HWY_RESTRICT dst, const unsigned char* HWY_RESTRICT src,
                           std::size_t n) {
   const hn::ScalableTag<std::uint8_t> d;
   const std::size_t N = hn::Lanes(d);
   if (n < N) {
-    std::memcpy(dst, src, n);
+    if (n != 0) std::memcpy(dst, src, n);
     return;
   }
   std::size_t i = 0;
@@ -60,12 +63,9 @@ HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char
     return;
   }
   const std::size_t end = head + (n - head) / kLine * kLine;
-  // Empty ends (rows on whole lines) are skipped: CopyBytes would call the C library's memcpy
-  // for them, twice a row where rows stream one by one (measured in
-  // docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
-  if (head != 0) CopyBytes(dst, src, head);
+  CopyBytes(dst, src, head);
   for (std::size_t i = head; i < end; i += N) hn::Stream(hn::LoadU(d, src + i), d, dst + i);
-  if (end != n) CopyBytes(dst + end, src + end, n - end);
+  CopyBytes(dst + end, src + end, n - end);
 }
 
 // Rows bound for cache rows, for calls that write more than the caches hold (`stream`): each
