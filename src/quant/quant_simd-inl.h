@@ -1,6 +1,6 @@
 // Highway building blocks of the quantizers, for every operator that quantizes bf16 rows in
 // groups (include after <hwy/highway.h> in a translation unit compiled per target with
-// foreach_target.h; the functions live in kvscatter::quant::HWY_NAMESPACE):
+// Highway's hwy/foreach_target.h; the functions live in kvscatter::quant::HWY_NAMESPACE):
 //
 // - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of a row and,
 //   optionally, the smallest (zeros included), eight groups per horizontal reduction instead
@@ -19,7 +19,7 @@
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
 // - QuantizeE2M1ByBuckets (AVX-512 only): the same codes by the bucket tables of
-//   quant/e2m1_buckets.h, a 16-bit table lookup and one addition per element.
+//   src/quant/e2m1_buckets.h, a 16-bit table lookup and one addition per element.
 //   QuantizeE2M1ByByteBuckets (SSE4, AVX2): by their byte tables, three byte lookups and two
 //   compares per element; QuantizeE2M1ByBytePairs (AVX2, groups of 32 and 64): the same one
 //   byte per value, 32 per vector (E2M1BucketBytePairs).
@@ -371,7 +371,7 @@ HWY_INLINE void StoreCodePair(D, hn::Vec512<std::int16_t> a, hn::Vec512<std::int
 #endif
 
 // Loads the 2 * Lanes(d) 16-bit values at x as a pair whose signed pack holds their low bytes
-// in order: on AVX2 by LoadCrossedPair (core/bytes-inl.h), so that the pack, which interleaves
+// in order: on AVX2 by LoadCrossedPair (src/core/bytes-inl.h), so that the pack, which interleaves
 // a and b by block, needs no 64-bit lane permute after it (see StoreCodePair). Elsewhere two
 // plain loads.
 template <class D>
@@ -544,7 +544,7 @@ HWY_INLINE void QuantizeE2M1Group(const std::uint16_t* HWY_RESTRICT x,
 }
 
 #if KVS_E2M1_BYTE_BUCKETS
-// QuantizeE2M1ByBuckets for targets without vpermw, by the byte tables of quant/e2m1_buckets.h
+// QuantizeE2M1ByBuckets for targets without vpermw, by the byte tables of src/quant/e2m1_buckets.h
 // (16-entry byte lookups, pshufb): a lookup, a compare and a subtraction per threshold a bucket
 // of 64 patterns can hold (two) plus one lookup for the count below, where the thresholds take
 // seven compares and seven additions. Groups of kGs (16, 32 or 64); refused groups are skipped
@@ -581,7 +581,7 @@ HWY_INLINE std::int64_t QuantizeE2M1ByByteBuckets(const std::uint16_t* HWY_RESTR
     std::uint8_t* og = out + g * static_cast<std::int64_t>(kGs / 2);
     // Each lane's bucket index sits in its low byte, zero in its high byte: the high bytes look
     // up entries 0 (no count, thresholds of at least 3 that no high byte passes: the byte
-    // tables of quant/e2m1_buckets.h), so they stay zero.
+    // tables of src/quant/e2m1_buckets.h), so they stay zero.
     const auto codes = [&](std::int64_t i) {
       const auto w = hn::LoadU(d, xg + i);
       auto r = hn::SaturatedSub(hn::And(w, mag), b);
@@ -691,7 +691,7 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
 }
 
 #if KVS_E2M1_BUCKETS
-// FP4 codes of 32 bf16 values w by the bucket entries e of their group (quant/e2m1_buckets.h)
+// FP4 codes of 32 bf16 values w by the bucket entries e of their group (src/quant/e2m1_buckets.h)
 // and b64 = its first bucket * 64 in every lane: 2r from the doubled magnitude (the doubling
 // drops the sign), the entry plus 2r, the sign or-ed into bit 15, then the top four bits.
 // kClamp false: the caller knows that no magnitude lies past the group's bucket 31.
@@ -1365,8 +1365,8 @@ HWY_INLINE __m128i FP4Pow2ScalesOfBytes16(__m128i m, std::uint8_t emax, std::uin
 }
 
 // QuantizeE2M1ByByteBuckets one byte per value: the FP4 codes of 32 values (w0, w1) by a group's
-// byte tables (quant/e2m1_buckets.h: lo, hi and below8; b64 its first bucket * 64 in every 16-bit
-// lane), joined two to a byte as FP4BytePairs joins them (the same order, for
+// byte tables (src/quant/e2m1_buckets.h: lo, hi and below8; b64 its first bucket * 64 in every
+// 16-bit lane), joined two to a byte as FP4BytePairs joins them (the same order, for
 // E2M1NibbleBytes). The bucket indices, the offsets (r's low bytes) and the signs are packed to
 // bytes, so the three lookups, the two compares and the nibble arithmetic take one operation
 // per 32 values: 21 operations per 32 codes (23 with the clamp) where the 16-bit form takes 26
@@ -1664,7 +1664,7 @@ HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
 }
 
 // The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding:
-// docs/formats.md, "HiFloat8"), by the lane tables of hifloat8_table.h, one per 16-bit
+// docs/formats.md, "HiFloat8"), by the lane tables of src/quant/hifloat8_table.h, one per 16-bit
 // lane (the high bytes zero). The shifts right are high halves of products (vpmulhuw): on Zen 4
 // shifts share two pipes with the lookups, multiplies have two of their own.
 HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
@@ -1787,9 +1787,9 @@ HWY_INLINE void HiF8CodesBf16Row(const HiF8Bf16Regs& t, const std::uint16_t* HWY
 #endif  // KVS_HIF8_BF16
 
 // n bf16 values times x_scale, each product's HiFloat8 code looked up by the top bits of its
-// float32 (hifloat8_table.h), the products formed a vector at a time; n is a multiple of 8 and
-// of the float lane count, `keys` n entries of scratch. False (nothing written) when a product
-// is NaN, which the table does not cover. Eight codes per store, four keys per load: byte
+// float32 (src/quant/hifloat8_table.h), the products formed a vector at a time; n is a multiple of
+// 8 and of the float lane count, `keys` n entries of scratch. False (nothing written) when a
+// product is NaN, which the table does not cover. Eight codes per store, four keys per load: byte
 // stores between the key loads stalled whenever a destination matched a key's address in its
 // low 12 bits.
 HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
