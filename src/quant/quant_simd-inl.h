@@ -301,9 +301,9 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
 // byte. kShift: an arithmetic shift. kMultiply: on x86 below AVX-512 the high half of the lane
 // times 256 (elsewhere the shift), which runs on the vector multiplier: AMD Zen 2 issues vector
 // shifts on one pipe only, and a code takes two there. Which is faster depends on the loop
-// around the codes: the indexer's rows gain by the multiply, the epilog's groups lose (measured
-// in docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only"); Intel's AVX2
-// cores shift and multiply on the same two ports.
+// around the codes. On AMD Zen 2 the indexer's fp8 and mxfp8 rows measured 1.02-1.04 x faster
+// by the multiply, the epilog's fp8_bf16 groups 0.96 x; Intel's AVX2 cores shift and multiply
+// on the same two ports.
 enum class HighByte { kShift, kMultiply };
 template <HighByte kHigh, class DI, class V = hn::Vec<DI>>
 HWY_INLINE V SignedHighByte(DI di, V r) {
@@ -396,9 +396,8 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
 // form that checks its lanes keeps there the smallest t7 it saw, and with kCheck the row
 // returns whether one was below 0x87 (otherwise false). Each pair of vectors is loaded by
 // LoadOrderedPair, so that on AVX2 its pack needs no permute: on a CPU whose permutes take
-// about two cycles of its shuffle pipes (AMD Zen 2), 1.08-1.17 x at 1,024 tokens for
-// kv_compress_epilog's fp8 modes and the indexer's fp8 and mxfp8 rows (measured in
-// docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+// about two cycles of its shuffle pipes (AMD Zen 2), kv_compress_epilog's fp8 modes and the
+// indexer's fp8 and mxfp8 rows measured 1.08-1.17 x faster so at 1,024 tokens.
 template <bool kPerGroup, bool kCheck = false, class Codes>
 HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
@@ -670,8 +669,8 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
     if (hn::AllFalse(di, below)) continue;
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 && HWY_TARGET <= HWY_SSE4
     // Two bits a lane, from the mask's bytes: Highway narrows a 16-bit lane mask to one bit a
-    // lane by pext, which AMD CPUs before Zen 3 run in microcode, a few hundred cycles a call
-    // (docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+    // lane by pext, which AMD CPUs before Zen 3 run in microcode: on Zen 2 that took a few
+    // hundred cycles a call.
     const hn::Repartition<std::uint8_t, decltype(di)> dm;
     const auto mask = hn::MaskFromVec(hn::BitCast(dm, hn::VecFromMask(di, below)));
     constexpr int kStep = 1;  // log2 of the bits a lane takes
@@ -1088,7 +1087,7 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 // A shift, an add and a blend form each pair, where VBMI's multishift would take two
 // operations instead of three: 512-bit multishifts share their one port with the transposes'
 // shuffles, which the three ops leave alone: the mxfp4 operator measured 2 % faster on AVX-512
-// (docs/performance.md, "Analysis").
+// with the three.
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   __m512i v[8];
   for (int k = 0; k < 8; ++k) {
