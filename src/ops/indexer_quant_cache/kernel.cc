@@ -354,7 +354,7 @@ HWY_NOINLINE void fp8_row_general(const IndexerQuantCachePlan& p, Scratch& s,
 // that fails that stricter test again, one minimum per row, and sending its rows one way or the
 // other by it cost more than taking all its rows through the checked form (which with the
 // cheaper coding of the low lanes made the call 1.04-1.06 x faster on AVX2 and SSE4 at 1,024
-// and 4,096 tokens: docs/performance.md, "A fourth CPU: AMD EPYC (Zen 2), AVX2 only").
+// and 4,096 tokens on AMD Zen 2).
 template <std::int64_t kD>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 #if HWY_ARCH_X86 && HWY_TARGET >= HWY_AVX2
