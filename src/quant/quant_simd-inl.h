@@ -1,6 +1,6 @@
 // Highway building blocks of the quantizers, for every operator that quantizes bf16 rows in
-// groups (include after <hwy/highway.h> in a translation unit compiled per target with
-// Highway's hwy/foreach_target.h; the functions live in kvscatter::quant::HWY_NAMESPACE):
+// groups (include after Highway's main header, in a translation unit that Highway compiles once
+// per target; the functions live in kvscatter::quant::HWY_NAMESPACE):
 //
 // - GroupMagnitudes: the largest |x| (as bf16 bits & 0x7FFF) of every group of a row and,
 //   optionally, the smallest (zeros included), eight groups per horizontal reduction instead
