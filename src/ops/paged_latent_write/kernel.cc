@@ -291,10 +291,9 @@ HWY_INLINE void DsMlaPrefetch(const Job& job, std::int64_t t, std::int64_t end) 
 }
 
 // Token t's entry (null for padding), where `stage` has it built, and its kv_c. A call that
-// writes more than the caches hold builds its bfloat16 entries in L1 and streams them out
-// (StagedRows; four 656-byte entries are 41 whole lines): 1.05-1.16 x at 16,384 tokens on
-// AMD Zen 2. Calls that fit in the caches write their entries in place: staged the same way,
-// they measured 0.86-0.88 x.
+// writes more than the caches hold builds its bfloat16 entries in L1 and streams their whole
+// lines out (StagedRows): 1.05-1.16 x at 16,384 tokens on AMD Zen 2. Calls that fit in the
+// caches write their entries in place: staged the same way, they measured 0.86-0.88 x.
 HWY_INLINE unsigned char* DsMlaRow(const Job& job, std::int64_t t, const std::uint16_t*& x,
                                    StagedRows& stage) {
   const std::int64_t slot = job.slots[t];
