@@ -786,8 +786,9 @@ TEST(KvCompressEpilogSimd, SignedZerosInGroupsOfNormalValues) {
 // lines of runs of rows that follow each other in the cache, a row at a time. With the threshold
 // at 0: runs that start and end mid-line, a run broken by a skipped token, a slot written twice
 // within one batch and again in a later one, twice in a row, rows written in descending order
-// (a partial line shared by two runs), the last slot, and rows apart (a row pitch wider than
-// the row, whose tail stays untouched), for every mode on every target.
+// (a partial line shared by two runs), the last slot, rows apart (a row pitch wider than the
+// row, whose tail stays untouched), and x rows apart (read, and prefetched, through the view's
+// strides), for every mode on every target.
 TEST(KvCompressEpilogSimd, StreamedRowsMatchReference) {
   const std::int64_t saved = detail::set_stream_threshold(0);
   const std::int64_t d = 576, bs = 8, nb = 5;
@@ -796,7 +797,7 @@ TEST(KvCompressEpilogSimd, StreamedRowsMatchReference) {
   const std::int64_t t = static_cast<std::int64_t>(slots.size());
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<std::uint16_t> x(static_cast<std::size_t>(t * d));
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(t * (d + 8)));
   for (auto& v : x) v = bf16(normal(rng));
   struct Mode {
     QuantMode mode;
@@ -810,7 +811,9 @@ TEST(KvCompressEpilogSimd, StreamedRowsMatchReference) {
         SCOPED_TRACE(std::string(simd_test::target_name(target)) + " mode " +
                      std::to_string(static_cast<int>(m.mode)) + " group " +
                      std::to_string(m.group) + " pitch +" + std::to_string(extra));
-        TensorView tx(x.data(), DType::bfloat16, {t, d});
+        // x rows apart where the cache rows are too.
+        const std::int64_t x_shape[] = {t, d}, x_strides[] = {extra == 0 ? d : d + 8, 1};
+        TensorView tx(x.data(), DType::bfloat16, x_shape, x_strides);
         TensorView ts(slots.data(), DType::int32, {t});
         std::int32_t none = 0;
         const std::int64_t row =

@@ -669,6 +669,29 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   Hif8Fp4Codes(x, out, n, gs, groups, amax_bits, inv_b, scale_code, finite);
 }
 
+// The rows of x: dense ones by a multiply, others through the view's strides (x_row_offset, out
+// of line, a division per axis). The prefetch of calls from memory once took every row, dense
+// or not, the second way, and that alone cost the fp8 modes 1.12-1.15 x at 16,384 rows on AMD
+// Zen 2.
+class XRows {
+ public:
+  explicit XRows(const KvCompressEpilogPlan& p)
+      : x_(static_cast<const std::uint16_t*>(p.x.data)),
+        view_(p.x),
+        d_(p.d),
+        dense_(p.x.is_contiguous()) {}
+  const std::uint16_t* operator[](std::int64_t r) const {
+    return x_ + (dense_ ? r * d_ : x_row_offset(view_, r));
+  }
+  bool dense() const { return dense_; }
+
+ private:
+  const std::uint16_t* x_;
+  const TensorView& view_;
+  std::int64_t d_;
+  bool dense_;
+};
+
 // Rows are read rope first (the row's end), then the nope from its start: the backward jump
 // defeats the hardware stream prefetcher, so the next row is prefetched by hand (16,384 rows
 // of 576 values, one thread: fp8_e8m0 1.3 x faster, hifloat8_fp4 1.8-1.9 x).
@@ -682,10 +705,9 @@ constexpr std::int64_t kAheadRows = 1;
 // prefetch's: each mode takes the one that measured fastest on AMD Zen 2, into L2 for the fp8
 // modes (1.03-1.07 x against L1), non-temporal for hifloat8_fp4 (1.05-1.15 x).
 template <int kLocality>
-HWY_INLINE void PrefetchRow(const KvCompressEpilogPlan& p, std::int64_t r) {
-  const auto* row = reinterpret_cast<const char*>(static_cast<const std::uint16_t*>(p.x.data) +
-                                                  x_row_offset(p.x, r));
-  for (std::int64_t b = 0; b < 2 * p.d; b += 64) __builtin_prefetch(row + b, 0, kLocality);
+HWY_INLINE void PrefetchRow(const XRows& x, std::int64_t d, std::int64_t r) {
+  const auto* row = reinterpret_cast<const char*>(x[r]);
+  for (std::int64_t b = 0; b < 2 * d; b += 64) __builtin_prefetch(row + b, 0, kLocality);
 }
 
 // Rows per batch of the fp8 modes with power-of-two scales: the plans of all of them, then
@@ -699,11 +721,10 @@ template <bool kMode0>
 void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                  std::int64_t end, bool stream, bool prefetch) {
   constexpr std::int64_t kStride = kMaxGroups + 8;
-  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  const XRows x(p);
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   const std::int64_t n = p.d - kRopeDim;
   const std::int64_t groups = p.num_groups;
-  const bool x_rows_dense = p.x.is_contiguous();
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
   const SlotSplitter split(p.block_size);
   alignas(64) std::uint16_t amax[kFp8BatchRows * kStride];
@@ -718,7 +739,7 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
     int rows = 0;
     for (; r < end && rows < kFp8BatchRows; ++r) {
       if (slots[r] == -1) continue;
-      xb[rows] = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
+      xb[rows] = x[r];
       ob[rows] = split.address(cache, p.cache.stride(0), p.cache.stride(1), slots[r]);
       const std::int64_t k = rows * kStride;
       Fp8Pow2Plan(xb[rows], groups, amax + k, subw + k, e + k, fast + k);
@@ -727,7 +748,7 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
     for (int i = 0; i < rows; ++i) {
       const std::int64_t k = i * kStride;
       // Into L2 (prefetcht1): 1.03-1.07 x the speed of prefetching into L1.
-      if (prefetch && r + i < end) PrefetchRow<2>(p, r + i);
+      if (prefetch && r + i < end) PrefetchRow<2>(x, p.d, r + i);
       std::uint8_t* out = staged.Row(ob[i]);
       Fp8Pow2Quantize<kMode0>(xb[i], out, n, groups, amax + k, subw + k, e + k, fast + k);
       if (pad) std::memset(out + p.payload_bytes, 0, pad);
@@ -749,12 +770,11 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
                             std::int64_t begin, std::int64_t end, bool stream, bool prefetch,
                             const Rope& rope) {
   constexpr std::int64_t kStride = kMaxGroups + 8;
-  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  const XRows x(p);
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   const std::int64_t n = p.d - kRopeDim;
   const std::int64_t gs = p.group_size;
   const std::int64_t groups = p.num_groups;
-  const bool x_rows_dense = p.x.is_contiguous();
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
   const SlotSplitter split(p.block_size);
   alignas(64) std::uint16_t amax[kFp4BatchRows * kStride];
@@ -768,7 +788,7 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
     int rows = 0;
     for (; r < end && rows < kFp4BatchRows; ++r) {
       if (slots[r] == -1) continue;
-      xb[rows] = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
+      xb[rows] = x[r];
       ob[rows] = split.address(cache, p.cache.stride(0), p.cache.stride(1), slots[r]);
       // The plan reads the nope only: the rope's two cache lines are fetched meanwhile.
       __builtin_prefetch(xb[rows] + n, 0, 3);
@@ -780,7 +800,7 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
     for (int i = 0; i < rows; ++i) {
       const std::int64_t k = i * kStride;
       // Non-temporal (prefetchnta): 1.05-1.15 x the speed of prefetching into L2 or L1.
-      if (prefetch && r + i < end) PrefetchRow<0>(p, r + i);
+      if (prefetch && r + i < end) PrefetchRow<0>(x, p.d, r + i);
       std::uint8_t* out = staged.Row(ob[i]);
       // The pad (under 32 bytes, row_bytes a multiple of 32) by one store of zeros over the
       // row's last 32 bytes before the codes and scales rewrite the payload among them, where a
@@ -821,10 +841,9 @@ KVS_VBMI_ATTR void Hif8Fp4RowsBytes(const KvCompressEpilogPlan& p, const std::in
 
 void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end, bool stream, bool prefetch) {
-  const auto* x = static_cast<const std::uint16_t*>(p.x.data);
+  const XRows x(p);
   auto* cache = static_cast<std::uint8_t*>(p.cache.data);
   const std::int64_t n = p.d - kRopeDim;
-  const bool x_rows_dense = p.x.is_contiguous();
   const std::size_t pad = static_cast<std::size_t>(p.row_bytes - p.payload_bytes);
   const SlotSplitter split(p.block_size);
 #if HWY_TARGET != HWY_SCALAR
@@ -891,9 +910,9 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
   for (std::int64_t r = begin; r < end; ++r) {
     const std::int64_t slot = slots[r];
     if (slot == -1) continue;
-    const std::uint16_t* xr = x + (x_rows_dense ? r * p.d : x_row_offset(p.x, r));
+    const std::uint16_t* xr = x[r];
     std::uint8_t* out = split.address(cache, p.cache.stride(0), p.cache.stride(1), slot);
-    if (x_rows_dense && r + kAheadRows < end) {
+    if (x.dense() && r + kAheadRows < end) {
       const auto* next = reinterpret_cast<const char*>(xr + kAheadRows * p.d);
       for (std::int64_t b = 0; b < 2 * p.d; b += 64) __builtin_prefetch(next + b, 0, 3);
     }
