@@ -38,9 +38,8 @@
 //   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
 //   takes the table then).
 //
-// All of them are exact lane forms of the scalar rules, which these sections state:
-// - the encoders: docs/formats.md, "float8_e4m3fn", "float4_e2m1", "float4_e1m2" and
-//   "HiFloat8";
+// All of them are exact lane forms of the scalar rules, which the operators' pages state (with
+// links to each encoder's bit-level definition):
 // - the epilog's scales and codes: docs/operators/kv_compress_epilog.md, "Scale formulas";
 // - the indexer's: docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)".
 // None of them depends on the target. They need at least 8 lanes of 16 bits, so the scalar
@@ -628,8 +627,8 @@ HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
 }
 
 // QuantizeE4M3Pow2RowInRange that also tells whether a lane may need coding apart (an e4m3
-// subnormal quotient; docs/formats.md, "float8_e4m3fn"), in place of Magnitudes8Min's
-// per-group minimum and its reduction: true when some lane's magnitude is below
+// subnormal quotient; docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"), in place
+// of Magnitudes8Min's per-group minimum and its reduction: true when some lane's magnitude is below
 // E4M3NormalThreshold of its group (t7 below 0x87 there), zeros included (whose codes are right,
 // but which the check does not tell apart). Groups of a finite amax only.
 template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
@@ -651,8 +650,8 @@ HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
 
 // Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
 // x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
-// E4M3Pow2ScalesByKey8's normal test must code apart (the encoder's rounding:
-// docs/formats.md, "float8_e4m3fn").
+// E4M3Pow2ScalesByKey8's normal test must code apart (their rounding:
+// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)").
 template <class F>
 HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
                                         std::uint32_t threshold, F&& f) {
@@ -1663,9 +1662,10 @@ HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
 }
 
 // The HiFloat8 codes of 32 bfloat16 values w (NaN gives 0x00; the encoding:
-// docs/formats.md, "HiFloat8"), by the lane tables of src/quant/hifloat8_table.h, one per 16-bit
-// lane (the high bytes zero). The shifts right are high halves of products (vpmulhuw): on Zen 4
-// shifts share two pipes with the lookups, multiplies have two of their own.
+// docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"), by the lane tables of
+// src/quant/hifloat8_table.h, one per 16-bit lane (the high bytes zero). The shifts right are high
+// halves of products (vpmulhuw): on Zen 4 shifts share two pipes with the lookups, multiplies have
+// two of their own.
 HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
   const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
   const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
@@ -1866,12 +1866,12 @@ struct HiF8LaneFlags {
 
 // The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
 // them, 2 * Lanes(d) values each) as 2 * Lanes(d) bytes in order at out + 2 * Lanes(d) * k (the
-// encoding: docs/formats.md, "HiFloat8"), by hifloat8_lane_tables() on
-// one byte per value: about 29 operations per 32 values (and two blends in the loads) where 16-bit
-// lanes took 23 per 16. Each step is taken for all K pairs before the next: the chain from a load
-// to its store is some twenty operations long, and with one pair at a time the scheduler filled
-// with operations waiting on it before the ports were. w + w splits into the exponent (high bytes)
-// and the mantissa times 2 (low bytes).
+// encoding: docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)"), by
+// hifloat8_lane_tables() on one byte per value: about 29 operations per 32 values (and two blends
+// in the loads) where 16-bit lanes took 23 per 16. Each step is taken for all K pairs before the
+// next: the chain from a load to its store is some twenty operations long, and with one pair at a
+// time the scheduler filled with operations waiting on it before the ports were. w + w splits into
+// the exponent (high bytes) and the mantissa times 2 (low bytes).
 // A byte shuffle zeroes a byte whose index has bit 7 set, which the indices below arrange for
 // every byte that must read nothing:
 // - ae >= 16 (|x| < 2^-15 or from 2^16): the ae tables read 0, so nothing rounds and no
