@@ -107,14 +107,7 @@ class StagedRows {
     const std::size_t head = (kLine - reinterpret_cast<std::uintptr_t>(dst_) % kLine) % kLine;
     if (held_ < head + kLine) return;  // no whole line yet
     const std::size_t end = head + (held_ - head) / kLine * kLine;
-    CopyBytes(dst_, buf_, head);
-    const hn::ScalableTag<std::uint8_t> d;
-    const std::size_t N = hn::Lanes(d);
-    if (N > kLine) {  // vectors wider than a line: no streaming (as in StreamBytes)
-      CopyBytes(dst_ + head, buf_ + head, end - head);
-    } else {
-      for (std::size_t i = head; i < end; i += N) hn::Stream(hn::LoadU(d, buf_ + i), d, dst_ + i);
-    }
+    StreamBytes(dst_, buf_, end);  // ends on a line: nothing partial past `head`
     std::memcpy(buf_, buf_ + end, held_ - end);  // under a line, after `end` >= one line
     dst_ += end;
     held_ -= end;
