@@ -1,15 +1,19 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/check.h"
 #include "core/index.h"
 #include "core/slots.h"
+#include "core/streaming.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/runtime.h"
 #include "kvscatter/tensor.h"
@@ -165,6 +169,31 @@ TEST(Slots, FirstBadSlotEveryPositionOnEveryTarget) {
       }
     }
   }
+}
+
+// The cache the streaming decisions start from: Linux's L3 of CPU 0 where it describes one
+// ("32768K" on the AMD machines this project measures on), at most kMaxCacheBytes.
+TEST(Streaming, CacheSizeFromLinuxCapped) {
+  const std::int64_t bytes = detail::detected_cache_bytes();
+  EXPECT_GE(bytes, 0);
+  EXPECT_LE(bytes, detail::kMaxCacheBytes);
+  const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index3/";
+  std::ifstream level(dir + "level"), type(dir + "type"), size(dir + "size");
+  std::string l, t, s;
+  if (!(level >> l) || !(type >> t) || !(size >> s) || l != "3" || t == "Instruction") {
+    GTEST_SKIP() << "no level 3 data cache described at " << dir;
+  }
+  std::int64_t expected = std::stoll(s);
+  if (s.back() == 'K') expected <<= 10;
+  if (s.back() == 'M') expected <<= 20;
+  EXPECT_EQ(bytes, std::min(expected, detail::kMaxCacheBytes)) << s;
+}
+
+TEST(Streaming, CacheSizeSetAndRestored) {
+  const std::int64_t saved = detail::set_cache_bytes(12345);
+  EXPECT_EQ(detail::cache_bytes().load(), 12345);
+  EXPECT_EQ(detail::set_cache_bytes(saved), 12345);
+  EXPECT_EQ(detail::cache_bytes().load(), saved);
 }
 
 TEST(Runtime, ThreadsSetAndRestored) {

@@ -1,7 +1,8 @@
 // ScatterPaKvCacheWithKScale: the worked example of docs/operators/
 // scatter_pa_kv_cache_with_k_scale.md, skipping of out-of-range slots, runs of slots that write
 // no scale entry but their own, every rejection (status, message, caches untouched), and the last
-// writer of duplicate slots. Randomized optimized-versus-reference cases (strided views, slot
+// writer of duplicate slots, and how calls of each size go (tiles, streaming stores) for each
+// cache size. Randomized optimized-versus-reference cases (strided views, slot
 // patterns, threads) live in the shared harness
 // (tests/cpp/harness/scatter_pa_kv_cache_with_k_scale_cases.cc).
 #include "kvscatter/scatter_pa_kv_cache_with_k_scale.h"
@@ -21,6 +22,7 @@
 
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
+#include "ops/scatter_pa_kv_cache_with_k_scale/kernel.h"
 #include "simd_targets.h"
 
 namespace kvscatter {
@@ -73,6 +75,52 @@ std::uint32_t to_bits(float f) {
   std::uint32_t u;
   std::memcpy(&u, &f, 4);
   return u;
+}
+
+// The paths give the same bytes (the harness checks them all); which one a call takes is the
+// documented rule: streamed once the call's footprint (twice what it writes) reaches three
+// quarters of the last-level cache and it writes at least the threshold, tiled while the
+// footprint is under half the cache or under the threshold.
+TEST(ScatterPaKvCacheWithKScaleStrategy, FollowsThresholdAndCacheSize) {
+  constexpr std::int64_t MiB = std::int64_t{1} << 20;
+  using detail::k_scale::choose_strategy;
+  using detail::k_scale::kTile;
+  struct Case {
+    std::int64_t written, threshold, cache;
+    bool stream;
+    std::int64_t tile;
+  };
+  const Case cases[] = {
+      // Unknown cache, 16 MiB and 8 MiB: the threshold's rules (tiles under half of it).
+      {2 * MiB, 8 * MiB, 0, false, kTile},
+      {4 * MiB, 8 * MiB, 0, false, 1},
+      {8 * MiB, 8 * MiB, 0, true, 1},
+      {2 * MiB, 8 * MiB, 16 * MiB, false, kTile},
+      {4 * MiB - 1, 8 * MiB, 16 * MiB, false, kTile},
+      {4 * MiB, 8 * MiB, 16 * MiB, false, 1},
+      {8 * MiB - 1, 8 * MiB, 16 * MiB, false, 1},
+      {8 * MiB, 8 * MiB, 16 * MiB, true, 1},
+      {8 * MiB, 8 * MiB, 8 * MiB, true, 1},
+      // 32 MiB: tiles while the footprint is under 16 MiB (2,048 tokens of 8 heads of 128-byte
+      // key and value rows; 4,096 leave them), streaming from a footprint of 24 MiB.
+      {4 * MiB, 8 * MiB, 32 * MiB, false, kTile},
+      {8 * MiB, 8 * MiB, 32 * MiB, false, 1},
+      {12 * MiB - 1, 8 * MiB, 32 * MiB, false, 1},
+      {12 * MiB, 8 * MiB, 32 * MiB, true, 1},
+      {64 * MiB, 8 * MiB, 32 * MiB, true, 1},
+      // The tests' setting (threshold and cache 0): every call streams, empty ones included.
+      {0, 0, 0, true, 1},
+      {5, 0, 0, true, 1},
+      // A raised threshold keeps small calls tiled and unstreamed whatever the cache.
+      {16 * MiB - 1, 32 * MiB, 32 * MiB, false, kTile},
+      {16 * MiB, 32 * MiB, 32 * MiB, false, 1},
+      {32 * MiB, 32 * MiB, 32 * MiB, true, 1},
+  };
+  for (const Case& c : cases) {
+    const detail::k_scale::Strategy how = choose_strategy(c.written, c.threshold, c.cache);
+    EXPECT_EQ(how.stream, c.stream) << c.written << " " << c.threshold << " " << c.cache;
+    EXPECT_EQ(how.tile, c.tile) << c.written << " " << c.threshold << " " << c.cache;
+  }
 }
 
 TEST(ScatterPaKvCacheWithKScaleSpec, WorkedExample) {

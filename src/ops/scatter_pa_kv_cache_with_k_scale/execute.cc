@@ -35,10 +35,11 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
         job.split = SlotSplitter(p.block_size);
         const std::int64_t written =
             p.num_tokens * p.num_heads * (p.key_head_size + p.value_head_size);
-        job.stream = use_streaming_stores(written);
-        // Tiles pay off while the rows stay in cache: past half the streaming threshold their
-        // strided reads of the input cost more than the contiguous writes save.
-        job.tile = use_streaming_stores(2 * written) ? 1 : k_scale::kTile;
+        const k_scale::Strategy how = k_scale::choose_strategy(
+            written, stream_threshold_bytes().load(std::memory_order_relaxed),
+            cache_bytes().load(std::memory_order_relaxed));
+        job.stream = how.stream;
+        job.tile = how.tile;
         parallel_for(p.num_tokens, grain, [&](std::int64_t begin, std::int64_t end) {
           k_scale::token_range(job, begin, end);
         });

@@ -148,16 +148,21 @@ class ThreadCount {
   int saved_;
 };
 
+// zero: every call streams (no threshold, and no call counted as fitting the cache).
 class StreamThreshold {
  public:
   explicit StreamThreshold(bool zero)
-      : saved_(detail::set_stream_threshold(zero ? 0 : detail::stream_threshold_bytes().load())) {}
-  ~StreamThreshold() { detail::set_stream_threshold(saved_); }
+      : saved_(detail::set_stream_threshold(zero ? 0 : detail::stream_threshold_bytes().load())),
+        saved_cache_(detail::set_cache_bytes(zero ? 0 : detail::cache_bytes().load())) {}
+  ~StreamThreshold() {
+    detail::set_stream_threshold(saved_);
+    detail::set_cache_bytes(saved_cache_);
+  }
   StreamThreshold(const StreamThreshold&) = delete;
   StreamThreshold& operator=(const StreamThreshold&) = delete;
 
  private:
-  std::int64_t saved_;
+  std::int64_t saved_, saved_cache_;
 };
 
 class Harness : public ::testing::TestWithParam<OpCases> {};
