@@ -3,11 +3,14 @@
 // bytes).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <type_traits>
 
 #include "cli.h"
+#include "core/streaming.h"
 #include "kvscatter/error.h"
 #include "kvscatter/runtime.h"
 #include "simd_pin.h"
@@ -83,12 +86,25 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "worker threads (default: KVSCATTER_NUM_THREADS or all cores)")
       ->check(CLI::Range(1, 4096));
 
-  auto* info = app.add_subcommand("info", "version, SIMD target and threads");
+  auto* info = app.add_subcommand(
+      "info", "version, SIMD target, threads, streaming threshold and last-level cache");
   info->callback([] {
     std::printf("kvscatter %s\n", version_string());
     std::printf("simd target: %s\n", simd_target().c_str());
     std::printf("simd targets available: %s\n", simd_targets_available().c_str());
     std::printf("threads: %d\n", get_num_threads());
+    // What the kernels' choice between ordinary and streaming stores starts from
+    // (docs/architecture.md, "Streaming stores").
+    const auto size = [](std::int64_t bytes) {
+      constexpr std::int64_t kKiB = 1024, kMiB = kKiB * kKiB;
+      if (bytes <= 0) return std::string("unknown");
+      return bytes % kMiB == 0 ? std::to_string(bytes / kMiB) + " MiB"
+                               : std::to_string(bytes / kKiB) + " KiB";
+    };
+    std::printf("streaming threshold: %s written\n",
+                size(detail::stream_threshold_bytes().load()).c_str());
+    std::printf("last-level cache: %s (Linux's figure for CPU 0, counted as at most %s)\n",
+                size(detail::cache_bytes().load()).c_str(), size(detail::kMaxCacheBytes).c_str());
   });
 
   auto& demos = cli::demo_parts();

@@ -129,6 +129,10 @@ endforeach()
 expect_usage("--quant-layers x --quant-batch x (--quant-prompt + --quant-generate): "
              demo --quant-layers 256 --quant-batch 1024)
 
+# info names what the kernels' choice of stores starts from.
+expect_ok("streaming threshold: 8 MiB written" info)
+expect_ok("last-level cache: " info)
+
 # The lower bounds run, and every demo part reports work it verified.
 expect_ok("demo: all parts verified against the reference kernels"
           --threads 1 demo --layers 1 --kv-heads 1 --head-size 1 --batch 1 --prompt 1
