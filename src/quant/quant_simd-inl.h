@@ -259,7 +259,8 @@ HWY_INLINE V E4M3S7OfExp(D d, V e) {
 // QuantizeE4M3Pow2RowUnmasked is exact for the group: amax finite, no zero, every v / s at
 // least 2^-6 (e4m3-normal), and e at least 8, else 0. Returns whether all eight groups are fast.
 // The entries of a group that is not finite, or (kFloor 0) whose exponent is below 8, are not
-// to be used: neither is fast, and callers send the second by the scalar rules unless all zero.
+// to be used: neither is fast, and callers take the second through the scalar formulas of the
+// operator pages above unless it is all zero.
 template <int kFloor>
 HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
                                      const std::uint16_t* HWY_RESTRICT min1,
@@ -1886,8 +1887,8 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const 
   const hn::Repartition<std::int8_t, DB> di8;
   const hn::Repartition<std::uint16_t, DB> d16;
   const hn::Repartition<std::uint64_t, DB> d64;
-  using V8 = hn::Vec<DB>;
-  V8 m2[K], e[K], ki[K], mr[K], r[K], ni[K], code[K];
+  using VB = hn::Vec<DB>;
+  VB m2[K], e[K], ki[K], mr[K], r[K], ni[K], code[K];
   for (int k = 0; k < K; ++k) {
     // w1's bytes split the other way round (high bytes first), so that a 64-bit blend, which
     // any port runs, gathers the mantissas where an unpack needed a shuffle port; a byte align
