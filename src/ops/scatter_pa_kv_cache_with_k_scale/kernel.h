@@ -2,6 +2,7 @@
 // its dispatched entry point.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/slots.h"
@@ -34,7 +35,7 @@ struct Strategy {
 };
 inline Strategy choose_strategy(std::int64_t written, std::int64_t threshold, std::int64_t cache) {
   const std::int64_t footprint = 2 * written;
-  const std::int64_t tiled = threshold > cache / 2 ? threshold : cache / 2;
+  const std::int64_t tiled = std::max(threshold, cache / 2);
   return {written >= threshold && 4 * footprint >= 3 * cache, footprint < tiled ? kTile : 1};
 }
 
