@@ -7,7 +7,8 @@
 // the cache being written in H places per token, while the tile's input rows stay in L1. Larger
 // calls go token by token (their reads come from further out, where sequential rows matter
 // more), those that write more than the caches hold with streaming stores, which skip the read
-// for ownership of every line they fill.
+// for ownership of every line they fill. Cached calls write each chunk's keys (and scales)
+// first, then its values (CachedSides).
 #include <hwy/cache_control.h>
 
 #include <cstdint>
@@ -167,24 +168,21 @@ HWY_INLINE void ScaleRuns(std::int32_t* dst, std::int64_t dst_head, const std::i
   }
 }
 
-// Tokens [begin, end) in tiles of at most `tile` tokens on consecutive slots of one block; kD,
-// when not 0, is the head size of both sides, whose rows are all contiguous (no streaming).
+// Which sides Tokens writes: the key rows with the scales, the value rows, or both.
+enum Sides : unsigned { kKeys = 1, kValues = 2, kBoth = 3 };
+
+// Tokens [begin, end) of the given sides in tiles of at most `tile` tokens on consecutive slots
+// of one block, each tile's key rows, then its scales, then its value rows; kD, when not 0, is
+// the head size of both sides, whose rows are all contiguous (no streaming).
 template <bool kStream, std::int64_t kD = 0>
-void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int64_t tile) {
+void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int64_t tile,
+            unsigned sides) {
   const ScatterPaKvCacheWithKScalePlan& p = *job.plan;
-  const auto* key = static_cast<const std::uint8_t*>(p.key.data);
-  const auto* value = static_cast<const std::uint8_t*>(p.value.data);
   const auto* key_scale = static_cast<const std::uint8_t*>(p.key_scale.data);
-  auto* key_cache = static_cast<std::uint8_t*>(p.key_cache.data);
-  auto* value_cache = static_cast<std::uint8_t*>(p.value_cache.data);
   auto* scale_cache = static_cast<std::uint8_t*>(p.key_scale_cache.data);
-  const auto k = p.key.strides;
-  const auto v = p.value.strides;
-  const auto kc = p.key_cache.strides;
-  const auto vc = p.value_cache.strides;
   const auto ks = p.key_scale.strides;
   const auto sc = p.key_scale_cache.strides;
-  const std::int64_t H = p.num_heads, Dk = p.key_head_size, Dv = p.value_head_size;
+  const std::int64_t H = p.num_heads;
   const SlotSplitter& split = job.split;
   const std::int64_t* slots = job.slots;
   // A tile's scales of one head are neighbours in the cache when its slots are; the gather
@@ -193,6 +191,19 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
       sc[2] == 1 && ks[0] >= 0 && ks[0] <= (std::int64_t{1} << 31) / kTile - 1 &&
       reinterpret_cast<std::uintptr_t>(key_scale) % 4 == 0 &&
       reinterpret_cast<std::uintptr_t>(scale_cache) % 4 == 0;
+  // The rows of n tokens from t (slots from slot on) of one side.
+  const auto rows = [&](const TensorView& input, const TensorView& cache, std::int64_t D,
+                        std::int64_t t, std::int64_t n, std::int64_t slot) {
+    const auto x = input.strides;
+    const auto c = cache.strides;
+    const auto* in = static_cast<const std::uint8_t*>(input.data) + t * x[0];
+    std::uint8_t* dst = split.address(static_cast<std::uint8_t*>(cache.data), c[0], c[2], slot);
+    if (kD != 0) {
+      CopyTileFixed<kD>(dst, c.data(), in, x.data(), H, n);
+    } else {
+      CopyTile<kStream>(dst, c.data(), in, x.data(), H, D, n);
+    }
+  };
 
   for (std::int64_t t = begin; t < end;) {
     const std::int64_t slot = slots[t];
@@ -204,41 +215,42 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
     while (n < tile && t + n < end && slots[t + n] == slot + n && split.offset(slot + n) != 0) {
       ++n;
     }
-    std::uint8_t* kdst = split.address(key_cache, kc[0], kc[2], slot);
-    std::uint8_t* vdst = split.address(value_cache, vc[0], vc[2], slot);
-    if (kD != 0) {
-      CopyTileFixed<kD>(kdst, kc.data(), key + t * k[0], k.data(), H, n);
-      CopyTileFixed<kD>(vdst, vc.data(), value + t * v[0], v.data(), H, n);
-    } else if (n == 1) {  // one token: its key and value rows head by head, inputs read in order
-      for (std::int64_t h = 0; h < H; ++h) {
-        MoveRow<kStream>(kdst + h * kc[1], kc[3], key + t * k[0] + h * k[1], k[2], Dk);
-        MoveRow<kStream>(vdst + h * vc[1], vc[3], value + t * v[0] + h * v[1], v[2], Dv);
-      }
-    } else {
-      CopyTile<kStream>(kdst, kc.data(), key + t * k[0], k.data(), H, Dk, n);
-      CopyTile<kStream>(vdst, vc.data(), value + t * v[0], v.data(), H, Dv, n);
-    }
-    // float32 scales move as raw bytes; element strides are scaled to bytes here.
-    std::uint8_t* sdst = split.address(scale_cache, 4 * sc[0], 4 * sc[2], slot);
-    if (n > 1 && gather_scales) {
-      ScaleRuns(reinterpret_cast<std::int32_t*>(sdst), sc[1],
-                reinterpret_cast<const std::int32_t*>(key_scale + 4 * t * ks[0]), ks[0], ks[1],
-                H, n);
-    } else {
-      for (std::int64_t i = 0; i < n; ++i) {
-        const std::uint8_t* srow = key_scale + 4 * (t + i) * ks[0];
-        for (std::int64_t h = 0; h < H; ++h) {
-          std::memcpy(sdst + 4 * (i * sc[2] + h * sc[1]), srow + 4 * h * ks[1], 4);
+    if (sides & kKeys) {
+      rows(p.key, p.key_cache, p.key_head_size, t, n, slot);
+      // float32 scales move as raw bytes; element strides are scaled to bytes here.
+      std::uint8_t* sdst = split.address(scale_cache, 4 * sc[0], 4 * sc[2], slot);
+      if (n > 1 && gather_scales) {
+        ScaleRuns(reinterpret_cast<std::int32_t*>(sdst), sc[1],
+                  reinterpret_cast<const std::int32_t*>(key_scale + 4 * t * ks[0]), ks[0], ks[1], H,
+                  n);
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) {
+          const std::uint8_t* srow = key_scale + 4 * (t + i) * ks[0];
+          for (std::int64_t h = 0; h < H; ++h) {
+            std::memcpy(sdst + 4 * (i * sc[2] + h * sc[1]), srow + 4 * h * ks[1], 4);
+          }
         }
       }
     }
+    if (sides & kValues) rows(p.value, p.value_cache, p.value_head_size, t, n, slot);
     t += n;
   }
 }
 
+// Cached rows: the keys of a chunk, then its values. A token's rows of one head lie block_size
+// rows from the next head's, so in a cache of power-of-two strides its 2H rows in both caches
+// fall on the same few L1 sets; with both sides in flight they outnumber the ways, and each
+// line waits for another to leave. One side at a time halves them. Streamed rows bypass L1 and
+// measured faster with both sides per token.
+template <std::int64_t kD = 0>
+void CachedSides(const TokenJob& job, std::int64_t begin, std::int64_t end) {
+  Tokens<false, kD>(job, begin, end, job.tile, kKeys);
+  Tokens<false, kD>(job, begin, end, job.tile, kValues);
+}
+
 void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   if (job.stream) {
-    Tokens<true>(job, begin, end, 1);
+    Tokens<true>(job, begin, end, 1, kBoth);
     // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
     hwy::FlushStream();
     return;
@@ -249,13 +261,13 @@ void TokenRange(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   const std::int64_t D = unit && p.key_head_size == p.value_head_size ? p.key_head_size : 0;
   switch (D) {
     case 64:
-      return Tokens<false, 64>(job, begin, end, job.tile);
+      return CachedSides<64>(job, begin, end);
     case 128:
-      return Tokens<false, 128>(job, begin, end, job.tile);
+      return CachedSides<128>(job, begin, end);
     case 256:
-      return Tokens<false, 256>(job, begin, end, job.tile);
+      return CachedSides<256>(job, begin, end);
     default:
-      return Tokens<false>(job, begin, end, job.tile);
+      return CachedSides(job, begin, end);
   }
 }
 
