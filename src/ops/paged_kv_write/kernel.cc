@@ -218,12 +218,25 @@ HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigne
 void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.format == KvCacheFormat::fp8_e4m3) return QuantizeTokens<true>(job, begin, end);
   if (job.format == KvCacheFormat::fp8_e5m2) return QuantizeTokens<false>(job, begin, end);
-  for (std::int64_t t = begin; t < end; ++t) {
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
-    for (const Side& s : job.side) {
-      CopyToken(job, s, t, job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+  // Sides [first, last) of every token. Cached heads apart go one side at a time: HND caches
+  // put a token's heads block_size rows apart, so with power-of-two strides the rows of both
+  // caches fall on the same few L1 sets, more than their ways hold while the stores wait.
+  // Streamed rows bypass L1, and merged rows (NHD) spread over the sets; both measured faster
+  // with the two sides of a token together.
+  const auto copy = [&](const Side* first, const Side* last) {
+    for (std::int64_t t = begin; t < end; ++t) {
+      const std::int64_t slot = job.slots[t];
+      if (slot < 0) continue;
+      for (const Side* s = first; s != last; ++s) {
+        CopyToken(job, *s, t, job.split.address(s->dst, s->block_stride, s->slot_stride, slot));
+      }
     }
+  };
+  if (job.stream || (job.side[0].merged && job.side[1].merged)) {
+    copy(job.side, job.side + 2);
+  } else {
+    copy(job.side, job.side + 1);
+    copy(job.side + 1, job.side + 2);
   }
   // Streaming stores are weakly ordered: drain them before the pool reports the
   // chunk done.
