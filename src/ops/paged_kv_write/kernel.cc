@@ -218,11 +218,9 @@ HWY_INLINE void CopyToken(const Job& job, const Side& s, std::int64_t t, unsigne
 void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.format == KvCacheFormat::fp8_e4m3) return QuantizeTokens<true>(job, begin, end);
   if (job.format == KvCacheFormat::fp8_e5m2) return QuantizeTokens<false>(job, begin, end);
-  // Sides [first, last) of every token. Cached heads apart go one side at a time: HND caches
-  // put a token's heads block_size rows apart, so with power-of-two strides the rows of both
-  // caches fall on the same few L1 sets, more than their ways hold while the stores wait.
-  // Streamed rows bypass L1, and merged rows (NHD) spread over the sets; both measured faster
-  // with the two sides of a token together.
+  // Sides [first, last) of every token. Cached HND rows go one side at a time, so that the two
+  // caches' rows do not compete for the same L1 sets (docs/architecture.md, "One cache at a
+  // time"); streamed rows and merged NHD rows keep a token's sides together.
   const auto copy = [&](const Side* first, const Side* last) {
     for (std::int64_t t = begin; t < end; ++t) {
       const std::int64_t slot = job.slots[t];

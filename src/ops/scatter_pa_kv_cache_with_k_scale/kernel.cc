@@ -237,11 +237,9 @@ void Tokens(const TokenJob& job, std::int64_t begin, std::int64_t end, std::int6
   }
 }
 
-// Cached rows: the keys of a chunk, then its values. A token's rows of one head lie block_size
-// rows from the next head's, so in a cache of power-of-two strides its 2H rows in both caches
-// fall on the same few L1 sets; with both sides in flight they outnumber the ways, and each
-// line waits for another to leave. One side at a time halves them. Streamed rows bypass L1 and
-// measured faster with both sides per token.
+// Cached rows: the keys of a chunk, then its values, so that the two caches' rows do not
+// compete for the same L1 sets (docs/architecture.md, "One cache at a time"); streamed rows
+// keep a token's sides together.
 template <std::int64_t kD = 0>
 void CachedSides(const TokenJob& job, std::int64_t begin, std::int64_t end) {
   Tokens<false, kD>(job, begin, end, job.tile, kKeys);

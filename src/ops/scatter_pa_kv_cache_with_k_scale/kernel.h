@@ -39,7 +39,8 @@ inline Strategy choose_strategy(std::int64_t written, std::int64_t threshold, st
   return {written >= threshold && 4 * footprint >= 3 * cache, footprint < tiled ? kTile : 1};
 }
 
-// Tokens [begin, end): the key rows and the scales of each (token, head), then the value rows.
+// Tokens [begin, end): the key and value rows and the scales of each (token, head); cached calls
+// write a chunk's keys and scales before its values, streamed ones each token's together.
 void token_range(const TokenJob& job, std::int64_t begin, std::int64_t end);
 
 }  // namespace kvscatter::detail::k_scale
