@@ -250,15 +250,17 @@ Workload update_workload(DType cache_dtype, std::int64_t heads, std::int64_t dim
   return w;
 }
 
-// paged_kv_write (vLLM's reshape_and_cache_flash): bfloat16 K/V into NHD caches, or into HND
-// caches interleaved in one [NB, 2, H, BS, D] allocation as vLLM allocates them; copy or fp8.
-Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads,
-                              std::int64_t dim) {
+// paged_kv_write (vLLM's reshape_and_cache_flash): bfloat16 K/V (or float16, float32) into NHD
+// caches, or into HND caches interleaved in one [NB, 2, H, BS, D] allocation as vLLM allocates
+// them; copy or fp8.
+Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads, std::int64_t dim,
+                              DType input = DType::bfloat16) {
+  const char* dt = input == DType::float16 ? " f16" : input == DType::float32 ? " f32" : " bf16";
   Workload w{"paged_kv_write",
              std::string(format == KvCacheFormat::copy ? "copy" : "fp8_e4m3") +
-                 (hnd ? " HND-kv bf16" : " NHD bf16"),
+                 (hnd ? " HND-kv" : " NHD") + dt,
              std::to_string(heads) + "x" + std::to_string(dim), nullptr};
-  w.make = [format, hnd, heads, dim](std::int64_t tokens) {
+  w.make = [format, hnd, heads, dim, input](std::int64_t tokens) {
     struct Buffers {
       Bytes key, value;
       Bytes key_cache, value_cache;
@@ -268,13 +270,21 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
     };
     auto b = std::make_shared<Buffers>();
     const std::int64_t nb = blocks_for(tokens), bs = kBlockSize, elems = heads * dim;
+    const auto es = static_cast<std::int64_t>(dtype_size(input));
     const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 8);
-    std::vector<std::uint16_t> bits(pattern.size());
-    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
-    b->key.resize(static_cast<std::size_t>(tokens * elems * 2));
-    fill_tiled(reinterpret_cast<std::uint16_t*>(b->key.data()), b->key.size() / 2, bits);
+    b->key.resize(static_cast<std::size_t>(tokens * elems * es));
+    if (input == DType::float32) {
+      fill_tiled(reinterpret_cast<float*>(b->key.data()), b->key.size() / 4, pattern);
+    } else {
+      std::vector<std::uint16_t> bits(pattern.size());
+      for (std::size_t i = 0; i < bits.size(); ++i) {
+        bits[i] = input == DType::float16 ? formats::encode_float16(pattern[i])
+                                          : formats::encode_bfloat16(pattern[i]);
+      }
+      fill_tiled(reinterpret_cast<std::uint16_t*>(b->key.data()), b->key.size() / 2, bits);
+    }
     b->value = b->key;
-    const DType cdt = format == KvCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const DType cdt = format == KvCacheFormat::copy ? input : DType::uint8;
     const auto ces = static_cast<std::int64_t>(dtype_size(cdt));
     const std::int64_t block = bs * elems;
     b->key_cache.assign(static_cast<std::size_t>(nb * block * ces * (hnd ? 2 : 1)), 0);
@@ -292,13 +302,13 @@ Workload paged_write_workload(KvCacheFormat format, bool hnd, std::int64_t heads
             : std::vector<std::int64_t>{block, elems, dim, 1};
     unsigned char* kc = b->key_cache.data();
     unsigned char* vc = hnd ? kc + block * ces : b->value_cache.data();
-    b->plan = plan_paged_kv_write(
-        TensorView(b->key.data(), DType::bfloat16, {tokens, heads, dim}),
-        TensorView(b->value.data(), DType::bfloat16, {tokens, heads, dim}),
-        TensorView(kc, cdt, shape, strides), TensorView(vc, cdt, shape, strides),
-        TensorView(b->slots.data(), DType::int64, {tokens}), o);
+    b->plan = plan_paged_kv_write(TensorView(b->key.data(), input, {tokens, heads, dim}),
+                                  TensorView(b->value.data(), input, {tokens, heads, dim}),
+                                  TensorView(kc, cdt, shape, strides),
+                                  TensorView(vc, cdt, shape, strides),
+                                  TensorView(b->slots.data(), DType::int64, {tokens}), o);
     // read: key and value; written: their cache rows; plus the slot mapping.
-    const std::int64_t per_token = 2 * elems * (2 + ces);
+    const std::int64_t per_token = 2 * elems * (es + ces);
     return Case{[b] { execute(b->plan); }, written_tokens(tokens) * per_token + 8 * tokens};
   };
   return w;
@@ -532,6 +542,10 @@ std::vector<Workload> all_workloads() {
       paged_write_workload(KvCacheFormat::copy, true, 8, 128),
       paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128),
       paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128, DType::float16),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128, DType::float16),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, false, 8, 128, DType::float32),
+      paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128, DType::float32),
       paged_gather_workload(KvCacheFormat::copy),
       paged_gather_workload(KvCacheFormat::fp8_e4m3),
       latent_workload(LatentCacheFormat::copy),

@@ -677,34 +677,54 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, 
   return BF16Groups<kE4M3, false>(src, n, sc, order.Shuffle(), order.Lanes(), dst);
 }
 
-// The full groups of 4N float32 values of a row, quantized with the shortcut; returns how many
-// values it wrote.
-template <bool kE4M3, bool kExact>
-HWY_INLINE std::size_t F32Groups(const float* HWY_RESTRICT src, std::size_t n, float scale,
-                                 unsigned char* HWY_RESTRICT dst) {
-  const QDF df;
-  const std::size_t N = hn::Lanes(df);
-  const CodeOrder<false>& order = CodeOrder<false>::Get();
-  const auto shuffle = order.Shuffle();
-  const auto lanes = order.Lanes();
-  const auto vr = hn::Set(df, 1.0f / scale);
+// Where float16 rows are widened in registers: targets whose float16 conversion is an
+// instruction (x86 from AVX2 on, with F16C; Arm's NEON and SVE), which is exact for every code.
+// Highway's emulation elsewhere (SSE4) takes infinities and NaNs for finite values, so those
+// targets keep the batch conversion through a buffer.
+#undef KVS_F16_IN_REGISTERS
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)) || \
+    (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR)
+#define KVS_F16_IN_REGISTERS 1
+#else
+#define KVS_F16_IN_REGISTERS 0
+#endif
+
+// N values from x as float32: float32 as they are, float16 (bits) widened in registers.
+HWY_INLINE hn::Vec<QDF> WideLoad(const float* HWY_RESTRICT x) { return hn::LoadU(QDF(), x); }
+HWY_INLINE hn::Vec<QDF> WideLoad(const std::uint16_t* HWY_RESTRICT x) {
+  const hn::Rebind<hwy::float16_t, QDF> dh;
+  return hn::PromoteTo(QDF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x)));
+}
+
+// The full groups of 4N values of a float32 or float16 row (T: float, or std::uint16_t for
+// float16 bits where KVS_F16_IN_REGISTERS), quantized with the shortcut (vr: 1 / scale; shuffle,
+// lanes: CodeOrder<false>'s); returns how many values it wrote.
+template <bool kE4M3, bool kExact, class T, class VBytes, class Idx>
+HWY_INLINE std::size_t WideGroups(const T* HWY_RESTRICT src, std::size_t n, hn::Vec<QDF> vr,
+                                  float scale, VBytes shuffle, Idx lanes,
+                                  unsigned char* HWY_RESTRICT dst) {
+  const std::size_t N = hn::Lanes(QDF());
   std::size_t i = 0;
   for (; i + 4 * N <= n; i += 4 * N) {
-    QuantizeGroup<kE4M3, kExact, false>(
-        hn::LoadU(df, src + i), hn::LoadU(df, src + i + N), hn::LoadU(df, src + i + 2 * N),
-        hn::LoadU(df, src + i + 3 * N), vr, scale, shuffle, lanes, dst + i);
+    QuantizeGroup<kE4M3, kExact, false>(WideLoad(src + i), WideLoad(src + i + N),
+                                        WideLoad(src + i + 2 * N), WideLoad(src + i + 3 * N), vr,
+                                        scale, shuffle, lanes, dst + i);
   }
   return i;
 }
 
-// Quantizes the full groups of 4N float32 values; returns how many values it wrote.
-template <bool kE4M3>
-HWY_INLINE std::size_t RecipQuantizeF32(const float* HWY_RESTRICT src, std::size_t n, float scale,
-                                        unsigned char* HWY_RESTRICT dst) {
+// Quantizes the full groups of 4N float32 or float16 values (see WideGroups); returns how many
+// values it wrote.
+template <bool kE4M3, class T>
+HWY_INLINE std::size_t RecipQuantizeWide(const T* HWY_RESTRICT src, std::size_t n, float scale,
+                                         unsigned char* HWY_RESTRICT dst) {
   const Shortcut mode = ShortcutMode(scale, false);
   if (n < 4 * hn::Lanes(QDF()) || mode == Shortcut::none) return 0;
-  return mode == Shortcut::exact ? F32Groups<kE4M3, true>(src, n, scale, dst)
-                                 : F32Groups<kE4M3, false>(src, n, scale, dst);
+  const CodeOrder<false>& order = CodeOrder<false>::Get();
+  const auto vr = hn::Set(QDF(), 1.0f / scale);
+  return mode == Shortcut::exact
+             ? WideGroups<kE4M3, true>(src, n, vr, scale, order.Shuffle(), order.Lanes(), dst)
+             : WideGroups<kE4M3, false>(src, n, vr, scale, order.Shuffle(), order.Lanes(), dst);
 }
 #else
 template <bool kE4M3>
@@ -712,8 +732,10 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, cons
                                          unsigned char*) {
   return 0;
 }
-template <bool kE4M3>
-HWY_INLINE std::size_t RecipQuantizeF32(const float*, std::size_t, float, unsigned char*) {
+#undef KVS_F16_IN_REGISTERS
+#define KVS_F16_IN_REGISTERS 0
+template <bool kE4M3, class T>
+HWY_INLINE std::size_t RecipQuantizeWide(const T*, std::size_t, float, unsigned char*) {
   return 0;
 }
 #endif  // HWY_TARGET != HWY_SCALAR
@@ -726,7 +748,7 @@ HWY_NOINLINE void QuantizeFp8F32(const float* HWY_RESTRICT src, std::size_t n, f
   const QDBytes d8;
   const std::size_t N = hn::Lanes(df);
   const auto vs = hn::Set(df, scale);
-  std::size_t i = RecipQuantizeF32<kE4M3>(src, n, scale, dst);
+  std::size_t i = RecipQuantizeWide<kE4M3>(src, n, scale, dst);
   for (; i + 2 * N <= n; i += 2 * N) {
     const auto a = hn::Div(hn::LoadU(df, src + i), vs);
     const auto b = hn::Div(hn::LoadU(df, src + i + N), vs);
@@ -792,7 +814,15 @@ HWY_NOINLINE void QuantizeRun(DType dtype, const unsigned char* src, std::size_t
     QuantizeFp8BF16<kE4M3>(reinterpret_cast<const std::uint16_t*>(src), n, scale, dst);
     return;
   }
-  // float16 (widened by the formats module's batch conversion) and unaligned rows.
+  if (KVS_F16_IN_REGISTERS && dtype == DType::float16 && addr % alignof(std::uint16_t) == 0) {
+    const std::size_t done =
+        RecipQuantizeWide<kE4M3>(reinterpret_cast<const std::uint16_t*>(src), n, scale, dst);
+    src += done * 2;
+    dst += done;
+    n -= done;
+  }
+  // The rest of a float16 row, and unaligned rows: widened by the formats module's batch
+  // conversion.
   HWY_ALIGN float buf[kQuantizeChunk];
   HWY_ALIGN std::uint16_t codes[kQuantizeChunk];
   const std::size_t es = dtype == DType::float32 ? 4 : 2;
@@ -902,6 +932,43 @@ HWY_NOINLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64
       const BF16Shortcut sc = MakeBF16Shortcut<kE4M3>(scales[k]);
       QuantizeBF16Runs<kE4M3>(reinterpret_cast<const std::uint16_t*>(src + k * src_step), 0, n, 1,
                               &sc, dst + k * dst_step, 0);
+    }
+    return;
+  }
+  // float32 and float16 runs: the shortcut's setup once for each new scale, not once per run.
+  const bool wide = (dtype == DType::float32 && reinterpret_cast<std::uintptr_t>(src) % 4 == 0 &&
+                     src_step % 4 == 0) ||
+                    (KVS_F16_IN_REGISTERS && dtype == DType::float16 && aligned);
+  if (wide && n % (4 * hn::Lanes(QDF())) == 0) {
+    const CodeOrder<false>& order = CodeOrder<false>::Get();
+    const auto shuffle = order.Shuffle();
+    const auto lanes = order.Lanes();
+    const auto groups = [&](Shortcut mode, const auto* x, float scale, hn::Vec<QDF> vr,
+                            unsigned char* out) HWY_ATTR {
+      if (mode == Shortcut::exact) {
+        WideGroups<kE4M3, true>(x, n, vr, scale, shuffle, lanes, out);
+      } else {
+        WideGroups<kE4M3, false>(x, n, vr, scale, shuffle, lanes, out);
+      }
+    };
+    float scale = 0.0f;
+    Shortcut mode = Shortcut::none;
+    auto vr = hn::Zero(QDF());
+    for (std::int64_t k = 0; k < count; ++k) {
+      if (k == 0 || scales[k] != scale) {
+        scale = scales[k];
+        mode = ShortcutMode(scale, false);
+        vr = hn::Set(QDF(), 1.0f / scale);
+      }
+      const unsigned char* x = src + k * src_step;
+      unsigned char* out = dst + k * dst_step;
+      if (mode == Shortcut::none) {
+        QuantizeRun<kE4M3>(dtype, x, n, scale, out);
+      } else if (dtype == DType::float32) {
+        groups(mode, reinterpret_cast<const float*>(x), scale, vr, out);
+      } else {
+        groups(mode, reinterpret_cast<const std::uint16_t*>(x), scale, vr, out);
+      }
     }
     return;
   }

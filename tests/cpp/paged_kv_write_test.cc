@@ -454,6 +454,52 @@ std::vector<float> lone_lanes(float scale, bool e4m3) {
   return out;
 }
 
+// Every float16 value, widened in registers, through the same checks on every target; and
+// per-head scales that change from head to head, where the quantizer sets the shortcut up again.
+TEST(PagedKvWriteFp8, Float16QuotientCodesOnEveryTarget) {
+  std::vector<float> every_f16(65536);
+  Bytes f16_input(65536 * 2);
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto h = static_cast<std::uint16_t>(b);
+    every_f16[b] = formats::decode_float16(h);
+    std::memcpy(&f16_input[2 * b], &h, 2);
+  }
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    for (float scale : fp8_test_scales()) {
+      for (bool e4m3 : {true, false}) {
+        expect_fp8_codes(every_f16, f16_input, DType::float16, scale, e4m3);
+      }
+    }
+    // Four heads of 128 values, scales a, a, b, a, into an HND cache.
+    const std::vector<float> scales = {0.0537f, 0.0537f, 1.0f / 3.0f, 0.0537f};
+    const std::int64_t H = 4, D = 128, T = 65536 / (H * D);
+    Bytes kc(65536), vc(65536);
+    std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+    for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;
+    PagedKvWriteOptions o;
+    o.format = KvCacheFormat::fp8_e4m3;
+    o.layout = KvCacheLayout::HND;
+    o.k_scale = TensorView(const_cast<float*>(scales.data()), DType::float32, {H});
+    o.v_scale = o.k_scale;
+    const TensorView x(f16_input.data(), DType::float16, {T, H, D});
+    paged_kv_write(x, x, TensorView(kc.data(), DType::uint8, {1, H, T, D}),
+                   TensorView(vc.data(), DType::uint8, {1, H, T, D}),
+                   TensorView(slots.data(), DType::int64, {T}), o);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < every_f16.size(); ++i) {
+      const std::size_t t = i / (H * D), h = i / D % H;
+      const std::size_t at = (h * static_cast<std::size_t>(T) + t) * D + i % D;
+      const std::uint8_t want = formats::encode_float8_e4m3fn_satfinite(every_f16[i] / scales[h]);
+      if (kc[at] != want || vc[at] != want) ++bad;
+    }
+    EXPECT_EQ(bad, 0u) << simd_target() << ": per-head scales";
+  }
+  set_num_threads(threads);
+}
+
 TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
   std::vector<float> every_bf16(65536);
   Bytes bf16_input(65536 * 2);

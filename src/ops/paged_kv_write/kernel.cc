@@ -161,14 +161,24 @@ void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
                                            SideTables<kE4M3>(job, sc[1], end - begin)};
   const bool tiles[2] = {HeadRunLength(job, job.side[0]) > 0, HeadRunLength(job, job.side[1]) > 0};
   if (!tiles[0] && !tiles[1]) {
-    for (std::int64_t t = begin; t < end; ++t) {
-      const std::int64_t slot = job.slots[t];
-      if (slot < 0) continue;
-      for (int k = 0; k < 2; ++k) {
-        const Side& s = job.side[k];
-        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
-                             job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+    // Sides [first, last) of every token. HND rows go one side at a time, as the copies' cached
+    // rows do (WriteTokenRange); merged NHD rows keep a token's sides together.
+    const auto quantize = [&](int first, int last) {
+      for (std::int64_t t = begin; t < end; ++t) {
+        const std::int64_t slot = job.slots[t];
+        if (slot < 0) continue;
+        for (int k = first; k < last; ++k) {
+          const Side& s = job.side[k];
+          QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
+                               job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
+        }
       }
+    };
+    if (!(job.side[0].merged && job.side[1].merged)) {
+      quantize(0, 1);
+      quantize(1, 2);
+    } else {
+      quantize(0, 2);
     }
     return;
   }
