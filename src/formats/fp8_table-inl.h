@@ -595,6 +595,195 @@ HWY_INLINE void QuantizeBF16GroupsByBytes16(const Fp8Table& table, const BF16Sho
 }
 #endif
 
+// ---- float16 input: the byte form on AVX2 ------------------------------------------------------
+// A finite float16 x = 1.m * 2^(e - 15) (1 <= e <= 30, m of 10 bits) has, by the argument at the
+// top of this file, the code code(RN(1.m / s)) + (e - 15) * 2^kMant wherever its quotient is a
+// normal float8 value. The table holds those codes for m's 1,024 values in eight blocks of 128
+// (block b = m's top three bits), where an entry exceeds its block's first by 0, 1 or 2 as in the
+// bfloat16 block form. A doubled float16 drops its sign and splits into bytes: the high byte is
+// e * 8 + b, the low byte m's low seven bits times 2. The kernel looks the code up at one
+// reference exponent `top` (first[b] plus one per step point passed) and subtracts the lane's
+// distance below it, top - e, in steps of 2^kMant codes, saturated at 0. The distance is capped
+// at zero_d, from which every code reaches 0. Exact lanes: codes of at least 8 (normal) with
+// 1 <= e <= top, and lanes whose exponent lies below zero_below, all of whose magnitudes round to
+// zero (their codes reach 0; a float16 subnormal reads the code of 1.m * 2^-15, below 2^-14, and
+// where every subnormal rounds to zero that quotient lies far below float8's normal range too).
+// The rest (float8 subnormal results, float16 subnormals that do not round to zero, lanes above
+// top: saturated, infinite, NaN) go to the exact path (FixF16ByteBlocks).
+struct Fp8F16Bytes {
+  bool usable = false;
+  std::int8_t top = 0, zero_d = 0, zero_below = 0;
+  // first[b], and the step points as (2 * step) ^ 0x80: the kernel compares them with the low
+  // byte ^ 0x80, an unsigned compare by signed instructions. Blocks 8-15 are unused.
+  HWY_ALIGN std::int8_t first[16] = {}, step1[16] = {}, step2[16] = {};
+};
+
+template <bool kE4M3>
+Fp8F16Bytes MakeFp8F16Bytes(float scale) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
+  constexpr int kMaxCode = kE4M3 ? 0x7E : 0x7B;
+  Fp8F16Bytes t;
+  // 1.m / s must stay a normal float32; then it is normal for every m.
+  if (!KVS_FP8_TABLE_BLOCKS || !RecipShortcutScale(scale)) return t;
+  int code[1024];  // at e = 15, counted past the exponent field's width
+  for (int m = 0; m < 1024; ++m) {
+    const float y = (1.0f + static_cast<float>(m) / 1024.0f) / scale;
+    std::uint32_t b;
+    std::memcpy(&b, &y, 4);
+    const std::uint32_t r = (b + (1u << (kShift - 1)) - 1u + ((b >> kShift) & 1u)) >> kShift;
+    code[m] = static_cast<int>(r) - ((127 - kBias) << kMant);
+  }
+  int first[8], step1[8], step2[8];
+  for (int blk = 0; blk < 8; ++blk) {
+    const int* e = code + 128 * blk;
+    int first1 = 128, first2 = 128;
+    for (int j = 127; j >= 0; --j) {
+      const int d = e[j] - e[0];
+      if (d < 0 || d > 2) return t;
+      if (d >= 1) first1 = j;
+      if (d >= 2) first2 = j;
+    }
+    for (int j = 0; j < 128; ++j) {  // the entries must rise with j (the quotients do)
+      if (e[j] - e[0] != (j >= first1) + (j >= first2)) return t;
+    }
+    first[blk] = e[0];
+    step1[blk] = first1 - 1;
+    step2[blk] = first2 - 1;
+  }
+  // top: the largest exponent whose smallest code is finite (above it every lane saturates).
+  int top = 0;
+  for (int e = 1; e <= 30; ++e) {
+    if (code[0] + ((e - 15) << kMant) <= kMaxCode) top = e;
+  }
+  if (top == 0) return t;
+  // The float16 magnitudes whose quotient rounds to zero: half the smallest subnormal or less.
+  const float half_sub = 1.0f / static_cast<float>(std::uint64_t{1} << (kBias + kMant));
+  int lo = 0, hi = 0x7C00;  // the first magnitude that does not (monotonic), 0x7C00 if none
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (decode_float16(static_cast<std::uint16_t>(mid)) / scale > half_sub) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int zero_max = lo - 1;
+  int q_min = 255, q_max = 0;
+  for (int blk = 0; blk < 8; ++blk) {
+    const int q = first[blk] + ((top - 15) << kMant);
+    q_min = q < q_min ? q : q_min;
+    q_max = q + 2 > q_max ? q + 2 : q_max;
+    t.first[blk] = static_cast<std::int8_t>(q);
+    t.step1[blk] = static_cast<std::int8_t>((2 * step1[blk]) ^ 0x80);
+    t.step2[blk] = static_cast<std::int8_t>((2 * step2[blk]) ^ 0x80);
+  }
+  const int zero_d = (q_max + (1 << kMant) - 1) >> kMant;  // d * 2^kMant reaches q_max
+  t.top = static_cast<std::int8_t>(top);
+  t.zero_d = static_cast<std::int8_t>(zero_d);
+  t.zero_below = static_cast<std::int8_t>((zero_max + 1) >> 10);
+  // Bytes without wrap; the cap within a byte's shift; the exponents that round to zero below
+  // top.
+  t.usable = q_min >= 0 && q_max <= 255 && (zero_d << kMant) <= 255 && t.zero_below <= top;
+  return t;
+}
+
+#if KVS_FP8_TABLE_BLOCKS
+// A Fp8F16Bytes table as vectors.
+struct Fp8F16RowBytes {
+  __m256i first, step1, step2, top, zero_d, zero_below;
+
+  explicit Fp8F16RowBytes(const Fp8F16Bytes& t) {
+    const auto dup = [](const std::int8_t* p) HWY_ATTR {
+      return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+    };
+    first = dup(t.first);
+    step1 = dup(t.step1);
+    step2 = dup(t.step2);
+    top = _mm256_set1_epi8(t.top);
+    zero_d = _mm256_set1_epi8(t.zero_d);
+    zero_below = _mm256_set1_epi8(t.zero_below);
+  }
+};
+
+// The float8 codes of the 32 float16 values at src by the table t into dst; returns the lanes
+// whose code is exact (see Fp8F16Bytes), all ones where the group is.
+template <bool kE4M3>
+HWY_INLINE __m256i F16RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8F16RowBytes& t,
+                                   unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2;
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  __m256i a, b;  // values 0-7 and 16-23, 8-15 and 24-31
+  detail::HWY_NAMESPACE::LoadCrossedPair(src, a, b);
+  const __m256i sa = _mm256_shuffle_epi8(_mm256_add_epi16(a, a), split);
+  const __m256i sb = _mm256_shuffle_epi8(_mm256_add_epi16(b, b), split);
+  const __m256i low = _mm256_unpacklo_epi64(sa, sb), high = _mm256_unpackhi_epi64(sa, sb);
+  const __m256i idx = _mm256_and_si256(high, _mm256_set1_epi8(7));
+  const __m256i low_x = _mm256_xor_si256(low, _mm256_set1_epi8(static_cast<char>(0x80)));
+  __m256i q = _mm256_shuffle_epi8(t.first, idx);
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low_x, _mm256_shuffle_epi8(t.step1, idx)));
+  q = _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low_x, _mm256_shuffle_epi8(t.step2, idx)));
+  const __m256i e = _mm256_and_si256(_mm256_srli_epi16(high, 3), _mm256_set1_epi8(0x1F));
+  // Lanes above top wrap to at least 225 and take the cap: code 0, which the test counts as
+  // inexact.
+  const __m256i d = _mm256_min_epu8(_mm256_sub_epi8(t.top, e), t.zero_d);
+  const __m256i code = _mm256_min_epu8(_mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant)),
+                                       _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
+  // The signs: each word's sign is its byte's in a signed saturating pack, in element order.
+  const __m256i sign =
+      _mm256_and_si256(_mm256_packs_epi16(a, b), _mm256_set1_epi8(static_cast<char>(0x80)));
+  StoreBlockBytes(_mm256_or_si256(code, sign), dst);
+  // Normal codes count for e >= 1 only: float16 subnormals (e = 0) are not of the form 1.m.
+  const __m256i normal = _mm256_andnot_si256(_mm256_cmpeq_epi8(e, _mm256_setzero_si256()),
+                                             _mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)));
+  return _mm256_or_si256(normal, _mm256_cmpgt_epi8(t.zero_below, e));
+}
+
+// The 8-value blocks of a group of F16RowByteCodes with a lane not in ok (its movemask) encoded
+// again as x / scale.
+template <bool kE4M3>
+HWY_NOINLINE void FixF16ByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint32_t ok,
+                                   float scale, unsigned char* HWY_RESTRICT dst) {
+  const hn::Full256<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<std::uint8_t, decltype(df)> d8;
+  for (int k = 0; k < 4; ++k) {
+    if (((ok >> (8 * k)) & 0xFF) == 0xFF) continue;
+    const int at = 8 * k;
+    const hn::Vec<decltype(df)> x{
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at)))};
+    const auto q = hn::Div(x, hn::Set(df, scale));
+    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + at);
+  }
+}
+
+// dst[i] = fp8(float16 src[i] / scale) for n values (a multiple of 32) by F16RowByteCodes, the
+// blocks it does not encode exactly again by FixF16ByteBlocks. t: the scale's usable table.
+template <bool kE4M3>
+HWY_INLINE void F16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                            const Fp8F16RowBytes& t, float scale, unsigned char* HWY_RESTRICT dst) {
+  for (std::size_t i = 0; i < n; i += 32) {
+    const auto ok = static_cast<std::uint32_t>(
+        _mm256_movemask_epi8(F16RowByteCodes<kE4M3>(src + i, t, dst + i)));
+    if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixF16ByteBlocks<kE4M3>(src + i, ok, scale, dst + i);
+  }
+}
+
+// F16RunBytes for `heads` runs of n values sharing one table: run h is read at src + h * src_head
+// (elements) and written at dst + h * dst_head (bytes).
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeF16RunsBytes(const std::uint16_t* HWY_RESTRICT src, std::int64_t src_head,
+                                       std::size_t n, std::int64_t heads, const Fp8F16Bytes& table,
+                                       float scale, unsigned char* HWY_RESTRICT dst,
+                                       std::int64_t dst_head) {
+  const Fp8F16RowBytes t(table);  // in registers: the stores could alias the caller's copy
+  for (std::int64_t h = 0; h < heads; ++h) {
+    F16RunBytes<kE4M3>(src + h * src_head, n, t, scale, dst + h * dst_head);
+  }
+}
+#endif
+
 // QuantizeBF16Groups with the scale's code table (when not null and usable): the groups that
 // next names by the table where it covers them, the others by the shortcut's checked path (exact
 // for every lane), as QuantizeBF16RowByTable does for one row.

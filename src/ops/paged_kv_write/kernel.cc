@@ -24,8 +24,10 @@ using detail::HWY_NAMESPACE::CopyBytes;
 using detail::HWY_NAMESPACE::StreamBytes;
 
 using formats::HWY_NAMESPACE::BF16Shortcut;
+using formats::HWY_NAMESPACE::Fp8F16Bytes;
 using formats::HWY_NAMESPACE::Fp8Table;
 using formats::HWY_NAMESPACE::MakeBF16Shortcut;
+using formats::HWY_NAMESPACE::MakeFp8F16Bytes;
 using formats::HWY_NAMESPACE::MakeFp8Table;
 using formats::HWY_NAMESPACE::QuantizeBF16HeadRuns;
 using formats::HWY_NAMESPACE::QuantizeBF16Row;
@@ -84,14 +86,69 @@ std::vector<Fp8Table> SideTables(const Job& job, const std::vector<BF16Shortcut>
   return out;
 }
 
+// The byte tables of a float16 side (AVX2: MakeFp8F16Bytes), one for one scale, one per head for
+// per-head scales that differ, when the chunk is long enough to pay for them, the side's runs
+// are aligned whole groups of 32 and every table is usable; empty otherwise (QuantizeRun /
+// QuantizeRuns).
+template <bool kE4M3>
+std::vector<Fp8F16Bytes> SideF16Tables(const Job& job, const Side& s, std::int64_t tokens) {
+  std::vector<Fp8F16Bytes> out;
+#if KVS_FP8_TABLE_BLOCKS
+  const bool one = s.merged && job.uniform_scale;
+  const std::int64_t run = one ? job.head_size * job.num_heads : job.head_size;
+  if (job.dtype != DType::float16 || reinterpret_cast<std::uintptr_t>(s.src) % 2 != 0 ||
+      s.src_token % 2 != 0 || s.src_head % 2 != 0 || run % 32 != 0 ||
+      tokens * run < formats::HWY_NAMESPACE::kFp8TableMinValues) {
+    return out;
+  }
+  const std::int64_t count = one || job.uniform_scale ? 1 : job.num_heads;
+  for (std::int64_t h = 0; h < count; ++h) {
+    out.push_back(MakeFp8F16Bytes<kE4M3>(s.scales[h]));
+    if (!out.back().usable) return {};
+  }
+#else
+  (void)job, (void)s, (void)tokens;
+#endif
+  return out;
+}
+
+// One token's float16 rows of side s by the byte tables f16 (SideF16Tables, not empty).
+template <bool kE4M3>
+HWY_INLINE void QuantizeF16Token(const Job& job, const Side& s, const std::vector<Fp8F16Bytes>& f16,
+                                 const unsigned char* src, unsigned char* row) {
+#if KVS_FP8_TABLE_BLOCKS
+  const auto* x = reinterpret_cast<const std::uint16_t*>(src);
+  const auto d = static_cast<std::size_t>(job.head_size);
+  const auto runs = [&](std::int64_t h, std::int64_t count, std::size_t n, std::size_t k) {
+    formats::HWY_NAMESPACE::QuantizeF16RunsBytes<kE4M3>(x + h * (s.src_head / 2), s.src_head / 2, n,
+                                                        count, f16[k], s.scales[h],
+                                                        row + h * s.head_stride, s.head_stride);
+  };
+  if (s.merged && job.uniform_scale) {
+    runs(0, 1, d * static_cast<std::size_t>(job.num_heads), 0);
+  } else if (f16.size() == 1) {
+    runs(0, job.num_heads, d, 0);
+  } else {
+    for (std::int64_t h = 0; h < job.num_heads; ++h) runs(h, 1, d, static_cast<std::size_t>(h));
+  }
+#else
+  (void)job, (void)s, (void)f16, (void)src, (void)row;
+#endif
+}
+
 template <bool kE4M3>
 HWY_INLINE void QuantizeToken(const Job& job, const Side& s, const std::vector<BF16Shortcut>& sc,
-                              const std::vector<Fp8Table>& tables, std::int64_t t,
+                              const std::vector<Fp8Table>& tables,
+                              const std::vector<Fp8F16Bytes>& f16, std::int64_t t,
                               unsigned char* row) {
   const unsigned char* src = s.src + t * s.src_token;
   const auto d = static_cast<std::size_t>(job.head_size);
   const auto heads = static_cast<std::size_t>(job.num_heads);
   const auto* x = reinterpret_cast<const std::uint16_t*>(src);
+  if (!f16.empty()) {
+    QuantizeF16Token<kE4M3>(job, s, f16, src, row);
+    return;
+  }
   if (s.merged && job.uniform_scale) {
     if (!tables.empty() && tables[0].usable) {
       QuantizeBF16RowByTable<kE4M3>(x, d * heads, tables[0], sc[0], row);
@@ -159,6 +216,8 @@ void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
                                            SideShortcuts<kE4M3>(job, job.side[1])};
   const std::vector<Fp8Table> tables[2] = {SideTables<kE4M3>(job, sc[0], end - begin),
                                            SideTables<kE4M3>(job, sc[1], end - begin)};
+  const std::vector<Fp8F16Bytes> f16[2] = {SideF16Tables<kE4M3>(job, job.side[0], end - begin),
+                                           SideF16Tables<kE4M3>(job, job.side[1], end - begin)};
   const bool tiles[2] = {HeadRunLength(job, job.side[0]) > 0, HeadRunLength(job, job.side[1]) > 0};
   if (!tiles[0] && !tiles[1]) {
     // Sides [first, last) of every token. HND rows go one side at a time, as the copies' cached
@@ -169,7 +228,7 @@ void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
         if (slot < 0) continue;
         for (int k = first; k < last; ++k) {
           const Side& s = job.side[k];
-          QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
+          QuantizeToken<kE4M3>(job, s, sc[k], tables[k], f16[k], t,
                                job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
         }
       }
@@ -194,7 +253,7 @@ void QuantizeTokens(const Job& job, std::int64_t begin, std::int64_t end) {
       for (std::int64_t t = t0; t < t0 + count; ++t) {
         const std::int64_t slot = job.slots[t];
         if (slot < 0) continue;
-        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], t,
+        QuantizeToken<kE4M3>(job, s, sc[k], tables[k], f16[k], t,
                              job.split.address(s.dst, s.block_stride, s.slot_stride, slot));
       }
     }
