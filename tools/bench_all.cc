@@ -384,10 +384,12 @@ Workload paged_gather_workload(KvCacheFormat format) {
 
 // paged_latent_write (vLLM's concat_and_cache_mla): bfloat16 kv_c [T, 512] and k_pe [T, 64]
 // into a [NB, 128, E] cache: copy (E = 576), fp8_e4m3 (E = 576 bytes) or fp8_ds_mla (656 bytes).
-Workload latent_workload(LatentCacheFormat format) {
-  Workload w{"paged_latent_write", std::string(latent_cache_format_name(format)) + " bf16",
-             "512+64", nullptr};
-  w.make = [format](std::int64_t tokens) {
+Workload latent_workload(LatentCacheFormat format, DType input = DType::bfloat16) {
+  const bool f16 = input == DType::float16;
+  Workload w{"paged_latent_write",
+             std::string(latent_cache_format_name(format)) + (f16 ? " f16" : " bf16"), "512+64",
+             nullptr};
+  w.make = [format, input, f16](std::int64_t tokens) {
     struct Buffers {
       TensorVector<std::uint16_t> kv_c, k_pe;
       Bytes cache;
@@ -399,13 +401,15 @@ Workload latent_workload(LatentCacheFormat format) {
     const std::int64_t nb = blocks_for(tokens);
     const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 10);
     std::vector<std::uint16_t> bits(pattern.size());
-    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = f16 ? formats::encode_float16(pattern[i]) : formats::encode_bfloat16(pattern[i]);
+    }
     b->kv_c.resize(static_cast<std::size_t>(tokens * 512));
     b->k_pe.resize(static_cast<std::size_t>(tokens * 64));
     fill_tiled(b->kv_c.data(), b->kv_c.size(), bits);
     fill_tiled(b->k_pe.data(), b->k_pe.size(), bits);
     const bool ds = format == LatentCacheFormat::fp8_ds_mla;
-    const DType cdt = format == LatentCacheFormat::copy ? DType::bfloat16 : DType::uint8;
+    const DType cdt = format == LatentCacheFormat::copy ? input : DType::uint8;
     const std::int64_t entry = ds ? 656 : 576;
     const std::int64_t entry_bytes = entry * static_cast<std::int64_t>(dtype_size(cdt));
     b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * entry_bytes), 0);
@@ -413,11 +417,11 @@ Workload latent_workload(LatentCacheFormat format) {
     PagedLatentWriteOptions o;
     o.format = format;
     o.scale = TensorView(&b->scale, DType::float32, {1});
-    b->plan = plan_paged_latent_write(TensorView(b->kv_c.data(), DType::bfloat16, {tokens, 512}),
-                                      TensorView(b->k_pe.data(), DType::bfloat16, {tokens, 64}),
+    b->plan = plan_paged_latent_write(TensorView(b->kv_c.data(), input, {tokens, 512}),
+                                      TensorView(b->k_pe.data(), input, {tokens, 64}),
                                       TensorView(b->cache.data(), cdt, {nb, kBlockSize, entry}),
                                       TensorView(b->slots.data(), DType::int64, {tokens}), o);
-    // read: 576 bfloat16 values; written: the entry; plus the slot mapping.
+    // read: 576 16-bit values; written: the entry; plus the slot mapping.
     return Case{[b] { execute(b->plan); },
                 written_tokens(tokens) * (576 * 2 + entry_bytes) + 8 * tokens};
   };
@@ -550,6 +554,7 @@ std::vector<Workload> all_workloads() {
       paged_gather_workload(KvCacheFormat::fp8_e4m3),
       latent_workload(LatentCacheFormat::copy),
       latent_workload(LatentCacheFormat::fp8_e4m3),
+      latent_workload(LatentCacheFormat::fp8_e4m3, DType::float16),
       latent_workload(LatentCacheFormat::fp8_ds_mla),
   };
 }

@@ -47,7 +47,7 @@ TEST(PagedLatentWriteExamples, Fp8Bfloat16OneScale) {
 
 // fp8_e4m3 / fp8_e5m2 rows against the scalar encoders of x / scale on every SIMD target: every
 // bfloat16 value once in kv_c (128 tokens of 512) and every eighth in k_pe, for scales with exact
-// reciprocals, arbitrary ones and ones at the ends of the range.
+// reciprocals, arbitrary ones and ones at the ends of the range; the same bits as float16 values.
 TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
   constexpr std::int64_t T = 128, R = 512, P = 64;
   std::vector<std::uint16_t> kv_c(T * R), k_pe(T * P);
@@ -55,16 +55,22 @@ TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
   for (std::size_t i = 0; i < k_pe.size(); ++i) k_pe[i] = static_cast<std::uint16_t>(8 * i + 3);
   std::vector<std::int64_t> slots(T);
   for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = T - 1 - t;
-  const auto value = [](std::uint16_t b) { return std::bit_cast<float>(std::uint32_t{b} << 16); };
   const int threads = get_num_threads();
   set_num_threads(1);
   for (std::int64_t target : simd_test::simd_targets()) {
     simd_test::PinTarget pin(target);
     // 0x1.fdp-121: bfloat16 subnormals divided by it are float8 subnormals, and the smallest
     // normal bfloat16 a normal float8 (the tables' formula would misplace the subnormals).
-    for (float scale :
-         {1.0f, 0.05f, 0.0537f, 3.7f, 1.0f / 3.0f, 1e-30f, 0x1p125f, 0x1p-125f, 0x1.fdp-121f}) {
-      for (bool e4m3 : {true, false}) {
+    // 0.0012: every float16 subnormal a float8 subnormal.
+    for (float scale : {1.0f, 0.05f, 0.0537f, 3.7f, 1.0f / 3.0f, 1e-30f, 0x1p125f, 0x1p-125f,
+                        0x1.fdp-121f, 0.0012f}) {
+      for (int form = 0; form < 4; ++form) {
+        const bool e4m3 = form % 2 == 0;
+        const DType dtype = form < 2 ? DType::bfloat16 : DType::float16;
+        const auto value = [dtype](std::uint16_t b) {
+          return dtype == DType::float16 ? formats::decode_float16(b)
+                                         : std::bit_cast<float>(std::uint32_t{b} << 16);
+        };
         const auto encode = [&](std::uint16_t b) {
           const float q = value(b) / scale;
           return e4m3 ? formats::encode_float8_e4m3fn_satfinite(q)
@@ -74,8 +80,8 @@ TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
         PagedLatentWriteOptions o;
         o.format = e4m3 ? LatentCacheFormat::fp8_e4m3 : LatentCacheFormat::fp8_e5m2;
         o.scale = TensorView(&scale, DType::float32, {1});
-        paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {T, R}),
-                           TensorView(k_pe.data(), DType::bfloat16, {T, P}),
+        paged_latent_write(TensorView(kv_c.data(), dtype, {T, R}),
+                           TensorView(k_pe.data(), dtype, {T, P}),
                            TensorView(cache.data(), DType::uint8, {1, T, R + P}),
                            TensorView(slots.data(), DType::int64, {T}), o);
         int bad = 0;
@@ -85,10 +91,9 @@ TEST(PagedLatentWriteFp8, QuotientCodesOnEveryTarget) {
             const std::uint16_t b = i < R ? kv_c[static_cast<std::size_t>(t * R + i)]
                                           : k_pe[static_cast<std::size_t>(t * P + i - R)];
             if (row[i] != encode(b) && ++bad <= 3) {
-              ADD_FAILURE() << simd_test::target_name(target)
-                            << (e4m3 ? " e4m3" : " e5m2") << " scale " << scale << " x "
-                            << value(b) << ": got " << int{row[i]} << ", expected "
-                            << int{encode(b)};
+              ADD_FAILURE() << simd_test::target_name(target) << " " << dtype_name(dtype)
+                            << (e4m3 ? " e4m3" : " e5m2") << " scale " << scale << " x " << value(b)
+                            << ": got " << int{row[i]} << ", expected " << int{encode(b)};
             }
           }
         }

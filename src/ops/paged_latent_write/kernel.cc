@@ -1049,6 +1049,32 @@ HWY_NOINLINE void WriteRowsBlockBytes(const Job& job, std::int64_t begin, std::i
 }
 #endif
 
+#if KVS_FP8_TABLE_BLOCKS
+// fp8 rows of aligned float16 inputs (rows of whole groups of 32) by the scale's float16 byte
+// table (AVX2), as WriteRowsBlockBytes takes bfloat16 rows; false, writing nothing, where the
+// table is not usable.
+template <bool kE4M3>
+HWY_NOINLINE bool WriteRowsF16Bytes(const Job& job, std::int64_t begin, std::int64_t end) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const fmt::Fp8F16Bytes table = fmt::MakeFp8F16Bytes<kE4M3>(job.scale);
+  if (!table.usable) return false;
+  const fmt::Fp8F16RowBytes rb(table);
+  const auto latent = static_cast<std::size_t>(job.latent_dim);
+  const auto pe = static_cast<std::size_t>(job.pe_dim);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const std::int64_t ahead = t + kAhead < end ? kAhead : 0;
+    fmt::F16RunBytes<kE4M3>(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token),
+                            latent, rb, job.scale, row, ahead * job.kv_c_token / 2);
+    fmt::F16RunBytes<kE4M3>(reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token),
+                            pe, rb, job.scale, row + latent, ahead * job.k_pe_token / 2);
+  }
+  return true;
+}
+#endif
+
 // fp8_e4m3 / fp8_e5m2 rows of aligned bfloat16 inputs: the shortcut's setup (and, for a long
 // enough chunk, the code table) done once.
 template <bool kE4M3>
@@ -1120,6 +1146,18 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   const std::size_t es = job.dtype == DType::float32 ? 4 : 2;
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);
+#if KVS_FP8_TABLE_BLOCKS
+  // float16 on AVX2: the scale's byte table (formats/fp8_table-inl.h), where the chunk pays for it.
+  if (fp8 && job.dtype == DType::float16 && even(job.kv_c, job.kv_c_token) &&
+      even(job.k_pe, job.k_pe_token) && r % 32 == 0 && pe % 32 == 0 &&
+      (end - begin) * static_cast<std::int64_t>(r + pe) >=
+          formats::HWY_NAMESPACE::kFp8TableMinValues) {
+    if (job.format == LatentCacheFormat::fp8_e4m3 ? WriteRowsF16Bytes<true>(job, begin, end)
+                                                  : WriteRowsF16Bytes<false>(job, begin, end)) {
+      return;
+    }
+  }
+#endif
   for (std::int64_t t = begin; t < end; ++t) {
     const std::int64_t slot = job.slots[t];
     if (slot < 0) continue;
