@@ -430,9 +430,11 @@ Workload latent_workload(LatentCacheFormat format, DType input = DType::bfloat16
 
 // IndexerQuantCache: bfloat16 indexer keys (d = 128, DeepSeek's lightning indexer) quantized
 // into a float8_e4m3fn (hifloat8, float4_e2m1) paged cache with their scales.
-Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t d) {
-  Workload w{"indexer_quant_cache", name, d_shape(d), nullptr};
-  w.make = [mode, d](std::int64_t tokens) {
+Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t d,
+                          DType input = DType::bfloat16) {
+  const bool f16 = input == DType::float16;
+  Workload w{"indexer_quant_cache", std::string(name) + (f16 ? " f16" : ""), d_shape(d), nullptr};
+  w.make = [mode, d, input, f16](std::int64_t tokens) {
     struct Buffers {
       TensorVector<std::uint16_t> x;
       Bytes cache, scale;
@@ -452,7 +454,9 @@ Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t 
                                                            : DType::float8_e4m3fn;
     const TensorVector<float> pattern = normal_floats(std::size_t{1} << 16, 2.0f, 5);
     std::vector<std::uint16_t> bits(pattern.size());
-    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = formats::encode_bfloat16(pattern[i]);
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = f16 ? formats::encode_float16(pattern[i]) : formats::encode_bfloat16(pattern[i]);
+    }
     b->x.resize(static_cast<std::size_t>(tokens * d));
     fill_tiled(b->x.data(), b->x.size(), bits);
     b->cache.assign(static_cast<std::size_t>(nb * kBlockSize * row), 0);
@@ -464,9 +468,9 @@ Workload indexer_workload(IndexerQuantMode mode, const char* name, std::int64_t 
         TensorView(b->cache.data(), cdt, {nb, kBlockSize, 1, d}),  // FP4: elements, not bytes
         mx ? TensorView(b->scale.data(), DType::float8_e8m0, {nb, kBlockSize, 1, d / 32})
            : TensorView(b->scale.data(), DType::float32, {nb, kBlockSize, 1, 1}),
-        TensorView(b->x.data(), DType::bfloat16, {tokens, d}),
+        TensorView(b->x.data(), input, {tokens, d}),
         TensorView(b->slots.data(), DType::int64, {tokens}), opt);
-    // read: the bfloat16 row and its slot; written: the codes and the scale(s).
+    // read: the 16-bit row and its slot; written: the codes and the scale(s).
     return Case{[b] { execute(b->plan); },
                 written_tokens(tokens) * (2 * d + row + scale_written) + 8 * tokens};
   };
@@ -534,6 +538,10 @@ std::vector<Workload> all_workloads() {
       indexer_workload(IndexerQuantMode::mxfp8, "mxfp8", 128),
       indexer_workload(IndexerQuantMode::hifloat8, "hifloat8", 128),
       indexer_workload(IndexerQuantMode::mxfp4, "mxfp4", 128),
+      indexer_workload(IndexerQuantMode::fp8, "fp8", 128, DType::float16),
+      indexer_workload(IndexerQuantMode::mxfp8, "mxfp8", 128, DType::float16),
+      indexer_workload(IndexerQuantMode::hifloat8, "hifloat8", 128, DType::float16),
+      indexer_workload(IndexerQuantMode::mxfp4, "mxfp4", 128, DType::float16),
       k_scale_workload(8, 128),
       epilog_workload(QuantMode::fp8_bf16, "fp8_bf16", 576),
       epilog_workload(QuantMode::fp8_e8m0, "fp8_e8m0", 576),

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "formats/f16-inl.h"
 #include "kvscatter/dtype.h"
 #include "kvscatter/formats.h"
 
@@ -677,24 +678,9 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t* HWY_RESTRICT src, 
   return BF16Groups<kE4M3, false>(src, n, sc, order.Shuffle(), order.Lanes(), dst);
 }
 
-// Where float16 rows are widened in registers: targets whose float16 conversion is an
-// instruction (x86 from AVX2 on, with F16C; Arm's NEON and SVE), which is exact for every code.
-// Highway's emulation elsewhere (SSE4) takes infinities and NaNs for finite values, so those
-// targets keep the batch conversion through a buffer.
-#undef KVS_F16_IN_REGISTERS
-#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2 && !defined(HWY_DISABLE_F16C)) || \
-    (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR)
-#define KVS_F16_IN_REGISTERS 1
-#else
-#define KVS_F16_IN_REGISTERS 0
-#endif
-
 // N values from x as float32: float32 as they are, float16 (bits) widened in registers.
 HWY_INLINE hn::Vec<QDF> WideLoad(const float* HWY_RESTRICT x) { return hn::LoadU(QDF(), x); }
-HWY_INLINE hn::Vec<QDF> WideLoad(const std::uint16_t* HWY_RESTRICT x) {
-  const hn::Rebind<hwy::float16_t, QDF> dh;
-  return hn::PromoteTo(QDF(), hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x)));
-}
+HWY_INLINE hn::Vec<QDF> WideLoad(const std::uint16_t* HWY_RESTRICT x) { return WidenF16(QDF(), x); }
 
 // The full groups of 4N values of a float32 or float16 row (T: float, or std::uint16_t for
 // float16 bits where KVS_F16_IN_REGISTERS), quantized with the shortcut (vr: 1 / scale; shuffle,
@@ -732,8 +718,6 @@ HWY_INLINE std::size_t RecipQuantizeBF16(const std::uint16_t*, std::size_t, cons
                                          unsigned char*) {
   return 0;
 }
-#undef KVS_F16_IN_REGISTERS
-#define KVS_F16_IN_REGISTERS 0
 template <bool kE4M3, class T>
 HWY_INLINE std::size_t RecipQuantizeWide(const T*, std::size_t, float, unsigned char*) {
   return 0;

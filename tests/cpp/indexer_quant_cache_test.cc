@@ -697,19 +697,19 @@ std::vector<std::int64_t> slots_in_order(std::int64_t rows) {
 IndexerQuantCachePlan plan_rows(std::vector<std::uint16_t>& x, std::int64_t d,
                                 std::vector<std::int64_t>& slots, Bytes& c, DType cdt,
                                 std::int64_t w, Bytes& s, DType sdt, std::int64_t ws,
-                                const IndexerQuantCacheOptions& o) {
+                                const IndexerQuantCacheOptions& o, DType xdt = DType::bfloat16) {
   const auto rows = static_cast<std::int64_t>(slots.size());
   return plan_indexer_quant_cache(as_elements(TensorView(c.data(), cdt, {rows, 1, 1, w})),
                                   TensorView(s.data(), sdt, {rows, 1, 1, ws}),
-                                  TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                  TensorView(x.data(), xdt, {rows, d}),
                                   TensorView(slots.data(), DType::int64, {rows}), o);
 }
 
-// Rows of d bfloat16 at x, row r into slot r, in an mxfp mode (one e8m0 scale per 32 values)
-// or mode fp8 (one float32 scale per row) into a cache of cdt, on every SIMD target against the
-// reference: the first row that differs.
+// Rows of d bfloat16 (or xdt) at x, row r into slot r, in an mxfp mode (one e8m0 scale per 32
+// values) or mode fp8 (one float32 scale per row) into a cache of cdt, on every SIMD target
+// against the reference: the first row that differs.
 void expect_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, IndexerQuantMode mode,
-                       DType cdt) {
+                       DType cdt, DType xdt = DType::bfloat16) {
   const bool mx = mode != IndexerQuantMode::fp8;
   const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
   const std::int64_t w = mode == IndexerQuantMode::mxfp4 ? d / 2 : d;
@@ -718,8 +718,8 @@ void expect_rows_match(std::vector<std::uint16_t>& x, std::int64_t d, IndexerQua
   IndexerQuantCacheOptions o;
   o.quant_mode = mode;
   const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-    run(plan_rows(x, d, slots, c, cdt, w, s, mx ? DType::float8_e8m0 : DType::float32,
-                  mx ? ws : 1, o),
+    run(plan_rows(x, d, slots, c, cdt, w, s, mx ? DType::float8_e8m0 : DType::float32, mx ? ws : 1,
+                  o, xdt),
         ref);
   };
   Bytes want_c(static_cast<std::size_t>(rows * w)), want_s(static_cast<std::size_t>(rows * ws));
@@ -840,8 +840,9 @@ struct Hif8Difference {
   int got = 0, want = 0;
 };
 
-Hif8Difference hif8_first_difference(std::vector<std::uint16_t>& x, std::int64_t d,
-                                     float x_scale, std::vector<std::int64_t> slots = {}) {
+Hif8Difference hif8_first_difference(std::vector<std::uint16_t>& x, std::int64_t d, float x_scale,
+                                     std::vector<std::int64_t> slots = {},
+                                     DType xdt = DType::bfloat16) {
   const std::int64_t rows = static_cast<std::int64_t>(x.size()) / d;
   if (slots.empty()) slots = slots_in_order(rows);
   const std::int64_t n = *std::max_element(slots.begin(), slots.end()) + 1;
@@ -852,7 +853,7 @@ Hif8Difference hif8_first_difference(std::vector<std::uint16_t>& x, std::int64_t
   const auto go = [&](bool ref, Bytes& c) {
     run(plan_indexer_quant_cache(TensorView(c.data(), DType::uint8, {n, 1, 1, d}),
                                  TensorView(scale_row.data(), DType::float32, {n, 1, 1, 1}),
-                                 TensorView(x.data(), DType::bfloat16, {rows, d}),
+                                 TensorView(x.data(), xdt, {rows, d}),
                                  TensorView(slots.data(), DType::int64, {rows}), o),
         ref);
   };
@@ -1163,6 +1164,86 @@ TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
           }
         }
       }
+    }
+  }
+}
+
+// float16 rows take the bfloat16 kernels where rounding each value to bfloat16 by round-to-odd
+// keeps every code and scale (fp8 with round_scale and mxfp8 into e4m3, mxfp4, hifloat8 without
+// an x_scale). The rows of bf16_sweep_rows read as float16 bit patterns: every pattern in order
+// (NaNs, infinities, subnormals), shuffled, under anchors of every exponent, a row of zeros.
+std::vector<std::uint16_t> f16_sweep_rows(std::int64_t d) {
+  std::vector<std::uint16_t> x(0x10000);
+  for (std::uint32_t p = 0; p < 0x10000; ++p) x[p] = static_cast<std::uint16_t>(p);
+  std::mt19937_64 rng(23);
+  std::vector<std::uint16_t> finite;
+  for (std::uint32_t p = 0; p < 0x10000; ++p) {
+    if ((p & 0x7C00u) != 0x7C00u) finite.push_back(static_cast<std::uint16_t>(p));
+  }
+  std::shuffle(finite.begin(), finite.end(), rng);
+  x.insert(x.end(), finite.begin(), finite.end());
+  for (std::uint32_t e = 0; e < 31; ++e) {
+    for (std::int64_t r = 0; r < 8; ++r) {
+      const std::uint32_t top = (e << 10) | static_cast<std::uint32_t>(rng() % 1024);
+      for (std::int64_t k = 0; k < d; ++k) {
+        const std::uint32_t mag = k % 32 == 0 ? top : static_cast<std::uint32_t>(rng() % (top + 1));
+        x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+      }
+    }
+  }
+  x.resize(x.size() / static_cast<std::size_t>(d) * static_cast<std::size_t>(d));
+  for (std::int64_t k = 0; k < d; ++k) x.push_back(rng() % 2 ? 0x8000 : 0);
+  return x;
+}
+
+// Groups of `lanes` float16 values whose largest magnitude is each finite float16 magnitude in
+// turn (either sign), the other lanes below it: every scale the rules give, from every magnitude
+// that gives it, with the bfloat16 rounding of that magnitude on either side of it.
+std::vector<std::uint16_t> every_f16_largest_magnitude(std::uint32_t lanes, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t top = 0; top < 0x7C00; ++top) {
+    for (std::uint32_t k = 0; k < lanes; ++k) {
+      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 3000u) + 1));
+      const std::uint32_t mag = k == top % lanes ? top : top - below;
+      x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
+    }
+  }
+  return x;
+}
+
+TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
+  const struct {
+    IndexerQuantMode mode;
+    DType cdt;
+  } cases[] = {{IndexerQuantMode::fp8, DType::float8_e4m3fn},
+               {IndexerQuantMode::mxfp8, DType::float8_e4m3fn},
+               {IndexerQuantMode::mxfp4, DType::float4_e2m1},
+               {IndexerQuantMode::mxfp4, DType::float4_e1m2},
+               {IndexerQuantMode::mxfp8, DType::float8_e5m2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(std::string(dtype_name(c.cdt)) +
+                 (c.mode == IndexerQuantMode::fp8 ? " fp8" : " mx"));
+    for (const std::int64_t d : {128, 96}) {
+      std::vector<std::uint16_t> x = f16_sweep_rows(d);
+      expect_rows_match(x, d, c.mode, c.cdt, DType::float16);
+      if (HasFatalFailure()) return;
+    }
+    std::vector<std::uint16_t> top =
+        every_f16_largest_magnitude(c.mode == IndexerQuantMode::fp8 ? 128 : 32, 43);
+    expect_rows_match(top, 128, c.mode, c.cdt, DType::float16);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(IndexerSweep, Float16HiFloat8MatchesReference) {
+  for (const std::int64_t d : {128, 96}) {
+    std::vector<std::uint16_t> x = f16_sweep_rows(d);
+    for (const float x_scale : {1.0f, 0.75f}) {
+      const Hif8Difference f = hif8_first_difference(x, d, x_scale, {}, DType::float16);
+      ASSERT_EQ(f.at, -1) << "d" << d << " x_scale " << x_scale << " " << f.target << ": f16 0x"
+                          << std::hex << x[static_cast<std::size_t>(f.at)] << " gives 0x" << f.got
+                          << ", the reference 0x" << f.want;
     }
   }
 }

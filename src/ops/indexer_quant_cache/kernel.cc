@@ -42,6 +42,7 @@
 
 #include "core/slots.h"
 #include "core/vbmi.h"
+#include "formats/f16-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "ops/kv_compress_epilog/kernel.h"  // the shared float8 / HiFloat8 batch encoders
@@ -971,9 +972,62 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 }
 #endif
 
+#if HWY_TARGET != HWY_SCALAR
+// float16 rows through the bfloat16 kernels. Each value is rounded to bfloat16 by round-to-odd
+// (truncated, its last bit set where a dropped bit was): the exponent and every leading bit up to
+// bfloat16's last one survive, so where a code rounds x to a format with at most five mantissa
+// bits (the float8 and FP4 codes) or truncates it to four (HiFloat8), and its scale is a power of
+// two taken from the largest magnitude's exponent (mxfp4) or from that magnitude times 1/448,
+// rounded up to a power of two (mxfp8, fp8 with round_scale), the rounded value gives the same
+// code and scale as x: it lies on x's side of every rounding midpoint and of 448 * 2^k, since
+// those have a short mantissa whose last bfloat16 bit is 0. float16 subnormals become normal
+// bfloat16 values with the exponent of their exact value, as the scale rules take them. The
+// modes that would compute in float32 with x itself (fp8 without round_scale, hifloat8 with an
+// x_scale, e5m2 caches) keep the general path.
+bool f16_as_bf16(const IndexerQuantCachePlan& p) {
+  if (p.x.dtype != DType::float16) return false;
+  IndexerQuantCachePlan q = p;
+  q.x.dtype = DType::bfloat16;
+  if (p.options.quant_mode == IndexerQuantMode::hifloat8) {
+    return p.options.x_scale == 1.0f && fast_hif8(q);
+  }
+  return fast_e4m3(q) || fast_fp4(q);
+}
+
+void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
+                  std::int64_t end);
+
+// f16_as_bf16 rows: pieces of rows rounded into a bfloat16 buffer, each piece quantized by the
+// bfloat16 kernels in token order (so a repeated slot still ends with its last writer).
+void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
+                      const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  constexpr std::int64_t kValues = kMaxD;  // 16 KiB of bfloat16 rows per piece
+  HWY_ALIGN std::uint16_t rows[kValues];
+  HWY_ALIGN float wide[KVS_F16_IN_REGISTERS ? 1 : kMaxD];  // the buffer of F16ToBF16Odd
+  const std::int64_t per_piece = kValues / p.d;
+  IndexerQuantCachePlan q = p;
+  q.x = TensorView(rows, DType::bfloat16, {per_piece, p.d});
+  for (std::int64_t r0 = begin; r0 < end; r0 += per_piece) {
+    const std::int64_t n = std::min(per_piece, end - r0);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (slots[r0 + i] >= 0) {
+        formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
+                                             static_cast<std::size_t>(p.d), wide);
+      }
+    }
+    QuantizeRows(q, slots + r0, 0, n);
+  }
+}
+#endif
 
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
+#if HWY_TARGET != HWY_SCALAR
+  if (f16_as_bf16(p)) {
+    f16_rows_as_bf16(p, RowAddresses(p), slots, begin, end);
+    return;
+  }
+#endif
   // The general path's float32 rows: on the stack for the usual head sizes (a heap block per
   // call cost about 1 % of a 1,024-token call).
   constexpr std::int64_t kStackD = 512;
