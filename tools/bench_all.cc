@@ -564,6 +564,7 @@ std::vector<Workload> all_workloads() {
       latent_workload(LatentCacheFormat::fp8_e4m3),
       latent_workload(LatentCacheFormat::fp8_e4m3, DType::float16),
       latent_workload(LatentCacheFormat::fp8_ds_mla),
+      latent_workload(LatentCacheFormat::fp8_ds_mla, DType::float16),
   };
 }
 

@@ -223,6 +223,65 @@ TEST(PagedLatentWriteDsMla, TileScalesOnEveryTarget) {
   set_num_threads(threads);
 }
 
+// fp8_ds_mla entries of float16 rows against the reference on every SIMD target: tiles whose
+// largest magnitude is every fifth float16 magnitude (subnormals, the largest finite, an
+// infinity, a NaN that counts as 0), the other lanes random below it with either sign and
+// zeros; k_pe float16 too.
+TEST(PagedLatentWriteDsMla, Float16TilesMatchReference) {
+  std::vector<std::uint32_t> maxima;
+  for (std::uint32_t m = 0; m < 0x7C00; m += 5) maxima.push_back(m);
+  maxima.push_back(0x7BFF);
+  maxima.push_back(0x7C00);
+  maxima.push_back(0x7E01);
+  while (maxima.size() % 4 != 0) maxima.push_back(0x3C00);
+  const std::int64_t T = static_cast<std::int64_t>(maxima.size()) / 4;
+  std::vector<std::uint16_t> kv_c(static_cast<std::size_t>(T * 512)), k_pe(T * 64);
+  std::mt19937 gen(31);
+  const auto rng = [&gen] { return static_cast<std::uint32_t>(gen()); };
+  for (std::size_t tile = 0; tile < maxima.size(); ++tile) {
+    const std::uint32_t m = maxima[tile], below = std::min(m, 0x7BFFu);
+    std::uint16_t* x = &kv_c[tile * 128];
+    for (std::uint32_t i = 0; i < 128; ++i) {
+      const std::uint32_t mag = i % 32 == 9 ? 0 : rng() % (below + 1);
+      x[i] = static_cast<std::uint16_t>(mag | (rng() % 2 == 0 ? 0 : 0x8000u));
+    }
+    x[rng() % 128] = static_cast<std::uint16_t>(m | (rng() % 2 == 0 ? 0 : 0x8000u));
+  }
+  for (auto& v : k_pe) v = static_cast<std::uint16_t>(rng());
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = T - 1 - t;
+  float unused = 1.0f;
+  PagedLatentWriteOptions o;
+  o.format = LatentCacheFormat::fp8_ds_mla;
+  o.scale = TensorView(&unused, DType::float32, {1});
+  const auto go = [&](bool ref, Bytes& cache) {
+    const PagedLatentWritePlan p =
+        plan_paged_latent_write(TensorView(kv_c.data(), DType::float16, {T, 512}),
+                                TensorView(k_pe.data(), DType::float16, {T, 64}),
+                                TensorView(cache.data(), DType::uint8, {1, T, 656}),
+                                TensorView(slots.data(), DType::int64, {T}), o);
+    if (ref) {
+      reference::execute(p);
+    } else {
+      execute(p);
+    }
+  };
+  Bytes want(static_cast<std::size_t>(T * 656), 0);
+  go(true, want);
+  const int threads = get_num_threads();
+  set_num_threads(1);
+  for (std::int64_t target : simd_test::simd_targets()) {
+    simd_test::PinTarget pin(target);
+    Bytes cache(want.size(), 0);
+    go(false, cache);
+    const auto diff = std::mismatch(cache.begin(), cache.end(), want.begin());
+    EXPECT_TRUE(diff.first == cache.end())
+        << simd_test::target_name(target) << ": byte " << (diff.first - cache.begin())
+        << " of entry " << (diff.first - cache.begin()) / 656;
+  }
+  set_num_threads(threads);
+}
+
 // Calls past the streaming threshold build fp8_ds_mla entries in a buffer and stream the whole
 // cache lines of runs of entries that follow each other in the cache, an entry at a time. With
 // the threshold at 0, on every target and thread count: runs broken by a skipped token and by a

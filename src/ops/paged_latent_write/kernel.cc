@@ -48,17 +48,21 @@ HWY_INLINE float AbsMax(const float* HWY_RESTRICT x, std::size_t n) {
   return hn::GetLane(hn::MaxOfLanes(df, m));
 }
 
-// AbsMax of n bfloat16 values (n a multiple of the u16 lane count), in their own bits: the
-// magnitude bits of non-NaN values order like the magnitudes, and NaNs count as 0.
+// AbsMax of n bfloat16 (or, kF16, float16) values (n a multiple of the u16 lane count), in their
+// own bits: the magnitude bits of non-NaN values order like the magnitudes, and NaNs count as 0.
+template <bool kF16 = false>
 HWY_INLINE float AbsMaxBF16(const std::uint16_t* HWY_RESTRICT x, std::size_t n) {
   const hn::ScalableTag<std::uint16_t> d16;
   const hn::RebindToSigned<decltype(d16)> di16;
   auto m = hn::Zero(di16);
+  const auto inf = hn::Set(di16, kF16 ? 0x7C00 : 0x7F80);
   for (std::size_t i = 0; i < n; i += hn::Lanes(d16)) {
     const auto a = hn::BitCast(di16, hn::And(hn::LoadU(d16, x + i), hn::Set(d16, 0x7FFF)));
-    m = hn::Max(m, hn::IfThenZeroElse(hn::Gt(a, hn::Set(di16, 0x7F80)), a));
+    m = hn::Max(m, hn::IfThenZeroElse(hn::Gt(a, inf), a));
   }
-  const auto top = static_cast<std::uint32_t>(hn::GetLane(hn::MaxOfLanes(di16, m))) << 16;
+  const auto bits = static_cast<std::uint16_t>(hn::GetLane(hn::MaxOfLanes(di16, m)));
+  if (kF16) return formats::decode_float16(bits);
+  const std::uint32_t top = std::uint32_t{bits} << 16;
   float f;
   std::memcpy(&f, &top, 4);
   return f;
@@ -66,15 +70,19 @@ HWY_INLINE float AbsMaxBF16(const std::uint16_t* HWY_RESTRICT x, std::size_t n) 
 
 void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* k_pe,
                 unsigned char* row) {
-  if (job.dtype == DType::bfloat16 && reinterpret_cast<std::uintptr_t>(kv_c) % 2 == 0 &&
+  // Aligned bfloat16 or float16 rows: the tiles' maxima from their bits, then the tiles as runs
+  // of QuantizeRuns (float16 widened in registers there, where the target can).
+  if (job.dtype != DType::float32 && reinterpret_cast<std::uintptr_t>(kv_c) % 2 == 0 &&
       kDsTile % hn::Lanes(hn::ScalableTag<std::uint16_t>()) == 0) {
     const auto* x = reinterpret_cast<const std::uint16_t*>(kv_c);
     float scales[kDsLatent / kDsTile];
     for (std::int64_t i = 0; i < kDsLatent / kDsTile; ++i) {
-      const float q = AbsMaxBF16(x + i * kDsTile, kDsTile) / 448.0f;
+      const float q = (job.dtype == DType::float16 ? AbsMaxBF16<true>(x + i * kDsTile, kDsTile)
+                                                   : AbsMaxBF16(x + i * kDsTile, kDsTile)) /
+                      448.0f;
       scales[i] = q > FLT_MIN ? q : FLT_MIN;
     }
-    formats::HWY_NAMESPACE::QuantizeRuns<true>(DType::bfloat16, kv_c, kDsTile * 2, kDsTile,
+    formats::HWY_NAMESPACE::QuantizeRuns<true>(job.dtype, kv_c, kDsTile * 2, kDsTile,
                                                kDsLatent / kDsTile, scales, row, kDsTile);
     std::memcpy(row + kDsScaleOffset, scales, sizeof scales);
     CopyBytes(row + kDsPeOffset, k_pe, kDsPe * 2);
