@@ -75,20 +75,30 @@ struct Fp8Table {
 constexpr bool kHaveFp8Table =
     (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16;
 
+// The step points of one block of `size` codes e: first1 and first2, the first entries that
+// exceed the block's first by 1 and by 2 (size where none does); false where an entry leaves the
+// block's 0..2 range or the entries do not rise with their index (the quotients do).
+template <class T>
+inline bool BlockSteps(const T* e, int size, int& first1, int& first2) {
+  first1 = first2 = size;
+  for (int b = size - 1; b >= 0; --b) {
+    const int d = e[b] - e[0];
+    if (d < 0 || d > 2) return false;
+    if (d >= 1) first1 = b;
+    if (d >= 2) first2 = b;
+  }
+  for (int b = 0; b < size; ++b) {
+    if (e[b] - e[0] != (b >= first1) + (b >= first2)) return false;
+  }
+  return true;
+}
+
 // Fills the block form of t.code; false where an entry leaves its block's 0..2 range.
 inline bool MakeFp8TableBlocks(Fp8Table& t) {
   for (int a = 0; a < 8; ++a) {
     const std::int16_t* e = t.code + 16 * a;
-    int first1 = 16, first2 = 16;
-    for (int b = 15; b >= 0; --b) {
-      const int d = e[b] - e[0];
-      if (d < 0 || d > 2) return false;
-      if (d >= 1) first1 = b;
-      if (d >= 2) first2 = b;
-    }
-    for (int b = 0; b < 16; ++b) {  // the entries must rise with b (the quotients do)
-      if (e[b] - e[0] != (b >= first1) + (b >= first2)) return false;
-    }
+    int first1, first2;
+    if (!BlockSteps(e, 16, first1, first2)) return false;
     t.block_first[a] = e[0];
     t.step1[a] = static_cast<std::int16_t>(first1 - 1);
     t.step2[a] = static_cast<std::int16_t>(first2 - 1);
@@ -379,20 +389,29 @@ HWY_INLINE void StoreBlockBytes(__m256i out, unsigned char* HWY_RESTRICT dst) {
 }
 
 // A table's byte form as vectors, for RowByteCodes.
+struct Fp8F16Bytes;
 struct Fp8RowBytes {
   __m256i first, step1, step2, top, zero_d, zero_below;
 
-  explicit Fp8RowBytes(const Fp8Table& t) {
+  explicit Fp8RowBytes(const Fp8Table& t)
+      : Fp8RowBytes(t.byte_first, t.byte_step1, t.byte_step2, t.byte_top, t.byte_zero_d,
+                    // Lanes whose exponent top bits are below it round to zero (top - zero_d is
+                    // at least 0).
+                    static_cast<std::int8_t>(t.byte_top - t.byte_zero_d + 1)) {}
+  explicit Fp8RowBytes(const Fp8F16Bytes& t);  // the float16 table (F16RowByteCodes)
+
+ private:
+  Fp8RowBytes(const std::int8_t* f, const std::int8_t* s1, const std::int8_t* s2, std::int8_t t,
+              std::int8_t zd, std::int8_t zb) {
     const auto dup = [](const std::int8_t* p) HWY_ATTR {
       return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
     };
-    first = dup(t.byte_first);
-    step1 = dup(t.byte_step1);
-    step2 = dup(t.byte_step2);
-    top = _mm256_set1_epi8(t.byte_top);
-    zero_d = _mm256_set1_epi8(t.byte_zero_d);
-    // Lanes whose exponent top bits are below it round to zero (top - zero_d is at least 0).
-    zero_below = _mm256_set1_epi8(static_cast<char>(t.byte_top - t.byte_zero_d + 1));
+    first = dup(f);
+    step1 = dup(s1);
+    step2 = dup(s2);
+    top = _mm256_set1_epi8(t);
+    zero_d = _mm256_set1_epi8(zd);
+    zero_below = _mm256_set1_epi8(zb);
   }
 };
 
@@ -636,16 +655,8 @@ Fp8F16Bytes MakeFp8F16Bytes(float scale) {
   int first[8], step1[8], step2[8];
   for (int blk = 0; blk < 8; ++blk) {
     const int* e = code + 128 * blk;
-    int first1 = 128, first2 = 128;
-    for (int j = 127; j >= 0; --j) {
-      const int d = e[j] - e[0];
-      if (d < 0 || d > 2) return t;
-      if (d >= 1) first1 = j;
-      if (d >= 2) first2 = j;
-    }
-    for (int j = 0; j < 128; ++j) {  // the entries must rise with j (the quotients do)
-      if (e[j] - e[0] != (j >= first1) + (j >= first2)) return t;
-    }
+    int first1, first2;
+    if (!BlockSteps(e, 128, first1, first2)) return t;
     first[blk] = e[0];
     step1[blk] = first1 - 1;
     step2[blk] = first2 - 1;
@@ -688,27 +699,13 @@ Fp8F16Bytes MakeFp8F16Bytes(float scale) {
 }
 
 #if KVS_FP8_TABLE_BLOCKS
-// A Fp8F16Bytes table as vectors.
-struct Fp8F16RowBytes {
-  __m256i first, step1, step2, top, zero_d, zero_below;
-
-  explicit Fp8F16RowBytes(const Fp8F16Bytes& t) {
-    const auto dup = [](const std::int8_t* p) HWY_ATTR {
-      return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-    };
-    first = dup(t.first);
-    step1 = dup(t.step1);
-    step2 = dup(t.step2);
-    top = _mm256_set1_epi8(t.top);
-    zero_d = _mm256_set1_epi8(t.zero_d);
-    zero_below = _mm256_set1_epi8(t.zero_below);
-  }
-};
+inline Fp8RowBytes::Fp8RowBytes(const Fp8F16Bytes& t)
+    : Fp8RowBytes(t.first, t.step1, t.step2, t.top, t.zero_d, t.zero_below) {}
 
 // The float8 codes of the 32 float16 values at src by the table t into dst; returns the lanes
 // whose code is exact (see Fp8F16Bytes), all ones where the group is.
 template <bool kE4M3>
-HWY_INLINE __m256i F16RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8F16RowBytes& t,
+HWY_INLINE __m256i F16RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8RowBytes& t,
                                    unsigned char* HWY_RESTRICT dst) {
   constexpr int kMant = kE4M3 ? 3 : 2;
   const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
@@ -763,7 +760,7 @@ HWY_NOINLINE void FixF16ByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::u
 // group prefetches its line at src + ahead (a later row's), as QuantizeBF16RunBytes does.
 template <bool kE4M3>
 HWY_INLINE void F16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                            const Fp8F16RowBytes& t, float scale, unsigned char* HWY_RESTRICT dst,
+                            const Fp8RowBytes& t, float scale, unsigned char* HWY_RESTRICT dst,
                             std::ptrdiff_t ahead) {
   for (std::size_t i = 0; i < n; i += 32) {
     hwy::Prefetch(src + ahead + i);
@@ -781,7 +778,7 @@ HWY_NOINLINE void QuantizeF16RunsBytes(const std::uint16_t* HWY_RESTRICT src, st
                                        std::size_t n, std::int64_t heads, const Fp8F16Bytes& table,
                                        float scale, unsigned char* HWY_RESTRICT dst,
                                        std::int64_t dst_head) {
-  const Fp8F16RowBytes t(table);  // in registers: the stores could alias the caller's copy
+  const Fp8RowBytes t(table);  // in registers: the stores could alias the caller's copy
   for (std::int64_t h = 0; h < heads; ++h) {
     F16RunBytes<kE4M3>(src + h * src_head, n, t, scale, dst + h * dst_head, 0);
   }

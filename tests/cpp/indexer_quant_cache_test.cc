@@ -660,20 +660,23 @@ TEST(IndexerThreads, ManyRowsMatchReference) {
 // whose magnitudes span the whole range, so lanes below e4m3's normal range, zeros and negative
 // zeros sit next to large ones), under anchors of every exponent (a row's largest magnitude
 // fixed, the rest anything below it), and a row of signed zeros. Row lengths cover d = 128's own
-// kernel, the batched one and (mxfp8) rows of more than eight groups.
-std::vector<std::uint16_t> bf16_sweep_rows(std::int64_t d) {
+// kernel, the batched one and (mxfp8) rows of more than eight groups. f16: the same rows of
+// float16 bit patterns (NaNs, infinities and subnormals too), under anchors of every exponent.
+std::vector<std::uint16_t> sweep_rows(std::int64_t d, bool f16 = false) {
+  const std::uint32_t field = f16 ? 0x7C00u : 0x7F80u, mant = f16 ? 10 : 7;
+  const std::uint32_t step = f16 ? 1 : 3, per_exponent = f16 ? 8 : 2;
   std::vector<std::uint16_t> x(0x10000);
   for (std::uint32_t p = 0; p < 0x10000; ++p) x[p] = static_cast<std::uint16_t>(p);
-  std::mt19937_64 rng(17);
+  std::mt19937_64 rng(f16 ? 23 : 17);
   std::vector<std::uint16_t> finite;
   for (std::uint32_t p = 0; p < 0x10000; ++p) {
-    if ((p & 0x7F80u) != 0x7F80u) finite.push_back(static_cast<std::uint16_t>(p));
+    if ((p & field) != field) finite.push_back(static_cast<std::uint16_t>(p));
   }
   std::shuffle(finite.begin(), finite.end(), rng);
   x.insert(x.end(), finite.begin(), finite.end());
-  for (std::uint32_t e = 0; e < 255; e += 3) {
-    for (std::int64_t r = 0; r < 2; ++r) {
-      const std::uint32_t top = (e << 7) | static_cast<std::uint32_t>(rng() % 128);
+  for (std::uint32_t e = 0; e < field >> mant; e += step) {
+    for (std::uint32_t r = 0; r < per_exponent; ++r) {
+      const std::uint32_t top = (e << mant) | static_cast<std::uint32_t>(rng() % (1u << mant));
       for (std::int64_t k = 0; k < d; ++k) {
         const std::uint32_t mag = k % 32 == 0 ? top : static_cast<std::uint32_t>(rng() % (top + 1));
         x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
@@ -744,7 +747,7 @@ TEST(IndexerSweep, Bfloat16PowerOfTwoPathsMatchReference) {
   for (const auto mode : {IndexerQuantMode::fp8, IndexerQuantMode::mxfp8}) {
     SCOPED_TRACE(mode == IndexerQuantMode::mxfp8 ? "mxfp8" : "fp8");
     for (const std::int64_t d : {128, 96, 512}) {
-      std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+      std::vector<std::uint16_t> x = sweep_rows(d);
       expect_rows_match(x, d, mode, DType::float8_e4m3fn);
       if (HasFatalFailure()) return;
     }
@@ -881,7 +884,7 @@ TEST(IndexerSweep, Bfloat16HiFloat8MatchesReference) {
   const float scales[] = {1.0f,      0.75f,   1.0f / 3.0f, 0x1p-3f, -0x1p-20f, 0x1p-40f, 0x1p-126f,
                           0x1p-149f, 0x1p20f, -0x1.8p100f, 3e38f,   0.0f,      inf,      nan};
   for (const std::int64_t d : {128, 96}) {
-    std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+    std::vector<std::uint16_t> x = sweep_rows(d);
     for (const float x_scale : scales) {
       const Hif8Difference f = hif8_first_difference(x, d, x_scale);
       ASSERT_EQ(f.at, -1) << "d" << d << " x_scale " << x_scale << " " << f.target << ": bf16 0x"
@@ -948,14 +951,17 @@ TEST(IndexerSweep, Bfloat16HiFloat8SpecialRowsInChunks) {
   }
 }
 
-// Groups of `lanes` values whose largest magnitude is each finite bf16 magnitude in turn (either
-// sign), at a lane that moves from group to group, the other lanes just below it.
-std::vector<std::uint16_t> every_largest_magnitude(std::uint32_t lanes, std::uint64_t seed) {
+// Groups of `lanes` values whose largest magnitude is each finite bf16 magnitude (below `inf`,
+// float16's 0x7C00 for float16) in turn (either sign), at a lane that moves from group to group,
+// the other lanes at most `spread` bit patterns below it.
+std::vector<std::uint16_t> every_largest_magnitude(std::uint32_t lanes, std::uint64_t seed,
+                                                   std::uint32_t inf = 0x7F80,
+                                                   std::uint32_t spread = 200) {
   std::mt19937_64 rng(seed);
   std::vector<std::uint16_t> x;
-  for (std::uint32_t top = 0; top < 0x7F80; ++top) {
+  for (std::uint32_t top = 0; top < inf; ++top) {
     for (std::uint32_t k = 0; k < lanes; ++k) {
-      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 200u) + 1));
+      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, spread) + 1));
       const std::uint32_t mag = k == top % lanes ? top : top - below;
       x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
     }
@@ -1082,7 +1088,7 @@ TEST(IndexerSweep, Bfloat16InfinityAsLargestMagnitude) {
 TEST(IndexerSweep, Bfloat16Mxfp4MatchesReference) {
   for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
     for (const std::int64_t d : {128, 96, 512, 32}) {
-      std::vector<std::uint16_t> x = bf16_sweep_rows(d);
+      std::vector<std::uint16_t> x = sweep_rows(d);
       expect_rows_match(x, d, IndexerQuantMode::mxfp4, cdt);
       if (HasFatalFailure()) return;
     }
@@ -1170,48 +1176,7 @@ TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
 
 // float16 rows take the bfloat16 kernels where rounding each value to bfloat16 by round-to-odd
 // keeps every code and scale (fp8 with round_scale and mxfp8 into e4m3, mxfp4, hifloat8 without
-// an x_scale). The rows of bf16_sweep_rows read as float16 bit patterns: every pattern in order
-// (NaNs, infinities, subnormals), shuffled, under anchors of every exponent, a row of zeros.
-std::vector<std::uint16_t> f16_sweep_rows(std::int64_t d) {
-  std::vector<std::uint16_t> x(0x10000);
-  for (std::uint32_t p = 0; p < 0x10000; ++p) x[p] = static_cast<std::uint16_t>(p);
-  std::mt19937_64 rng(23);
-  std::vector<std::uint16_t> finite;
-  for (std::uint32_t p = 0; p < 0x10000; ++p) {
-    if ((p & 0x7C00u) != 0x7C00u) finite.push_back(static_cast<std::uint16_t>(p));
-  }
-  std::shuffle(finite.begin(), finite.end(), rng);
-  x.insert(x.end(), finite.begin(), finite.end());
-  for (std::uint32_t e = 0; e < 31; ++e) {
-    for (std::int64_t r = 0; r < 8; ++r) {
-      const std::uint32_t top = (e << 10) | static_cast<std::uint32_t>(rng() % 1024);
-      for (std::int64_t k = 0; k < d; ++k) {
-        const std::uint32_t mag = k % 32 == 0 ? top : static_cast<std::uint32_t>(rng() % (top + 1));
-        x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
-      }
-    }
-  }
-  x.resize(x.size() / static_cast<std::size_t>(d) * static_cast<std::size_t>(d));
-  for (std::int64_t k = 0; k < d; ++k) x.push_back(rng() % 2 ? 0x8000 : 0);
-  return x;
-}
-
-// Groups of `lanes` float16 values whose largest magnitude is each finite float16 magnitude in
-// turn (either sign), the other lanes below it: every scale the rules give, from every magnitude
-// that gives it, with the bfloat16 rounding of that magnitude on either side of it.
-std::vector<std::uint16_t> every_f16_largest_magnitude(std::uint32_t lanes, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::uint16_t> x;
-  for (std::uint32_t top = 0; top < 0x7C00; ++top) {
-    for (std::uint32_t k = 0; k < lanes; ++k) {
-      const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, 3000u) + 1));
-      const std::uint32_t mag = k == top % lanes ? top : top - below;
-      x.push_back(static_cast<std::uint16_t>(mag | (rng() % 2 ? 0x8000u : 0u)));
-    }
-  }
-  return x;
-}
-
+// an x_scale): every float16 pattern through sweep_rows, and every float16 largest magnitude.
 TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
   const struct {
     IndexerQuantMode mode;
@@ -1225,12 +1190,13 @@ TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
     SCOPED_TRACE(std::string(dtype_name(c.cdt)) +
                  (c.mode == IndexerQuantMode::fp8 ? " fp8" : " mx"));
     for (const std::int64_t d : {128, 96}) {
-      std::vector<std::uint16_t> x = f16_sweep_rows(d);
+      std::vector<std::uint16_t> x = sweep_rows(d, true);
       expect_rows_match(x, d, c.mode, c.cdt, DType::float16);
       if (HasFatalFailure()) return;
     }
+    // Every float16 largest magnitude, the other lanes up to about three binades below it.
     std::vector<std::uint16_t> top =
-        every_f16_largest_magnitude(c.mode == IndexerQuantMode::fp8 ? 128 : 32, 43);
+        every_largest_magnitude(c.mode == IndexerQuantMode::fp8 ? 128 : 32, 43, 0x7C00, 3000);
     expect_rows_match(top, 128, c.mode, c.cdt, DType::float16);
     if (HasFatalFailure()) return;
   }
@@ -1238,7 +1204,7 @@ TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
 
 TEST(IndexerSweep, Float16HiFloat8MatchesReference) {
   for (const std::int64_t d : {128, 96}) {
-    std::vector<std::uint16_t> x = f16_sweep_rows(d);
+    std::vector<std::uint16_t> x = sweep_rows(d, true);
     for (const float x_scale : {1.0f, 0.75f}) {
       const Hif8Difference f = hif8_first_difference(x, d, x_scale, {}, DType::float16);
       ASSERT_EQ(f.at, -1) << "d" << d << " x_scale " << x_scale << " " << f.target << ": f16 0x"

@@ -454,16 +454,24 @@ std::vector<float> lone_lanes(float scale, bool e4m3) {
   return out;
 }
 
+// Every 16-bit pattern in order: its value by decode in values, its bytes in input.
+template <class Decode>
+void every_pattern(Decode decode, std::vector<float>& values, Bytes& input) {
+  values.resize(65536);
+  input.resize(65536 * 2);
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    const auto h = static_cast<std::uint16_t>(b);
+    values[b] = decode(h);
+    std::memcpy(&input[2 * b], &h, 2);
+  }
+}
+
 // Every float16 value, widened in registers, through the same checks on every target; and
 // per-head scales that change from head to head, where the quantizer sets the shortcut up again.
 TEST(PagedKvWriteFp8, Float16QuotientCodesOnEveryTarget) {
-  std::vector<float> every_f16(65536);
-  Bytes f16_input(65536 * 2);
-  for (std::uint32_t b = 0; b < 65536; ++b) {
-    const auto h = static_cast<std::uint16_t>(b);
-    every_f16[b] = formats::decode_float16(h);
-    std::memcpy(&f16_input[2 * b], &h, 2);
-  }
+  std::vector<float> every_f16;
+  Bytes f16_input;
+  every_pattern(formats::decode_float16, every_f16, f16_input);
   const int threads = get_num_threads();
   set_num_threads(1);
   for (std::int64_t target : simd_test::simd_targets()) {
@@ -501,13 +509,10 @@ TEST(PagedKvWriteFp8, Float16QuotientCodesOnEveryTarget) {
 }
 
 TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
-  std::vector<float> every_bf16(65536);
-  Bytes bf16_input(65536 * 2);
-  for (std::uint32_t b = 0; b < 65536; ++b) {
-    every_bf16[b] = std::bit_cast<float>(b << 16);
-    const auto h = static_cast<std::uint16_t>(b);
-    std::memcpy(&bf16_input[2 * b], &h, 2);
-  }
+  std::vector<float> every_bf16;
+  Bytes bf16_input;
+  every_pattern([](std::uint16_t h) { return std::bit_cast<float>(std::uint32_t{h} << 16); },
+                every_bf16, bf16_input);
   const int threads = get_num_threads();
   set_num_threads(1);
   for (std::int64_t target : simd_test::simd_targets()) {

@@ -1031,54 +1031,48 @@ KVS_VBMI_ATTR HWY_NOINLINE void WriteRowsBytes(const Job& job, std::int64_t begi
 #endif
 
 #if KVS_FP8_TABLE_BLOCKS
-// fp8 rows of tokens [begin, end) by the table's byte form (AVX2): each row's kv_c and k_pe in
-// loops of their own, cheaper than a group generator's walk.
+// The byte-form writers' token loop (AVX2): run(src, n, row, ahead) for each written token's
+// kv_c and then its k_pe, each in a loop of its own, cheaper than a group generator's walk. A few
+// tokens ahead, the inputs are prefetched (ahead, in elements): the hardware prefetchers fall
+// behind this loop. The last tokens prefetch their own lines.
+template <class Run>
+HWY_INLINE void ByteRows(const Job& job, std::int64_t begin, std::int64_t end, const Run& run) {
+  const auto latent = static_cast<std::size_t>(job.latent_dim);
+  const auto pe = static_cast<std::size_t>(job.pe_dim);
+  for (std::int64_t t = begin; t < end; ++t) {
+    const std::int64_t slot = job.slots[t];
+    if (slot < 0) continue;
+    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
+    const std::int64_t ahead = t + kAhead < end ? kAhead : 0;
+    run(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token), latent, row,
+        ahead * job.kv_c_token / 2);
+    run(reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token), pe, row + latent,
+        ahead * job.k_pe_token / 2);
+  }
+}
+
+// fp8 rows of tokens [begin, end) by the bfloat16 table's byte form (AVX2).
 template <bool kE4M3>
 HWY_NOINLINE void WriteRowsBlockBytes(const Job& job, std::int64_t begin, std::int64_t end,
                                       const formats::HWY_NAMESPACE::Fp8Table& table, float scale) {
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::Fp8RowBytes rb(table);
-  const auto latent = static_cast<std::size_t>(job.latent_dim);
-  const auto pe = static_cast<std::size_t>(job.pe_dim);
-  for (std::int64_t t = begin; t < end; ++t) {
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
-    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    // A few tokens ahead, the inputs (in elements): the hardware prefetchers fall behind this
-    // loop. The last tokens prefetch their own lines.
-    const std::int64_t ahead = t + kAhead < end ? kAhead : 0;
-    fmt::QuantizeBF16RunBytes<kE4M3>(
-        reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token), latent, rb, scale,
-        row, ahead * job.kv_c_token / 2);
-    fmt::QuantizeBF16RunBytes<kE4M3>(
-        reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token), pe, rb, scale,
-        row + latent, ahead * job.k_pe_token / 2);
-  }
+  ByteRows(job, begin, end,
+           [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
+               HWY_ATTR { fmt::QuantizeBF16RunBytes<kE4M3>(src, n, rb, scale, dst, ahead); });
 }
-#endif
 
-#if KVS_FP8_TABLE_BLOCKS
 // fp8 rows of aligned float16 inputs (rows of whole groups of 32) by the scale's float16 byte
-// table (AVX2), as WriteRowsBlockBytes takes bfloat16 rows; false, writing nothing, where the
-// table is not usable.
+// table (AVX2); false, writing nothing, where the table is not usable.
 template <bool kE4M3>
 HWY_NOINLINE bool WriteRowsF16Bytes(const Job& job, std::int64_t begin, std::int64_t end) {
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::Fp8F16Bytes table = fmt::MakeFp8F16Bytes<kE4M3>(job.scale);
   if (!table.usable) return false;
-  const fmt::Fp8F16RowBytes rb(table);
-  const auto latent = static_cast<std::size_t>(job.latent_dim);
-  const auto pe = static_cast<std::size_t>(job.pe_dim);
-  for (std::int64_t t = begin; t < end; ++t) {
-    const std::int64_t slot = job.slots[t];
-    if (slot < 0) continue;
-    unsigned char* row = job.split.address(job.cache, job.block_stride, job.slot_stride, slot);
-    const std::int64_t ahead = t + kAhead < end ? kAhead : 0;
-    fmt::F16RunBytes<kE4M3>(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token),
-                            latent, rb, job.scale, row, ahead * job.kv_c_token / 2);
-    fmt::F16RunBytes<kE4M3>(reinterpret_cast<const std::uint16_t*>(job.k_pe + t * job.k_pe_token),
-                            pe, rb, job.scale, row + latent, ahead * job.k_pe_token / 2);
-  }
+  const fmt::Fp8RowBytes rb(table);
+  ByteRows(job, begin, end,
+           [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
+               HWY_ATTR { fmt::F16RunBytes<kE4M3>(src, n, rb, job.scale, dst, ahead); });
   return true;
 }
 #endif
