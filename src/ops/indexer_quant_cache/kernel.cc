@@ -19,7 +19,9 @@
 //   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
 //   dtype take the general path: the row widened to float32, the scalar scale rules of
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
-//   reference.
+//   reference. float16 rows in the modes whose codes and scales survive rounding to bfloat16 by
+//   round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
+//   (f16_rows_as_bf16).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are

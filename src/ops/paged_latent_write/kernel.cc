@@ -51,7 +51,7 @@ HWY_INLINE float AbsMax(const float* HWY_RESTRICT x, std::size_t n) {
 // AbsMax of n bfloat16 (or, kF16, float16) values (n a multiple of the u16 lane count), in their
 // own bits: the magnitude bits of non-NaN values order like the magnitudes, and NaNs count as 0.
 template <bool kF16 = false>
-HWY_INLINE float AbsMaxBF16(const std::uint16_t* HWY_RESTRICT x, std::size_t n) {
+HWY_INLINE float AbsMax16(const std::uint16_t* HWY_RESTRICT x, std::size_t n) {
   const hn::ScalableTag<std::uint16_t> d16;
   const hn::RebindToSigned<decltype(d16)> di16;
   auto m = hn::Zero(di16);
@@ -77,8 +77,8 @@ void WriteDsMla(const Job& job, const unsigned char* kv_c, const unsigned char* 
     const auto* x = reinterpret_cast<const std::uint16_t*>(kv_c);
     float scales[kDsLatent / kDsTile];
     for (std::int64_t i = 0; i < kDsLatent / kDsTile; ++i) {
-      const float q = (job.dtype == DType::float16 ? AbsMaxBF16<true>(x + i * kDsTile, kDsTile)
-                                                   : AbsMaxBF16(x + i * kDsTile, kDsTile)) /
+      const float q = (job.dtype == DType::float16 ? AbsMax16<true>(x + i * kDsTile, kDsTile)
+                                                   : AbsMax16(x + i * kDsTile, kDsTile)) /
                       448.0f;
       scales[i] = q > FLT_MIN ? q : FLT_MIN;
     }
@@ -128,7 +128,7 @@ HWY_INLINE void DsTileByShortcut(const std::uint16_t* HWY_RESTRICT tile, std::ui
   const std::uint32_t top = static_cast<std::uint32_t>(m) << 16;
   float amax;
   std::memcpy(&amax, &top, 4);
-  if (m > 0x7F80) amax = AbsMaxBF16(tile, kDsTile);  // a NaN: counted as 0
+  if (m > 0x7F80) amax = AbsMax16(tile, kDsTile);  // a NaN: counted as 0
   const float q = amax / 448.0f;
   scale = q > FLT_MIN ? q : FLT_MIN;
   const BF16Shortcut sc = MakeBF16Shortcut<true>(scale);
