@@ -699,6 +699,15 @@ HWY_INLINE std::size_t WideGroups(const T* HWY_RESTRICT src, std::size_t n, hn::
   return i;
 }
 
+// WideGroups in the shortcut's mode (exact or checked).
+template <bool kE4M3, class T, class VBytes, class Idx>
+HWY_INLINE std::size_t WideGroupsIn(Shortcut mode, const T* HWY_RESTRICT src, std::size_t n,
+                                    hn::Vec<QDF> vr, float scale, VBytes shuffle, Idx lanes,
+                                    unsigned char* HWY_RESTRICT dst) {
+  return mode == Shortcut::exact ? WideGroups<kE4M3, true>(src, n, vr, scale, shuffle, lanes, dst)
+                                 : WideGroups<kE4M3, false>(src, n, vr, scale, shuffle, lanes, dst);
+}
+
 // Quantizes the full groups of 4N float32 or float16 values (see WideGroups); returns how many
 // values it wrote.
 template <bool kE4M3, class T>
@@ -707,10 +716,8 @@ HWY_INLINE std::size_t RecipQuantizeWide(const T* HWY_RESTRICT src, std::size_t 
   const Shortcut mode = ShortcutMode(scale, false);
   if (n < 4 * hn::Lanes(QDF()) || mode == Shortcut::none) return 0;
   const CodeOrder<false>& order = CodeOrder<false>::Get();
-  const auto vr = hn::Set(QDF(), 1.0f / scale);
-  return mode == Shortcut::exact
-             ? WideGroups<kE4M3, true>(src, n, vr, scale, order.Shuffle(), order.Lanes(), dst)
-             : WideGroups<kE4M3, false>(src, n, vr, scale, order.Shuffle(), order.Lanes(), dst);
+  return WideGroupsIn<kE4M3>(mode, src, n, hn::Set(QDF(), 1.0f / scale), scale, order.Shuffle(),
+                             order.Lanes(), dst);
 }
 #else
 template <bool kE4M3>
@@ -927,14 +934,6 @@ HWY_NOINLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64
     const CodeOrder<false>& order = CodeOrder<false>::Get();
     const auto shuffle = order.Shuffle();
     const auto lanes = order.Lanes();
-    const auto groups = [&](Shortcut mode, const auto* x, float scale, hn::Vec<QDF> vr,
-                            unsigned char* out) HWY_ATTR {
-      if (mode == Shortcut::exact) {
-        WideGroups<kE4M3, true>(x, n, vr, scale, shuffle, lanes, out);
-      } else {
-        WideGroups<kE4M3, false>(x, n, vr, scale, shuffle, lanes, out);
-      }
-    };
     float scale = 0.0f;
     Shortcut mode = Shortcut::none;
     auto vr = hn::Zero(QDF());
@@ -949,9 +948,11 @@ HWY_NOINLINE void QuantizeRuns(DType dtype, const unsigned char* src, std::int64
       if (mode == Shortcut::none) {
         QuantizeRun<kE4M3>(dtype, x, n, scale, out);
       } else if (dtype == DType::float32) {
-        groups(mode, reinterpret_cast<const float*>(x), scale, vr, out);
+        WideGroupsIn<kE4M3>(mode, reinterpret_cast<const float*>(x), n, vr, scale, shuffle, lanes,
+                            out);
       } else {
-        groups(mode, reinterpret_cast<const std::uint16_t*>(x), scale, vr, out);
+        WideGroupsIn<kE4M3>(mode, reinterpret_cast<const std::uint16_t*>(x), n, vr, scale, shuffle,
+                            lanes, out);
       }
     }
     return;

@@ -1029,6 +1029,17 @@ TEST(IndexerSweep, Bfloat16E4M3LanesBelowNormal) {
   expect_rows_match(mx, 128, IndexerQuantMode::mxfp8, DType::float8_e4m3fn);
 }
 
+// The modes that scale by powers of two, each with a cache their lane forms write (fp8 with
+// round_scale and mxfp8 into e4m3, mxfp4 into both FP4 caches).
+struct PowerOfTwoCase {
+  IndexerQuantMode mode;
+  DType cdt;
+};
+constexpr PowerOfTwoCase kPowerOfTwoCases[] = {{IndexerQuantMode::fp8, DType::float8_e4m3fn},
+                                               {IndexerQuantMode::mxfp8, DType::float8_e4m3fn},
+                                               {IndexerQuantMode::mxfp4, DType::float4_e2m1},
+                                               {IndexerQuantMode::mxfp4, DType::float4_e1m2}};
+
 // The modes that scale by powers of two (fp8 with round_scale, mxfp8, mxfp4 into both FP4
 // caches) over rows with one lane of +-infinity and no NaN, so that the infinity is its group's
 // largest magnitude: such a group takes the scalar rules, the others of its row and batch keep
@@ -1054,14 +1065,7 @@ TEST(IndexerSweep, Bfloat16InfinityAsLargestMagnitude) {
       }
     }
     std::vector<std::int64_t> slots = slots_in_order(rows);
-    const struct {
-      IndexerQuantMode mode;
-      DType cdt;
-    } cases[] = {{IndexerQuantMode::fp8, DType::float8_e4m3fn},
-                 {IndexerQuantMode::mxfp8, DType::float8_e4m3fn},
-                 {IndexerQuantMode::mxfp4, DType::float4_e2m1},
-                 {IndexerQuantMode::mxfp4, DType::float4_e1m2}};
-    for (const auto& c : cases) {
+    for (const auto& c : kPowerOfTwoCases) {
       const bool mx = c.mode != IndexerQuantMode::fp8;
       const std::int64_t w = c.mode == IndexerQuantMode::mxfp4 ? d / 2 : d, ws = mx ? d / 32 : 1;
       const DType sdt = mx ? DType::float8_e8m0 : DType::float32;
@@ -1178,14 +1182,9 @@ TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
 // keeps every code and scale (fp8 with round_scale and mxfp8 into e4m3, mxfp4, hifloat8 without
 // an x_scale): every float16 pattern through sweep_rows, and every float16 largest magnitude.
 TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
-  const struct {
-    IndexerQuantMode mode;
-    DType cdt;
-  } cases[] = {{IndexerQuantMode::fp8, DType::float8_e4m3fn},
-               {IndexerQuantMode::mxfp8, DType::float8_e4m3fn},
-               {IndexerQuantMode::mxfp4, DType::float4_e2m1},
-               {IndexerQuantMode::mxfp4, DType::float4_e1m2},
-               {IndexerQuantMode::mxfp8, DType::float8_e5m2}};
+  // And an e5m2 cache, which keeps the general path.
+  std::vector<PowerOfTwoCase> cases(std::begin(kPowerOfTwoCases), std::end(kPowerOfTwoCases));
+  cases.push_back({IndexerQuantMode::mxfp8, DType::float8_e5m2});
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.cdt)) +
                  (c.mode == IndexerQuantMode::fp8 ? " fp8" : " mx"));

@@ -328,7 +328,8 @@ TEST(PagedKvWrite, LargeCallWithDuplicatesIsDeterministic) {
 
 // The fp8 quantizers first try x * (1/scale) and keep it only where it cannot differ from the
 // code of x / scale. Checked against the scalar encoders of x / scale on every SIMD target: every
-// bfloat16 value, and float32 values within a few ulps of scale times every float8 value and
+// bfloat16 value, every float16 value (widened in registers, or by the float16 byte tables on
+// AVX2), and float32 values within a few ulps of scale times every float8 value and
 // rounding midpoint, for scales that make exact midpoints common (powers of two, 0.05, whose
 // reciprocal is exactly 20), arbitrary ones, and ones outside the shortcut's range.
 std::vector<float> fp8_test_scales() {
@@ -466,9 +467,10 @@ void every_pattern(Decode decode, std::vector<float>& values, Bytes& input) {
   }
 }
 
-// Every float16 value, widened in registers, through the same checks on every target; and
-// per-head scales that change from head to head, where the quantizer sets the shortcut up again.
-TEST(PagedKvWriteFp8, Float16QuotientCodesOnEveryTarget) {
+// Every float16 value in four heads of 128 values with scales a, a, b, a, into an HND cache, on
+// every target: per-head scales that change from head to head, where the quantizers (the
+// reciprocal shortcut, the float16 byte tables) set up again.
+TEST(PagedKvWriteFp8, Float16PerHeadScalesOnEveryTarget) {
   std::vector<float> every_f16;
   Bytes f16_input;
   every_pattern(formats::decode_float16, every_f16, f16_input);
@@ -476,12 +478,6 @@ TEST(PagedKvWriteFp8, Float16QuotientCodesOnEveryTarget) {
   set_num_threads(1);
   for (std::int64_t target : simd_test::simd_targets()) {
     simd_test::PinTarget pin(target);
-    for (float scale : fp8_test_scales()) {
-      for (bool e4m3 : {true, false}) {
-        expect_fp8_codes(every_f16, f16_input, DType::float16, scale, e4m3);
-      }
-    }
-    // Four heads of 128 values, scales a, a, b, a, into an HND cache.
     const std::vector<float> scales = {0.0537f, 0.0537f, 1.0f / 3.0f, 0.0537f};
     const std::int64_t H = 4, D = 128, T = 65536 / (H * D);
     Bytes kc(65536), vc(65536);
@@ -509,10 +505,11 @@ TEST(PagedKvWriteFp8, Float16QuotientCodesOnEveryTarget) {
 }
 
 TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
-  std::vector<float> every_bf16;
-  Bytes bf16_input;
+  std::vector<float> every_bf16, every_f16;
+  Bytes bf16_input, f16_input;
   every_pattern([](std::uint16_t h) { return std::bit_cast<float>(std::uint32_t{h} << 16); },
                 every_bf16, bf16_input);
+  every_pattern(formats::decode_float16, every_f16, f16_input);
   const int threads = get_num_threads();
   set_num_threads(1);
   for (std::int64_t target : simd_test::simd_targets()) {
@@ -520,6 +517,7 @@ TEST(PagedKvWriteFp8, QuotientCodesOnEveryTarget) {
     for (float scale : fp8_test_scales()) {
       for (bool e4m3 : {true, false}) {
         expect_fp8_codes(every_bf16, bf16_input, DType::bfloat16, scale, e4m3);
+        expect_fp8_codes(every_f16, f16_input, DType::float16, scale, e4m3);
         const std::vector<float> lone = lone_lanes(scale, e4m3);
         Bytes lone_input(lone.size() * 2);
         for (std::size_t i = 0; i < lone.size(); ++i) {

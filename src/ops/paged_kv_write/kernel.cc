@@ -36,11 +36,13 @@ using formats::HWY_NAMESPACE::QuantizeBF16Runs;
 using formats::HWY_NAMESPACE::QuantizeRun;
 using formats::HWY_NAMESPACE::QuantizeRuns;
 
-// Whether side s reads bfloat16 at even addresses and steps: the bfloat16 shortcut's inputs.
-bool AlignedBF16(const Job& job, const Side& s) {
-  return job.dtype == DType::bfloat16 && reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 &&
+// Whether side s reads 16-bit values of `dtype` at even addresses and steps: the inputs of the
+// bfloat16 shortcut and of the float16 byte tables.
+bool Aligned16(const Job& job, const Side& s, DType dtype) {
+  return job.dtype == dtype && reinterpret_cast<std::uintptr_t>(s.src) % 2 == 0 &&
          s.src_token % 2 == 0 && s.src_head % 2 == 0;
 }
+bool AlignedBF16(const Job& job, const Side& s) { return Aligned16(job, s, DType::bfloat16); }
 
 // Values per run of side s on the QuantizeBF16HeadRuns path (aligned bfloat16 heads of whole
 // groups), 0 when the side does not take it: heads apart, or per-head scales that differ. A
@@ -96,8 +98,7 @@ std::vector<Fp8F16Bytes> SideF16Tables(const Job& job, const Side& s, std::int64
 #if KVS_FP8_TABLE_BLOCKS
   const bool one = s.merged && job.uniform_scale;
   const std::int64_t run = one ? job.head_size * job.num_heads : job.head_size;
-  if (job.dtype != DType::float16 || reinterpret_cast<std::uintptr_t>(s.src) % 2 != 0 ||
-      s.src_token % 2 != 0 || s.src_head % 2 != 0 || run % 32 != 0 ||
+  if (!Aligned16(job, s, DType::float16) || run % 32 != 0 ||
       tokens * run < formats::HWY_NAMESPACE::kFp8TableMinValues) {
     return out;
   }
