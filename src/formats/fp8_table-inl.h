@@ -400,7 +400,8 @@ struct Fp8RowBytes {
                     static_cast<std::int8_t>(t.byte_top - t.byte_zero_d + 1)) {}
   explicit Fp8RowBytes(const Fp8F16Bytes& t);  // the float16 table (F16RowByteCodes)
 
- private:
+  // From the parts of a byte form: first, step1 and step2 (16 bytes each, 16-byte aligned) and
+  // top, zero_d and zero_below (one byte each).
   Fp8RowBytes(const std::int8_t* f, const std::int8_t* s1, const std::int8_t* s2, std::int8_t t,
               std::int8_t zd, std::int8_t zb) {
     const auto dup = [](const std::int8_t* p) HWY_ATTR {
@@ -703,8 +704,10 @@ inline Fp8RowBytes::Fp8RowBytes(const Fp8F16Bytes& t)
     : Fp8RowBytes(t.first, t.step1, t.step2, t.top, t.zero_d, t.zero_below) {}
 
 // The float8 codes of the 32 float16 values at src by the table t into dst; returns the lanes
-// whose code is exact (see Fp8F16Bytes), all ones where the group is.
-template <bool kE4M3>
+// whose code is exact (see Fp8F16Bytes), all ones where the group is. kZeros: zeros are exact
+// too, whatever zero_below says (for tables whose zero_below cannot reach the float16
+// subnormals, where a zero is otherwise left to the exact path).
+template <bool kE4M3, bool kZeros = false>
 HWY_INLINE __m256i F16RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const Fp8RowBytes& t,
                                    unsigned char* HWY_RESTRICT dst) {
   constexpr int kMant = kE4M3 ? 3 : 2;
@@ -724,8 +727,13 @@ HWY_INLINE __m256i F16RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const 
   // Lanes above top wrap to at least 225 and take the cap: code 0, which the test counts as
   // inexact.
   const __m256i d = _mm256_min_epu8(_mm256_sub_epi8(t.top, e), t.zero_d);
-  const __m256i code = _mm256_min_epu8(_mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant)),
-                                       _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
+  __m256i code = _mm256_min_epu8(_mm256_subs_epu8(q, _mm256_slli_epi16(d, kMant)),
+                                 _mm256_set1_epi8(kE4M3 ? 0x7E : 0x7B));
+  // A zero's bytes are both 0 (the doubling dropped its sign); its code is 0.
+  const __m256i zero = kZeros
+                           ? _mm256_cmpeq_epi8(_mm256_or_si256(low, high), _mm256_setzero_si256())
+                           : _mm256_setzero_si256();
+  if (kZeros) code = _mm256_andnot_si256(zero, code);
   // The signs: each word's sign is its byte's in a signed saturating pack, in element order.
   const __m256i sign =
       _mm256_and_si256(_mm256_packs_epi16(a, b), _mm256_set1_epi8(static_cast<char>(0x80)));
@@ -733,7 +741,8 @@ HWY_INLINE __m256i F16RowByteCodes(const std::uint16_t* HWY_RESTRICT src, const 
   // Normal codes count for e >= 1 only: float16 subnormals (e = 0) are not of the form 1.m.
   const __m256i normal = _mm256_andnot_si256(_mm256_cmpeq_epi8(e, _mm256_setzero_si256()),
                                              _mm256_cmpgt_epi8(code, _mm256_set1_epi8(7)));
-  return _mm256_or_si256(normal, _mm256_cmpgt_epi8(t.zero_below, e));
+  const __m256i ok = _mm256_or_si256(normal, _mm256_cmpgt_epi8(t.zero_below, e));
+  return kZeros ? _mm256_or_si256(ok, zero) : ok;
 }
 
 // The 8-value blocks of a group of F16RowByteCodes with a lane not in ok (its movemask) encoded
@@ -758,14 +767,14 @@ HWY_NOINLINE void FixF16ByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::u
 // dst[i] = fp8(float16 src[i] / scale) for n values (a multiple of 32) by F16RowByteCodes, the
 // blocks it does not encode exactly again by FixF16ByteBlocks. t: the scale's usable table. Each
 // group prefetches its line at src + ahead (a later row's), as QuantizeBF16RunBytes does.
-template <bool kE4M3>
+template <bool kE4M3, bool kZeros = false>
 HWY_INLINE void F16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                             const Fp8RowBytes& t, float scale, unsigned char* HWY_RESTRICT dst,
                             std::ptrdiff_t ahead) {
   for (std::size_t i = 0; i < n; i += 32) {
     hwy::Prefetch(src + ahead + i);
     const auto ok = static_cast<std::uint32_t>(
-        _mm256_movemask_epi8(F16RowByteCodes<kE4M3>(src + i, t, dst + i)));
+        _mm256_movemask_epi8(F16RowByteCodes<kE4M3, kZeros>(src + i, t, dst + i)));
     if (HWY_UNLIKELY(ok != 0xFFFFFFFFu)) FixF16ByteBlocks<kE4M3>(src + i, ok, scale, dst + i);
   }
 }

@@ -728,23 +728,22 @@ HWY_INLINE std::uint64_t TileMaximaAVX2(const std::uint16_t* HWY_RESTRICT x) {
   return static_cast<std::uint64_t>(_mm_cvtsi128_si64(all));
 }
 
-// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX2: each tile by the block byte tables,
-// else the block word tables, else the shortcut. As on AVX-512, the next token's maxima are
-// reduced one token ahead, so that the reductions overlap this token's quantization.
-HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int64_t end) {
-  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
-      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
-  const auto shuffle = order.Shuffle();
-  const auto lanes = order.Lanes();
-  const DsTileTables& tt = TileTables();
-  const auto maxima = [&job, end](std::int64_t t) HWY_ATTR {
-    return t < end ? TileMaximaAVX2(
-                         reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token))
-                   : std::uint64_t{0};
+// The token loop of the AVX2 fp8_ds_mla writers: tile(tile, m, codes, scale) writes one tile of
+// largest magnitude bits m; fetch(all) is told the next token's four maxima, so that a writer can
+// fetch its tables' lines. As on AVX-512, the next token's maxima are reduced one token ahead, so
+// that the reductions overlap this token's quantization.
+template <class Tile, class Fetch>
+HWY_INLINE void DsMlaBlockTokens(const Job& job, std::int64_t begin, std::int64_t end,
+                                 const Tile& tile, const Fetch& fetch) {
+  const auto maxima = [&job, end, &fetch](std::int64_t t) HWY_ATTR {
+    if (t >= end) return std::uint64_t{0};
+    const std::uint64_t all =
+        TileMaximaAVX2(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token));
+    fetch(all);
+    return all;
   };
   std::uint64_t next = maxima(begin);
   StagedRows stage(job.stream, kDsEntryBytes);
-  const BlockConstants k = MakeBlockConstants();
   for (std::int64_t t = begin; t < end; ++t) {
     const std::uint64_t all = next;
     next = maxima(t + 1);
@@ -754,17 +753,120 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
     if (row == nullptr) continue;
     float scales[kDsLatent / kDsTile];
     for (int i = 0; i < kDsLatent / kDsTile; ++i) {
-      const auto m = static_cast<std::uint16_t>(all >> (16 * i));
-      const std::uint16_t* tile = x + i * kDsTile;
-      unsigned char* codes = row + i * kDsTile;
-      if (TileByBlockBytes(tt, k, tile, m, codes, scales[i], shuffle, lanes) ||
-          TileByBlocks(tt, tile, m, codes, scales[i], shuffle, lanes)) {
-        continue;
-      }
-      DsTileByShortcut(tile, m, codes, scales[i], shuffle, lanes);
+      tile(x + i * kDsTile, static_cast<std::uint16_t>(all >> (16 * i)), row + i * kDsTile,
+           scales[i]);
     }
     DsMlaFinish(job, t, row, scales, stage);
   }
+}
+
+// fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX2: each tile by the block byte tables,
+// else the block word tables, else the shortcut.
+HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int64_t end) {
+  const formats::HWY_NAMESPACE::CodeOrder<true>& order =
+      formats::HWY_NAMESPACE::CodeOrder<true>::Get();
+  const auto shuffle = order.Shuffle();
+  const auto lanes = order.Lanes();
+  const DsTileTables& tt = TileTables();
+  const BlockConstants k = MakeBlockConstants();
+  DsMlaBlockTokens(
+      job, begin, end,
+      // By value: the codes' stores could alias what a reference names.
+      [=, &tt](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes, float& scale)
+          HWY_ATTR {
+            if (TileByBlockBytes(tt, k, tile, m, codes, scale, shuffle, lanes) ||
+                TileByBlocks(tt, tile, m, codes, scale, shuffle, lanes)) {
+              return;
+            }
+            DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
+          },
+      [](std::uint64_t) {});
+}
+
+// The float16 tile tables of fp8_ds_mla (AVX2). A float16 tile maximum 1.a * 2^(e - 15) (a: its
+// 10 mantissa bits, 1 <= e <= 30) has the scale 2^(e - 15) * (1.a / 448), exactly (the quotient
+// is a normal float). Table a is the float16 byte form (Fp8F16Bytes) of the scale 2^15 * (1.a /
+// 448), whose top exponent is 30: the scale of a tile with exponent e is that one times 2^(e -
+// 30), whose table is the same one with its exponents (top, zero_below) moved by e - 30. One
+// 64-byte line a table, 1,024 of them, built once.
+struct alignas(64) DsF16Table {
+  std::int8_t first[16], step1[16], step2[16];
+  float scale;                     // 1.a / 448
+  std::int8_t zero_d, zero_below;  // zero_below at top 30
+  bool usable;
+};
+
+const DsF16Table* F16TileTables() {
+  static const DsF16Table* tables = [] {
+    auto* t = new DsF16Table[1024];  // lives for the process, as the dispatch tables do
+    for (int a = 0; a < 1024; ++a) {
+      DsF16Table& e = t[a];
+      e.scale = (1.0f + static_cast<float>(a) / 1024.0f) / 448.0f;
+      const auto bytes = formats::HWY_NAMESPACE::MakeFp8F16Bytes<true>(e.scale * 32768.0f);
+      e.usable = bytes.usable && bytes.top == 30;
+      std::memcpy(e.first, bytes.first, 16);
+      std::memcpy(e.step1, bytes.step1, 16);
+      std::memcpy(e.step2, bytes.step2, 16);
+      e.zero_d = bytes.zero_d;
+      e.zero_below = bytes.zero_below;
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// A float16 tile whose maximum no table covers (zero, subnormal, infinite or NaN maxima, the
+// rare unusable table): its largest finite magnitude, NaNs counted as 0, sets the scale, and the
+// values are widened and divided.
+HWY_NOINLINE void DsF16TileByDivision(const std::uint16_t* HWY_RESTRICT tile,
+                                      unsigned char* HWY_RESTRICT codes, float& scale) {
+  const float q = AbsMax16<true>(tile, kDsTile) / 448.0f;
+  scale = q > FLT_MIN ? q : FLT_MIN;
+  formats::HWY_NAMESPACE::QuantizeRuns<true>(DType::float16,
+                                             reinterpret_cast<const unsigned char*>(tile), 0,
+                                             kDsTile, 1, &scale, codes, 0);
+}
+
+// One float16 tile (largest magnitude bits m) by its maximum's table (F16RowByteCodes, zeros
+// exact), the groups it does not encode exactly divided again; by division where no table
+// covers the maximum.
+HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RESTRICT tile,
+                          std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const DsF16Table& t = tables[m & 0x3FF];
+  const int e = m >> 10;
+  if (HWY_UNLIKELY(e == 0 || e > 30 || !t.usable)) {
+    DsF16TileByDivision(tile, codes, scale);
+    return;
+  }
+  std::uint32_t bits;
+  std::memcpy(&bits, &t.scale, 4);
+  bits += static_cast<std::uint32_t>(e - 15) << 23;
+  std::memcpy(&scale, &bits, 4);
+  const int zero_below = t.zero_below + e - 30;
+  const fmt::Fp8RowBytes rb(t.first, t.step1, t.step2, static_cast<std::int8_t>(e), t.zero_d,
+                            static_cast<std::int8_t>(zero_below > 0 ? zero_below : 0));
+  // All groups first, one test for the tile; the rare inexact group is written again.
+  __m256i ok = fmt::F16RowByteCodes<true, true>(tile, rb, codes);
+  for (std::int64_t g = 32; g < kDsTile; g += 32) {
+    ok = _mm256_and_si256(ok, fmt::F16RowByteCodes<true, true>(tile + g, rb, codes + g));
+  }
+  if (HWY_UNLIKELY(_mm256_movemask_epi8(ok) != -1)) {
+    fmt::F16RunBytes<true, true>(tile, kDsTile, rb, scale, codes, 0);
+  }
+}
+
+// fp8_ds_mla entries of aligned float16 kv_c rows on AVX2: each tile by its maximum's table
+// (DsF16Tile), the tables' lines fetched a token ahead.
+HWY_NOINLINE void WriteDsMlaF16Blocks(const Job& job, std::int64_t begin, std::int64_t end) {
+  const DsF16Table* tables = F16TileTables();
+  DsMlaBlockTokens(
+      job, begin, end,
+      [tables](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes, float& scale)
+          HWY_ATTR { DsF16Tile(tables, tile, m, codes, scale); },
+      [tables](std::uint64_t all) {
+        for (int i = 0; i < 4; ++i) hwy::Prefetch(tables + ((all >> (16 * i)) & 0x3FF));
+      });
 }
 #endif
 
@@ -1134,6 +1236,13 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.format == LatentCacheFormat::fp8_ds_mla && job.dtype == DType::bfloat16 &&
       even(job.kv_c, job.kv_c_token) && kDsTile % (4 * hn::Lanes(DF())) == 0) {
     WriteDsMlaBF16Tokens(job, begin, end);
+    return;
+  }
+#endif
+#if KVS_FP8_TABLE_BLOCKS
+  if (job.format == LatentCacheFormat::fp8_ds_mla && job.dtype == DType::float16 &&
+      even(job.kv_c, job.kv_c_token)) {
+    WriteDsMlaF16Blocks(job, begin, end);
     return;
   }
 #endif
