@@ -26,7 +26,8 @@
 // mantissa's top three, less the lane's distance below it, encode 32 values per vector on AVX2
 // and 16 on the 128-bit targets (SSE4, NEON, SVE: Bytes16), where it measured 1.6-1.9 times
 // as fast as the shortcut (SSE4); the rare lanes they do not cover are divided by the scale
-// (FixByteBlocks, FixBytes16).
+// (FixByteBlocks, FixBytes16). float16 input has byte tables of its own over its 1,024 mantissas
+// (Fp8F16Bytes: F16RowByteCodes on AVX2, F16Bytes16 on the 128-bit targets).
 #if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
 #undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
@@ -72,6 +73,9 @@ struct Fp8Table {
 #define KVS_FP8_TABLE_BYTES16                              \
   (HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && \
    !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2))
+// Whether the float16 byte tables (Fp8F16Bytes) have a kernel: AVX2's, or the 16-byte one.
+#undef KVS_FP8_F16_BYTES
+#define KVS_FP8_F16_BYTES (KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16)
 constexpr bool kHaveFp8Table =
     (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16;
 
@@ -507,22 +511,26 @@ HWY_INLINE void QuantizeBF16GroupsByBytes(const Fp8Table& table, const BF16Short
 // passed one by one: SVE vectors cannot be struct members.
 using Fp8Bytes16Tag = hn::Full128<std::uint8_t>;
 
-// The 16 bfloat16 values at src as bytes in element order: low (the exponent's last bit, then
-// the mantissa) and high (the sign, then the exponent's top seven bits).
-template <class V>
-HWY_INLINE void SplitBytes16(const std::uint16_t* HWY_RESTRICT src, V& low, V& high) {
+// The 16 words of wa and wb as bytes in element order: low bytes, then high bytes.
+template <class W, class V>
+HWY_INLINE void SplitWords16(W wa, W wb, V& low, V& high) {
   const Fp8Bytes16Tag d8;
-  const hn::Repartition<std::uint16_t, Fp8Bytes16Tag> d16;
   const hn::Repartition<std::uint64_t, Fp8Bytes16Tag> d64;
   alignas(16) static constexpr std::uint8_t kSplit[16] = {0, 2, 4, 6, 8, 10, 12, 14,
                                                           1, 3, 5, 7, 9, 11, 13, 15};
   const auto split = hn::Load(d8, kSplit);
-  const auto a =
-      hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::LoadU(d16, src)), split));
-  const auto b =
-      hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, hn::LoadU(d16, src + 8)), split));
+  const auto a = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, wa), split));
+  const auto b = hn::BitCast(d64, hn::TableLookupBytes(hn::BitCast(d8, wb), split));
   low = hn::BitCast(d8, hn::InterleaveLower(d64, a, b));
   high = hn::BitCast(d8, hn::InterleaveUpper(d64, a, b));
+}
+
+// The 16 bfloat16 values at src as bytes in element order: low (the exponent's last bit, then
+// the mantissa) and high (the sign, then the exponent's top seven bits).
+template <class V>
+HWY_INLINE void SplitBytes16(const std::uint16_t* HWY_RESTRICT src, V& low, V& high) {
+  const hn::Repartition<std::uint16_t, Fp8Bytes16Tag> d16;
+  SplitWords16(hn::LoadU(d16, src), hn::LoadU(d16, src + 8), low, high);
 }
 
 // The block form's code of each lane at the reference exponent: first[i] plus one per step point
@@ -615,7 +623,7 @@ HWY_INLINE void QuantizeBF16GroupsByBytes16(const Fp8Table& table, const BF16Sho
 }
 #endif
 
-// ---- float16 input: the byte form on AVX2 ------------------------------------------------------
+// ---- float16 input: the byte form on AVX2 and the 16-byte targets ---------------------------
 // A finite float16 x = 1.m * 2^(e - 15) (1 <= e <= 30, m of 10 bits) has, by the argument at the
 // top of this file, the code code(RN(1.m / s)) + (e - 15) * 2^kMant wherever its quotient is a
 // normal float8 value. The table holds those codes for m's 1,024 values in eight blocks of 128
@@ -644,7 +652,7 @@ Fp8F16Bytes MakeFp8F16Bytes(float scale) {
   constexpr int kMaxCode = kE4M3 ? 0x7E : 0x7B;
   Fp8F16Bytes t;
   // 1.m / s must stay a normal float32; then it is normal for every m.
-  if (!KVS_FP8_TABLE_BLOCKS || !RecipShortcutScale(scale)) return t;
+  if (!KVS_FP8_F16_BYTES || !RecipShortcutScale(scale)) return t;
   int code[1024];  // at e = 15, counted past the exponent field's width
   for (int m = 0; m < 1024; ++m) {
     const float y = (1.0f + static_cast<float>(m) / 1024.0f) / scale;
@@ -698,6 +706,124 @@ Fp8F16Bytes MakeFp8F16Bytes(float scale) {
   t.usable = q_min >= 0 && q_max <= 255 && (zero_d << kMant) <= 255 && t.zero_below <= top;
   return t;
 }
+
+#if KVS_FP8_TABLE_BYTES16
+// F16RowByteCodes on 16-byte vectors (SSE4, NEON, SVE): the codes of the 16 float16 values at src
+// into dst by the parts of a float16 byte form (first, step1, step2 as vectors; top, zero_d and
+// zero_below in every byte); false where a code is not exact, which the caller encodes again
+// (FixF16Bytes16). kZeros as there.
+template <bool kE4M3, bool kZeros, class V>
+HWY_INLINE bool F16Bytes16(const std::uint16_t* HWY_RESTRICT src, V first, V step1, V step2, V top,
+                           V zero_d, V zero_below, unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2;
+  using D = Fp8Bytes16Tag;
+  const D d8;
+  const hn::RebindToSigned<D> di8;
+  const hn::Repartition<std::uint16_t, D> d16;
+  const hn::Repartition<std::int16_t, D> di16;
+  const hn::Rebind<std::int8_t, decltype(di16)> di8_half;
+  const auto a = hn::LoadU(d16, src), b = hn::LoadU(d16, src + 8);
+  // Doubled: the sign dropped, the high byte e * 8 + the block, the low byte the rest * 2.
+  V low, high;
+  SplitWords16(hn::Add(a, a), hn::Add(b, b), low, high);
+  const auto idx = hn::And(high, hn::Set(d8, 7));
+  const auto low_x = hn::BitCast(di8, hn::Xor(low, hn::Set(d8, 0x80)));
+  const auto passed = [&](V step) HWY_ATTR {
+    return hn::BitCast(
+        d8, hn::VecFromMask(di8, hn::Gt(low_x, hn::BitCast(di8, hn::TableLookupBytes(step, idx)))));
+  };
+  const auto q = hn::Sub(hn::Sub(hn::TableLookupBytes(first, idx), passed(step1)), passed(step2));
+  const auto e =
+      hn::And(hn::BitCast(d8, hn::ShiftRight<3>(hn::BitCast(d16, high))), hn::Set(d8, 0x1F));
+  // As in F16RowByteCodes: lanes above top wrap and take the cap, code 0.
+  const auto d = hn::Min(hn::Sub(top, e), zero_d);
+  const auto dropped = hn::BitCast(d8, hn::ShiftLeft<kMant>(hn::BitCast(d16, d)));
+  auto code = hn::Min(hn::SaturatedSub(q, dropped),
+                      hn::Set(d8, static_cast<std::uint8_t>(kE4M3 ? 0x7E : 0x7B)));
+  const auto zero = hn::Eq(hn::Or(low, high), hn::Zero(d8));
+  if (kZeros) code = hn::IfThenZeroElse(zero, code);
+  // The signs: a signed narrowing keeps each word's sign in its byte.
+  const auto narrow = hn::Combine(di8, hn::DemoteTo(di8_half, hn::BitCast(di16, b)),
+                                  hn::DemoteTo(di8_half, hn::BitCast(di16, a)));
+  hn::StoreU(hn::Or(code, hn::And(hn::BitCast(d8, narrow), hn::Set(d8, 0x80))), d8, dst);
+  // Normal codes count for e >= 1 only, as there.
+  const auto subnormal = hn::RebindMask(di8, hn::Eq(e, hn::Zero(d8)));
+  auto exact = hn::Or(hn::AndNot(subnormal, hn::Gt(hn::BitCast(di8, code), hn::Set(di8, 7))),
+                      hn::Gt(hn::BitCast(di8, zero_below), hn::BitCast(di8, e)));
+  if (kZeros) exact = hn::Or(exact, hn::RebindMask(di8, zero));
+  return hn::AllTrue(di8, exact);
+}
+
+// The 16 float16 values at src encoded again as x / scale, every lane exact (widened through
+// the formats module's conversion where the target's own is not exact for every code).
+template <bool kE4M3>
+HWY_NOINLINE void FixF16Bytes16(const std::uint16_t* HWY_RESTRICT src, float scale,
+                                unsigned char* HWY_RESTRICT dst) {
+  const hn::FixedTag<float, 4> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<std::uint8_t, decltype(df)> d8;
+#if !KVS_F16_IN_REGISTERS
+  HWY_ALIGN float wide[16];
+  float16_to_float32(src, wide, 16);
+#endif
+  for (int k = 0; k < 16; k += 4) {
+#if KVS_F16_IN_REGISTERS
+    const auto x = WidenF16(df, src + k);
+#else
+    const auto x = hn::Load(df, wide + k);
+#endif
+    const auto q = hn::Div(x, hn::Set(df, scale));
+    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
+    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + k);
+  }
+}
+
+// dst[i] = fp8(float16 src[i] / scale) for n values (a multiple of 32) by F16Bytes16 with the
+// parts of a byte form (first, step1, step2: 16 bytes each, 16-byte aligned), each 16-value block
+// it does not encode exactly again by FixF16Bytes16. Each 32 values prefetch their line at src +
+// ahead, as F16RunBytes does.
+template <bool kE4M3, bool kZeros = false>
+HWY_INLINE void F16RunBytes16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                              const std::int8_t* first, const std::int8_t* step1,
+                              const std::int8_t* step2, int top, int zero_d, int zero_below,
+                              float scale, unsigned char* HWY_RESTRICT dst, std::ptrdiff_t ahead) {
+  const Fp8Bytes16Tag d8;
+  const auto bytes = [d8](const std::int8_t* p) HWY_ATTR {
+    return hn::Load(d8, reinterpret_cast<const std::uint8_t*>(p));
+  };
+  const auto splat = [d8](int v) HWY_ATTR { return hn::Set(d8, static_cast<std::uint8_t>(v)); };
+  const auto vf = bytes(first), v1 = bytes(step1), v2 = bytes(step2), vt = splat(top),
+             vz = splat(zero_d), vb = splat(zero_below);
+  for (std::size_t i = 0; i < n; i += 32) {
+    hwy::Prefetch(src + ahead + i);
+    for (std::size_t j = i; j < i + 32; j += 16) {
+      if (HWY_UNLIKELY(!(F16Bytes16<kE4M3, kZeros>(src + j, vf, v1, v2, vt, vz, vb, dst + j)))) {
+        FixF16Bytes16<kE4M3>(src + j, scale, dst + j);
+      }
+    }
+  }
+}
+
+// F16RunBytes16 by the table t.
+template <bool kE4M3>
+HWY_INLINE void F16RunBytes16(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                              const Fp8F16Bytes& t, float scale, unsigned char* HWY_RESTRICT dst,
+                              std::ptrdiff_t ahead) {
+  F16RunBytes16<kE4M3>(src, n, t.first, t.step1, t.step2, t.top, t.zero_d, t.zero_below, scale, dst,
+                       ahead);
+}
+
+// QuantizeF16RunsBytes (below, AVX2) on these targets.
+template <bool kE4M3>
+HWY_NOINLINE void QuantizeF16RunsBytes(const std::uint16_t* HWY_RESTRICT src, std::int64_t src_head,
+                                       std::size_t n, std::int64_t heads, const Fp8F16Bytes& table,
+                                       float scale, unsigned char* HWY_RESTRICT dst,
+                                       std::int64_t dst_head) {
+  for (std::int64_t h = 0; h < heads; ++h) {
+    F16RunBytes16<kE4M3>(src + h * src_head, n, table, scale, dst + h * dst_head, 0);
+  }
+}
+#endif
 
 #if KVS_FP8_TABLE_BLOCKS
 inline Fp8RowBytes::Fp8RowBytes(const Fp8F16Bytes& t)

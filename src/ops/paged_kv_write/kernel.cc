@@ -88,14 +88,14 @@ std::vector<Fp8Table> SideTables(const Job& job, const std::vector<BF16Shortcut>
   return out;
 }
 
-// The byte tables of a float16 side (AVX2: MakeFp8F16Bytes), one for one scale, one per head for
-// per-head scales that differ, when the chunk is long enough to pay for them, the side's runs
-// are aligned whole groups of 32 and every table is usable; empty otherwise (QuantizeRun /
-// QuantizeRuns).
+// The byte tables of a float16 side (MakeFp8F16Bytes, AVX2 and the 16-byte targets), one for one
+// scale, one per head for per-head scales that differ, when the chunk is long enough to pay for
+// them, the side's runs are aligned whole groups of 32 and every table is usable; empty otherwise
+// (QuantizeRun / QuantizeRuns).
 template <bool kE4M3>
 std::vector<Fp8F16Bytes> SideF16Tables(const Job& job, const Side& s, std::int64_t tokens) {
   std::vector<Fp8F16Bytes> out;
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BYTES
   const bool one = s.merged && job.uniform_scale;
   const std::int64_t run = one ? job.head_size * job.num_heads : job.head_size;
   if (!Aligned16(job, s, DType::float16) || run % 32 != 0 ||
@@ -117,7 +117,7 @@ std::vector<Fp8F16Bytes> SideF16Tables(const Job& job, const Side& s, std::int64
 template <bool kE4M3>
 HWY_INLINE void QuantizeF16Token(const Job& job, const Side& s, const std::vector<Fp8F16Bytes>& f16,
                                  const unsigned char* src, unsigned char* row) {
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BYTES
   const auto* x = reinterpret_cast<const std::uint16_t*>(src);
   const auto d = static_cast<std::size_t>(job.head_size);
   const auto runs = [&](std::int64_t h, std::int64_t count, std::size_t n, std::size_t k) {

@@ -1,5 +1,6 @@
 // The PagedLatentWrite SIMD kernel, compiled once per target: [kv_c | k_pe] rows copied,
 // quantized with one scale, or packed into the fp8_ds_mla entry. No threads here.
+#include <algorithm>
 #include <cfloat>
 #include <cstddef>
 #include <cstdint>
@@ -699,6 +700,87 @@ HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64
 }
 #endif
 
+#if KVS_FP8_F16_BYTES
+// The float16 tile tables of fp8_ds_mla (AVX2 and the 16-byte targets). A float16 tile maximum 1.a
+// * 2^(e - 15) (a: its 10 mantissa bits, 1 <= e <= 30) has the scale 2^(e - 15) * (1.a / 448),
+// exactly (the quotient is a normal float). Table a is the float16 byte form (Fp8F16Bytes) of the
+// scale 2^15 * (1.a / 448), whose top exponent is 30: the scale of a tile with exponent e is that
+// one times 2^(e - 30), whose table is the same one with its exponents (top, zero_below) moved by e
+// - 30. One 64-byte line a table, 1,024 of them, built once.
+struct alignas(64) DsF16Table {
+  std::int8_t first[16], step1[16], step2[16];
+  float scale;                     // 1.a / 448
+  std::int8_t zero_d, zero_below;  // zero_below at top 30
+  bool usable;
+};
+
+const DsF16Table* F16TileTables() {
+  static const DsF16Table* tables = [] {
+    auto* t = new DsF16Table[1024];  // lives for the process, as the dispatch tables do
+    for (int a = 0; a < 1024; ++a) {
+      DsF16Table& e = t[a];
+      e.scale = (1.0f + static_cast<float>(a) / 1024.0f) / 448.0f;
+      const auto bytes = formats::HWY_NAMESPACE::MakeFp8F16Bytes<true>(e.scale * 32768.0f);
+      e.usable = bytes.usable && bytes.top == 30;
+      std::memcpy(e.first, bytes.first, 16);
+      std::memcpy(e.step1, bytes.step1, 16);
+      std::memcpy(e.step2, bytes.step2, 16);
+      e.zero_d = bytes.zero_d;
+      e.zero_below = bytes.zero_below;
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// A float16 tile whose maximum no table covers (zero, subnormal, infinite or NaN maxima, the
+// rare unusable table): its largest finite magnitude, NaNs counted as 0, sets the scale, and the
+// values are widened and divided.
+HWY_NOINLINE void DsF16TileByDivision(const std::uint16_t* HWY_RESTRICT tile,
+                                      unsigned char* HWY_RESTRICT codes, float& scale) {
+  const float q = AbsMax16<true>(tile, kDsTile) / 448.0f;
+  scale = q > FLT_MIN ? q : FLT_MIN;
+  formats::HWY_NAMESPACE::QuantizeRuns<true>(DType::float16,
+                                             reinterpret_cast<const unsigned char*>(tile), 0,
+                                             kDsTile, 1, &scale, codes, 0);
+}
+
+// One float16 tile (largest magnitude bits m) by its maximum's table (F16RowByteCodes or
+// F16Bytes16, zeros exact), the groups it does not encode exactly divided again; by division
+// where no table covers the maximum.
+HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RESTRICT tile,
+                          std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale) {
+  namespace fmt = formats::HWY_NAMESPACE;
+  const DsF16Table& t = tables[m & 0x3FF];
+  const int e = m >> 10;
+  if (HWY_UNLIKELY(e == 0 || e > 30 || !t.usable)) {
+    DsF16TileByDivision(tile, codes, scale);
+    return;
+  }
+  std::uint32_t bits;
+  std::memcpy(&bits, &t.scale, 4);
+  bits += static_cast<std::uint32_t>(e - 15) << 23;
+  std::memcpy(&scale, &bits, 4);
+  const int zero_below = std::max(t.zero_below + e - 30, 0);
+#if KVS_FP8_TABLE_BLOCKS
+  const fmt::Fp8RowBytes rb(t.first, t.step1, t.step2, static_cast<std::int8_t>(e), t.zero_d,
+                            static_cast<std::int8_t>(zero_below));
+  // All groups first, one test for the tile; the rare inexact group is written again.
+  __m256i ok = fmt::F16RowByteCodes<true, true>(tile, rb, codes);
+  for (std::int64_t g = 32; g < kDsTile; g += 32) {
+    ok = _mm256_and_si256(ok, fmt::F16RowByteCodes<true, true>(tile + g, rb, codes + g));
+  }
+  if (HWY_UNLIKELY(_mm256_movemask_epi8(ok) != -1)) {
+    fmt::F16RunBytes<true, true>(tile, kDsTile, rb, scale, codes, 0);
+  }
+#else
+  fmt::F16RunBytes16<true, true>(tile, kDsTile, t.first, t.step1, t.step2, e, t.zero_d, zero_below,
+                                 scale, codes, 0);
+#endif
+}
+
+#endif
+
 #if KVS_FP8_TABLE_BLOCKS
 // TileMaxima on AVX2: the four tile maxima of a token's kv_c (32 vectors of 16 bfloat16), tile i
 // in bits 16 i up, reduced together.
@@ -781,79 +863,6 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
             DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
           },
       [](std::uint64_t) {});
-}
-
-// The float16 tile tables of fp8_ds_mla (AVX2). A float16 tile maximum 1.a * 2^(e - 15) (a: its
-// 10 mantissa bits, 1 <= e <= 30) has the scale 2^(e - 15) * (1.a / 448), exactly (the quotient
-// is a normal float). Table a is the float16 byte form (Fp8F16Bytes) of the scale 2^15 * (1.a /
-// 448), whose top exponent is 30: the scale of a tile with exponent e is that one times 2^(e -
-// 30), whose table is the same one with its exponents (top, zero_below) moved by e - 30. One
-// 64-byte line a table, 1,024 of them, built once.
-struct alignas(64) DsF16Table {
-  std::int8_t first[16], step1[16], step2[16];
-  float scale;                     // 1.a / 448
-  std::int8_t zero_d, zero_below;  // zero_below at top 30
-  bool usable;
-};
-
-const DsF16Table* F16TileTables() {
-  static const DsF16Table* tables = [] {
-    auto* t = new DsF16Table[1024];  // lives for the process, as the dispatch tables do
-    for (int a = 0; a < 1024; ++a) {
-      DsF16Table& e = t[a];
-      e.scale = (1.0f + static_cast<float>(a) / 1024.0f) / 448.0f;
-      const auto bytes = formats::HWY_NAMESPACE::MakeFp8F16Bytes<true>(e.scale * 32768.0f);
-      e.usable = bytes.usable && bytes.top == 30;
-      std::memcpy(e.first, bytes.first, 16);
-      std::memcpy(e.step1, bytes.step1, 16);
-      std::memcpy(e.step2, bytes.step2, 16);
-      e.zero_d = bytes.zero_d;
-      e.zero_below = bytes.zero_below;
-    }
-    return t;
-  }();
-  return tables;
-}
-
-// A float16 tile whose maximum no table covers (zero, subnormal, infinite or NaN maxima, the
-// rare unusable table): its largest finite magnitude, NaNs counted as 0, sets the scale, and the
-// values are widened and divided.
-HWY_NOINLINE void DsF16TileByDivision(const std::uint16_t* HWY_RESTRICT tile,
-                                      unsigned char* HWY_RESTRICT codes, float& scale) {
-  const float q = AbsMax16<true>(tile, kDsTile) / 448.0f;
-  scale = q > FLT_MIN ? q : FLT_MIN;
-  formats::HWY_NAMESPACE::QuantizeRuns<true>(DType::float16,
-                                             reinterpret_cast<const unsigned char*>(tile), 0,
-                                             kDsTile, 1, &scale, codes, 0);
-}
-
-// One float16 tile (largest magnitude bits m) by its maximum's table (F16RowByteCodes, zeros
-// exact), the groups it does not encode exactly divided again; by division where no table
-// covers the maximum.
-HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RESTRICT tile,
-                          std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale) {
-  namespace fmt = formats::HWY_NAMESPACE;
-  const DsF16Table& t = tables[m & 0x3FF];
-  const int e = m >> 10;
-  if (HWY_UNLIKELY(e == 0 || e > 30 || !t.usable)) {
-    DsF16TileByDivision(tile, codes, scale);
-    return;
-  }
-  std::uint32_t bits;
-  std::memcpy(&bits, &t.scale, 4);
-  bits += static_cast<std::uint32_t>(e - 15) << 23;
-  std::memcpy(&scale, &bits, 4);
-  const int zero_below = t.zero_below + e - 30;
-  const fmt::Fp8RowBytes rb(t.first, t.step1, t.step2, static_cast<std::int8_t>(e), t.zero_d,
-                            static_cast<std::int8_t>(zero_below > 0 ? zero_below : 0));
-  // All groups first, one test for the tile; the rare inexact group is written again.
-  __m256i ok = fmt::F16RowByteCodes<true, true>(tile, rb, codes);
-  for (std::int64_t g = 32; g < kDsTile; g += 32) {
-    ok = _mm256_and_si256(ok, fmt::F16RowByteCodes<true, true>(tile + g, rb, codes + g));
-  }
-  if (HWY_UNLIKELY(_mm256_movemask_epi8(ok) != -1)) {
-    fmt::F16RunBytes<true, true>(tile, kDsTile, rb, scale, codes, 0);
-  }
 }
 
 // fp8_ds_mla entries of aligned float16 kv_c rows on AVX2: each tile by its maximum's table
@@ -957,6 +966,29 @@ HWY_NOINLINE void WriteDsMlaBytes16(const Job& job, std::int64_t begin, std::int
       unsigned char* codes = row + i * kDsTile;
       if (TileByBytes16(tt, tile, maxima[i], codes, scales[i])) continue;
       DsTileByShortcut(tile, maxima[i], codes, scales[i], shuffle, lanes);
+    }
+    DsMlaFinish(job, t, row, scales, stage);
+  }
+}
+
+// fp8_ds_mla entries of aligned float16 kv_c rows on the 16-byte targets: each tile by its
+// maximum's table (DsF16Tile).
+HWY_NOINLINE void WriteDsMlaF16Bytes16(const Job& job, std::int64_t begin, std::int64_t end) {
+  const DsF16Table* tables = F16TileTables();
+  StagedRows stage(job.stream, kDsEntryBytes);
+  for (std::int64_t t = begin; t < end; ++t) {
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x, stage);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    // The four maxima first: their reductions then overlap one another.
+    std::uint16_t maxima[kDsLatent / kDsTile];
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    }
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      DsF16Tile(tables, x + i * kDsTile, maxima[i], row + i * kDsTile, scales[i]);
     }
     DsMlaFinish(job, t, row, scales, stage);
   }
@@ -1132,8 +1164,9 @@ KVS_VBMI_ATTR HWY_NOINLINE void WriteRowsBytes(const Job& job, std::int64_t begi
 }
 #endif
 
-#if KVS_FP8_TABLE_BLOCKS
-// The byte-form writers' token loop (AVX2): run(src, n, row, ahead) for each written token's
+#if KVS_FP8_F16_BYTES
+// The byte-form writers' token loop (AVX2, and the 16-byte targets' float16 rows): run(src, n,
+// row, ahead) for each written token's
 // kv_c and then its k_pe, each in a loop of its own, cheaper than a group generator's walk. A few
 // tokens ahead, the inputs are prefetched (ahead, in elements): the hardware prefetchers fall
 // behind this loop. The last tokens prefetch their own lines.
@@ -1153,6 +1186,7 @@ HWY_INLINE void ByteRows(const Job& job, std::int64_t begin, std::int64_t end, c
   }
 }
 
+#if KVS_FP8_TABLE_BLOCKS
 // fp8 rows of tokens [begin, end) by the bfloat16 table's byte form (AVX2).
 template <bool kE4M3>
 HWY_NOINLINE void WriteRowsBlockBytes(const Job& job, std::int64_t begin, std::int64_t end,
@@ -1163,18 +1197,25 @@ HWY_NOINLINE void WriteRowsBlockBytes(const Job& job, std::int64_t begin, std::i
            [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
                HWY_ATTR { fmt::QuantizeBF16RunBytes<kE4M3>(src, n, rb, scale, dst, ahead); });
 }
+#endif
 
 // fp8 rows of aligned float16 inputs (rows of whole groups of 32) by the scale's float16 byte
-// table (AVX2); false, writing nothing, where the table is not usable.
+// table; false, writing nothing, where the table is not usable.
 template <bool kE4M3>
 HWY_NOINLINE bool WriteRowsF16Bytes(const Job& job, std::int64_t begin, std::int64_t end) {
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::Fp8F16Bytes table = fmt::MakeFp8F16Bytes<kE4M3>(job.scale);
   if (!table.usable) return false;
+#if KVS_FP8_TABLE_BLOCKS
   const fmt::Fp8RowBytes rb(table);
   ByteRows(job, begin, end,
            [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
                HWY_ATTR { fmt::F16RunBytes<kE4M3>(src, n, rb, job.scale, dst, ahead); });
+#else
+  ByteRows(job, begin, end,
+           [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
+               HWY_ATTR { fmt::F16RunBytes16<kE4M3>(src, n, table, job.scale, dst, ahead); });
+#endif
   return true;
 }
 #endif
@@ -1239,10 +1280,14 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
     return;
   }
 #endif
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BYTES
   if (job.format == LatentCacheFormat::fp8_ds_mla && job.dtype == DType::float16 &&
       even(job.kv_c, job.kv_c_token)) {
+#if KVS_FP8_TABLE_BLOCKS
     WriteDsMlaF16Blocks(job, begin, end);
+#else
+    WriteDsMlaF16Bytes16(job, begin, end);
+#endif
     return;
   }
 #endif
@@ -1257,8 +1302,8 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   const std::size_t es = job.dtype == DType::float32 ? 4 : 2;
   const auto r = static_cast<std::size_t>(job.latent_dim),
              pe = static_cast<std::size_t>(job.pe_dim);
-#if KVS_FP8_TABLE_BLOCKS
-  // float16 on AVX2: the scale's byte table (formats/fp8_table-inl.h), where the chunk pays for it.
+#if KVS_FP8_F16_BYTES
+  // float16: the scale's byte table (formats/fp8_table-inl.h), where the chunk pays for it.
   if (fp8 && job.dtype == DType::float16 && even(job.kv_c, job.kv_c_token) &&
       even(job.k_pe, job.k_pe_token) && r % 32 == 0 && pe % 32 == 0 &&
       (end - begin) * static_cast<std::int64_t>(r + pe) >=
