@@ -287,7 +287,7 @@ TEST(PagedLatentWriteDsMla, Float16TilesMatchReference) {
 // the threshold at 0, on every target and thread count: runs broken by a skipped token and by a
 // jump, a slot written twice close together and again later, twice in a row, entries written
 // in descending order (a partial line shared by two runs), the last slot, and entries apart (a
-// slot pitch wider than the entry, whose tail stays untouched).
+// slot pitch wider than the entry, whose tail stays untouched). bfloat16 and float16 input.
 TEST(PagedLatentWriteDsMla, StreamedEntriesMatchReference) {
   const std::int64_t saved = detail::set_stream_threshold(0);
   const int threads = get_num_threads();
@@ -297,9 +297,9 @@ TEST(PagedLatentWriteDsMla, StreamedEntriesMatchReference) {
   const std::int64_t t = static_cast<std::int64_t>(slots.size());
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::vector<std::uint16_t> kv_c(static_cast<std::size_t>(t * 512)), k_pe(t * 64);
-  for (auto& v : kv_c) v = bf16(normal(rng));
-  for (auto& v : k_pe) v = bf16(normal(rng));
+  std::vector<float> kv_c_f(static_cast<std::size_t>(t * 512)), k_pe_f(t * 64);
+  for (auto& v : kv_c_f) v = normal(rng);
+  for (auto& v : k_pe_f) v = normal(rng);
   float unused = 1.0f;
   PagedLatentWriteOptions o;
   o.format = LatentCacheFormat::fp8_ds_mla;
@@ -309,22 +309,32 @@ TEST(PagedLatentWriteDsMla, StreamedEntriesMatchReference) {
     const std::int64_t shape[] = {nb, bs, 656}, strides[] = {bs * pitch, pitch, 1};
     return TensorView(cache.data(), DType::uint8, shape, strides);
   };
-  for (std::int64_t target : simd_test::simd_targets()) {
-    simd_test::PinTarget pin(target);
-    for (int n : {1, 2}) {
-      set_num_threads(n);
-      for (std::int64_t width : {656, 664}) {
-        SCOPED_TRACE(std::string(simd_test::target_name(target)) + ", " + std::to_string(n) +
-                     " threads, entries " + std::to_string(width) + " bytes apart");
-        Bytes cache(static_cast<std::size_t>(nb * bs * width), 0xCD), ref = cache;
-        auto plan = plan_paged_latent_write(TensorView(kv_c.data(), DType::bfloat16, {t, 512}),
-                                            TensorView(k_pe.data(), DType::bfloat16, {t, 64}),
-                                            cache_view(cache, width),
-                                            TensorView(slots.data(), DType::int32, {t}), o);
-        execute(plan);
-        plan.kv_cache.data = ref.data();
-        reference::execute(plan);
-        EXPECT_EQ(cache, ref);
+  for (DType dt : {DType::bfloat16, DType::float16}) {
+    const auto bits = [dt](const std::vector<float>& x) {
+      std::vector<std::uint16_t> out(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        out[i] = dt == DType::float16 ? formats::encode_float16(x[i]) : bf16(x[i]);
+      }
+      return out;
+    };
+    std::vector<std::uint16_t> kv_c = bits(kv_c_f), k_pe = bits(k_pe_f);
+    for (std::int64_t target : simd_test::simd_targets()) {
+      simd_test::PinTarget pin(target);
+      for (int n : {1, 2}) {
+        set_num_threads(n);
+        for (std::int64_t width : {656, 664}) {
+          SCOPED_TRACE(std::string(dtype_name(dt)) + ", " + simd_test::target_name(target) + ", " +
+                       std::to_string(n) + " threads, entries " + std::to_string(width) +
+                       " bytes apart");
+          Bytes cache(static_cast<std::size_t>(nb * bs * width), 0xCD), ref = cache;
+          auto plan = plan_paged_latent_write(
+              TensorView(kv_c.data(), dt, {t, 512}), TensorView(k_pe.data(), dt, {t, 64}),
+              cache_view(cache, width), TensorView(slots.data(), DType::int32, {t}), o);
+          execute(plan);
+          plan.kv_cache.data = ref.data();
+          reference::execute(plan);
+          EXPECT_EQ(cache, ref);
+        }
       }
     }
   }
