@@ -341,11 +341,14 @@ Workload scatter_pa_cache_workload(std::int64_t heads, std::int64_t dim) {
 }
 
 // paged_cache_gather (vLLM's cp_gather_cache / gather_and_maybe_dequant_cache): MLA entries of
-// 576 elements, 8 sequences in shuffled blocks, copied (bfloat16) or dequantized (fp8 -> bf16).
-Workload paged_gather_workload(KvCacheFormat format) {
-  Workload w{"paged_cache_gather", format == KvCacheFormat::copy ? "copy bf16" : "fp8_e4m3->bf16",
-             "e576", nullptr};
-  w.make = [format](std::int64_t tokens) {
+// 576 elements, 8 sequences in shuffled blocks, copied (bfloat16) or dequantized (fp8 -> bf16,
+// or f16 or f32 with `out`).
+Workload paged_gather_workload(KvCacheFormat format, DType out = DType::bfloat16) {
+  const char* to = out == DType::float16 ? "f16" : out == DType::float32 ? "f32" : "bf16";
+  Workload w{"paged_cache_gather",
+             format == KvCacheFormat::copy ? "copy bf16" : std::string("fp8_e4m3->") + to, "e576",
+             nullptr};
+  w.make = [format, out](std::int64_t tokens) {
     struct Buffers {
       Bytes cache;
       Bytes dst;
@@ -362,7 +365,8 @@ Workload paged_gather_workload(KvCacheFormat format) {
     Bytes codes = random_bytes(static_cast<std::size_t>(nb * bs * entry * ses), 9);
     for (auto& c : codes) c &= 0xBF;  // finite values, no NaN codes
     b->cache.assign(codes.begin(), codes.end());
-    b->dst.assign(static_cast<std::size_t>(tokens * entry * 2), 0);
+    const auto des = static_cast<std::int64_t>(dtype_size(out));
+    b->dst.assign(static_cast<std::size_t>(tokens * entry * des), 0);
     std::vector<std::int64_t> order(static_cast<std::size_t>(nb));
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), std::mt19937(11));
@@ -373,11 +377,11 @@ Workload paged_gather_workload(KvCacheFormat format) {
     o.format = format;
     o.scale = TensorView(&b->scale, DType::float32, {1});
     b->plan = plan_paged_cache_gather(TensorView(b->cache.data(), sdt, {nb, bs, entry}),
-                                      TensorView(b->dst.data(), DType::bfloat16, {tokens, entry}),
+                                      TensorView(b->dst.data(), out, {tokens, entry}),
                                       TensorView(b->block_table.data(), DType::int64, {seqs, cols}),
                                       TensorView(b->cu.data(), DType::int64, {seqs + 1}), o);
-    // read: the cache entries; written: the bfloat16 rows.
-    return Case{[b] { execute(b->plan); }, tokens * entry * (ses + 2)};
+    // read: the cache entries; written: the rows.
+    return Case{[b] { execute(b->plan); }, tokens * entry * (ses + des)};
   };
   return w;
 }
@@ -560,6 +564,8 @@ std::vector<Workload> all_workloads() {
       paged_write_workload(KvCacheFormat::fp8_e4m3, true, 8, 128, DType::float32),
       paged_gather_workload(KvCacheFormat::copy),
       paged_gather_workload(KvCacheFormat::fp8_e4m3),
+      paged_gather_workload(KvCacheFormat::fp8_e4m3, DType::float16),
+      paged_gather_workload(KvCacheFormat::fp8_e4m3, DType::float32),
       latent_workload(LatentCacheFormat::copy),
       latent_workload(LatentCacheFormat::fp8_e4m3),
       latent_workload(LatentCacheFormat::fp8_e4m3, DType::float16),
