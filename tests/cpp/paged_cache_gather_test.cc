@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -271,35 +272,65 @@ TEST(PagedCacheGather, EmptyCallsAreNoOps) {
 }
 
 // Dequantizing gathers against the rule itself (decode, multiply by the scale in float32, round
-// to the destination; NaN as 0x7FFF) on every SIMD target: every code in every row (rows of 265
-// codes: whole vectors and a tail), both fp8 formats, both 16-bit destinations, and scales whose
-// results stay normal (the per-exponent shortcut) and ones that reach subnormals, overflow,
-// zeros, infinities and NaN (the exact path).
+// to the destination; NaN as the canonical 0x7FFF, or 0x7FFFFFFF in float32) on every SIMD
+// target: every code in every row (rows of 265 codes: whole vectors and a tail), both fp8
+// formats, all three destinations, and scales whose results stay normal (the per-exponent
+// shortcut) and ones that reach subnormals, overflow, zeros, infinities and NaN (the exact path).
+// The last row holds every code but the format's infinities and NaNs, which float32 rows without
+// them dequantize through float16 (rows with them are written again by the exact path).
 TEST(PagedCacheGatherDequant, EveryCodeOnEveryTarget) {
-  constexpr std::int64_t T = 3, E = 265;
-  Bytes src(static_cast<std::size_t>(T * E));
-  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  constexpr std::int64_t T = 4, E = 265;
   std::vector<std::int64_t> bt{0}, cu{0, T};
   const float inf = std::numeric_limits<float>::infinity();
   const int threads = get_num_threads();
   set_num_threads(1);
   for (std::int64_t target : simd_test::simd_targets()) {
     simd_test::PinTarget pin(target);
-    for (float scale : {1.0f, 0.5f, 3.0f, 1.0f / 3.0f, 0.1f, 1e-3f, 448.0f, -2.0f, -0.0537f,
-                        0x1p-110f, 0x1p100f, 1e-30f, 1e30f, 0.0f, -0.0f, inf, -inf,
+    for (float scale : {1.0f,
+                        0.5f,
+                        3.0f,
+                        1.0f / 3.0f,
+                        0.1f,
+                        1e-3f,
+                        448.0f,
+                        -2.0f,
+                        -0.0537f,
+                        0x1p-110f,
+                        0x1p100f,
+                        0x1p119f,
+                        0x1p120f,
+                        1e-30f,
+                        1e30f,
+                        0.0f,
+                        -0.0f,
+                        inf,
+                        -inf,
                         std::numeric_limits<float>::quiet_NaN(),
-                        std::numeric_limits<float>::max(), std::numeric_limits<float>::min()}) {
+                        std::numeric_limits<float>::max(),
+                        std::numeric_limits<float>::min()}) {
       for (const KvCacheFormat format : {KvCacheFormat::fp8_e4m3, KvCacheFormat::fp8_e5m2}) {
-        for (const DType dt : {DType::bfloat16, DType::float16}) {
-          const bool e4m3 = format == KvCacheFormat::fp8_e4m3;
+        const bool e4m3 = format == KvCacheFormat::fp8_e4m3;
+        Bytes src(static_cast<std::size_t>(T * E));
+        for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::uint8_t>(i * 7 + 3);
+        std::vector<std::uint8_t> finite;
+        for (int c = 0; c < 256; ++c) {
+          if ((c & 0x7F) < (e4m3 ? 0x7F : 0x7C)) finite.push_back(static_cast<std::uint8_t>(c));
+        }
+        for (std::size_t i = 0; i < E; ++i) src[(T - 1) * E + i] = finite[i % finite.size()];
+        const auto product = [&](std::uint8_t code) {
+          return (e4m3 ? formats::decode_float8_e4m3fn(code) : formats::decode_float8_e5m2(code)) *
+                 scale;
+        };
+        for (const DType dt : {DType::bfloat16, DType::float16, DType::float32}) {
+          const bool f32 = dt == DType::float32;
           const auto expected = [&](std::uint8_t code) {
-            const float p = (e4m3 ? formats::decode_float8_e4m3fn(code)
-                                  : formats::decode_float8_e5m2(code)) * scale;
-            if (std::isnan(p)) return std::uint16_t{0x7FFF};
-            return dt == DType::bfloat16 ? formats::encode_bfloat16(p)
-                                         : formats::encode_float16(p);
+            const float p = product(code);
+            if (std::isnan(p)) return f32 ? 0x7FFFFFFFu : 0x7FFFu;
+            if (f32) return std::bit_cast<std::uint32_t>(p);
+            return std::uint32_t{dt == DType::bfloat16 ? formats::encode_bfloat16(p)
+                                                       : formats::encode_float16(p)};
           };
-          std::vector<std::uint16_t> dst(static_cast<std::size_t>(T * E), 0x1234);
+          Bytes dst(static_cast<std::size_t>(T * E) * dtype_size(dt), 0x34);
           PagedCacheGatherOptions o;
           o.format = format;
           o.scale = TensorView(&scale, DType::float32, {1});
@@ -308,12 +339,13 @@ TEST(PagedCacheGatherDequant, EveryCodeOnEveryTarget) {
                              TensorView(bt.data(), DType::int64, {1, 1}),
                              TensorView(cu.data(), DType::int64, {2}), o);
           int bad = 0;
-          for (std::size_t i = 0; i < dst.size(); ++i) {
-            if (dst[i] != expected(src[i]) && ++bad <= 3) {
-              ADD_FAILURE() << simd_test::target_name(target)
-                            << (e4m3 ? " e4m3 " : " e5m2 ") << dtype_name(dt)
-                            << " scale " << scale << " code " << int{src[i]} << ": got "
-                            << dst[i] << ", expected " << expected(src[i]);
+          for (std::size_t i = 0; i < src.size(); ++i) {
+            std::uint32_t got = 0;
+            std::memcpy(&got, dst.data() + i * dtype_size(dt), dtype_size(dt));
+            if (got != expected(src[i]) && ++bad <= 3) {
+              ADD_FAILURE() << simd_test::target_name(target) << (e4m3 ? " e4m3 " : " e5m2 ")
+                            << dtype_name(dt) << " scale " << scale << " code " << int{src[i]}
+                            << ": got " << got << ", expected " << expected(src[i]);
             }
           }
           EXPECT_EQ(bad, 0);
