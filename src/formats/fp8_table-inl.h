@@ -211,6 +211,18 @@ inline bool ShiftedFp8TableValid(const Fp8Table& table, int shift) {
          table.normal_min + shift * 128 < 0x7F80;
 }
 
+// The float8 codes of the floats x divided by scale (the exact path of the byte kernels), stored
+// at dst.
+template <bool kE4M3, class DF>
+HWY_INLINE void StoreQuotientCodes(DF df, hn::Vec<DF> x, float scale,
+                                   unsigned char* HWY_RESTRICT dst) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<std::uint8_t, DF> d8;
+  const auto q = hn::Div(x, hn::Set(df, scale));
+  const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
+  hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst);
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
 // The table's 128 entries as four vectors of 32, for the 16-bit permutes.
 struct Fp8TableVectors {
@@ -454,15 +466,11 @@ HWY_NOINLINE void FixByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint
   const hn::Full256<float> df;
   const hn::Rebind<std::uint16_t, decltype(df)> d16;
   const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8;
   for (int k = 0; k < 4; ++k) {
     if (((ok >> (8 * k)) & 0xFF) == 0xFF) continue;
     const int at = 8 * k;
     const auto x = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + at))));
-    const auto q = hn::Div(x, hn::Set(df, scale));
-    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + at);
+    StoreQuotientCodes<kE4M3>(df, x, scale, dst + at);
   }
 }
 
@@ -585,14 +593,10 @@ HWY_NOINLINE void FixBytes16(const std::uint16_t* HWY_RESTRICT src, float scale,
                              unsigned char* HWY_RESTRICT dst) {
   const hn::FixedTag<float, 4> df;
   const hn::RebindToUnsigned<decltype(df)> du;
-  const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<std::uint16_t, decltype(df)> d16;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8;
   for (int k = 0; k < 16; k += 4) {
     const auto x = hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, src + k))));
-    const auto q = hn::Div(x, hn::Set(df, scale));
-    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + k);
+    StoreQuotientCodes<kE4M3>(df, x, scale, dst + k);
   }
 }
 
@@ -760,21 +764,16 @@ template <bool kE4M3>
 HWY_NOINLINE void FixF16Bytes16(const std::uint16_t* HWY_RESTRICT src, float scale,
                                 unsigned char* HWY_RESTRICT dst) {
   const hn::FixedTag<float, 4> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8;
 #if !KVS_F16_IN_REGISTERS
   HWY_ALIGN float wide[16];
   float16_to_float32(src, wide, 16);
 #endif
   for (int k = 0; k < 16; k += 4) {
 #if KVS_F16_IN_REGISTERS
-    const auto x = WidenF16(df, src + k);
+    StoreQuotientCodes<kE4M3>(df, WidenF16(df, src + k), scale, dst + k);
 #else
-    const auto x = hn::Load(df, wide + k);
+    StoreQuotientCodes<kE4M3>(df, hn::Load(df, wide + k), scale, dst + k);
 #endif
-    const auto q = hn::Div(x, hn::Set(df, scale));
-    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + k);
   }
 }
 
@@ -877,16 +876,12 @@ template <bool kE4M3>
 HWY_NOINLINE void FixF16ByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::uint32_t ok,
                                    float scale, unsigned char* HWY_RESTRICT dst) {
   const hn::Full256<float> df;
-  const hn::RebindToSigned<decltype(df)> di;
-  const hn::Rebind<std::uint8_t, decltype(df)> d8;
   for (int k = 0; k < 4; ++k) {
     if (((ok >> (8 * k)) & 0xFF) == 0xFF) continue;
     const int at = 8 * k;
     const hn::Vec<decltype(df)> x{
         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + at)))};
-    const auto q = hn::Div(x, hn::Set(df, scale));
-    const auto code = kE4M3 ? EncodeE4M3Satfinite(df, q) : EncodeE5M2Satfinite(df, q);
-    hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, code)), d8, dst + at);
+    StoreQuotientCodes<kE4M3>(df, x, scale, dst + at);
   }
 }
 

@@ -941,6 +941,30 @@ HWY_INLINE bool TileByBytes16(const DsTileTables& tt, const std::uint16_t* HWY_R
   return true;
 }
 
+// The token loop of the 16-byte targets' fp8_ds_mla writers: tile(tile, m, codes, scale) writes
+// one tile of largest magnitude bits m. A token's four maxima are reduced first: their
+// reductions then overlap one another.
+template <class Tile>
+HWY_INLINE void DsMlaBytes16Tokens(const Job& job, std::int64_t begin, std::int64_t end,
+                                   const Tile& tile) {
+  StagedRows stage(job.stream, kDsEntryBytes);
+  for (std::int64_t t = begin; t < end; ++t) {
+    DsMlaPrefetch(job, t, end);
+    const std::uint16_t* x;
+    unsigned char* row = DsMlaRow(job, t, x, stage);
+    if (row == nullptr) continue;
+    float scales[kDsLatent / kDsTile];
+    std::uint16_t maxima[kDsLatent / kDsTile];
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
+    }
+    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
+      tile(x + i * kDsTile, maxima[i], row + i * kDsTile, scales[i]);
+    }
+    DsMlaFinish(job, t, row, scales, stage);
+  }
+}
+
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows on the 16-byte targets: each tile by
 // TileByBytes16 where its byte tables cover it, else by the shortcut.
 HWY_NOINLINE void WriteDsMlaBytes16(const Job& job, std::int64_t begin, std::int64_t end) {
@@ -949,49 +973,21 @@ HWY_NOINLINE void WriteDsMlaBytes16(const Job& job, std::int64_t begin, std::int
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   const DsTileTables& tt = TileTables();
-  StagedRows stage(job.stream, kDsEntryBytes);
-  for (std::int64_t t = begin; t < end; ++t) {
-    DsMlaPrefetch(job, t, end);
-    const std::uint16_t* x;
-    unsigned char* row = DsMlaRow(job, t, x, stage);
-    if (row == nullptr) continue;
-    float scales[kDsLatent / kDsTile];
-    // The four maxima first: their reductions then overlap one another.
-    std::uint16_t maxima[kDsLatent / kDsTile];
-    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
-      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
-    }
-    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
-      const std::uint16_t* tile = x + i * kDsTile;
-      unsigned char* codes = row + i * kDsTile;
-      if (TileByBytes16(tt, tile, maxima[i], codes, scales[i])) continue;
-      DsTileByShortcut(tile, maxima[i], codes, scales[i], shuffle, lanes);
-    }
-    DsMlaFinish(job, t, row, scales, stage);
-  }
+  DsMlaBytes16Tokens(job, begin, end,
+                     [=, &tt](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes,
+                              float& scale) HWY_ATTR {
+                       if (TileByBytes16(tt, tile, m, codes, scale)) return;
+                       DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
+                     });
 }
 
 // fp8_ds_mla entries of aligned float16 kv_c rows on the 16-byte targets: each tile by its
 // maximum's table (DsF16Tile).
 HWY_NOINLINE void WriteDsMlaF16Bytes16(const Job& job, std::int64_t begin, std::int64_t end) {
   const DsF16Table* tables = F16TileTables();
-  StagedRows stage(job.stream, kDsEntryBytes);
-  for (std::int64_t t = begin; t < end; ++t) {
-    DsMlaPrefetch(job, t, end);
-    const std::uint16_t* x;
-    unsigned char* row = DsMlaRow(job, t, x, stage);
-    if (row == nullptr) continue;
-    float scales[kDsLatent / kDsTile];
-    // The four maxima first: their reductions then overlap one another.
-    std::uint16_t maxima[kDsLatent / kDsTile];
-    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
-      maxima[i] = MaxMagnitudeBits(x + i * kDsTile, kDsTile);
-    }
-    for (int i = 0; i < kDsLatent / kDsTile; ++i) {
-      DsF16Tile(tables, x + i * kDsTile, maxima[i], row + i * kDsTile, scales[i]);
-    }
-    DsMlaFinish(job, t, row, scales, stage);
-  }
+  DsMlaBytes16Tokens(job, begin, end,
+                     [tables](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes,
+                              float& scale) HWY_ATTR { DsF16Tile(tables, tile, m, codes, scale); });
 }
 #endif
 
