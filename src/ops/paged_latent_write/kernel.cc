@@ -973,12 +973,13 @@ HWY_NOINLINE void WriteDsMlaBytes16(const Job& job, std::int64_t begin, std::int
   const auto shuffle = order.Shuffle();
   const auto lanes = order.Lanes();
   const DsTileTables& tt = TileTables();
-  DsMlaBytes16Tokens(job, begin, end,
-                     [=, &tt](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes,
-                              float& scale) HWY_ATTR {
-                       if (TileByBytes16(tt, tile, m, codes, scale)) return;
-                       DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
-                     });
+  // By reference: SVE vectors cannot be captured by copy.
+  DsMlaBytes16Tokens(
+      job, begin, end,
+      [&](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes, float& scale) HWY_ATTR {
+        if (TileByBytes16(tt, tile, m, codes, scale)) return;
+        DsTileByShortcut(tile, m, codes, scale, shuffle, lanes);
+      });
 }
 
 // fp8_ds_mla entries of aligned float16 kv_c rows on the 16-byte targets: each tile by its
