@@ -180,15 +180,19 @@ constexpr int kDsMinExponent = -115, kDsMaxExponent = 127;
 // maximum, where the byte kernels count every lane as rounding to zero.
 constexpr int kByteMinExponent = -105;
 
-// The scale of a tile whose maximum has mantissa bits a and exponent k: 2^k * scale[a], exact
-// (both callers keep k where the product is a normal float).
-HWY_INLINE float TileScale(const DsTileTables& t, std::uint32_t a, int k) {
+// 2^k * s for a normal float s, exact where the product is a normal float too (the callers keep
+// k so).
+HWY_INLINE float TimesPow2(float s, int k) {
   std::uint32_t bits;
-  std::memcpy(&bits, &t.scale[a], 4);
+  std::memcpy(&bits, &s, 4);
   bits += static_cast<std::uint32_t>(k) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return scale;
+  std::memcpy(&s, &bits, 4);
+  return s;
+}
+
+// The scale of a tile whose maximum has mantissa bits a and exponent k: 2^k * scale[a].
+HWY_INLINE float TileScale(const DsTileTables& t, std::uint32_t a, int k) {
+  return TimesPow2(t.scale[a], k);
 }
 
 #if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS
@@ -701,12 +705,12 @@ HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64
 #endif
 
 #if KVS_FP8_F16_BYTES
-// The float16 tile tables of fp8_ds_mla (AVX2 and the 16-byte targets). A float16 tile maximum 1.a
-// * 2^(e - 15) (a: its 10 mantissa bits, 1 <= e <= 30) has the scale 2^(e - 15) * (1.a / 448),
-// exactly (the quotient is a normal float). Table a is the float16 byte form (Fp8F16Bytes) of the
-// scale 2^15 * (1.a / 448), whose top exponent is 30: the scale of a tile with exponent e is that
-// one times 2^(e - 30), whose table is the same one with its exponents (top, zero_below) moved by e
-// - 30. One 64-byte line a table, 1,024 of them, built once.
+// The float16 tile tables of fp8_ds_mla (AVX2 and the 16-byte targets). A float16 tile maximum
+// 1.a * 2^(e - 15) (a: its 10 mantissa bits, 1 <= e <= 30) has the scale 2^(e - 15) * (1.a /
+// 448), exactly (the quotient is a normal float). Table a is the float16 byte form
+// (Fp8F16Bytes) of the scale 2^15 * (1.a / 448), whose top exponent is 30: the scale of a tile
+// with exponent e is that one times 2^(e - 30), whose table is the same one with its exponents
+// (top, zero_below) moved by e - 30. One 64-byte line a table, 1,024 of them, built once.
 struct alignas(64) DsF16Table {
   std::int8_t first[16], step1[16], step2[16];
   float scale;                     // 1.a / 448
@@ -757,10 +761,7 @@ HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RES
     DsF16TileByDivision(tile, codes, scale);
     return;
   }
-  std::uint32_t bits;
-  std::memcpy(&bits, &t.scale, 4);
-  bits += static_cast<std::uint32_t>(e - 15) << 23;
-  std::memcpy(&scale, &bits, 4);
+  scale = TimesPow2(t.scale, e - 15);
   const int zero_below = std::max(t.zero_below + e - 30, 0);
 #if KVS_FP8_TABLE_BLOCKS
   const fmt::Fp8RowBytes rb(t.first, t.step1, t.step2, static_cast<std::int8_t>(e), t.zero_d,
@@ -778,7 +779,6 @@ HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RES
                                  scale, codes, 0);
 #endif
 }
-
 #endif
 
 #if KVS_FP8_TABLE_BLOCKS
