@@ -5,7 +5,8 @@
 //   every code; Highway's emulation elsewhere (SSE4) takes infinities and NaNs for finite values,
 //   so those targets convert through the formats module's batch conversion instead.
 // - WidenF16: N float16 values (bits) as float32.
-// - F16ToBF16Odd: float16 values as bfloat16 rounded to odd.
+// - F16ToBF16Odd: float16 values as bfloat16 rounded to odd (in registers, or on the bits where
+//   the target's conversion is not exact).
 #if defined(KVSCATTER_FORMATS_F16_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_F16_INL_H_
 #undef KVSCATTER_FORMATS_F16_INL_H_
@@ -41,12 +42,21 @@ HWY_INLINE hn::Vec<DF> WidenF16(DF df, const std::uint16_t* HWY_RESTRICT x) {
   return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(x)));
 }
 
-// dst[i] = float16 src[i] as bfloat16, rounded to odd: the float32 value's top 16 bits, the last
-// one set where any of the 16 dropped bits was. Exact for every code (NaNs stay NaNs: a payload
-// below the kept bits sets the last one). wide: room for n floats, where the target converts
-// through a buffer.
+// The bfloat16 bits of float16 h rounded to odd (the float32 value's top 16 bits, the last one
+// set where any of the 16 dropped bits was).
+HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
+  std::uint32_t u;
+  const float f = decode_float16(h);
+  std::memcpy(&u, &f, 4);
+  return static_cast<std::uint16_t>((u >> 16) | ((u & 0xFFFFu) != 0 ? 1u : 0u));
+}
+
+// dst[i] = float16 src[i] as bfloat16, rounded to odd (F16ToBF16OddScalar). Exact for every code
+// (NaNs stay NaNs: a payload below the kept bits sets the last one).
 HWY_INLINE void F16ToBF16Odd(const std::uint16_t* HWY_RESTRICT src, std::uint16_t* HWY_RESTRICT dst,
-                             std::size_t n, float* HWY_RESTRICT wide) {
+                             std::size_t n) {
+  std::size_t i = 0;
+#if KVS_F16_IN_REGISTERS
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<std::int16_t, decltype(di)> d16;
@@ -57,9 +67,6 @@ HWY_INLINE void F16ToBF16Odd(const std::uint16_t* HWY_RESTRICT src, std::uint16_
     return hn::Or(hn::ShiftRight<16>(u), hn::Min(hn::And(u, hn::Set(di, 0xFFFF)), hn::Set(di, 1)));
   };
   auto* out = reinterpret_cast<std::int16_t*>(dst);
-  std::size_t i = 0;
-#if KVS_F16_IN_REGISTERS
-  (void)wide;
 #if HWY_TARGET == HWY_AVX2
   // Two vectors a step: one pack and one permute narrow both.
   for (; i + 2 * L <= n; i += 2 * L) {
@@ -73,17 +80,30 @@ HWY_INLINE void F16ToBF16Odd(const std::uint16_t* HWY_RESTRICT src, std::uint16_
     hn::StoreU(hn::DemoteTo(d16, odd(hn::BitCast(di, WidenF16(df, src + i)))), d16, out + i);
   }
 #else
-  float16_to_float32(src, wide, n);
+  // Without an exact float16 conversion, on the bits: a normal value's bfloat16 is its magnitude
+  // shifted right by 3 plus 112 exponent steps (0x3800), the dropped bits' sticky bit or-ed in,
+  // and its sign; zeros keep only their sign. A vector with a subnormal, an infinity or a NaN is
+  // done value by value.
+  const hn::ScalableTag<std::int16_t> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const std::size_t L = hn::Lanes(d);
   for (; i + L <= n; i += L) {
-    hn::StoreU(hn::DemoteTo(d16, odd(hn::BitCast(di, hn::LoadU(df, wide + i)))), d16, out + i);
+    const auto h = hn::BitCast(d, hn::LoadU(du, src + i));
+    const auto a = hn::And(h, hn::Set(d, 0x7FFF));
+    const auto zero = hn::Eq(a, hn::Zero(d));
+    const auto special =
+        hn::AndNot(zero, hn::Or(hn::Lt(a, hn::Set(d, 0x400)), hn::Gt(a, hn::Set(d, 0x7BFF))));
+    if (HWY_UNLIKELY(!hn::AllFalse(d, special))) {
+      for (std::size_t k = i; k < i + L; ++k) dst[k] = F16ToBF16OddScalar(src[k]);
+      continue;
+    }
+    auto r = hn::Add(hn::ShiftRight<3>(a), hn::Set(d, 0x3800));
+    r = hn::IfThenZeroElse(zero, hn::Or(r, hn::Min(hn::And(h, hn::Set(d, 7)), hn::Set(d, 1))));
+    r = hn::Or(r, hn::And(h, hn::Set(d, static_cast<std::int16_t>(-0x8000))));
+    hn::StoreU(hn::BitCast(du, r), du, dst + i);
   }
 #endif
-  for (; i < n; ++i) {
-    std::uint32_t u;
-    const float f = decode_float16(src[i]);
-    std::memcpy(&u, &f, 4);
-    dst[i] = static_cast<std::uint16_t>((u >> 16) | ((u & 0xFFFFu) != 0 ? 1u : 0u));
-  }
+  for (; i < n; ++i) dst[i] = F16ToBF16OddScalar(src[i]);
 }
 
 }  // namespace kvscatter::formats::HWY_NAMESPACE

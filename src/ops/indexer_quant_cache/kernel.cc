@@ -1005,7 +1005,6 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
                       const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   constexpr std::int64_t kValues = kMaxD;  // 16 KiB of bfloat16 rows per piece
   HWY_ALIGN std::uint16_t rows[kValues];
-  HWY_ALIGN float wide[KVS_F16_IN_REGISTERS ? 1 : kMaxD];  // the buffer of F16ToBF16Odd
   const std::int64_t per_piece = kValues / p.d;
   IndexerQuantCachePlan q = p;
   q.x = TensorView(rows, DType::bfloat16, {per_piece, p.d});
@@ -1014,7 +1013,7 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
     for (std::int64_t i = 0; i < n; ++i) {
       if (slots[r0 + i] >= 0) {
         formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
-                                             static_cast<std::size_t>(p.d), wide);
+                                             static_cast<std::size_t>(p.d));
       }
     }
     QuantizeRows(q, slots + r0, 0, n);
