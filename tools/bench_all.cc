@@ -693,7 +693,8 @@ constexpr Target kTargets[] = {
      "quantizer issue"},
     {"latent write, fp8_ds_mla", "paged_latent_write fp8_ds_mla bf16 512+64", 4096, 0.35, 0, 0.17,
      "quantizer issue", 0.15},
-    // float16 tiles: AVX2 takes per-maximum tables, the other targets the reciprocal shortcut.
+    // float16 tiles: AVX2 and the 16-byte targets take per-maximum tables, AVX-512 the
+    // reciprocal shortcut.
     {"latent fp8_ds_mla, f16", "paged_latent_write fp8_ds_mla f16 512+64", 4096, 0.35, 0, 0.06,
      "quantizer issue", 0.12},
 };

@@ -3,7 +3,8 @@
 // - KVS_F16_IN_REGISTERS: whether this target widens float16 in registers. Targets whose float16
 //   conversion is an instruction (x86 from AVX2 on, with F16C; Arm's NEON and SVE) are exact for
 //   every code; Highway's emulation elsewhere (SSE4) takes infinities and NaNs for finite values,
-//   so those targets convert through the formats module's batch conversion instead.
+//   so those targets convert through the formats module's batch conversion instead (or, for
+//   F16ToBF16Odd, work on the bits).
 // - WidenF16: N float16 values (bits) as float32.
 // - F16ToBF16Odd: float16 values as bfloat16 rounded to odd (in registers, or on the bits where
 //   the target's conversion is not exact).
