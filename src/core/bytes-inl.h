@@ -128,7 +128,7 @@ class StagedRows {
   alignas(64) unsigned char buf_[kMaxRow + 2 * kLine];
 };
 
-#if HWY_ARCH_X86 && HWY_TARGET == HWY_AVX2
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 // The 32 16-bit values at x as two vectors for kernels that narrow them by in-block packs or
 // shuffles: a holds values 0-7 and 16-23, b values 8-15 and 24-31, so that a pack or interleave
 // of a and b, which works within 128-bit blocks, leaves its results in element order, with no

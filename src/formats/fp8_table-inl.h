@@ -27,7 +27,7 @@
 // and 16 on the 128-bit targets (SSE4, NEON, SVE: Bytes16), where it measured 1.6-1.9 times
 // as fast as the shortcut (SSE4); the rare lanes they do not cover are divided by the scale
 // (FixByteBlocks, FixBytes16). float16 input has byte tables of its own over its 1,024 mantissas
-// (Fp8F16Bytes: F16RowByteCodes on AVX2, F16Bytes16 on the 128-bit targets).
+// (Fp8F16Bytes: F16RowByteCodes on AVX2 and AVX-512, F16Bytes16 on the 128-bit targets).
 #if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
 #undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
@@ -73,9 +73,12 @@ struct Fp8Table {
 #define KVS_FP8_TABLE_BYTES16                              \
   (HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && \
    !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2))
-// Whether the float16 byte tables (Fp8F16Bytes) have a kernel: AVX2's, or the 16-byte one.
+// Whether the float16 byte tables (Fp8F16Bytes) have a kernel: the 256-bit one (AVX2's, which
+// AVX-512 runs too), or the 16-byte one.
+#undef KVS_FP8_F16_BLOCKS
+#define KVS_FP8_F16_BLOCKS (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
 #undef KVS_FP8_F16_BYTES
-#define KVS_FP8_F16_BYTES (KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16)
+#define KVS_FP8_F16_BYTES (KVS_FP8_F16_BLOCKS || KVS_FP8_TABLE_BYTES16)
 constexpr bool kHaveFp8Table =
     (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || KVS_FP8_TABLE_BLOCKS || KVS_FP8_TABLE_BYTES16;
 
@@ -400,6 +403,9 @@ HWY_INLINE __m256i BlockByteQuotient(__m256i low, __m256i first, __m256i step1, 
   return _mm256_sub_epi8(q, _mm256_cmpgt_epi8(low, _mm256_shuffle_epi8(step2, idx)));
 }
 
+#endif
+
+#if KVS_FP8_F16_BLOCKS
 HWY_INLINE void StoreBlockBytes(__m256i out, unsigned char* HWY_RESTRICT dst) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), out);
 }
@@ -432,6 +438,9 @@ struct Fp8RowBytes {
   }
 };
 
+#endif
+
+#if KVS_FP8_TABLE_BLOCKS
 // The float8 codes of the 32 bfloat16 values at src by a table's byte form (MakeFp8TableBytes)
 // into dst; returns the lanes whose code is exact (normal or zero-rounding), all ones where the
 // group is. The others (subnormal results, and every lane above top: saturated ones, infinities
@@ -627,7 +636,7 @@ HWY_INLINE void QuantizeBF16GroupsByBytes16(const Fp8Table& table, const BF16Sho
 }
 #endif
 
-// ---- float16 input: the byte form on AVX2 and the 16-byte targets ---------------------------
+// ---- float16 input: the byte form on x86 and the 16-byte targets ----------------------------
 // A finite float16 x = 1.m * 2^(e - 15) (1 <= e <= 30, m of 10 bits) has, by the argument at the
 // top of this file, the code code(RN(1.m / s)) + (e - 15) * 2^kMant wherever its quotient is a
 // normal float8 value. The table holds those codes for m's 1,024 values in eight blocks of 128
@@ -824,7 +833,7 @@ HWY_NOINLINE void QuantizeF16RunsBytes(const std::uint16_t* HWY_RESTRICT src, st
 }
 #endif
 
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BLOCKS
 inline Fp8RowBytes::Fp8RowBytes(const Fp8F16Bytes& t)
     : Fp8RowBytes(t.first, t.step1, t.step2, t.top, t.zero_d, t.zero_below) {}
 

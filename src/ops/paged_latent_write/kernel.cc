@@ -705,7 +705,7 @@ HWY_NOINLINE void WriteDsMlaWords(const Job& job, std::int64_t begin, std::int64
 #endif
 
 #if KVS_FP8_F16_BYTES
-// The float16 tile tables of fp8_ds_mla (AVX2 and the 16-byte targets). A float16 tile maximum
+// The float16 tile tables of fp8_ds_mla (x86 and the 16-byte targets). A float16 tile maximum
 // 1.a * 2^(e - 15) (a: its 10 mantissa bits, 1 <= e <= 30) has the scale 2^(e - 15) * (1.a /
 // 448), exactly (the quotient is a normal float). Table a is the float16 byte form
 // (Fp8F16Bytes) of the scale 2^15 * (1.a / 448), whose top exponent is 30: the scale of a tile
@@ -763,7 +763,7 @@ HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RES
   }
   scale = TimesPow2(t.scale, e - 15);
   const int zero_below = std::max(t.zero_below + e - 30, 0);
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BLOCKS
   const fmt::Fp8RowBytes rb(t.first, t.step1, t.step2, static_cast<std::int8_t>(e), t.zero_d,
                             static_cast<std::int8_t>(zero_below));
   // All groups first, one test for the tile; the rare inexact group is written again.
@@ -810,17 +810,25 @@ HWY_INLINE std::uint64_t TileMaximaAVX2(const std::uint16_t* HWY_RESTRICT x) {
   return static_cast<std::uint64_t>(_mm_cvtsi128_si64(all));
 }
 
-// The token loop of the AVX2 fp8_ds_mla writers: tile(tile, m, codes, scale) writes one tile of
-// largest magnitude bits m; fetch(all) is told the next token's four maxima, so that a writer can
-// fetch its tables' lines. As on AVX-512, the next token's maxima are reduced one token ahead, so
-// that the reductions overlap this token's quantization.
+#endif
+
+#if KVS_FP8_F16_BLOCKS
+// The token loop of the 256-bit fp8_ds_mla writers (AVX2's, and AVX-512's for float16):
+// tile(tile, m, codes, scale) writes one tile of largest magnitude bits m; fetch(all) is told the
+// next token's four maxima, so that a writer can fetch its tables' lines. As in WriteDsMlaBytes,
+// the next token's maxima are reduced one token ahead, so that the reductions overlap this
+// token's quantization.
 template <class Tile, class Fetch>
 HWY_INLINE void DsMlaBlockTokens(const Job& job, std::int64_t begin, std::int64_t end,
                                  const Tile& tile, const Fetch& fetch) {
   const auto maxima = [&job, end, &fetch](std::int64_t t) HWY_ATTR {
     if (t >= end) return std::uint64_t{0};
-    const std::uint64_t all =
-        TileMaximaAVX2(reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token));
+    const auto* x = reinterpret_cast<const std::uint16_t*>(job.kv_c + t * job.kv_c_token);
+#if HWY_TARGET <= HWY_AVX3
+    const std::uint64_t all = TileMaxima(x);
+#else
+    const std::uint64_t all = TileMaximaAVX2(x);
+#endif
     fetch(all);
     return all;
   };
@@ -842,6 +850,7 @@ HWY_INLINE void DsMlaBlockTokens(const Job& job, std::int64_t begin, std::int64_
   }
 }
 
+#if KVS_FP8_TABLE_BLOCKS
 // fp8_ds_mla entries of aligned bfloat16 kv_c rows on AVX2: each tile by the block byte tables,
 // else the block word tables, else the shortcut.
 HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int64_t end) {
@@ -864,9 +873,10 @@ HWY_NOINLINE void WriteDsMlaBlocks(const Job& job, std::int64_t begin, std::int6
           },
       [](std::uint64_t) {});
 }
+#endif
 
-// fp8_ds_mla entries of aligned float16 kv_c rows on AVX2: each tile by its maximum's table
-// (DsF16Tile), the tables' lines fetched a token ahead.
+// fp8_ds_mla entries of aligned float16 kv_c rows on AVX2 and AVX-512: each tile by its maximum's
+// table (DsF16Tile), the tables' lines fetched a token ahead.
 HWY_NOINLINE void WriteDsMlaF16Blocks(const Job& job, std::int64_t begin, std::int64_t end) {
   const DsF16Table* tables = F16TileTables();
   DsMlaBlockTokens(
@@ -1203,7 +1213,7 @@ HWY_NOINLINE bool WriteRowsF16Bytes(const Job& job, std::int64_t begin, std::int
   namespace fmt = formats::HWY_NAMESPACE;
   const fmt::Fp8F16Bytes table = fmt::MakeFp8F16Bytes<kE4M3>(job.scale);
   if (!table.usable) return false;
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BLOCKS
   const fmt::Fp8RowBytes rb(table);
   ByteRows(job, begin, end,
            [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
@@ -1280,7 +1290,7 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
 #if KVS_FP8_F16_BYTES
   if (job.format == LatentCacheFormat::fp8_ds_mla && job.dtype == DType::float16 &&
       even(job.kv_c, job.kv_c_token)) {
-#if KVS_FP8_TABLE_BLOCKS
+#if KVS_FP8_F16_BLOCKS
     WriteDsMlaF16Blocks(job, begin, end);
 #else
     WriteDsMlaF16Bytes16(job, begin, end);
