@@ -27,7 +27,8 @@
 // and 16 on the 128-bit targets (SSE4, NEON, SVE: Bytes16), where it measured 1.6-1.9 times
 // as fast as the shortcut (SSE4); the rare lanes they do not cover are divided by the scale
 // (FixByteBlocks, FixBytes16). float16 input has byte tables of its own over its 1,024 mantissas
-// (Fp8F16Bytes: F16RowByteCodes on AVX2 and AVX-512, F16Bytes16 on the 128-bit targets).
+// (Fp8F16Bytes: F16RowByteCodes on AVX2, F16RowByteCodes512 on AVX-512, F16Bytes16 on the
+// 128-bit targets).
 #if defined(KVSCATTER_FORMATS_FP8_TABLE_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
 #undef KVSCATTER_FORMATS_FP8_TABLE_INL_H_
@@ -73,8 +74,8 @@ struct Fp8Table {
 #define KVS_FP8_TABLE_BYTES16                              \
   (HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128 && \
    !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2))
-// Whether the float16 byte tables (Fp8F16Bytes) have a kernel: the 256-bit one (AVX2's, which
-// AVX-512 runs too), or the 16-byte one.
+// Whether the float16 byte tables (Fp8F16Bytes) have a kernel: the x86 one (32 values a vector,
+// 64 on AVX-512, which also takes the 32-value form for a run's last 32), or the 16-byte one.
 #undef KVS_FP8_F16_BLOCKS
 #define KVS_FP8_F16_BLOCKS (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2)
 #undef KVS_FP8_F16_BYTES
@@ -894,14 +895,86 @@ HWY_NOINLINE void FixF16ByteBlocks(const std::uint16_t* HWY_RESTRICT src, std::u
   }
 }
 
+#if HWY_TARGET <= HWY_AVX3
+// F16RowByteCodes on 512-bit vectors: the same lookups for 64 values, the lane tests as masks.
+struct Fp8RowBytes512 {
+  __m512i first, step1, step2, top, zero_d, zero_below;
+
+  explicit Fp8RowBytes512(const Fp8RowBytes& t)
+      : first(Dup(t.first)),
+        step1(Dup(t.step1)),
+        step2(Dup(t.step2)),
+        top(Dup(t.top)),
+        zero_d(Dup(t.zero_d)),
+        zero_below(Dup(t.zero_below)) {}
+
+ private:
+  static __m512i Dup(__m256i v) { return _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1); }
+};
+
+// The codes of the 64 float16 values at src by the table t into dst; returns the lanes whose
+// code is exact, bit j for value j (see F16RowByteCodes, and kZeros there).
+template <bool kE4M3, bool kZeros = false>
+HWY_INLINE __mmask64 F16RowByteCodes512(const std::uint16_t* HWY_RESTRICT src,
+                                        const Fp8RowBytes512& t, unsigned char* HWY_RESTRICT dst) {
+  constexpr int kMant = kE4M3 ? 3 : 2;
+  const __m512i split =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m512i x0 = _mm512_loadu_si512(src), x1 = _mm512_loadu_si512(src + 32);
+  // Blocks of 8 values: a holds 0, 2, 4, 6 and b 1, 3, 5, 7, so that the in-block shuffles,
+  // interleaves and packs below leave their results in element order.
+  const __m512i a = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(2, 0, 2, 0));
+  const __m512i b = _mm512_shuffle_i64x2(x0, x1, _MM_SHUFFLE(3, 1, 3, 1));
+  const __m512i sa = _mm512_shuffle_epi8(_mm512_add_epi16(a, a), split);
+  const __m512i sb = _mm512_shuffle_epi8(_mm512_add_epi16(b, b), split);
+  const __m512i low = _mm512_unpacklo_epi64(sa, sb), high = _mm512_unpackhi_epi64(sa, sb);
+  const __m512i idx = _mm512_and_si512(high, _mm512_set1_epi8(7));
+  const __m512i low_x = _mm512_xor_si512(low, _mm512_set1_epi8(static_cast<char>(0x80)));
+  const __m512i one = _mm512_set1_epi8(1);
+  __m512i q = _mm512_shuffle_epi8(t.first, idx);
+  q = _mm512_mask_add_epi8(q, _mm512_cmpgt_epi8_mask(low_x, _mm512_shuffle_epi8(t.step1, idx)), q,
+                           one);
+  q = _mm512_mask_add_epi8(q, _mm512_cmpgt_epi8_mask(low_x, _mm512_shuffle_epi8(t.step2, idx)), q,
+                           one);
+  const __m512i e = _mm512_and_si512(_mm512_srli_epi16(high, 3), _mm512_set1_epi8(0x1F));
+  const __m512i d = _mm512_min_epu8(_mm512_sub_epi8(t.top, e), t.zero_d);
+  __m512i code = _mm512_min_epu8(_mm512_subs_epu8(q, _mm512_slli_epi16(d, kMant)),
+                                 _mm512_set1_epi8(kE4M3 ? 0x7E : 0x7B));
+  const __mmask64 zero =
+      kZeros ? _mm512_testn_epi8_mask(_mm512_or_si512(low, high), _mm512_set1_epi8(-1)) : 0;
+  if (kZeros) code = _mm512_maskz_mov_epi8(~zero, code);
+  const __m512i sign =
+      _mm512_and_si512(_mm512_packs_epi16(a, b), _mm512_set1_epi8(static_cast<char>(0x80)));
+  _mm512_storeu_si512(dst, _mm512_or_si512(code, sign));
+  const __mmask64 normal =
+      _mm512_mask_cmpgt_epi8_mask(_mm512_test_epi8_mask(e, e), code, _mm512_set1_epi8(7));
+  return normal | _mm512_cmpgt_epi8_mask(t.zero_below, e) | zero;
+}
+#endif
+
 // dst[i] = fp8(float16 src[i] / scale) for n values (a multiple of 32) by F16RowByteCodes, the
 // blocks it does not encode exactly again by FixF16ByteBlocks. t: the scale's usable table. Each
-// group prefetches its line at src + ahead (a later row's), as QuantizeBF16RunBytes does.
+// group prefetches its line at src + ahead (a later row's), as QuantizeBF16RunBytes does. AVX-512
+// takes 64 values a step (F16RowByteCodes512).
 template <bool kE4M3, bool kZeros = false>
 HWY_INLINE void F16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
                             const Fp8RowBytes& t, float scale, unsigned char* HWY_RESTRICT dst,
                             std::ptrdiff_t ahead) {
-  for (std::size_t i = 0; i < n; i += 32) {
+  std::size_t i = 0;
+#if HWY_TARGET <= HWY_AVX3
+  const Fp8RowBytes512 w(t);
+  for (; i + 64 <= n; i += 64) {
+    hwy::Prefetch(src + ahead + i);
+    hwy::Prefetch(src + ahead + i + 32);
+    const __mmask64 ok = F16RowByteCodes512<kE4M3, kZeros>(src + i, w, dst + i);
+    if (HWY_UNLIKELY(ok != ~__mmask64{0})) {
+      FixF16ByteBlocks<kE4M3>(src + i, static_cast<std::uint32_t>(ok), scale, dst + i);
+      FixF16ByteBlocks<kE4M3>(src + i + 32, static_cast<std::uint32_t>(ok >> 32), scale,
+                              dst + i + 32);
+    }
+  }
+#endif
+  for (; i < n; i += 32) {
     hwy::Prefetch(src + ahead + i);
     const auto ok = static_cast<std::uint32_t>(
         _mm256_movemask_epi8(F16RowByteCodes<kE4M3, kZeros>(src + i, t, dst + i)));

@@ -469,37 +469,42 @@ void every_pattern(Decode decode, std::vector<float>& values, Bytes& input) {
 
 // Every float16 value in four heads of 128 values with scales a, a, b, a, into an HND cache, on
 // every target: per-head scales that change from head to head, where the quantizers (the
-// reciprocal shortcut, the float16 byte tables) set up again.
+// reciprocal shortcut, the float16 byte tables) set up again. Heads of 96 values too (zeros after
+// the last pattern): a run of 64 and 32, the tail of AVX-512's 64-value table kernel.
 TEST(PagedKvWriteFp8, Float16PerHeadScalesOnEveryTarget) {
-  std::vector<float> every_f16;
-  Bytes f16_input;
-  every_pattern(formats::decode_float16, every_f16, f16_input);
   const int threads = get_num_threads();
   set_num_threads(1);
-  for (std::int64_t target : simd_test::simd_targets()) {
-    simd_test::PinTarget pin(target);
-    const std::vector<float> scales = {0.0537f, 0.0537f, 1.0f / 3.0f, 0.0537f};
-    const std::int64_t H = 4, D = 128, T = 65536 / (H * D);
-    Bytes kc(65536), vc(65536);
-    std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
-    for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;
-    PagedKvWriteOptions o;
-    o.format = KvCacheFormat::fp8_e4m3;
-    o.layout = KvCacheLayout::HND;
-    o.k_scale = TensorView(const_cast<float*>(scales.data()), DType::float32, {H});
-    o.v_scale = o.k_scale;
-    const TensorView x(f16_input.data(), DType::float16, {T, H, D});
-    paged_kv_write(x, x, TensorView(kc.data(), DType::uint8, {1, H, T, D}),
-                   TensorView(vc.data(), DType::uint8, {1, H, T, D}),
-                   TensorView(slots.data(), DType::int64, {T}), o);
-    std::size_t bad = 0;
-    for (std::size_t i = 0; i < every_f16.size(); ++i) {
-      const std::size_t t = i / (H * D), h = i / D % H;
-      const std::size_t at = (h * static_cast<std::size_t>(T) + t) * D + i % D;
-      const std::uint8_t want = formats::encode_float8_e4m3fn_satfinite(every_f16[i] / scales[h]);
-      if (kc[at] != want || vc[at] != want) ++bad;
+  for (const std::int64_t D : {std::int64_t{128}, std::int64_t{96}}) {
+    for (std::int64_t target : simd_test::simd_targets()) {
+      simd_test::PinTarget pin(target);
+      const std::vector<float> scales = {0.0537f, 0.0537f, 1.0f / 3.0f, 0.0537f};
+      const std::int64_t H = 4, T = (65536 + H * D - 1) / (H * D);
+      std::vector<float> every_f16;
+      Bytes f16_input;
+      every_pattern(formats::decode_float16, every_f16, f16_input);
+      every_f16.resize(static_cast<std::size_t>(T * H * D), 0.0f);
+      f16_input.resize(static_cast<std::size_t>(T * H * D * 2), 0);
+      Bytes kc(static_cast<std::size_t>(T * H * D)), vc(kc.size());
+      std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
+      for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;
+      PagedKvWriteOptions o;
+      o.format = KvCacheFormat::fp8_e4m3;
+      o.layout = KvCacheLayout::HND;
+      o.k_scale = TensorView(const_cast<float*>(scales.data()), DType::float32, {H});
+      o.v_scale = o.k_scale;
+      const TensorView x(f16_input.data(), DType::float16, {T, H, D});
+      paged_kv_write(x, x, TensorView(kc.data(), DType::uint8, {1, H, T, D}),
+                     TensorView(vc.data(), DType::uint8, {1, H, T, D}),
+                     TensorView(slots.data(), DType::int64, {T}), o);
+      std::size_t bad = 0;
+      for (std::size_t i = 0; i < every_f16.size(); ++i) {
+        const std::size_t t = i / (H * D), h = i / D % H;
+        const std::size_t at = (h * static_cast<std::size_t>(T) + t) * D + i % D;
+        const std::uint8_t want = formats::encode_float8_e4m3fn_satfinite(every_f16[i] / scales[h]);
+        if (kc[at] != want || vc[at] != want) ++bad;
+      }
+      EXPECT_EQ(bad, 0u) << simd_target() << ": per-head scales, heads of " << D;
     }
-    EXPECT_EQ(bad, 0u) << simd_target() << ": per-head scales";
   }
   set_num_threads(threads);
 }

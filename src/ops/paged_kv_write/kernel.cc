@@ -88,15 +88,14 @@ std::vector<Fp8Table> SideTables(const Job& job, const std::vector<BF16Shortcut>
   return out;
 }
 
-// The byte tables of a float16 side (MakeFp8F16Bytes, AVX2 and the 16-byte targets), one for one
-// scale, one per head for per-head scales that differ, when the chunk is long enough to pay for
-// them, the side's runs are aligned whole groups of 32 and every table is usable; empty otherwise
-// (QuantizeRun / QuantizeRuns). AVX-512 has the tables' kernel but keeps the reciprocal shortcut
-// here: its 512-bit widening ran these rows as fast in cache and 5-8 % faster from memory.
+// The byte tables of a float16 side (MakeFp8F16Bytes, every target but the scalar one), one for
+// one scale, one per head for per-head scales that differ, when the chunk is long enough to pay
+// for them, the side's runs are aligned whole groups of 32 and every table is usable; empty
+// otherwise (QuantizeRun / QuantizeRuns).
 template <bool kE4M3>
 std::vector<Fp8F16Bytes> SideF16Tables(const Job& job, const Side& s, std::int64_t tokens) {
   std::vector<Fp8F16Bytes> out;
-#if KVS_FP8_F16_BYTES && !(HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3)
+#if KVS_FP8_F16_BYTES
   const bool one = s.merged && job.uniform_scale;
   const std::int64_t run = one ? job.head_size * job.num_heads : job.head_size;
   if (!Aligned16(job, s, DType::float16) || run % 32 != 0 ||
