@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/overlap.h"
+#include "core/streaming.h"
 #include "ops/kv_cache_update/internal.h"
 #include "ops/kv_cache_update/kernel.h"
 #include "runtime/parallel.h"
@@ -33,10 +34,13 @@ PairJob pair_job(const TensorView& cache, const TensorView& input, std::int64_t 
   return job;
 }
 
-void run_pair(const TensorView& cache, const TensorView& input, std::int64_t position) {
+// stream: whether the call (both pairs) writes at least the streaming threshold.
+void run_pair(const TensorView& cache, const TensorView& input, std::int64_t position,
+              bool stream) {
   const std::int64_t batch = cache.dim(0), len = input.dim(1);
   if (batch == 0 || len == 0 || cache.dim(2) == 0 || cache.dim(3) == 0) return;
-  const PairJob job = pair_job(cache, input, position);
+  PairJob job = pair_job(cache, input, position);
+  job.stream = stream;
   const std::int64_t items = batch * job.rows_l * job.rows_h * job.pieces;
   const std::int64_t bytes =
       job.piece_len * static_cast<std::int64_t>(dtype_size(cache.dtype) + dtype_size(input.dtype));
@@ -53,8 +57,14 @@ void execute(const KvCacheUpdatePlan& plan) {
   detail::execute_staged(
       plan, [](auto& p) { return detail::update::operands(p); },
       [](const KvCacheUpdatePlan& p) {
-        detail::update::run_pair(p.key_cache, p.new_keys, p.position);
-        detail::update::run_pair(p.value_cache, p.new_values, p.position);
+        const auto written = [](const TensorView& cache, const TensorView& input) {
+          return cache.dim(0) * input.dim(1) * cache.dim(2) * cache.dim(3) *
+                 static_cast<std::int64_t>(dtype_size(cache.dtype));
+        };
+        const bool stream = detail::use_streaming_stores(written(p.key_cache, p.new_keys) +
+                                                         written(p.value_cache, p.new_values));
+        detail::update::run_pair(p.key_cache, p.new_keys, p.position, stream);
+        detail::update::run_pair(p.value_cache, p.new_values, p.position, stream);
       });
 }
 

@@ -1,6 +1,7 @@
 // The kernel of kv_cache_update, compiled once per SIMD target (Highway dynamic dispatch): row
-// copies, or float32 -> bfloat16/float16 conversions through the batch converters of
-// kvscatter::formats. The driver (execute.cc) splits the items over threads.
+// copies (non-temporal in calls that write at least the streaming threshold), or float32 ->
+// bfloat16/float16 conversions through the batch converters of kvscatter::formats. The driver
+// (execute.cc) splits the items over threads.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
+#include "core/bytes-inl.h"
 #include "kvscatter/formats.h"
 #include "ops/kv_cache_update/internal.h"
 #include "ops/kv_cache_update/kernel.h"
@@ -46,9 +48,18 @@ void UpdateRange(const PairJob& job, std::int64_t begin, std::int64_t end) {
     const std::int64_t b = rest / job.rows_l;
     const std::int64_t first = p * job.piece_len;
     const std::int64_t n = std::min(job.piece_len, job.run - first);
-    ConvertRow(row_at(cache, b, job.position + l, h) + first * out_esize, cache.dtype,
-               row_at(input, b, l, h) + first * in_esize, input.dtype, n);
+    char* dst = row_at(cache, b, job.position + l, h) + first * out_esize;
+    const char* src = row_at(input, b, l, h) + first * in_esize;
+    if (job.stream && cache.dtype == input.dtype) {
+      detail::HWY_NAMESPACE::StreamBytes(reinterpret_cast<unsigned char*>(dst),
+                                         reinterpret_cast<const unsigned char*>(src),
+                                         static_cast<std::size_t>(n * in_esize));
+    } else {
+      ConvertRow(dst, cache.dtype, src, input.dtype, n);
+    }
   }
+  // Streaming stores are weakly ordered: drain them before the pool reports the chunk done.
+  if (job.stream) hwy::FlushStream();
 }
 
 }  // namespace kvscatter::detail::update::HWY_NAMESPACE

@@ -69,6 +69,8 @@ Case generate(std::mt19937_64& rng) {
   call.new_values = add_tensor(c, g, "new_values", in, {b, l, h, hd}, pad);
   for (const TensorRef* t : {&call.key_cache, &call.value_cache, &call.new_keys, &call.new_values})
     fill_floats(c, g, *t);
+  c.stream = g.chance(1.0 / 3);  // the non-temporal row copies on small calls
+  if (c.stream) d << " streamed";
   c.name = d.str();
   c.run = [call](const std::vector<std::uint8_t*>& data, bool reference) {
     const KvCacheUpdatePlan plan =
