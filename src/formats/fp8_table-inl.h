@@ -982,6 +982,29 @@ HWY_INLINE void F16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n
   }
 }
 
+// F16RunBytes for runs whose lanes are almost all exact (fp8_ds_mla's tiles): every group first
+// and one test for the run, which is written again by F16RunBytes where a lane was not exact. n:
+// a multiple of 64.
+template <bool kE4M3, bool kZeros = false>
+HWY_INLINE void F16RunBytesOneTest(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
+                                   const Fp8RowBytes& t, float scale,
+                                   unsigned char* HWY_RESTRICT dst) {
+#if HWY_TARGET <= HWY_AVX3
+  const Fp8RowBytes512 w(t);
+  __mmask64 ok = ~__mmask64{0};
+  for (std::size_t i = 0; i < n; i += 64)
+    ok &= F16RowByteCodes512<kE4M3, kZeros>(src + i, w, dst + i);
+  if (HWY_LIKELY(ok == ~__mmask64{0})) return;
+#else
+  __m256i ok = _mm256_set1_epi8(-1);
+  for (std::size_t i = 0; i < n; i += 32) {
+    ok = _mm256_and_si256(ok, F16RowByteCodes<kE4M3, kZeros>(src + i, t, dst + i));
+  }
+  if (HWY_LIKELY(_mm256_movemask_epi8(ok) == -1)) return;
+#endif
+  F16RunBytes<kE4M3, kZeros>(src, n, t, scale, dst, 0);
+}
+
 // F16RunBytes for `heads` runs of n values sharing one table: run h is read at src + h * src_head
 // (elements) and written at dst + h * dst_head (bytes). No prefetches: a token's heads are read in
 // order, which the hardware prefetchers follow (four tokens ahead measured no faster).

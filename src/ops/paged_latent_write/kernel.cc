@@ -749,9 +749,9 @@ HWY_NOINLINE void DsF16TileByDivision(const std::uint16_t* HWY_RESTRICT tile,
                                              kDsTile, 1, &scale, codes, 0);
 }
 
-// One float16 tile (largest magnitude bits m) by its maximum's table (F16RowByteCodes512,
-// F16RowByteCodes or F16Bytes16, zeros exact), the groups it does not encode exactly divided
-// again; by division where no table covers the maximum.
+// One float16 tile (largest magnitude bits m) by its maximum's table (F16RunBytesOneTest or
+// F16RunBytes16, zeros exact), the groups it does not encode exactly divided again; by division
+// where no table covers the maximum.
 HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RESTRICT tile,
                           std::uint16_t m, unsigned char* HWY_RESTRICT codes, float& scale) {
   namespace fmt = formats::HWY_NAMESPACE;
@@ -766,25 +766,7 @@ HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RES
 #if KVS_FP8_F16_BLOCKS
   const fmt::Fp8RowBytes rb(t.first, t.step1, t.step2, static_cast<std::int8_t>(e), t.zero_d,
                             static_cast<std::int8_t>(zero_below));
-  // All groups first, one test for the tile; the rare inexact group is written again.
-#if HWY_TARGET <= HWY_AVX3
-  const fmt::Fp8RowBytes512 wide(rb);
-  __mmask64 ok = fmt::F16RowByteCodes512<true, true>(tile, wide, codes);
-  for (std::int64_t g = 64; g < kDsTile; g += 64) {
-    ok &= fmt::F16RowByteCodes512<true, true>(tile + g, wide, codes + g);
-  }
-  if (HWY_UNLIKELY(ok != ~__mmask64{0})) {
-    fmt::F16RunBytes<true, true>(tile, kDsTile, rb, scale, codes, 0);
-  }
-#else
-  __m256i ok = fmt::F16RowByteCodes<true, true>(tile, rb, codes);
-  for (std::int64_t g = 32; g < kDsTile; g += 32) {
-    ok = _mm256_and_si256(ok, fmt::F16RowByteCodes<true, true>(tile + g, rb, codes + g));
-  }
-  if (HWY_UNLIKELY(_mm256_movemask_epi8(ok) != -1)) {
-    fmt::F16RunBytes<true, true>(tile, kDsTile, rb, scale, codes, 0);
-  }
-#endif
+  fmt::F16RunBytesOneTest<true, true>(tile, kDsTile, rb, scale, codes);
 #else
   fmt::F16RunBytes16<true, true>(tile, kDsTile, t.first, t.step1, t.step2, e, t.zero_d, zero_below,
                                  scale, codes, 0);
