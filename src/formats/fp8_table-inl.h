@@ -422,6 +422,8 @@ struct Fp8RowBytes {
                     // at least 0).
                     static_cast<std::int8_t>(t.byte_top - t.byte_zero_d + 1)) {}
   explicit Fp8RowBytes(const Fp8F16Bytes& t);  // the float16 table (F16RowByteCodes)
+  Fp8RowBytes(__m256i f, __m256i s1, __m256i s2, __m256i t, __m256i zd, __m256i zb)
+      : first(f), step1(s1), step2(s2), top(t), zero_d(zd), zero_below(zb) {}
 
   // From the parts of a byte form: first, step1 and step2 (16 bytes each, 16-byte aligned) and
   // top, zero_d and zero_below (one byte each).
@@ -907,6 +909,13 @@ struct Fp8RowBytes512 {
         top(Dup(t.top)),
         zero_d(Dup(t.zero_d)),
         zero_below(Dup(t.zero_below)) {}
+  explicit Fp8RowBytes512(const Fp8F16Bytes& t) : Fp8RowBytes512(Fp8RowBytes(t)) {}
+
+  // The 256-bit form, for a run's last 32 values.
+  Fp8RowBytes Narrow() const {
+    const auto low = [](__m512i v) HWY_ATTR { return _mm512_castsi512_si256(v); };
+    return Fp8RowBytes(low(first), low(step1), low(step2), low(top), low(zero_d), low(zero_below));
+  }
 
  private:
   static __m512i Dup(__m256i v) { return _mm512_inserti64x4(_mm512_castsi256_si512(v), v, 1); }
@@ -952,27 +961,38 @@ HWY_INLINE __mmask64 F16RowByteCodes512(const std::uint16_t* HWY_RESTRICT src,
 }
 #endif
 
+// The table form F16RunBytes takes, built once for a loop of runs (AVX-512's vectors take an
+// operation each to build).
+#if HWY_TARGET <= HWY_AVX3
+using F16RunTable = Fp8RowBytes512;
+#else
+using F16RunTable = Fp8RowBytes;
+#endif
+
 // dst[i] = fp8(float16 src[i] / scale) for n values (a multiple of 32) by F16RowByteCodes, the
-// blocks it does not encode exactly again by FixF16ByteBlocks. t: the scale's usable table. Each
-// group prefetches its line at src + ahead (a later row's), as QuantizeBF16RunBytes does. AVX-512
-// takes 64 values a step (F16RowByteCodes512).
+// blocks it does not encode exactly again by FixF16ByteBlocks. table: the scale's usable table.
+// Each group prefetches its line at src + ahead (a later row's), as QuantizeBF16RunBytes does.
+// AVX-512 takes 64 values a step (F16RowByteCodes512).
 template <bool kE4M3, bool kZeros = false>
 HWY_INLINE void F16RunBytes(const std::uint16_t* HWY_RESTRICT src, std::size_t n,
-                            const Fp8RowBytes& t, float scale, unsigned char* HWY_RESTRICT dst,
+                            const F16RunTable& table, float scale, unsigned char* HWY_RESTRICT dst,
                             std::ptrdiff_t ahead) {
   std::size_t i = 0;
 #if HWY_TARGET <= HWY_AVX3
-  const Fp8RowBytes512 w(t);
   for (; i + 64 <= n; i += 64) {
     hwy::Prefetch(src + ahead + i);
     hwy::Prefetch(src + ahead + i + 32);
-    const __mmask64 ok = F16RowByteCodes512<kE4M3, kZeros>(src + i, w, dst + i);
+    const __mmask64 ok = F16RowByteCodes512<kE4M3, kZeros>(src + i, table, dst + i);
     if (HWY_UNLIKELY(ok != ~__mmask64{0})) {
       FixF16ByteBlocks<kE4M3>(src + i, static_cast<std::uint32_t>(ok), scale, dst + i);
       FixF16ByteBlocks<kE4M3>(src + i + 32, static_cast<std::uint32_t>(ok >> 32), scale,
                               dst + i + 32);
     }
   }
+  if (i == n) return;
+  const Fp8RowBytes t = table.Narrow();
+#else
+  const Fp8RowBytes& t = table;
 #endif
   for (; i < n; i += 32) {
     hwy::Prefetch(src + ahead + i);
@@ -992,17 +1012,19 @@ HWY_INLINE void F16RunBytesOneTest(const std::uint16_t* HWY_RESTRICT src, std::s
 #if HWY_TARGET <= HWY_AVX3
   const Fp8RowBytes512 w(t);
   __mmask64 ok = ~__mmask64{0};
-  for (std::size_t i = 0; i < n; i += 64)
+  for (std::size_t i = 0; i < n; i += 64) {
     ok &= F16RowByteCodes512<kE4M3, kZeros>(src + i, w, dst + i);
+  }
   if (HWY_LIKELY(ok == ~__mmask64{0})) return;
+  F16RunBytes<kE4M3, kZeros>(src, n, w, scale, dst, 0);
 #else
   __m256i ok = _mm256_set1_epi8(-1);
   for (std::size_t i = 0; i < n; i += 32) {
     ok = _mm256_and_si256(ok, F16RowByteCodes<kE4M3, kZeros>(src + i, t, dst + i));
   }
   if (HWY_LIKELY(_mm256_movemask_epi8(ok) == -1)) return;
-#endif
   F16RunBytes<kE4M3, kZeros>(src, n, t, scale, dst, 0);
+#endif
 }
 
 // F16RunBytes for `heads` runs of n values sharing one table: run h is read at src + h * src_head
@@ -1013,7 +1035,7 @@ HWY_NOINLINE void QuantizeF16RunsBytes(const std::uint16_t* HWY_RESTRICT src, st
                                        std::size_t n, std::int64_t heads, const Fp8F16Bytes& table,
                                        float scale, unsigned char* HWY_RESTRICT dst,
                                        std::int64_t dst_head) {
-  const Fp8RowBytes t(table);  // in registers: the stores could alias the caller's copy
+  const F16RunTable t(table);  // in registers: the stores could alias the caller's copy
   for (std::int64_t h = 0; h < heads; ++h) {
     F16RunBytes<kE4M3>(src + h * src_head, n, t, scale, dst + h * dst_head, 0);
   }

@@ -1207,7 +1207,7 @@ HWY_NOINLINE bool WriteRowsF16Bytes(const Job& job, std::int64_t begin, std::int
   const fmt::Fp8F16Bytes table = fmt::MakeFp8F16Bytes<kE4M3>(job.scale);
   if (!table.usable) return false;
 #if KVS_FP8_F16_BLOCKS
-  const fmt::Fp8RowBytes rb(table);
+  const fmt::F16RunTable rb(table);
   ByteRows(job, begin, end,
            [&](const std::uint16_t* src, std::size_t n, unsigned char* dst, std::ptrdiff_t ahead)
                HWY_ATTR { fmt::F16RunBytes<kE4M3>(src, n, rb, job.scale, dst, ahead); });
