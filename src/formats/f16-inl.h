@@ -52,11 +52,40 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
   return static_cast<std::uint16_t>((u >> 16) | ((u & 0xFFFFu) != 0 ? 1u : 0u));
 }
 
+// F16ToBF16Odd on the bits where n is a multiple of the lanes and every value is normal (false,
+// with dst partly written, where one is zero, subnormal, infinite or NaN): a normal value's
+// bfloat16 is its bits shifted right by 3 with the sign kept (an arithmetic shift, the sign's
+// copies masked off), 112 exponent steps (0x3800) added, and the dropped bits' sticky bit or-ed
+// in. Six operations per vector, and one maximum for the test (2h - 0x0800 wraps to 0xF000 or
+// more exactly for the other values), where AVX2's float32 route takes about fourteen per two
+// vectors' worth and the bits route below a test and a branch per vector.
+HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,
+                                   std::uint16_t* HWY_RESTRICT dst, std::size_t n) {
+  const hn::ScalableTag<std::int16_t> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
+  const std::size_t L = hn::Lanes(d);
+  if (n % L != 0) return false;
+  const auto keep = hn::Set(d, static_cast<std::int16_t>(0x8FFF));
+  auto worst = hn::Zero(du);
+  for (std::size_t i = 0; i < n; i += L) {
+    const auto h = hn::LoadU(du, src + i);
+    const auto r = hn::Add(hn::And(hn::ShiftRight<3>(hn::BitCast(d, h)), keep), hn::Set(d, 0x3800));
+    const auto sticky = hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1));
+    worst = hn::Max(worst, hn::Sub(hn::Add(h, h), hn::Set(du, 0x0800)));
+    hn::StoreU(hn::Or(hn::BitCast(du, r), sticky), du, dst + i);
+  }
+  return hn::AllTrue(du, hn::Lt(worst, hn::Set(du, 0xF000)));
+}
+
 // dst[i] = float16 src[i] as bfloat16, rounded to odd (F16ToBF16OddScalar). Exact for every code
 // (NaNs stay NaNs: a payload below the kept bits sets the last one).
 HWY_INLINE void F16ToBF16Odd(const std::uint16_t* HWY_RESTRICT src, std::uint16_t* HWY_RESTRICT dst,
                              std::size_t n) {
   std::size_t i = 0;
+#if HWY_TARGET == HWY_AVX2 || !KVS_F16_IN_REGISTERS
+  // Values that are all normal (the usual rows) on the bits; otherwise again by the route below.
+  if (F16ToBF16OddNormal(src, dst, n)) return;
+#endif
 #if KVS_F16_IN_REGISTERS
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
