@@ -56,9 +56,10 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
 // with dst partly written, where one is zero, subnormal, infinite or NaN): a normal value's
 // bfloat16 is its bits shifted right by 3 with the sign kept (an arithmetic shift, the sign's
 // copies masked off), 112 exponent steps (0x3800) added, and the dropped bits' sticky bit or-ed
-// in. Six operations per vector, and one maximum for the test (2h - 0x0800 wraps to 0xF000 or
-// more exactly for the other values), where AVX2's float32 route takes about fourteen per two
-// vectors' worth and the bits route below a test and a branch per vector.
+// in: six operations per vector, and three for the test (2h - 0x0800 wraps to 0xF000 or more
+// exactly for the other values, and its maximum is tested once), where AVX2's float32 route
+// takes about fourteen per two vectors' worth and the bits route below a test and a branch per
+// vector.
 HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,
                                    std::uint16_t* HWY_RESTRICT dst, std::size_t n) {
   const hn::ScalableTag<std::int16_t> d;

@@ -1008,13 +1008,23 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
   const std::int64_t per_piece = kValues / p.d;
   IndexerQuantCachePlan q = p;
   q.x = TensorView(rows, DType::bfloat16, {per_piece, p.d});
+  // Contiguous rows are rounded a run of written rows at a time, where one call per row cost
+  // its setup and its final test on every 128 values.
+  const bool contiguous = a.rank2 && a.x0 == p.d;
   for (std::int64_t r0 = begin; r0 < end; r0 += per_piece) {
     const std::int64_t n = std::min(per_piece, end - r0);
-    for (std::int64_t i = 0; i < n; ++i) {
-      if (slots[r0 + i] >= 0) {
-        formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
-                                             static_cast<std::size_t>(p.d));
+    for (std::int64_t i = 0; i < n;) {
+      if (slots[r0 + i] < 0) {
+        ++i;
+        continue;
       }
+      std::int64_t j = i + 1;
+      if (contiguous) {
+        while (j < n && slots[r0 + j] >= 0) ++j;
+      }
+      formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
+                                           static_cast<std::size_t>((j - i) * p.d));
+      i = j;
     }
     QuantizeRows(q, slots + r0, 0, n);
   }
