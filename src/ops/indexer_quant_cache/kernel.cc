@@ -983,8 +983,10 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 // rounded up to a power of two (mxfp8, fp8 with round_scale), the rounded value gives the same
 // code and scale as x: it lies on x's side of every rounding midpoint and of 448 * 2^k, since
 // those have a short mantissa whose last bfloat16 bit is 0. float16 subnormals become normal
-// bfloat16 values with the exponent of their exact value, as the scale rules take them. The
-// modes that would compute in float32 with x itself (fp8 without round_scale, hifloat8 with an
+// bfloat16 values with the exponent of their exact value, as the scale rules take them.
+// HiFloat8's codes read only the top four mantissa bits, which truncation keeps as well, so its
+// runs of normal values skip the sticky bit (F16ToBF16Odd<false>). The modes that would compute
+// in float32 with x itself (fp8 without round_scale, hifloat8 with an
 // x_scale, e5m2 caches) keep the general path.
 bool f16_as_bf16(const IndexerQuantCachePlan& p) {
   if (p.x.dtype != DType::float16) return false;
@@ -1011,6 +1013,8 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
   // Contiguous rows are rounded a run of written rows at a time, where one call per row cost
   // its setup and its final test on every 128 values.
   const bool contiguous = a.rank2 && a.x0 == p.d;
+  // HiFloat8 codes read four mantissa bits: a truncated value has them (no sticky bit needed).
+  const bool hif8 = p.options.quant_mode == IndexerQuantMode::hifloat8;
   for (std::int64_t r0 = begin; r0 < end; r0 += per_piece) {
     const std::int64_t n = std::min(per_piece, end - r0);
     for (std::int64_t i = 0; i < n;) {
@@ -1022,8 +1026,13 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
       if (contiguous) {
         while (j < n && slots[r0 + j] >= 0) ++j;
       }
-      formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
-                                           static_cast<std::size_t>((j - i) * p.d));
+      if (hif8) {
+        formats::HWY_NAMESPACE::F16ToBF16Odd<false>(a.src(r0 + i), rows + i * p.d,
+                                                    static_cast<std::size_t>((j - i) * p.d));
+      } else {
+        formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
+                                             static_cast<std::size_t>((j - i) * p.d));
+      }
       i = j;
     }
     QuantizeRows(q, slots + r0, 0, n);
