@@ -986,8 +986,8 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 // bfloat16 values with the exponent of their exact value, as the scale rules take them.
 // HiFloat8's codes read only the top four mantissa bits, which truncation keeps as well, so its
 // runs of normal values skip the sticky bit (F16ToBF16Odd<false>). The modes that would compute
-// in float32 with x itself (fp8 without round_scale, hifloat8 with an
-// x_scale, e5m2 caches) keep the general path.
+// in float32 with x itself (fp8 without round_scale, hifloat8 with an x_scale, e5m2 caches) keep
+// the general path.
 bool f16_as_bf16(const IndexerQuantCachePlan& p) {
   if (p.x.dtype != DType::float16) return false;
   IndexerQuantCachePlan q = p;
@@ -1013,7 +1013,6 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
   // Contiguous rows are rounded a run of written rows at a time, where one call per row cost
   // its setup and its final test on every 128 values.
   const bool contiguous = a.rank2 && a.x0 == p.d;
-  // HiFloat8 codes read four mantissa bits: a truncated value has them (no sticky bit needed).
   const bool hif8 = p.options.quant_mode == IndexerQuantMode::hifloat8;
   for (std::int64_t r0 = begin; r0 < end; r0 += per_piece) {
     const std::int64_t n = std::min(per_piece, end - r0);
@@ -1026,12 +1025,12 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
       if (contiguous) {
         while (j < n && slots[r0 + j] >= 0) ++j;
       }
+      const std::uint16_t* src = a.src(r0 + i);
+      const auto count = static_cast<std::size_t>((j - i) * p.d);
       if (hif8) {
-        formats::HWY_NAMESPACE::F16ToBF16Odd<false>(a.src(r0 + i), rows + i * p.d,
-                                                    static_cast<std::size_t>((j - i) * p.d));
+        formats::HWY_NAMESPACE::F16ToBF16Odd<false>(src, rows + i * p.d, count);
       } else {
-        formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
-                                             static_cast<std::size_t>((j - i) * p.d));
+        formats::HWY_NAMESPACE::F16ToBF16Odd(src, rows + i * p.d, count);
       }
       i = j;
     }
