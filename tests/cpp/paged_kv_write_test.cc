@@ -474,16 +474,16 @@ void every_pattern(Decode decode, std::vector<float>& values, Bytes& input) {
 TEST(PagedKvWriteFp8, Float16PerHeadScalesOnEveryTarget) {
   const int threads = get_num_threads();
   set_num_threads(1);
+  const std::vector<float> scales = {0.0537f, 0.0537f, 1.0f / 3.0f, 0.0537f};
   for (const std::int64_t D : {std::int64_t{128}, std::int64_t{96}}) {
+    const std::int64_t H = 4, T = (65536 + H * D - 1) / (H * D);
+    std::vector<float> every_f16;
+    Bytes f16_input;
+    every_pattern(formats::decode_float16, every_f16, f16_input);
+    every_f16.resize(static_cast<std::size_t>(T * H * D), 0.0f);
+    f16_input.resize(static_cast<std::size_t>(T * H * D * 2), 0);
     for (std::int64_t target : simd_test::simd_targets()) {
       simd_test::PinTarget pin(target);
-      const std::vector<float> scales = {0.0537f, 0.0537f, 1.0f / 3.0f, 0.0537f};
-      const std::int64_t H = 4, T = (65536 + H * D - 1) / (H * D);
-      std::vector<float> every_f16;
-      Bytes f16_input;
-      every_pattern(formats::decode_float16, every_f16, f16_input);
-      every_f16.resize(static_cast<std::size_t>(T * H * D), 0.0f);
-      f16_input.resize(static_cast<std::size_t>(T * H * D * 2), 0);
       Bytes kc(static_cast<std::size_t>(T * H * D)), vc(kc.size());
       std::vector<std::int64_t> slots(static_cast<std::size_t>(T));
       for (std::int64_t t = 0; t < T; ++t) slots[static_cast<std::size_t>(t)] = t;

@@ -40,7 +40,7 @@ void run_pair(const TensorView& cache, const TensorView& input, std::int64_t pos
   const std::int64_t batch = cache.dim(0), len = input.dim(1);
   if (batch == 0 || len == 0 || cache.dim(2) == 0 || cache.dim(3) == 0) return;
   PairJob job = pair_job(cache, input, position);
-  job.stream = stream;
+  job.stream = stream && cache.dtype == input.dtype;  // conversions keep ordinary stores
   const std::int64_t items = batch * job.rows_l * job.rows_h * job.pieces;
   const std::int64_t bytes =
       job.piece_len * static_cast<std::int64_t>(dtype_size(cache.dtype) + dtype_size(input.dtype));

@@ -50,7 +50,7 @@ void UpdateRange(const PairJob& job, std::int64_t begin, std::int64_t end) {
     const std::int64_t n = std::min(job.piece_len, job.run - first);
     char* dst = row_at(cache, b, job.position + l, h) + first * out_esize;
     const char* src = row_at(input, b, l, h) + first * in_esize;
-    if (job.stream && cache.dtype == input.dtype) {
+    if (job.stream) {
       detail::HWY_NAMESPACE::StreamBytes(reinterpret_cast<unsigned char*>(dst),
                                          reinterpret_cast<const unsigned char*>(src),
                                          static_cast<std::size_t>(n * in_esize));

@@ -18,7 +18,9 @@ struct PairJob {
   std::int64_t position = 0;
   std::int64_t rows_l = 0, rows_h = 0, run = 0;
   std::int64_t pieces = 1, piece_len = 0;
-  bool stream = false;  // the call writes at least the streaming threshold (core/streaming.h)
+  // Same-dtype copies of a call that writes at least the streaming threshold
+  // (core/streaming.h): non-temporal stores.
+  bool stream = false;
 };
 
 // Items [begin, end) of the job, converting float32 input to the cache dtype where they differ.
