@@ -14,7 +14,8 @@
 //   128-element rows from one key byte per value, reduced as bytes.
 // - QuantizeE4M3Pow2RowUnmasked, QuantizeE4M3Pow2RowInRange, QuantizeE4M3Pow2RowChecked: codes
 //   of a row's groups divided by their powers of two, on 16-bit lanes straight from the bf16
-//   bits, two vectors narrowed together.
+//   bits, two vectors narrowed together. QuantizeE4M3Pow2RowF16 + E4M3F16Operands: the same
+//   codes straight from float16 bits.
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
@@ -1629,6 +1630,52 @@ HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
   QuantizeE4M3Pow2RowBy<kPerGroup>([](auto d, auto w, auto s7, auto&)
                                        HWY_ATTR { return E4M3Pow2CodesUnmasked<kHigh>(d, w, s7); },
                                    x, out, n, subw);
+}
+
+// The same codes from float16 bits, for groups whose every lane is a normal float16 value with
+// an e4m3-normal quotient (a fast group of E4M3Pow2ScalesByKey8 whose smallest magnitude is
+// also float16-normal). s63 = sub16 - 63 (mod 2^16), where sub16 = (e - 119) * 1024 divides by
+// the scale 2^(e - 127) and rebiases the exponent from float16's 15 to e4m3's 7 (E4M3F16Operands).
+// The wrapping difference w - s63 is then the sign in bit 15 over M = the quotient's e4m3-biased
+// bits with ten mantissa bits, plus 63: M is at most 0x3F3F (448 plus 63), so nothing borrows
+// from or carries into the sign. The code is M's mantissa rounded to three bits, nearest even,
+// (M + bit 7 of M) >> 7 as in E4M3Pow2CodesOfT7 (where M + 63 carries into bit 7 the value
+// rounds up whatever the parity), built one bit up with the sign kept: t + (t & 0x7FFF) doubles
+// M under the sign, and (t >> 6) & 2 adds the parity bit doubled. Seven operations per vector,
+// where the round-to-odd pass and the bfloat16 form take fourteen with a store and a load between.
+template <HighByte kHigh = HighByte::kShift, class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesF16(D d, V w, V s63) {
+  const hn::RebindToSigned<D> di;
+  const auto t = hn::Sub(w, s63);
+  const auto twice = hn::Add(t, hn::And(t, hn::Set(d, std::uint16_t{0x7FFF})));
+  const auto r = hn::Add(twice, hn::And(hn::ShiftRight<6>(t), hn::Set(d, std::uint16_t{2})));
+  return SignedHighByte<kHigh>(di, hn::BitCast(di, r));
+}
+
+// QuantizeE4M3Pow2RowUnmasked for a row of float16 values, s63w from E4M3F16Operands.
+template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
+HWY_INLINE void QuantizeE4M3Pow2RowF16(const std::uint16_t* HWY_RESTRICT x,
+                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                       const std::uint32_t* HWY_RESTRICT s63w) {
+  QuantizeE4M3Pow2RowBy<kPerGroup>([](auto d, auto w, auto s63, auto&)
+                                       HWY_ATTR { return E4M3Pow2CodesF16<kHigh>(d, w, s63); },
+                                   x, out, n, s63w);
+}
+
+// The operands of E4M3Pow2CodesF16 from the scale exponents e (the e8m0 bytes of
+// E4M3Pow2ScalesByKey8), n of them (a multiple of 8): s63 = (e << 10) - (119 * 1024 + 63)
+// (mod 2^16) in both 16-bit halves of s63w[k], as subw holds s7.
+HWY_INLINE void E4M3F16Operands(const std::uint8_t* HWY_RESTRICT exp, std::int64_t n,
+                                std::uint32_t* HWY_RESTRICT s63w) {
+  const hn::CappedTag<std::uint32_t, 8> du;
+  const hn::Rebind<std::uint8_t, decltype(du)> d8;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
+  for (std::int64_t k = 0; k < n; k += L) {
+    const auto e = hn::PromoteTo(du, hn::LoadU(d8, exp + k));
+    const auto s63 = hn::And(hn::Add(hn::ShiftLeft<10>(e), hn::Set(du, 0x23C1u)),  // -0x1DC3F
+                             hn::Set(du, 0xFFFFu));
+    hn::StoreU(hn::Or(s63, hn::ShiftLeft<16>(s63)), du, s63w + k);
+  }
 }
 
 #if KVS_HIF8_BF16

@@ -1180,7 +1180,10 @@ TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
 
 // float16 rows take the bfloat16 kernels where rounding each value to bfloat16 by round-to-odd
 // keeps every code and scale (fp8 with round_scale and mxfp8 into e4m3, mxfp4, hifloat8 without
-// an x_scale): every float16 pattern through sweep_rows, and every float16 largest magnitude.
+// an x_scale), and in the e4m3 modes their own codes on the float16 bits where a group allows:
+// every float16 pattern through sweep_rows, and every float16 largest magnitude. Row lengths
+// cover d = 128's kernels, the batched ones (96, 256: eight groups) and rows of more than eight
+// groups (512: mode fp8 on the float16 bits, the others rounded first).
 TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
   // And an e5m2 cache, which keeps the general path.
   std::vector<PowerOfTwoCase> cases(std::begin(kPowerOfTwoCases), std::end(kPowerOfTwoCases));
@@ -1188,7 +1191,7 @@ TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(dtype_name(c.cdt)) +
                  (c.mode == IndexerQuantMode::fp8 ? " fp8" : " mx"));
-    for (const std::int64_t d : {128, 96}) {
+    for (const std::int64_t d : {128, 96, 256, 512}) {
       std::vector<std::uint16_t> x = sweep_rows(d, true);
       expect_rows_match(x, d, c.mode, c.cdt, DType::float16);
       if (HasFatalFailure()) return;

@@ -21,7 +21,9 @@
 //   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
 //   reference. float16 rows in the modes whose codes and scales survive rounding to bfloat16 by
 //   round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
-//   (f16_rows_as_bf16).
+//   (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more than eight groups) only
+//   their largest and smallest magnitudes are rounded, and the groups that pass the tests are
+//   coded straight from the float16 bits (f16_magnitudes_as_bf16).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
@@ -63,7 +65,7 @@ constexpr std::int64_t kMaxD = 8192, kMaxGroups = kMaxD / 32;
 struct Scratch {
   float* x = nullptr;
   float* y = nullptr;
-  HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys of a row
+  HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys, or a float16 row as bfloat16
   HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8];
   HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], subw[kMaxGroups + 8];
   std::uint8_t fast[kMaxGroups + 8];
@@ -343,6 +345,59 @@ HWY_NOINLINE void fp8_row_general(const IndexerQuantCachePlan& p, Scratch& s,
   std::memcpy(scale, s.scale, 4);
 }
 
+// float16 rows in the modes of fast_e4m3 (mode fp8, or rows of at most eight groups) take the
+// bfloat16 kernels' scale rules and tests on their magnitudes rounded to bfloat16 by round-to-odd
+// (f16_as_bf16 says why that gives each group its scale), and where a group passes, codes
+// straight from the float16 bits (E4M3Pow2CodesF16). The magnitudes are reduced on the float16
+// bits: round-to-odd keeps their order, so the rounded rows' largest and smallest magnitudes are
+// these rounded. The float16 codes also need every lane normal, so a smallest magnitude below
+// 0x0400 (a zero or a subnormal) reads as min1 = 0, which fails every normal test. Infinities and
+// NaNs read as bfloat16's infinity, not finite either way; a zero or subnormal largest magnitude
+// (rare: a group of them) is rounded value by value. Every row with a group that does not pass is
+// rounded to bfloat16 on its own (f16_row_as_bf16) and takes the bfloat16 forms, as
+// f16_rows_as_bf16 would take it.
+template <class D>
+HWY_INLINE void f16_magnitudes_as_bf16_of(D d, std::uint16_t* HWY_RESTRICT amax,
+                                          std::uint16_t* HWY_RESTRICT min1) {
+  const auto set = [d](int v) HWY_ATTR { return hn::Set(d, static_cast<std::uint16_t>(v)); };
+  const auto odd = [&](auto h) HWY_ATTR {  // h a normal magnitude
+    return hn::Or(hn::Add(hn::ShiftRight<3>(h), set(0x3800)), hn::Min(hn::And(h, set(7)), set(1)));
+  };
+  const auto a = hn::LoadU(d, amax), m1 = hn::LoadU(d, min1);
+  if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Lt(a, set(0x0400))))) {
+    for (std::size_t j = 0; j < hn::Lanes(d); ++j) {  // a zero or subnormal largest magnitude
+      const auto m = static_cast<std::uint16_t>(min1[j] + 1);
+      amax[j] = amax[j] > 0x7BFF ? 0x7F80 : formats::HWY_NAMESPACE::F16ToBF16OddScalar(amax[j]);
+      min1[j] = static_cast<std::uint16_t>(
+          m > 0x03FF ? formats::HWY_NAMESPACE::F16ToBF16OddScalar(m) - 1 : 0);
+    }
+    return;
+  }
+  hn::StoreU(hn::IfThenElse(hn::Gt(a, set(0x7BFF)), set(0x7F80), odd(a)), d, amax);
+  const auto m = hn::Add(m1, set(1));
+  hn::StoreU(hn::IfThenElseZero(hn::Gt(m1, set(0x03FE)), hn::Sub(odd(m), set(1))), d, min1);
+}
+
+// n entries of each (a multiple of 8), all at once: one set at a time, the constants were set
+// up again for every set (mxfp8 rows 1.14-1.16 x slower on AVX2).
+void f16_magnitudes_as_bf16(std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY_RESTRICT min1,
+                            std::int64_t n) {
+  const hn::ScalableTag<std::uint16_t> d;
+  const hn::CappedTag<std::uint16_t, 8> d8;
+  const auto L = static_cast<std::int64_t>(hn::Lanes(d));
+  std::int64_t i = 0;
+  for (; i + L <= n; i += L) f16_magnitudes_as_bf16_of(d, amax + i, min1 + i);
+  for (; i < n; i += static_cast<std::int64_t>(hn::Lanes(d8))) {
+    f16_magnitudes_as_bf16_of(d8, amax + i, min1 + i);
+  }
+}
+
+// A float16 row of d values rounded to bfloat16 by round-to-odd, in s.keys.
+const std::uint16_t* f16_row_as_bf16(Scratch& s, const std::uint16_t* src, std::int64_t d) {
+  formats::HWY_NAMESPACE::F16ToBF16Odd(src, s.keys, static_cast<std::size_t>(d));
+  return s.keys;
+}
+
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
 // keeps an all-zero row's scale 0. A row with a non-finite element, or (nonzero) one so small
 // that its scale is below 2^-119 (where the lane operand would wrap), takes the general path.
@@ -358,7 +413,7 @@ HWY_NOINLINE void fp8_row_general(const IndexerQuantCachePlan& p, Scratch& s,
 // other by it cost more than taking all its rows through the checked form (which with the
 // cheaper coding of the low lanes made the call 1.04-1.06 x faster on AVX2 and SSE4 at 1,024
 // and 4,096 tokens on AMD Zen 2).
-template <std::int64_t kD>
+template <std::int64_t kD, bool kF16>
 void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
 #if HWY_ARCH_X86 && HWY_TARGET >= HWY_AVX2
   constexpr bool kSetMin = true;
@@ -371,26 +426,37 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   for (; n < b.n; ++n) units[n] = b.src(n);
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
-  HWY_ALIGN std::uint32_t subw[kMaxBatch];
+  HWY_ALIGN std::uint32_t subw[kMaxBatch], s63w[kF16 ? kMaxBatch : 1];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all_fast[kMaxBatch / 8];
+  if constexpr (kF16) {
+    for (int c = 0; c < n; c += 8)
+      qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
+    f16_magnitudes_as_bf16(amax, min1, n);
+  }
   for (int c = 0; c < n; c += 8) {
-    qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
+    if constexpr (!kF16) qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
     all_fast[c / 8] = qn::E4M3Pow2ScalesByKey8<0>(amax + c, min1 + c, subw + c, exp + c, fast + c);
   }
+  if constexpr (kF16) qn::E4M3F16Operands(exp, n, s63w);
   for (int c = 0; c < b.n; c += 8) {
     const int m = std::min(c + 8, b.n);
     const bool tight = all_fast[c / 8];  // finite, every lane e4m3-normal, exp >= 8
     const auto unmasked = [&](int k) HWY_ATTR {
-      qn::QuantizeE4M3Pow2RowUnmasked<false, kHigh>(units[k], b.codes(k), d, subw + k);
+      if constexpr (kF16) {
+        qn::QuantizeE4M3Pow2RowF16<false, kHigh>(units[k], b.codes(k), d, s63w + k);
+      } else {
+        qn::QuantizeE4M3Pow2RowUnmasked<false, kHigh>(units[k], b.codes(k), d, subw + k);
+      }
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale(k), &stored, 4);
     };
     // The checked form is exact for zeros too, all that an all-zero row (scale 0) needs.
     const auto checked = [&](int k) HWY_ATTR {
-      if (qn::QuantizeE4M3Pow2RowChecked<false, kHigh>(units[k], b.codes(k), d, subw + k) &&
+      const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, units[k], d) : units[k];
+      if (qn::QuantizeE4M3Pow2RowChecked<false, kHigh>(src, b.codes(k), d, subw + k) &&
           amax[k] != 0) {
-        fix_lanes_below_normal(units[k], b.codes(k), d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
+        fix_lanes_below_normal(src, b.codes(k), d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
       }
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale(k), &stored, 4);
@@ -459,48 +525,71 @@ void mxfp8_row_any(Scratch& s, const std::uint16_t* src, std::uint8_t* codes, st
 // quantizing pass itself (the checked form), and only a row where one may have, or with a
 // non-finite group, is looked at again. Each row is finished (including any group redone by the
 // scalar rules) before the next, so a repeated slot keeps its last writer.
-template <std::int64_t kD>
+template <std::int64_t kD, bool kF16>
 void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
-  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[8];
-  HWY_ALIGN std::uint32_t subw[kMaxBatch];
+  HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kF16 ? kMaxBatch : 8];
+  HWY_ALIGN std::uint32_t subw[kMaxBatch], s63w[kF16 ? kMaxBatch : 1];
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   if constexpr (kD == 128) {
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
     // last row again past the batch's end). A set whose groups all pass (most sets; about one
     // 32-row batch in four holds one that does not) takes the unmasked form alone.
     bool set_fast[kMaxBatch / 8];
-    const auto by_magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
+    const auto magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
-      const int c = 4 * k;
-      qn::Magnitudes8Min<16, true, 4>(two, 32, amax + c, min1);
-      set_fast[k / 2] = qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1, subw + c, exp + c, fast + c);
+      qn::Magnitudes8Min<16, true, 4>(two, 32, amax + 4 * k, min1 + (kF16 ? 4 * k : 0));
     };
+    const auto scales = [&](int k) HWY_ATTR {
+      const int c = 4 * k;
+      set_fast[k / 2] = qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + (kF16 ? c : 0), subw + c,
+                                                      exp + c, fast + c);
+    };
+    const auto by_magnitudes = [&](int k) HWY_ATTR {
+      magnitudes(k);
+      scales(k);
+    };
+    bool keyed = false;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // AVX-512: the scales of four rows from one key byte per value (E4M3RowKeys16); a set that
-    // the keys do not show fast (rare) is planned again from its magnitudes.
-    for (int k = 0; k < b.n; k += 4) {
-      const std::uint16_t* rows[4];
-      b.four_rows(k, rows);
-      const unsigned sets =
-          qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
-      for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
-        set_fast[k / 2 + j] = (sets >> j) & 1u;
-        if (!set_fast[k / 2 + j]) by_magnitudes(k + 2 * j);
+    // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16); a
+    // set that the keys do not show fast (rare) is planned again from its magnitudes.
+    if constexpr (!kF16) {
+      keyed = true;
+      for (int k = 0; k < b.n; k += 4) {
+        const std::uint16_t* rows[4];
+        b.four_rows(k, rows);
+        const unsigned sets =
+            qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
+        for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
+          set_fast[k / 2 + j] = (sets >> j) & 1u;
+          if (!set_fast[k / 2 + j]) by_magnitudes(k + 2 * j);
+        }
       }
     }
-#else
-    for (int k = 0; k < b.n; k += 2) by_magnitudes(k);
 #endif
+    if constexpr (kF16) {  // the magnitudes of all sets, then their scales
+      const int entries = (4 * b.n + 7) / 8 * 8;
+      for (int k = 0; k < b.n; k += 2) magnitudes(k);
+      f16_magnitudes_as_bf16(amax, min1, entries);
+      for (int k = 0; k < b.n; k += 2) scales(k);
+      qn::E4M3F16Operands(exp, entries, s63w);
+    } else if (!keyed) {
+      for (int k = 0; k < b.n; k += 2) by_magnitudes(k);
+    }
     for (int k = 0; k < b.n; ++k) {
       const int u = 4 * k;
       if (HWY_LIKELY(set_fast[k / 2])) {
         std::memcpy(b.scale(k), exp + u, 4);
-        qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
+        if constexpr (kF16) {
+          qn::QuantizeE4M3Pow2RowF16<true, kHigh>(b.src(k), b.codes(k), d, s63w + u);
+        } else {
+          qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
+        }
       } else {
         // Straight to the checked form: a branch per row on the groups' tests, which the data
         // decide, cost more than the unmasked form saves (1.02-1.03 x on AVX2).
-        mxfp8_row_any(s, b.src(k), b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u, nullptr);
+        const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), d) : b.src(k);
+        mxfp8_row_any(s, src, b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u, nullptr);
       }
     }
     return;
@@ -508,18 +597,30 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   bool all = true;  // every group of the batch finite and its lanes at least e4m3-normal
   const std::uint16_t* units[kMaxBatch];
   const int used = batch_groups(b, groups, units);
-  for (int c = 0; c < used; c += 8) {
-    qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1);
-    all &= qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1, subw + c, exp + c, fast + c);
+  const int entries = (used + 7) / 8 * 8;
+  const auto set_min1 = [&](int c) { return min1 + (kF16 ? c : 0); };
+  if constexpr (kF16) {
+    for (int c = 0; c < used; c += 8)
+      qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, set_min1(c));
+    f16_magnitudes_as_bf16(amax, min1, entries);
   }
+  for (int c = 0; c < used; c += 8) {
+    if constexpr (!kF16) qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, set_min1(c));
+    all &= qn::E4M3Pow2ScalesByKey8<105>(amax + c, set_min1(c), subw + c, exp + c, fast + c);
+  }
+  if (kF16 && all) qn::E4M3F16Operands(exp, entries, s63w);
   for (int k = 0; k < b.n; ++k) {
     const std::int64_t u = k * groups;
     if (all) {  // the usual case
       std::memcpy(b.scale(k), exp + u, static_cast<std::size_t>(groups));
-      qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
+      if constexpr (kF16) {
+        qn::QuantizeE4M3Pow2RowF16<true, kHigh>(b.src(k), b.codes(k), d, s63w + u);
+      } else {
+        qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
+      }
     } else {
-      mxfp8_row_any(s, b.src(k), b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u,
-                    fast + u);
+      const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), d) : b.src(k);
+      mxfp8_row_any(s, src, b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u, fast + u);
     }
   }
 }
@@ -857,16 +958,32 @@ void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a
 template <std::int64_t kD>
 void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
-    fast_fp8_rows<kD>(p, s, b);
+    fast_fp8_rows<kD, false>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::mxfp4) {
     fast_mxfp4_rows<kD>(p, s, b);
   } else {
-    fast_mxfp8_rows<kD>(p, s, b);
+    fast_mxfp8_rows<kD, false>(p, s, b);
+  }
+}
+
+// The float16 rows of fast_e4m3_f16.
+template <std::int64_t kD>
+void fast_f16_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  if (p.options.quant_mode == IndexerQuantMode::fp8) {
+    fast_fp8_rows<kD, true>(p, s, b);
+  } else {
+    fast_mxfp8_rows<kD, true>(p, s, b);
   }
 }
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-  if (p.d == 128) {
+  if (p.x.dtype == DType::float16) {
+    if (p.d == 128) {
+      fast_f16_rows_of<128>(p, s, b);
+    } else {
+      fast_f16_rows_of<0>(p, s, b);
+    }
+  } else if (p.d == 128) {
     fast_rows_of<128>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32) {
     fast_rows_of<0>(p, s, b);
@@ -998,6 +1115,15 @@ bool f16_as_bf16(const IndexerQuantCachePlan& p) {
   return fast_e4m3(q) || fast_fp4(q);
 }
 
+// The f16_as_bf16 rows that the batch kernels take on their own float16 bits (see
+// f16_magnitudes_as_bf16): modes fp8 and mxfp8, but for rows of more than eight groups.
+bool fast_e4m3_f16(const IndexerQuantCachePlan& p) {
+  if (p.x.dtype != DType::float16) return false;
+  IndexerQuantCachePlan q = p;
+  q.x.dtype = DType::bfloat16;
+  return fast_e4m3(q) && (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32);
+}
+
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end);
 
@@ -1042,7 +1168,7 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
 #if HWY_TARGET != HWY_SCALAR
-  if (f16_as_bf16(p)) {
+  if (f16_as_bf16(p) && !fast_e4m3_f16(p)) {
     f16_rows_as_bf16(p, RowAddresses(p), slots, begin, end);
     return;
   }
@@ -1068,7 +1194,7 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
     return;
   }
 #endif
-  if (fast_e4m3(p) || fast_fp4(p)) {
+  if (fast_e4m3(p) || fast_fp4(p) || fast_e4m3_f16(p)) {
     fast_batches(p, s, a, slots, begin, end);
     return;
   }
