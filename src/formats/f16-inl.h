@@ -52,34 +52,41 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
   return static_cast<std::uint16_t>((u >> 16) | ((u & 0xFFFFu) != 0 ? 1u : 0u));
 }
 
-// F16ToBF16Odd on the bits where n is a multiple of the lanes and every value is normal (false,
-// with dst partly written, where one is zero, subnormal, infinite or NaN): a normal value's
-// bfloat16 is its bits shifted right by 3 with the sign kept (an arithmetic shift, the sign's
-// copies masked off), 112 exponent steps (0x3800) added, and the dropped bits' sticky bit or-ed
-// in: six operations per vector, and three for the test (2h - 0x0800 wraps to 0xF000 or more
-// exactly for the other values, and its maximum is tested once), where AVX2's float32 route
-// takes about fourteen per two vectors' worth and the bits route below a test and a branch per
-// vector. kSticky false leaves the sticky bit out (truncated, three operations fewer), for codes
-// that read no bit past bfloat16's fourth mantissa bit (HiFloat8's).
+// F16ToBF16OddNormalBits: one vector of normal float16 values h (either sign) as bfloat16 rounded
+// to odd.
+// F16ToBF16OddNormal: F16ToBF16Odd by it where n is a multiple of the lanes and every value is
+// normal (false, with dst partly written, where one is zero, subnormal, infinite or NaN): a normal
+// value's bfloat16 is its bits shifted right by 3 with the sign kept (an arithmetic shift, the
+// sign's copies masked off), 112 exponent steps (0x3800) added, and the dropped bits' sticky bit
+// or-ed in: six operations per vector, and three for the test (2h - 0x0800 wraps to 0xF000 or more
+// exactly for the other values, and its maximum is tested once), where AVX2's float32 route takes
+// about fourteen per two vectors' worth and the bits route below a test and a branch per vector.
+// kSticky false leaves the sticky bit out (truncated, three operations fewer), for codes that read
+// no bit past bfloat16's fourth mantissa bit (HiFloat8's).
+template <bool kSticky = true, class DU>
+HWY_INLINE hn::Vec<DU> F16ToBF16OddNormalBits(DU du, hn::Vec<DU> h) {
+  const hn::RebindToSigned<DU> d;
+  const auto r = hn::Add(
+      hn::And(hn::ShiftRight<3>(hn::BitCast(d, h)), hn::Set(d, static_cast<std::int16_t>(0x8FFF))),
+      hn::Set(d, 0x3800));
+  if constexpr (kSticky) {
+    return hn::Or(hn::BitCast(du, r), hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1)));
+  } else {
+    return hn::BitCast(du, r);
+  }
+}
+
 template <bool kSticky = true>
 HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,
                                    std::uint16_t* HWY_RESTRICT dst, std::size_t n) {
-  const hn::ScalableTag<std::int16_t> d;
-  const hn::RebindToUnsigned<decltype(d)> du;
-  const std::size_t L = hn::Lanes(d);
+  const hn::ScalableTag<std::uint16_t> du;
+  const std::size_t L = hn::Lanes(du);
   if (n % L != 0) return false;
-  const auto keep = hn::Set(d, static_cast<std::int16_t>(0x8FFF));
   auto worst = hn::Zero(du);
   for (std::size_t i = 0; i < n; i += L) {
     const auto h = hn::LoadU(du, src + i);
-    const auto r = hn::Add(hn::And(hn::ShiftRight<3>(hn::BitCast(d, h)), keep), hn::Set(d, 0x3800));
     worst = hn::Max(worst, hn::Sub(hn::Add(h, h), hn::Set(du, 0x0800)));
-    if constexpr (kSticky) {
-      const auto sticky = hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1));
-      hn::StoreU(hn::Or(hn::BitCast(du, r), sticky), du, dst + i);
-    } else {
-      hn::StoreU(hn::BitCast(du, r), du, dst + i);
-    }
+    hn::StoreU(F16ToBF16OddNormalBits<kSticky>(du, h), du, dst + i);
   }
   return hn::AllTrue(du, hn::Lt(worst, hn::Set(du, 0xF000)));
 }

@@ -37,7 +37,7 @@
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
 //   HiF8CodesByLanes (AVX2, SSE4): the same codes one byte per value by 16-entry byte
 //   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
-//   takes the table then).
+//   takes the table then); HiF8LaneRow takes float16 rows too, truncated in registers.
 //
 // All of them are exact lane forms of the scalar rules, which the operators' pages state (with
 // links to each encoder's bit-level definition):
@@ -62,6 +62,7 @@
 
 #include "core/bytes-inl.h"
 #include "core/vbmi.h"
+#include "formats/f16-inl.h"
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 
@@ -1293,15 +1294,24 @@ HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4By
 }
 
 // QuantizeFP4Pow2Row by FP4BytePairs (kShift, kLead: the table's), two groups to a store.
-template <int kShift, bool kLead>
+// kF16: x holds float16 values, each rounded to bfloat16 by round-to-odd in registers
+// (F16ToBF16OddNormalBits: exact for normal values; a zero or subnormal comes out below 2^-14
+// with its sign, which codes as the value does where the group's scale is at least 2^-12,
+// FP4RowExponentBytes16's kF16).
+template <int kShift, bool kLead, bool kF16 = false>
 HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
                                         std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                         const std::uint32_t* HWY_RESTRICT t0g,
                                         const FP4ByteRegs& r) {
   const auto pairs = [&](std::int64_t g) HWY_ATTR {
     const auto* v = reinterpret_cast<const __m256i*>(x + 32 * g);
-    return FP4BytePairs<kShift, kLead>(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1),
-                                       _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
+    __m256i w0 = _mm256_loadu_si256(v), w1 = _mm256_loadu_si256(v + 1);
+    if constexpr (kF16) {
+      const hn::Full256<std::uint16_t> du;
+      w0 = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits(du, hn::Vec256<std::uint16_t>{w0}).raw;
+      w1 = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits(du, hn::Vec256<std::uint16_t>{w1}).raw;
+    }
+    return FP4BytePairs<kShift, kLead>(w0, w1, _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
   };
   const std::int64_t groups = n / 32;
   std::int64_t g = 0;
@@ -1322,9 +1332,14 @@ HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
 // low byte of each lane and the odd group's to the high byte, so that two groups share each
 // vector of the transposes. The masks run on any port; shifts and maxima only on two, which
 // the byte form's codes keep busy.
+// kF16: float16 rows, their largest exponents as bfloat16 ones (E + 112), but 255 for
+// infinities and NaNs and 0 (a group the caller redoes) below E = 5: where the largest magnitude
+// is at least 2^-10 the scale is at least 2^-12 (float4_e1m2: 2^-10), so every zero or subnormal
+// value of the group codes as 0 with its sign (QuantizeFP4Pow2RowBytes's kF16).
+template <bool kF16 = false>
 HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
   __m256i v[8];
-  const __m256i field = _mm256_set1_epi16(0x7F80);
+  const __m256i field = _mm256_set1_epi16(kF16 ? 0x7C00 : 0x7F80);
   for (int k = 0; k < 4; ++k) {
     const auto* row = reinterpret_cast<const __m256i*>(r[k]);
     const auto group = [row, field](int g) HWY_ATTR {
@@ -1332,7 +1347,11 @@ HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
                               _mm256_and_si256(_mm256_loadu_si256(row + 2 * g + 1), field));
     };
     const auto pair = [&group](int g) HWY_ATTR {
-      return _mm256_or_si256(_mm256_srli_epi16(group(g), 7), _mm256_slli_epi16(group(g + 1), 1));
+      if constexpr (kF16) {
+        return _mm256_or_si256(_mm256_srli_epi16(group(g), 10), _mm256_srli_epi16(group(g + 1), 2));
+      } else {
+        return _mm256_or_si256(_mm256_srli_epi16(group(g), 7), _mm256_slli_epi16(group(g + 1), 1));
+      }
     };
     v[2 * k] = pair(0);
     v[2 * k + 1] = pair(2);
@@ -1340,7 +1359,14 @@ HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
   hn::Vec256<std::uint8_t> b[8];
   for (int k = 0; k < 8; ++k) b[k] = hn::Vec256<std::uint8_t>{v[k]};
   const __m256i m = ByteMaxTranspose8(b).raw;
-  return _mm_max_epu8(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  const __m128i e = _mm_max_epu8(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  if constexpr (!kF16) {
+    return e;
+  } else {
+    const auto byte = [](int x) HWY_ATTR { return _mm_set1_epi8(static_cast<char>(x)); };
+    const __m128i rebiased = _mm_or_si128(_mm_add_epi8(e, byte(112)), _mm_cmpeq_epi8(e, byte(31)));
+    return _mm_andnot_si128(_mm_cmplt_epi8(e, byte(5)), rebiased);
+  }
 }
 
 // FP4Pow2Scales8 for sixteen groups from their exponent fields m (bytes): the scales straight
@@ -1896,12 +1922,17 @@ HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
 // What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
 // right while the exponents are below 142 (|x| < 2^15; NaNs and infinities have 255) and the
 // neg window's indices below 0xF8 (R - 112 saturated is -8..-1 only for R in [104, 111]).
+// low: the smallest exponent of float16 rows rounded in registers (HiF8LaneRow's kF16), whose
+// zeros and subnormals F16ToBF16OddNormalBits leaves at 112, where every normal float16 value
+// has at least 113.
 template <class DB>
 struct HiF8LaneFlags {
-  explicit HiF8LaneFlags(DB d8) : big(hn::Zero(d8)), small(hn::Zero(d8)) {}
+  explicit HiF8LaneFlags(DB d8)
+      : big(hn::Zero(d8)), small(hn::Zero(d8)), low(hn::Set(d8, std::uint8_t{0xFF})) {}
   bool AllRight(DB d8, const HiF8LaneRegs& t) const {
     const auto over =
-        hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top));
+        hn::Or(hn::Or(hn::SaturatedSub(big, t.big_top), hn::SaturatedSub(small, t.small_top)),
+               hn::SaturatedSub(hn::Set(d8, std::uint8_t{113}), low));
 #if HWY_TARGET == HWY_AVX2
     (void)d8;
     return _mm256_testz_si256(over.raw, over.raw) != 0;  // one test, no compare and mask move
@@ -1909,7 +1940,7 @@ struct HiF8LaneFlags {
     return hn::AllTrue(d8, hn::Eq(over, hn::Zero(d8)));
 #endif
   }
-  hn::Vec<DB> big, small;
+  hn::Vec<DB> big, small, low;
 };
 
 // The HiFloat8 codes of the bfloat16 values of K pairs w0[k], w1[k] (as LoadOrderedPair leaves
@@ -1927,8 +1958,9 @@ struct HiF8LaneFlags {
 //   come out 0x00, those from 2^-23 are counted in `small`, those from 2^15 in `big`.
 // - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
 // The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
-// mask: the windows' entries have bit 7 set. kFirst: the flags start from these bytes.
-template <bool kFirst, int K, class DB, class VW>
+// mask: the windows' entries have bit 7 set. kFirst: the flags start from these bytes. kLow:
+// flags.low takes them in too.
+template <bool kFirst, int K, bool kLow = false, class DB, class VW>
 HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const VW* w1,
                               HiF8LaneFlags<DB>& flags, std::uint8_t* HWY_RESTRICT out) {
   const hn::Repartition<std::int8_t, DB> di8;
@@ -1945,6 +1977,7 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const 
     m2[k] = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
     e[k] = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
     flags.big = kFirst && k == 0 ? e[k] : hn::Max(flags.big, e[k]);
+    if constexpr (kLow) flags.low = kFirst && k == 0 ? e[k] : hn::Min(flags.low, e[k]);
   }
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
   // ae is at most 128, so no saturation is needed).
@@ -2002,8 +2035,10 @@ HWY_INLINE hn::Vec<D> HiF8LaneProducts(D d, hn::Vec<D> w, VF xs) {
 // their HiFloat8 codes as HiF8CodesByTable's where flags.AllRight() holds after the call: the
 // flags take in the row's bytes, from its first vector on where kFresh (no max against a zero
 // then), else on top of those of earlier rows. Two pairs of vectors at a time, where the row
-// has them.
-template <bool kScaled, std::int64_t kN = 0, bool kFresh = true>
+// has them. kF16: n float16 values (x_scale 1), each truncated to bfloat16 in registers, which
+// keeps the four mantissa bits HiFloat8 reads (F16ToBF16OddNormalBits without the sticky bit:
+// exact for normal values; flags.low tells of the others).
+template <bool kScaled, std::int64_t kN = 0, bool kFresh = true, bool kF16 = false>
 HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
                             std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale,
                             HiF8LaneFlags<hn::ScalableTag<std::uint8_t>>& flags) {
@@ -2019,12 +2054,17 @@ HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_REST
     hn::Vec<D> w0[K], w1[K];
     for (int k = 0; k < K; ++k) {
       LoadOrderedPair(d, src + j + P * k, w0[k], w1[k]);
+      if constexpr (kF16) {
+        static_assert(!kScaled, "float16 rows take this form with x_scale 1 only");
+        w0[k] = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits<false>(d, w0[k]);
+        w1[k] = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits<false>(d, w1[k]);
+      }
       if constexpr (kScaled) {
         w0[k] = HiF8LaneProducts(d, w0[k], xs);
         w1[k] = HiF8LaneProducts(d, w1[k], xs);
       }
     }
-    HiF8ByteCodes<decltype(first)::value, K>(d8, t, w0, w1, flags, out + j);
+    HiF8ByteCodes<decltype(first)::value, K, kF16>(d8, t, w0, w1, flags, out + j);
   };
   using Two = std::integral_constant<int, 2>;
   using One = std::integral_constant<int, 1>;

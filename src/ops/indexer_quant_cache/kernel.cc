@@ -65,7 +65,8 @@ constexpr std::int64_t kMaxD = 8192, kMaxGroups = kMaxD / 32;
 struct Scratch {
   float* x = nullptr;
   float* y = nullptr;
-  HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys, or a float16 row as bfloat16
+  HWY_ALIGN std::uint16_t keys[kMaxD];  // hifloat8 table keys of a row
+  HWY_ALIGN std::uint16_t bf16[kMaxD];  // a float16 row rounded to bfloat16 (f16_row_as_bf16)
   HWY_ALIGN std::uint16_t amax[kMaxGroups + 8], min1[kMaxGroups + 8];
   HWY_ALIGN std::uint32_t exp[kMaxGroups + 8], subw[kMaxGroups + 8];
   std::uint8_t fast[kMaxGroups + 8];
@@ -359,23 +360,22 @@ HWY_NOINLINE void fp8_row_general(const IndexerQuantCachePlan& p, Scratch& s,
 template <class D>
 HWY_INLINE void f16_magnitudes_as_bf16_of(D d, std::uint16_t* HWY_RESTRICT amax,
                                           std::uint16_t* HWY_RESTRICT min1) {
+  using formats::HWY_NAMESPACE::F16ToBF16OddNormalBits;
+  using formats::HWY_NAMESPACE::F16ToBF16OddScalar;
   const auto set = [d](int v) HWY_ATTR { return hn::Set(d, static_cast<std::uint16_t>(v)); };
-  const auto odd = [&](auto h) HWY_ATTR {  // h a normal magnitude
-    return hn::Or(hn::Add(hn::ShiftRight<3>(h), set(0x3800)), hn::Min(hn::And(h, set(7)), set(1)));
-  };
   const auto a = hn::LoadU(d, amax), m1 = hn::LoadU(d, min1);
   if (HWY_UNLIKELY(!hn::AllFalse(d, hn::Lt(a, set(0x0400))))) {
     for (std::size_t j = 0; j < hn::Lanes(d); ++j) {  // a zero or subnormal largest magnitude
       const auto m = static_cast<std::uint16_t>(min1[j] + 1);
-      amax[j] = amax[j] > 0x7BFF ? 0x7F80 : formats::HWY_NAMESPACE::F16ToBF16OddScalar(amax[j]);
-      min1[j] = static_cast<std::uint16_t>(
-          m > 0x03FF ? formats::HWY_NAMESPACE::F16ToBF16OddScalar(m) - 1 : 0);
+      amax[j] = amax[j] > 0x7BFF ? 0x7F80 : F16ToBF16OddScalar(amax[j]);
+      min1[j] = static_cast<std::uint16_t>(m > 0x03FF ? F16ToBF16OddScalar(m) - 1 : 0);
     }
     return;
   }
-  hn::StoreU(hn::IfThenElse(hn::Gt(a, set(0x7BFF)), set(0x7F80), odd(a)), d, amax);
-  const auto m = hn::Add(m1, set(1));
-  hn::StoreU(hn::IfThenElseZero(hn::Gt(m1, set(0x03FE)), hn::Sub(odd(m), set(1))), d, min1);
+  hn::StoreU(hn::IfThenElse(hn::Gt(a, set(0x7BFF)), set(0x7F80), F16ToBF16OddNormalBits(d, a)), d,
+             amax);
+  const auto m = F16ToBF16OddNormalBits(d, hn::Add(m1, set(1)));
+  hn::StoreU(hn::IfThenElseZero(hn::Gt(m1, set(0x03FE)), hn::Sub(m, set(1))), d, min1);
 }
 
 // n entries of each (a multiple of 8), all at once: one set at a time, the constants were set
@@ -392,10 +392,13 @@ void f16_magnitudes_as_bf16(std::uint16_t* HWY_RESTRICT amax, std::uint16_t* HWY
   }
 }
 
-// A float16 row of d values rounded to bfloat16 by round-to-odd, in s.keys.
-const std::uint16_t* f16_row_as_bf16(Scratch& s, const std::uint16_t* src, std::int64_t d) {
-  formats::HWY_NAMESPACE::F16ToBF16Odd(src, s.keys, static_cast<std::size_t>(d));
-  return s.keys;
+// A float16 row of d values rounded to bfloat16 by round-to-odd, in s.bf16. Out of line: the
+// rows that need it are few, and inlined with a row length known at compile time the rounding's
+// scalar tail drew a false warning from GCC for Arm (an iteration past the end of memory).
+HWY_NOINLINE const std::uint16_t* f16_row_as_bf16(Scratch& s, const std::uint16_t* src,
+                                                  std::int64_t d) {
+  formats::HWY_NAMESPACE::F16ToBF16Odd(src, s.bf16, static_cast<std::size_t>(d));
+  return s.bf16;
 }
 
 // Mode fp8 with round_scale: each row is one group; a zero floor (this mode has no 1e-4 one)
@@ -453,7 +456,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     };
     // The checked form is exact for zeros too, all that an all-zero row (scale 0) needs.
     const auto checked = [&](int k) HWY_ATTR {
-      const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, units[k], d) : units[k];
+      const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, units[k], p.d) : units[k];
       if (qn::QuantizeE4M3Pow2RowChecked<false, kHigh>(src, b.codes(k), d, subw + k) &&
           amax[k] != 0) {
         fix_lanes_below_normal(src, b.codes(k), d, qn::E4M3NormalThreshold(subw[k]), exp[k]);
@@ -588,7 +591,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       } else {
         // Straight to the checked form: a branch per row on the groups' tests, which the data
         // decide, cost more than the unmasked form saves (1.02-1.03 x on AVX2).
-        const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), d) : b.src(k);
+        const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), p.d) : b.src(k);
         mxfp8_row_any(s, src, b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u, nullptr);
       }
     }
@@ -619,7 +622,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
         qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
       }
     } else {
-      const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), d) : b.src(k);
+      const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), p.d) : b.src(k);
       mxfp8_row_any(s, src, b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u, fast + u);
     }
   }
@@ -681,13 +684,19 @@ bool fast_fp4(const IndexerQuantCachePlan& p) {
 
 // The groups of one mxfp4 row that the lane form does not cover (zero or non-finite groups,
 // and those with a scale below 2^-123: FP4Pow2Scales8), rewritten by the scalar rules. exp: the
-// lane form's scale bytes s = max(m, emax) - emax, so m = 255 reads as 255 - emax.
+// lane form's scale bytes s = max(m, emax) - emax, so m = 255 reads as 255 - emax. f16: src
+// holds float16 values.
 void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std::uint8_t* exp,
-                     std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale) {
+                     std::int64_t groups, std::uint8_t* codes, std::uint8_t* scale,
+                     bool f16 = false) {
   const std::uint32_t emax = e2m1 ? 2 : 0;
   for (std::int64_t g = 0; g < groups; ++g) {
     if (exp[g] >= 4 && exp[g] != 255 - emax) continue;
-    formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+    if (f16) {
+      formats::float16_to_float32(src + 32 * g, s.x, 32);
+    } else {
+      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+    }
     mxfp4_group(e2m1, s.x, codes + 16 * g, scale + g);
   }
 }
@@ -713,8 +722,8 @@ KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
 
 // Calls rows(codes) with codes(src, out, t0g) writing the FP4 codes of one row of d values
 // from its groups' operands t0g (QuantizeFP4Pow2Row, or on AVX2 its byte form), the constants
-// of either in registers for all the rows.
-template <class Rows>
+// of either in registers for all the rows. kF16: float16 rows (the byte form only).
+template <bool kF16 = false, class Rows>
 HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table& table,
                                const Rows& rows) {
 #if KVS_FP4_BYTES
@@ -722,8 +731,8 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
   const auto by = [&](auto shift, auto lead, const qn::FP4ByteTable& bytes) HWY_ATTR {
     const qn::FP4ByteRegs r = qn::LoadFP4ByteRegs(bytes);
     rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
-      qn::QuantizeFP4Pow2RowBytes<decltype(shift)::value, decltype(lead)::value>(src, out, d,
-                                                                                 t0g, r);
+      qn::QuantizeFP4Pow2RowBytes<decltype(shift)::value, decltype(lead)::value, kF16>(src, out, d,
+                                                                                       t0g, r);
     });
   };
   static_assert(kE2M1Bytes.lead != 0 && kE1M2Bytes.lead == 0, "the forms below");
@@ -733,6 +742,7 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
     by(std::integral_constant<int, 5>(), std::false_type(), kE1M2Bytes);
   }
 #else
+  static_assert(!kF16, "float16 rows take the byte form only");
   (void)e2m1;
   rows([&](const std::uint16_t* src, std::uint8_t* out, const std::uint32_t* t0g) HWY_ATTR {
     qn::QuantizeFP4Pow2Row(src, out, d, t0g, table);
@@ -743,8 +753,11 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
-template <std::int64_t kD>
+// kF16 (the byte form, d = 128): float16 rows, rounded to bfloat16 in registers (see
+// QuantizeFP4Pow2RowBytes).
+template <std::int64_t kD, bool kF16 = false>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
+  static_assert(!kF16 || (KVS_FP4_BYTES && kD == 128), "float16 rows: the byte form, d = 128");
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
   // A copy: the code stores could alias the global, so each row would load its vectors again.
@@ -781,10 +794,9 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
-      bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16(rows),
-                                                             static_cast<std::uint8_t>(emax),
-                                                             first, exp + 4 * k,
-                                                             t0g + 4 * k));
+      bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16<kF16>(rows),
+                                                             static_cast<std::uint8_t>(emax), first,
+                                                             exp + 4 * k, t0g + 4 * k));
     }
     bad = hn::Vec128<std::uint16_t>{bad16};
   }
@@ -798,7 +810,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     }
   }
   const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
-  with_fp4_codes(e2m1, d, table, [&](const auto& codes) HWY_ATTR {
+  with_fp4_codes<kF16>(e2m1, d, table, [&](const auto& codes) HWY_ATTR {
     if (all) {  // the usual case, in a loop of its own
       for (int k = 0; k < b.n; ++k) {
         const std::int64_t u = k * groups;
@@ -811,7 +823,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       const std::int64_t u = k * groups;
       std::memcpy(b.scale(k), exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
       codes(b.src(k), b.codes(k), t0g + u);
-      redo_fp4_groups(s, e2m1, b.src(k), exp + u, groups, b.codes(k), b.scale(k));
+      redo_fp4_groups(s, e2m1, b.src(k), exp + u, groups, b.codes(k), b.scale(k), kF16);
     }
   });
 }
@@ -905,7 +917,9 @@ HWY_INLINE void hif8_row(const IndexerQuantCachePlan& p, Scratch& s, const qn::H
 // cost four operations and a branch per 128 values; a chunk that fails is taken again row by
 // row, in order, so that a repeated slot still ends with its last writer. Where that happens
 // twice in a call, such rows are frequent, and the rest of the call checks each row.
-template <bool kScaled, std::int64_t kD>
+// kF16: float16 rows (x_scale 1), truncated to bfloat16 in registers by the lane form; a row
+// checked on its own is rounded to bfloat16 first (f16_as_bf16 says why either is exact).
+template <bool kScaled, std::int64_t kD, bool kF16 = false>
 void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                   const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   constexpr std::int64_t kChunk = 16;
@@ -914,10 +928,16 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
   const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
   qn::HiF8LaneFlags<DB> flags(d8);
   auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
-    qn::HiF8LaneRow<kScaled, kD, false>(t, src, codes, p.d, p.options.x_scale, flags);
+    qn::HiF8LaneRow<kScaled, kD, false, kF16>(t, src, codes, p.d, p.options.x_scale, flags);
   };
   auto checked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
-    hif8_row<kScaled, kD>(p, s, t, src, codes);
+    if constexpr (kF16) {
+      IndexerQuantCachePlan q = p;  // the plan of the rounded row
+      q.x.dtype = DType::bfloat16;
+      hif8_row<kScaled, kD>(q, s, t, f16_row_as_bf16(s, src, p.d), codes);
+    } else {
+      hif8_row<kScaled, kD>(p, s, t, src, codes);
+    }
   };
   int failed = 0;
   std::int64_t r = begin;
@@ -938,6 +958,16 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
 void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+#if KVS_HIF8_LANES
+  if (p.x.dtype == DType::float16) {  // fast_hif8_f16
+    if (p.d == 128) {
+      hif8_rows_of<false, 128, true>(p, s, a, slots, begin, end);
+    } else {
+      hif8_rows_of<false, 0, true>(p, s, a, slots, begin, end);
+    }
+    return;
+  }
+#endif
   if (p.options.x_scale == 1.0f) {
     if (p.d == 128) {
       hif8_rows_of<false, 128>(p, s, a, slots, begin, end);
@@ -978,6 +1008,12 @@ void fast_f16_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.x.dtype == DType::float16) {
+#if KVS_FP4_BYTES
+    if (p.options.quant_mode == IndexerQuantMode::mxfp4) {  // fast_fp4_f16
+      fast_mxfp4_rows<128, true>(p, s, b);
+      return;
+    }
+#endif
     if (p.d == 128) {
       fast_f16_rows_of<128>(p, s, b);
     } else {
@@ -1124,6 +1160,28 @@ bool fast_e4m3_f16(const IndexerQuantCachePlan& p) {
   return fast_e4m3(q) && (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32);
 }
 
+// The f16_as_bf16 rows of mode mxfp4 that the byte form rounds in registers (AVX2, d = 128).
+bool fast_fp4_f16(const IndexerQuantCachePlan& p) {
+#if KVS_FP4_BYTES
+  return p.x.dtype == DType::float16 && p.options.quant_mode == IndexerQuantMode::mxfp4 &&
+         p.d == 128 && f16_as_bf16(p);
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+// The f16_as_bf16 rows of mode hifloat8 that the lane form truncates in registers (AVX2, SSE4).
+bool fast_hif8_f16(const IndexerQuantCachePlan& p) {
+#if KVS_HIF8_LANES
+  return p.x.dtype == DType::float16 && p.options.quant_mode == IndexerQuantMode::hifloat8 &&
+         f16_as_bf16(p);
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end);
 
@@ -1168,7 +1226,7 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
 #if HWY_TARGET != HWY_SCALAR
-  if (f16_as_bf16(p) && !fast_e4m3_f16(p)) {
+  if (f16_as_bf16(p) && !fast_e4m3_f16(p) && !fast_fp4_f16(p) && !fast_hif8_f16(p)) {
     f16_rows_as_bf16(p, RowAddresses(p), slots, begin, end);
     return;
   }
@@ -1189,12 +1247,12 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   const RowAddresses a(p);
 #if HWY_TARGET != HWY_SCALAR
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
-  if (fast_hif8(p)) {
+  if (fast_hif8(p) || fast_hif8_f16(p)) {
     hif8_rows(p, s, a, slots, begin, end);
     return;
   }
 #endif
-  if (fast_e4m3(p) || fast_fp4(p) || fast_e4m3_f16(p)) {
+  if (fast_e4m3(p) || fast_fp4(p) || fast_e4m3_f16(p) || fast_fp4_f16(p)) {
     fast_batches(p, s, a, slots, begin, end);
     return;
   }
