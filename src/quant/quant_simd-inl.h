@@ -14,8 +14,8 @@
 //   128-element rows from one key byte per value, reduced as bytes.
 // - QuantizeE4M3Pow2RowUnmasked, QuantizeE4M3Pow2RowInRange, QuantizeE4M3Pow2RowChecked: codes
 //   of a row's groups divided by their powers of two, on 16-bit lanes straight from the bf16
-//   bits, two vectors narrowed together. QuantizeE4M3Pow2RowF16 + E4M3F16Operands: the same
-//   codes straight from float16 bits.
+//   bits, two vectors narrowed together. QuantizeE4M3Pow2RowUnmasked's kF16 + E4M3F16Operands:
+//   the same codes straight from float16 bits.
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
@@ -1648,16 +1648,6 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesUnmasked(D d, V w, V s7) 
   return SignedHighByte<kHigh>(di, hn::BitCast(di, r));
 }
 
-// QuantizeE4M3Pow2RowInRange with E4M3Pow2CodesUnmasked.
-template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
-HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
-                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                                            const std::uint32_t* HWY_RESTRICT subw) {
-  QuantizeE4M3Pow2RowBy<kPerGroup>([](auto d, auto w, auto s7, auto&)
-                                       HWY_ATTR { return E4M3Pow2CodesUnmasked<kHigh>(d, w, s7); },
-                                   x, out, n, subw);
-}
-
 // The same codes from float16 bits, for groups whose every lane is a normal float16 value with
 // an e4m3-normal quotient (a fast group of E4M3Pow2ScalesByKey8 whose smallest magnitude is
 // also float16-normal). s63 = sub16 - 63 (mod 2^16), where sub16 = (e - 119) * 1024 divides by
@@ -1678,14 +1668,21 @@ HWY_INLINE hn::Vec<hn::RebindToSigned<D>> E4M3Pow2CodesF16(D d, V w, V s63) {
   return SignedHighByte<kHigh>(di, hn::BitCast(di, r));
 }
 
-// QuantizeE4M3Pow2RowUnmasked for a row of float16 values, s63w from E4M3F16Operands.
-template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
-HWY_INLINE void QuantizeE4M3Pow2RowF16(const std::uint16_t* HWY_RESTRICT x,
-                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
-                                       const std::uint32_t* HWY_RESTRICT s63w) {
-  QuantizeE4M3Pow2RowBy<kPerGroup>([](auto d, auto w, auto s63, auto&)
-                                       HWY_ATTR { return E4M3Pow2CodesF16<kHigh>(d, w, s63); },
-                                   x, out, n, s63w);
+// QuantizeE4M3Pow2RowInRange with E4M3Pow2CodesUnmasked, or (kF16) for a row of float16
+// values with E4M3Pow2CodesF16, its operands (in place of subw) from E4M3F16Operands.
+template <bool kPerGroup, HighByte kHigh = HighByte::kShift, bool kF16 = false>
+HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
+                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                            const std::uint32_t* HWY_RESTRICT subw) {
+  QuantizeE4M3Pow2RowBy<kPerGroup>(
+      [](auto d, auto w, auto s, auto&) HWY_ATTR {
+        if constexpr (kF16) {
+          return E4M3Pow2CodesF16<kHigh>(d, w, s);
+        } else {
+          return E4M3Pow2CodesUnmasked<kHigh>(d, w, s);
+        }
+      },
+      x, out, n, subw);
 }
 
 // The operands of E4M3Pow2CodesF16 from the scale exponents e (the e8m0 bytes of

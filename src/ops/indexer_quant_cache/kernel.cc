@@ -430,6 +430,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   for (; n % 8 != 0; ++n) units[n] = units[n - 1];  // past the rows: results land in unused entries
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kMaxBatch];
   HWY_ALIGN std::uint32_t subw[kMaxBatch], s63w[kF16 ? kMaxBatch : 1];
+  const std::uint32_t* ops = kF16 ? s63w : subw;  // the unmasked codes' operands
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all_fast[kMaxBatch / 8];
   if constexpr (kF16) {
@@ -446,11 +447,7 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
     const int m = std::min(c + 8, b.n);
     const bool tight = all_fast[c / 8];  // finite, every lane e4m3-normal, exp >= 8
     const auto unmasked = [&](int k) HWY_ATTR {
-      if constexpr (kF16) {
-        qn::QuantizeE4M3Pow2RowF16<false, kHigh>(units[k], b.codes(k), d, s63w + k);
-      } else {
-        qn::QuantizeE4M3Pow2RowUnmasked<false, kHigh>(units[k], b.codes(k), d, subw + k);
-      }
+      qn::QuantizeE4M3Pow2RowUnmasked<false, kHigh, kF16>(units[k], b.codes(k), d, ops + k);
       const float stored = f32(std::uint32_t{exp[k]} << 23);
       std::memcpy(b.scale(k), &stored, 4);
     };
@@ -533,6 +530,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   HWY_ALIGN std::uint16_t amax[kMaxBatch], min1[kF16 ? kMaxBatch : 8];
   HWY_ALIGN std::uint32_t subw[kMaxBatch], s63w[kF16 ? kMaxBatch : 1];
+  const std::uint32_t* ops = kF16 ? s63w : subw;  // the unmasked codes' operands
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   if constexpr (kD == 128) {
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
@@ -583,11 +581,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       const int u = 4 * k;
       if (HWY_LIKELY(set_fast[k / 2])) {
         std::memcpy(b.scale(k), exp + u, 4);
-        if constexpr (kF16) {
-          qn::QuantizeE4M3Pow2RowF16<true, kHigh>(b.src(k), b.codes(k), d, s63w + u);
-        } else {
-          qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
-        }
+        qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh, kF16>(b.src(k), b.codes(k), d, ops + u);
       } else {
         // Straight to the checked form: a branch per row on the groups' tests, which the data
         // decide, cost more than the unmasked form saves (1.02-1.03 x on AVX2).
@@ -616,11 +610,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     const std::int64_t u = k * groups;
     if (all) {  // the usual case
       std::memcpy(b.scale(k), exp + u, static_cast<std::size_t>(groups));
-      if constexpr (kF16) {
-        qn::QuantizeE4M3Pow2RowF16<true, kHigh>(b.src(k), b.codes(k), d, s63w + u);
-      } else {
-        qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh>(b.src(k), b.codes(k), d, subw + u);
-      }
+      qn::QuantizeE4M3Pow2RowUnmasked<true, kHigh, kF16>(b.src(k), b.codes(k), d, ops + u);
     } else {
       const std::uint16_t* src = kF16 ? f16_row_as_bf16(s, b.src(k), p.d) : b.src(k);
       mxfp8_row_any(s, src, b.codes(k), b.scale(k), d, amax + u, subw + u, exp + u, fast + u);
