@@ -524,7 +524,8 @@ TEST(IndexerRandom, OptimizedMatchesReference) {
     IndexerQuantCacheOptions o;
     o.quant_mode = mode;
     o.round_scale = rng() % 2;
-    o.x_scale = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4) * 0.75f;
+    // x_scale 1 in one case of four: float16 rows take the lane forms in mode hifloat8 only then.
+    o.x_scale = rng() % 4 == 0 ? 1.0f : std::ldexp(1.0f, static_cast<int>(rng() % 8) - 4) * 0.75f;
     const std::int64_t shape2[] = {rows, d}, strides2[] = {pitch, 1};
     const std::int64_t shape3[] = {2, half, d}, strides3[] = {half * pitch + gap, pitch, 1};
     const TensorView xv = layout == 2 ? TensorView(x.data(), xdt, shape3, strides3)
