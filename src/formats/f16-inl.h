@@ -61,8 +61,8 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
 // or-ed in: six operations per vector, and three for the test (2h - 0x0800 wraps to 0xF000 or more
 // exactly for the other values, and its maximum is tested once), where AVX2's float32 route takes
 // about fourteen per two vectors' worth and the bits route below a test and a branch per vector.
-// kSticky false leaves the sticky bit out (truncated, three operations fewer), for codes that read
-// no bit past bfloat16's fourth mantissa bit (HiFloat8's).
+// kSticky false (F16ToBF16OddNormalBits only) leaves the sticky bit out (truncated, three
+// operations fewer), for codes that read no bit past bfloat16's fourth mantissa bit (HiFloat8's).
 template <bool kSticky = true, class DU>
 HWY_INLINE hn::Vec<DU> F16ToBF16OddNormalBits(DU du, hn::Vec<DU> h) {
   const hn::RebindToSigned<DU> d;
@@ -76,7 +76,6 @@ HWY_INLINE hn::Vec<DU> F16ToBF16OddNormalBits(DU du, hn::Vec<DU> h) {
   }
 }
 
-template <bool kSticky = true>
 HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,
                                    std::uint16_t* HWY_RESTRICT dst, std::size_t n) {
   const hn::ScalableTag<std::uint16_t> du;
@@ -86,21 +85,19 @@ HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,
   for (std::size_t i = 0; i < n; i += L) {
     const auto h = hn::LoadU(du, src + i);
     worst = hn::Max(worst, hn::Sub(hn::Add(h, h), hn::Set(du, 0x0800)));
-    hn::StoreU(F16ToBF16OddNormalBits<kSticky>(du, h), du, dst + i);
+    hn::StoreU(F16ToBF16OddNormalBits(du, h), du, dst + i);
   }
   return hn::AllTrue(du, hn::Lt(worst, hn::Set(du, 0xF000)));
 }
 
 // dst[i] = float16 src[i] as bfloat16, rounded to odd (F16ToBF16OddScalar). Exact for every code
-// (NaNs stay NaNs: a payload below the kept bits sets the last one). kSticky false: see
-// F16ToBF16OddNormal (the values of the other routes keep their sticky bit).
-template <bool kSticky = true>
+// (NaNs stay NaNs: a payload below the kept bits sets the last one).
 HWY_INLINE void F16ToBF16Odd(const std::uint16_t* HWY_RESTRICT src, std::uint16_t* HWY_RESTRICT dst,
                              std::size_t n) {
   std::size_t i = 0;
 #if HWY_TARGET == HWY_AVX2 || !KVS_F16_IN_REGISTERS
   // Values that are all normal (the usual rows) on the bits; otherwise again by the route below.
-  if (F16ToBF16OddNormal<kSticky>(src, dst, n)) return;
+  if (F16ToBF16OddNormal(src, dst, n)) return;
 #endif
 #if KVS_F16_IN_REGISTERS
   const hn::ScalableTag<float> df;

@@ -948,7 +948,7 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
 #if KVS_HIF8_LANES
-  if (p.x.dtype == DType::float16) {  // fast_hif8_f16
+  if (p.x.dtype == DType::float16) {  // f16_in_kernels
     if (p.d == 128) {
       hif8_rows_of<false, 128, true>(p, s, a, slots, begin, end);
     } else {
@@ -985,7 +985,7 @@ void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
 }
 
-// The float16 rows of fast_e4m3_f16.
+// The float16 rows of modes fp8 and mxfp8 (f16_in_kernels).
 template <std::int64_t kD>
 void fast_f16_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
@@ -998,7 +998,7 @@ void fast_f16_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.x.dtype == DType::float16) {
 #if KVS_FP4_BYTES
-    if (p.options.quant_mode == IndexerQuantMode::mxfp4) {  // fast_fp4_f16
+    if (p.options.quant_mode == IndexerQuantMode::mxfp4) {  // f16_in_kernels: d = 128
       fast_mxfp4_rows<128, true>(p, s, b);
       return;
     }
@@ -1126,8 +1126,8 @@ void fast_batches(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 // code and scale as x: it lies on x's side of every rounding midpoint and of 448 * 2^k, since
 // those have a short mantissa whose last bfloat16 bit is 0. float16 subnormals become normal
 // bfloat16 values with the exponent of their exact value, as the scale rules take them.
-// HiFloat8's codes read only the top four mantissa bits, which truncation keeps as well, so its
-// runs of normal values skip the sticky bit (F16ToBF16Odd<false>). The modes that would compute
+// HiFloat8's codes read only the top four mantissa bits, which truncation keeps as well (its
+// lane form truncates, HiF8LaneRow's kF16). The modes that would compute
 // in float32 with x itself (fp8 without round_scale, hifloat8 with an x_scale, e5m2 caches) keep
 // the general path.
 bool f16_as_bf16(const IndexerQuantCachePlan& p) {
@@ -1140,35 +1140,21 @@ bool f16_as_bf16(const IndexerQuantCachePlan& p) {
   return fast_e4m3(q) || fast_fp4(q);
 }
 
-// The f16_as_bf16 rows that the batch kernels take on their own float16 bits (see
-// f16_magnitudes_as_bf16): modes fp8 and mxfp8, but for rows of more than eight groups.
-bool fast_e4m3_f16(const IndexerQuantCachePlan& p) {
-  if (p.x.dtype != DType::float16) return false;
-  IndexerQuantCachePlan q = p;
-  q.x.dtype = DType::bfloat16;
-  return fast_e4m3(q) && (p.options.quant_mode == IndexerQuantMode::fp8 || p.d <= 8 * 32);
-}
-
-// The f16_as_bf16 rows of mode mxfp4 that the byte form rounds in registers (AVX2, d = 128).
-bool fast_fp4_f16(const IndexerQuantCachePlan& p) {
-#if KVS_FP4_BYTES
-  return p.x.dtype == DType::float16 && p.options.quant_mode == IndexerQuantMode::mxfp4 &&
-         p.d == 128 && f16_as_bf16(p);
-#else
-  (void)p;
+// Whether the kernels take the f16_as_bf16 rows p on their own float16 bits, without the pass:
+// modes fp8 and mxfp8 (f16_magnitudes_as_bf16; mxfp8 rows of at most eight groups), mxfp4 where
+// the byte form codes d = 128 (AVX2), and hifloat8 where the lane form exists (AVX2, SSE4).
+bool f16_in_kernels(const IndexerQuantCachePlan& p) {
+  switch (p.options.quant_mode) {
+    case IndexerQuantMode::fp8:
+      return true;
+    case IndexerQuantMode::mxfp8:
+      return p.d <= 8 * 32;
+    case IndexerQuantMode::mxfp4:
+      return KVS_FP4_BYTES && p.d == 128;
+    case IndexerQuantMode::hifloat8:
+      return KVS_HIF8_LANES;
+  }
   return false;
-#endif
-}
-
-// The f16_as_bf16 rows of mode hifloat8 that the lane form truncates in registers (AVX2, SSE4).
-bool fast_hif8_f16(const IndexerQuantCachePlan& p) {
-#if KVS_HIF8_LANES
-  return p.x.dtype == DType::float16 && p.options.quant_mode == IndexerQuantMode::hifloat8 &&
-         f16_as_bf16(p);
-#else
-  (void)p;
-  return false;
-#endif
 }
 
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
@@ -1186,7 +1172,6 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
   // Contiguous rows are rounded a run of written rows at a time, where one call per row cost
   // its setup and its final test on every 128 values.
   const bool contiguous = a.rank2 && a.x0 == p.d;
-  const bool hif8 = p.options.quant_mode == IndexerQuantMode::hifloat8;
   for (std::int64_t r0 = begin; r0 < end; r0 += per_piece) {
     const std::int64_t n = std::min(per_piece, end - r0);
     for (std::int64_t i = 0; i < n;) {
@@ -1198,13 +1183,8 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
       if (contiguous) {
         while (j < n && slots[r0 + j] >= 0) ++j;
       }
-      const std::uint16_t* src = a.src(r0 + i);
-      const auto count = static_cast<std::size_t>((j - i) * p.d);
-      if (hif8) {
-        formats::HWY_NAMESPACE::F16ToBF16Odd<false>(src, rows + i * p.d, count);
-      } else {
-        formats::HWY_NAMESPACE::F16ToBF16Odd(src, rows + i * p.d, count);
-      }
+      formats::HWY_NAMESPACE::F16ToBF16Odd(a.src(r0 + i), rows + i * p.d,
+                                           static_cast<std::size_t>((j - i) * p.d));
       i = j;
     }
     QuantizeRows(q, slots + r0, 0, n);
@@ -1215,7 +1195,9 @@ void f16_rows_as_bf16(const IndexerQuantCachePlan& p, const RowAddresses& a,
 void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std::int64_t begin,
                   std::int64_t end) {
 #if HWY_TARGET != HWY_SCALAR
-  if (f16_as_bf16(p) && !fast_e4m3_f16(p) && !fast_fp4_f16(p) && !fast_hif8_f16(p)) {
+  const bool f16 = f16_as_bf16(p), f16_own = f16 && f16_in_kernels(p);
+  const bool hif8 = p.options.quant_mode == IndexerQuantMode::hifloat8;
+  if (f16 && !f16_own) {
     f16_rows_as_bf16(p, RowAddresses(p), slots, begin, end);
     return;
   }
@@ -1236,19 +1218,18 @@ void QuantizeRows(const IndexerQuantCachePlan& p, const std::int64_t* slots, std
   const RowAddresses a(p);
 #if HWY_TARGET != HWY_SCALAR
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
-  if (fast_hif8(p) || fast_hif8_f16(p)) {
+  if (fast_hif8(p) || (f16_own && hif8)) {
     hif8_rows(p, s, a, slots, begin, end);
     return;
   }
 #endif
-  if (fast_e4m3(p) || fast_fp4(p) || fast_e4m3_f16(p) || fast_fp4_f16(p)) {
+  if (fast_e4m3(p) || fast_fp4(p) || (f16_own && !hif8)) {
     fast_batches(p, s, a, slots, begin, end);
     return;
   }
 #endif
 #if HWY_TARGET != HWY_SCALAR
-  const bool bf16 = p.x.dtype == DType::bfloat16;
-  const bool hif8_table = p.options.quant_mode == IndexerQuantMode::hifloat8 && bf16;
+  const bool hif8_table = hif8 && p.x.dtype == DType::bfloat16;
 #endif
   const std::size_t scale_bytes =
       static_cast<std::size_t>(p.scale_count) * p.cache_scale.element_size();
