@@ -433,13 +433,10 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   const std::uint32_t* ops = kF16 ? s63w : subw;  // the unmasked codes' operands
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   bool all_fast[kMaxBatch / 8];
-  if constexpr (kF16) {
-    for (int c = 0; c < n; c += 8)
-      qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
-    f16_magnitudes_as_bf16(amax, min1, n);
-  }
+  // The magnitudes of all sets, then their scales (float16 rounds the magnitudes between).
+  for (int c = 0; c < n; c += 8) qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
+  if constexpr (kF16) f16_magnitudes_as_bf16(amax, min1, n);
   for (int c = 0; c < n; c += 8) {
-    if constexpr (!kF16) qn::Magnitudes8Min<16, kSetMin>(units + c, d, amax + c, min1 + c);
     all_fast[c / 8] = qn::E4M3Pow2ScalesByKey8<0>(amax + c, min1 + c, subw + c, exp + c, fast + c);
   }
   if constexpr (kF16) qn::E4M3F16Operands(exp, n, s63w);
@@ -595,13 +592,9 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const std::uint16_t* units[kMaxBatch];
   const int used = batch_groups(b, groups, units);
   const int entries = (used + 7) / 8 * 8;
-  if constexpr (kF16) {
-    for (int c = 0; c < used; c += 8)
-      qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1 + c);
-    f16_magnitudes_as_bf16(amax, min1, entries);
-  }
+  for (int c = 0; c < used; c += 8) qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1 + c);
+  if constexpr (kF16) f16_magnitudes_as_bf16(amax, min1, entries);
   for (int c = 0; c < used; c += 8) {
-    if constexpr (!kF16) qn::Magnitudes8Min<16, true>(units + c, 32, amax + c, min1 + c);
     all &= qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + c, subw + c, exp + c, fast + c);
   }
   if (kF16 && all) qn::E4M3F16Operands(exp, entries, s63w);
