@@ -1268,12 +1268,37 @@ HWY_INLINE FP4ByteRegs LoadFP4ByteRegs(const FP4ByteTable& t) {
 // cannot overflow), whose shift the unsigned pack clamps to 0 below, and the offsets from x, so
 // that the subtraction and the masks run on any port, not on the two that take the shifts,
 // compares and multiplies.
-template <int kShift, bool kLead>
+// kF16: w0 and w1 hold normal float16 values and t0g is FP4Pow2ScalesOfBytes16's kF16 operand
+// (eight times the bfloat16 one less 112 exponent steps: bits of the float16 scale). A value's
+// bfloat16 rounded to odd is its magnitude's bits shifted right by 3 plus those steps, with the
+// dropped bits' sticky bit or-ed in; the operand is a multiple of 2^(kShift + 3), so the
+// bucket is the float16 difference shifted right by kShift + 3 (the sticky bit never reaches
+// it) and the offset that difference rounded to odd, masked: eight operations per vector where
+// rounding each value first took six more than the bfloat16 form's four. A difference that
+// saturates (no lead) reads offset 0, as the bfloat16 one does; with lead, the bucket of a
+// negative one has no threshold.
+template <int kShift, bool kLead, bool kF16 = false>
 HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4ByteRegs& r) {
   const __m256i mag = _mm256_set1_epi16(0x7FFF);
   const __m256i within = _mm256_set1_epi16((1 << kShift) - 1);
   __m256i bucket, offset;
-  if constexpr (kLead) {
+  if constexpr (kF16) {
+    const auto diff = [&](__m256i w) HWY_ATTR {
+      const __m256i a = _mm256_and_si256(w, mag);
+      return kLead ? _mm256_sub_epi16(a, t0g) : _mm256_subs_epu16(a, t0g);
+    };
+    const auto odd = [&](__m256i t) HWY_ATTR {
+      const __m256i sticky =
+          _mm256_min_epu16(_mm256_and_si256(t, _mm256_set1_epi16(7)), _mm256_set1_epi16(1));
+      return _mm256_and_si256(_mm256_or_si256(_mm256_srli_epi16(t, 3), sticky), within);
+    };
+    const __m256i t0 = diff(w0), t1 = diff(w1);
+    bucket = kLead ? _mm256_packus_epi16(_mm256_srai_epi16(t0, kShift + 3),
+                                         _mm256_srai_epi16(t1, kShift + 3))
+                   : _mm256_packus_epi16(_mm256_srli_epi16(t0, kShift + 3),
+                                         _mm256_srli_epi16(t1, kShift + 3));
+    offset = _mm256_packus_epi16(odd(t0), odd(t1));
+  } else if constexpr (kLead) {
     const __m256i t0 = _mm256_sub_epi16(_mm256_and_si256(w0, mag), t0g);
     const __m256i t1 = _mm256_sub_epi16(_mm256_and_si256(w1, mag), t0g);
     bucket = _mm256_packus_epi16(_mm256_srai_epi16(t0, kShift), _mm256_srai_epi16(t1, kShift));
@@ -1294,9 +1319,9 @@ HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4By
 }
 
 // QuantizeFP4Pow2Row by FP4BytePairs (kShift, kLead: the table's), two groups to a store.
-// kF16: x holds float16 values, each rounded to bfloat16 by round-to-odd in registers
-// (F16ToBF16OddNormalBits: exact for normal values; a zero or subnormal comes out below 2^-14
-// with its sign, which codes as the value does where the group's scale is at least 2^-12,
+// kF16: x holds float16 values and t0g FP4Pow2ScalesOfBytes16's kF16 operands (FP4BytePairs'
+// kF16: exact for normal values; a zero or subnormal lands in bucket 0 at offset 0 or 1, or
+// below it, which codes as 0 with its sign where the group's scale is at least 2^-12,
 // FP4RowExponentBytes16's kF16).
 template <int kShift, bool kLead, bool kF16 = false>
 HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
@@ -1305,13 +1330,8 @@ HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
                                         const FP4ByteRegs& r) {
   const auto pairs = [&](std::int64_t g) HWY_ATTR {
     const auto* v = reinterpret_cast<const __m256i*>(x + 32 * g);
-    __m256i w0 = _mm256_loadu_si256(v), w1 = _mm256_loadu_si256(v + 1);
-    if constexpr (kF16) {
-      const hn::Full256<std::uint16_t> du;
-      w0 = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits(du, hn::Vec256<std::uint16_t>{w0}).raw;
-      w1 = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits(du, hn::Vec256<std::uint16_t>{w1}).raw;
-    }
-    return FP4BytePairs<kShift, kLead>(w0, w1, _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
+    return FP4BytePairs<kShift, kLead, kF16>(_mm256_loadu_si256(v), _mm256_loadu_si256(v + 1),
+                                             _mm256_set1_epi32(static_cast<int>(t0g[g])), r);
   };
   const std::int64_t groups = n / 32;
   std::int64_t g = 0;
@@ -1371,15 +1391,17 @@ HWY_INLINE __m128i FP4RowExponentBytes16(const std::uint16_t* const* r) {
 
 // FP4Pow2Scales8 for sixteen groups from their exponent fields m (bytes): the scales straight
 // from the bytes, t0g in both halves by interleaving the operands with themselves.
+// kF16: the operands of float16 rows, 8 * (t0g - 112 * 128) modulo 2^16 (FP4BytePairs' kF16).
+template <bool kF16 = false>
 HWY_INLINE __m128i FP4Pow2ScalesOfBytes16(__m128i m, std::uint8_t emax, std::uint16_t first,
                                           std::uint8_t* HWY_RESTRICT scale16,
                                           std::uint32_t* HWY_RESTRICT t0g) {
   const auto byte = [](int v) HWY_ATTR { return _mm_set1_epi8(static_cast<char>(v)); };
   const __m128i s = _mm_subs_epu8(m, byte(emax));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(scale16), s);
-  const __m256i t =
-      _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepu8_epi16(s), 7),
-                       _mm256_set1_epi16(static_cast<std::int16_t>(first - 127 * 128)));
+  const int offset = kF16 ? 8 * (first - 127 * 128 - 112 * 128) : first - 127 * 128;
+  const __m256i t = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepu8_epi16(s), kF16 ? 10 : 7),
+                                     _mm256_set1_epi16(static_cast<std::int16_t>(offset)));
   const __m256i lo = _mm256_unpacklo_epi16(t, t), hi = _mm256_unpackhi_epi16(t, t);
   auto* out = reinterpret_cast<__m128i*>(t0g);  // lo: groups 0-3, 8-11; hi: 4-7, 12-15
   _mm_storeu_si128(out, _mm256_castsi256_si128(lo));

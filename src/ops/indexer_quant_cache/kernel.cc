@@ -776,9 +776,10 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
-      bad16 = _mm_or_si128(bad16, qn::FP4Pow2ScalesOfBytes16(qn::FP4RowExponentBytes16<kF16>(rows),
-                                                             static_cast<std::uint8_t>(emax), first,
-                                                             exp + 4 * k, t0g + 4 * k));
+      bad16 = _mm_or_si128(bad16,
+                           qn::FP4Pow2ScalesOfBytes16<kF16>(qn::FP4RowExponentBytes16<kF16>(rows),
+                                                            static_cast<std::uint8_t>(emax), first,
+                                                            exp + 4 * k, t0g + 4 * k));
     }
     bad = hn::Vec128<std::uint16_t>{bad16};
   }
