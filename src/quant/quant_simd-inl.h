@@ -1320,9 +1320,9 @@ HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4By
 
 // QuantizeFP4Pow2Row by FP4BytePairs (kShift, kLead: the table's), two groups to a store.
 // kF16: x holds float16 values and t0g FP4Pow2ScalesOfBytes16's kF16 operands (FP4BytePairs'
-// kF16: exact for normal values; a zero or subnormal lands in bucket 0 at offset 0 or 1, or
-// below it, which codes as 0 with its sign where the group's scale is at least 2^-12,
-// FP4RowExponentBytes16's kF16).
+// kF16: exact for normal values; a zero or subnormal lies below the first step, in the lead's
+// bucket or saturated to offset 0, and codes as 0 with its sign where the group's scale is at
+// least 2^-12, FP4RowExponentBytes16's kF16).
 template <int kShift, bool kLead, bool kF16 = false>
 HWY_INLINE void QuantizeFP4Pow2RowBytes(const std::uint16_t* HWY_RESTRICT x,
                                         std::uint8_t* HWY_RESTRICT out, std::int64_t n,
