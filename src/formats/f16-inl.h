@@ -61,19 +61,13 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
 // or-ed in: six operations per vector, and three for the test (2h - 0x0800 wraps to 0xF000 or more
 // exactly for the other values, and its maximum is tested once), where AVX2's float32 route takes
 // about fourteen per two vectors' worth and the bits route below a test and a branch per vector.
-// kSticky false (F16ToBF16OddNormalBits only) leaves the sticky bit out (truncated, three
-// operations fewer), for codes that read no bit past bfloat16's fourth mantissa bit (HiFloat8's).
-template <bool kSticky = true, class DU>
+template <class DU>
 HWY_INLINE hn::Vec<DU> F16ToBF16OddNormalBits(DU du, hn::Vec<DU> h) {
   const hn::RebindToSigned<DU> d;
   const auto r = hn::Add(
       hn::And(hn::ShiftRight<3>(hn::BitCast(d, h)), hn::Set(d, static_cast<std::int16_t>(0x8FFF))),
       hn::Set(d, 0x3800));
-  if constexpr (kSticky) {
-    return hn::Or(hn::BitCast(du, r), hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1)));
-  } else {
-    return hn::BitCast(du, r);
-  }
+  return hn::Or(hn::BitCast(du, r), hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1)));
 }
 
 HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,

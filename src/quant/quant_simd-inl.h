@@ -1941,9 +1941,8 @@ HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
 // What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
 // right while the exponents are below 142 (|x| < 2^15; NaNs and infinities have 255) and the
 // neg window's indices below 0xF8 (R - 112 saturated is -8..-1 only for R in [104, 111]).
-// low: the smallest exponent of float16 rows rounded in registers (HiF8LaneRow's kF16), whose
-// zeros and subnormals F16ToBF16OddNormalBits leaves at 112, where every normal float16 value
-// has at least 113.
+// low: the smallest exponent of float16 rows truncated in registers (HiF8ByteCodes' kF16),
+// whose zeros and subnormals come out at 112, where every normal float16 value has at least 113.
 template <class DB>
 struct HiF8LaneFlags {
   explicit HiF8LaneFlags(DB d8)
@@ -1977,9 +1976,13 @@ struct HiF8LaneFlags {
 //   come out 0x00, those from 2^-23 are counted in `small`, those from 2^15 in `big`.
 // - R - 128 below 0 by the xor, R - 112 saturated below 0 outside [112, 127].
 // The sign goes in bit 7 where the code is not 0x00 (the lanes below 2^-23 have none), by one
-// mask: the windows' entries have bit 7 set. kFirst: the flags start from these bytes. kLow:
-// flags.low takes them in too.
-template <bool kFirst, int K, bool kLow = false, class DB, class VW>
+// mask: the windows' entries have bit 7 set. kFirst: the flags start from these bytes.
+// kF16: w0 and w1 hold float16 values, each truncated to bfloat16 (HiF8LaneRow's kF16), and
+// flags.low takes the bytes in too. Twice a normal value's truncated bfloat16, the sign dropped,
+// is its bits shifted right by 2, masked to the exponent and the mantissa's top seven bits, plus
+// 112 exponent steps: three operations per vector where the truncation and the doubling took
+// four, and the signs are the float16 ones.
+template <bool kFirst, int K, bool kF16 = false, class DB, class VW>
 HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const VW* w1,
                               HiF8LaneFlags<DB>& flags, std::uint8_t* HWY_RESTRICT out) {
   const hn::Repartition<std::int8_t, DB> di8;
@@ -1987,16 +1990,24 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const 
   const hn::Repartition<std::uint64_t, DB> d64;
   using VB = hn::Vec<DB>;
   VB m2[K], e[K], ki[K], mr[K], r[K], ni[K], code[K];
+  const auto doubled = [d16](VW w) HWY_ATTR {
+    if constexpr (kF16) {
+      return hn::Add(hn::And(hn::ShiftRight<2>(w), hn::Set(d16, std::uint16_t{0x1FFE})),
+                     hn::Set(d16, std::uint16_t{0x7000}));
+    } else {
+      return hn::Add(w, w);
+    }
+  };
   for (int k = 0; k < K; ++k) {
     // w1's bytes split the other way round (high bytes first), so that a 64-bit blend, which
     // any port runs, gathers the mantissas where an unpack needed a shuffle port; a byte align
     // gathers the exponents.
-    const auto s0 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w0[k], w0[k])), t.split);
-    const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, hn::Add(w1[k], w1[k])), t.split_hi);
+    const auto s0 = hn::TableLookupBytes(hn::BitCast(d8, doubled(w0[k])), t.split);
+    const auto s1 = hn::TableLookupBytes(hn::BitCast(d8, doubled(w1[k])), t.split_hi);
     m2[k] = hn::BitCast(d8, hn::OddEven(hn::BitCast(d64, s1), hn::BitCast(d64, s0)));
     e[k] = hn::CombineShiftRightBytes<8>(d8, s1, s0);  // E, the sign dropped
     flags.big = kFirst && k == 0 ? e[k] : hn::Max(flags.big, e[k]);
-    if constexpr (kLow) flags.low = kFirst && k == 0 ? e[k] : hn::Min(flags.low, e[k]);
+    if constexpr (kF16) flags.low = kFirst && k == 0 ? e[k] : hn::Min(flags.low, e[k]);
   }
   // 0x70 + ae: a shuffle reads the low four bits; from ae = 16 on, 0x80 or more (at most 240:
   // ae is at most 128, so no saturation is needed).
@@ -2054,9 +2065,9 @@ HWY_INLINE hn::Vec<D> HiF8LaneProducts(D d, hn::Vec<D> w, VF xs) {
 // their HiFloat8 codes as HiF8CodesByTable's where flags.AllRight() holds after the call: the
 // flags take in the row's bytes, from its first vector on where kFresh (no max against a zero
 // then), else on top of those of earlier rows. Two pairs of vectors at a time, where the row
-// has them. kF16: n float16 values (x_scale 1), each truncated to bfloat16 in registers, which
-// keeps the four mantissa bits HiFloat8 reads (F16ToBF16OddNormalBits without the sticky bit:
-// exact for normal values; flags.low tells of the others).
+// has them. kF16: n float16 values (x_scale 1), each truncated to bfloat16 in registers
+// (HiF8ByteCodes' kF16), which keeps the four mantissa bits HiFloat8 reads: exact for normal
+// values; flags.low tells of the others.
 template <bool kScaled, std::int64_t kN = 0, bool kFresh = true, bool kF16 = false>
 HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_RESTRICT src,
                             std::uint8_t* HWY_RESTRICT out, std::int64_t n, float x_scale,
@@ -2073,11 +2084,7 @@ HWY_INLINE void HiF8LaneRow(const HiF8LaneRegs& t, const std::uint16_t* HWY_REST
     hn::Vec<D> w0[K], w1[K];
     for (int k = 0; k < K; ++k) {
       LoadOrderedPair(d, src + j + P * k, w0[k], w1[k]);
-      if constexpr (kF16) {
-        static_assert(!kScaled, "float16 rows take this form with x_scale 1 only");
-        w0[k] = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits<false>(d, w0[k]);
-        w1[k] = formats::HWY_NAMESPACE::F16ToBF16OddNormalBits<false>(d, w1[k]);
-      }
+      static_assert(!(kF16 && kScaled), "float16 rows take this form with x_scale 1 only");
       if constexpr (kScaled) {
         w0[k] = HiF8LaneProducts(d, w0[k], xs);
         w1[k] = HiF8LaneProducts(d, w1[k], xs);
