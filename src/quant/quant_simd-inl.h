@@ -62,7 +62,6 @@
 
 #include "core/bytes-inl.h"
 #include "core/vbmi.h"
-#include "formats/f16-inl.h"
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 

@@ -23,7 +23,8 @@
 //   round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
 //   (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more than eight groups) only
 //   their largest and smallest magnitudes are rounded, and the groups that pass the tests are
-//   coded straight from the float16 bits (f16_magnitudes_as_bf16).
+//   coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (AVX2, d = 128) and
+//   hifloat8 (AVX2, SSE4) take float16 rows in their byte forms (f16_in_kernels).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
@@ -735,7 +736,7 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
-// kF16 (the byte form, d = 128): float16 rows, rounded to bfloat16 in registers (see
+// kF16 (the byte form, d = 128): float16 rows, coded on their own bits (see
 // QuantizeFP4Pow2RowBytes).
 template <std::int64_t kD, bool kF16 = false>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -913,11 +914,11 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
   auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
     qn::HiF8LaneRow<kScaled, kD, false, kF16>(t, src, codes, p.d, p.options.x_scale, flags);
   };
+  IndexerQuantCachePlan rounded = p;  // the plan of a float16 row rounded to bfloat16
+  rounded.x.dtype = DType::bfloat16;
   auto checked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
     if constexpr (kF16) {
-      IndexerQuantCachePlan q = p;  // the plan of the rounded row
-      q.x.dtype = DType::bfloat16;
-      hif8_row<kScaled, kD>(q, s, t, f16_row_as_bf16(s, src, p.d), codes);
+      hif8_row<kScaled, kD>(rounded, s, t, f16_row_as_bf16(s, src, p.d), codes);
     } else {
       hif8_row<kScaled, kD>(p, s, t, src, codes);
     }
@@ -938,29 +939,30 @@ void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses
 #endif
 
 #if KVS_HIF8_BF16 || KVS_HIF8_LANES
+// hif8_rows_of with the row length known at compile time where it is 128.
+template <bool kScaled, bool... kF16>
+void hif8_rows_by_d(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                    const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
+  if (p.d == 128) {
+    hif8_rows_of<kScaled, 128, kF16...>(p, s, a, slots, begin, end);
+  } else {
+    hif8_rows_of<kScaled, 0, kF16...>(p, s, a, slots, begin, end);
+  }
+}
+
 // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
 void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
 #if KVS_HIF8_LANES
   if (p.x.dtype == DType::float16) {  // f16_in_kernels
-    if (p.d == 128) {
-      hif8_rows_of<false, 128, true>(p, s, a, slots, begin, end);
-    } else {
-      hif8_rows_of<false, 0, true>(p, s, a, slots, begin, end);
-    }
+    hif8_rows_by_d<false, true>(p, s, a, slots, begin, end);
     return;
   }
 #endif
   if (p.options.x_scale == 1.0f) {
-    if (p.d == 128) {
-      hif8_rows_of<false, 128>(p, s, a, slots, begin, end);
-    } else {
-      hif8_rows_of<false, 0>(p, s, a, slots, begin, end);
-    }
-  } else if (p.d == 128) {
-    hif8_rows_of<true, 128>(p, s, a, slots, begin, end);
+    hif8_rows_by_d<false>(p, s, a, slots, begin, end);
   } else {
-    hif8_rows_of<true, 0>(p, s, a, slots, begin, end);
+    hif8_rows_by_d<true>(p, s, a, slots, begin, end);
   }
 }
 #endif
@@ -968,39 +970,24 @@ void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a
 // The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
 // over rows, groups and vectors unroll: the per-batch bookkeeping of a d = 128 row (the
 // indexer's usual head size) otherwise costs a sizable share of its arithmetic.
-template <std::int64_t kD>
+// kF16: float16 rows (f16_in_kernels; mode mxfp4 only where the byte form codes d = 128).
+template <std::int64_t kD, bool kF16 = false>
 void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
-    fast_fp8_rows<kD, false>(p, s, b);
+    fast_fp8_rows<kD, kF16>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::mxfp4) {
-    fast_mxfp4_rows<kD>(p, s, b);
+    if constexpr (!kF16 || (KVS_FP4_BYTES && kD == 128)) fast_mxfp4_rows<kD, kF16>(p, s, b);
   } else {
-    fast_mxfp8_rows<kD, false>(p, s, b);
-  }
-}
-
-// The float16 rows of modes fp8 and mxfp8 (f16_in_kernels).
-template <std::int64_t kD>
-void fast_f16_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-  if (p.options.quant_mode == IndexerQuantMode::fp8) {
-    fast_fp8_rows<kD, true>(p, s, b);
-  } else {
-    fast_mxfp8_rows<kD, true>(p, s, b);
+    fast_mxfp8_rows<kD, kF16>(p, s, b);
   }
 }
 
 void fast_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.x.dtype == DType::float16) {
-#if KVS_FP4_BYTES
-    if (p.options.quant_mode == IndexerQuantMode::mxfp4) {  // f16_in_kernels: d = 128
-      fast_mxfp4_rows<128, true>(p, s, b);
-      return;
-    }
-#endif
     if (p.d == 128) {
-      fast_f16_rows_of<128>(p, s, b);
+      fast_rows_of<128, true>(p, s, b);
     } else {
-      fast_f16_rows_of<0>(p, s, b);
+      fast_rows_of<0, true>(p, s, b);
     }
   } else if (p.d == 128) {
     fast_rows_of<128>(p, s, b);
