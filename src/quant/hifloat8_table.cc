@@ -57,9 +57,14 @@ const HiFloat8LaneTables& hifloat8_lane_tables() noexcept {
       t.neg[ae] = static_cast<std::uint8_t>(0x80 | encode(ae - 15));
       if (ae < 15) t.pos[ae] = static_cast<std::uint8_t>(0x80 | encode(ae + 1));
     }
+    for (int i = 0; i < 32; ++i) {
+      const int lane = i % 8, high = i % 16 / 8;  // the i-th byte of a 16-byte block
+      t.operands[kLaneSplitLow][i] = static_cast<std::uint8_t>(2 * lane + high);
+      t.operands[kLaneSplitHigh][i] = static_cast<std::uint8_t>(2 * lane + 1 - high);
+    }
     constexpr std::uint8_t kSplat[6] = {129, 112, 0x7F, 0x80, 141, 0xF7};
     for (int i = 0; i < 6; ++i) {
-      for (std::uint8_t& b : t.splat[i]) b = kSplat[i];
+      for (std::uint8_t& b : t.operands[kLane129 + i]) b = kSplat[i];
     }
     for (int kept = 1; kept <= 3; ++kept) {
       for (unsigned top = 0; top < 16; ++top) {

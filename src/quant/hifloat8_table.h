@@ -63,10 +63,22 @@ struct HiFloat8LaneTables {
   alignas(16) std::uint8_t kept[16];
   alignas(16) std::uint8_t pos[16];
   alignas(16) std::uint8_t neg[16];
-  // The byte constants of the lane form, each in all 16 bytes: 129 (-127), 112, 0x7F, 0x80,
-  // and the flags' limits 141 and 0xF7 (read from memory, so that the compiler does not
-  // rebuild them by shuffles in every row).
-  alignas(16) std::uint8_t splat[6][16];
+  // The lane form's other operands, 32 bytes each (an AVX2 vector; SSE4 reads the first 16),
+  // which its instructions read from memory (kHiF8LaneOperand names them): the byte shuffles
+  // that split 16-bit lanes into their low bytes then their high bytes (and the other way
+  // round) in each 16-byte block, then 129 (-127), 112, 0x7F and 0x80 in every byte, and the
+  // flags' limits 141 and 0xF7.
+  alignas(32) std::uint8_t operands[8][32];
+};
+enum HiF8LaneOperand {
+  kLaneSplitLow,
+  kLaneSplitHigh,
+  kLane129,
+  kLane112,
+  kLane7F,
+  kLane80,
+  kLaneBigTop,
+  kLaneSmallTop
 };
 const HiFloat8LaneTables& hifloat8_lane_tables() noexcept;
 
