@@ -64,10 +64,10 @@ struct HiFloat8LaneTables {
   alignas(16) std::uint8_t pos[16];
   alignas(16) std::uint8_t neg[16];
   // The lane form's other operands, 32 bytes each (an AVX2 vector; SSE4 reads the first 16),
-  // which its instructions read from memory (kHiF8LaneOperand names them): the byte shuffles
-  // that split 16-bit lanes into their low bytes then their high bytes (and the other way
-  // round) in each 16-byte block, then 129 (-127), 112, 0x7F and 0x80 in every byte, and the
-  // flags' limits 141 and 0xF7.
+  // in HiF8LaneOperand's order: the byte shuffles that split 16-bit lanes into their low bytes
+  // then their high bytes (and the other way round) in each 16-byte block, and 129 (-127), 112,
+  // 0x7F and 0x80 in every byte, which its instructions read from memory; then the flags'
+  // limits 141 and 0xF7, which a call loads once.
   alignas(32) std::uint8_t operands[8][32];
 };
 enum HiF8LaneOperand {
