@@ -62,7 +62,7 @@ const HiFloat8LaneTables& hifloat8_lane_tables() noexcept {
       t.operands[kLaneSplitLow][i] = static_cast<std::uint8_t>(2 * lane + high);
       t.operands[kLaneSplitHigh][i] = static_cast<std::uint8_t>(2 * lane + 1 - high);
     }
-    constexpr std::uint8_t kSplat[6] = {129, 112, 0x7F, 0x80, 141, 0xF7};
+    constexpr std::uint8_t kSplat[6] = {129, 112, 0x7F, 0x80, 141, 0xF7};  // from kLane129 on
     for (int i = 0; i < 6; ++i) {
       for (std::uint8_t& b : t.operands[kLane129 + i]) b = kSplat[i];
     }

@@ -1280,34 +1280,26 @@ template <int kShift, bool kLead, bool kF16 = false>
 HWY_INLINE __m256i FP4BytePairs(__m256i w0, __m256i w1, __m256i t0g, const FP4ByteRegs& r) {
   const __m256i mag = _mm256_set1_epi16(0x7FFF);
   const __m256i within = _mm256_set1_epi16((1 << kShift) - 1);
-  __m256i bucket, offset;
-  if constexpr (kF16) {
-    const auto diff = [&](__m256i w) HWY_ATTR {
-      const __m256i a = _mm256_and_si256(w, mag);
-      return kLead ? _mm256_sub_epi16(a, t0g) : _mm256_subs_epu16(a, t0g);
-    };
-    const auto odd = [&](__m256i t) HWY_ATTR {
+  const auto diff = [&](__m256i w) HWY_ATTR {
+    const __m256i a = _mm256_and_si256(w, mag);
+    return kLead ? _mm256_sub_epi16(a, t0g) : _mm256_subs_epu16(a, t0g);
+  };
+  const __m256i t0 = diff(w0), t1 = diff(w1);
+  constexpr int kBucketShift = kF16 ? kShift + 3 : kShift;
+  const auto bucket_of = [](__m256i t) HWY_ATTR {
+    return kLead ? _mm256_srai_epi16(t, kBucketShift) : _mm256_srli_epi16(t, kBucketShift);
+  };
+  const __m256i bucket = _mm256_packus_epi16(bucket_of(t0), bucket_of(t1));
+  const auto offset_of = [&](__m256i w, __m256i t) HWY_ATTR {
+    if constexpr (kF16) {  // the difference rounded to odd
       const __m256i sticky =
           _mm256_min_epu16(_mm256_and_si256(t, _mm256_set1_epi16(7)), _mm256_set1_epi16(1));
       return _mm256_and_si256(_mm256_or_si256(_mm256_srli_epi16(t, 3), sticky), within);
-    };
-    const __m256i t0 = diff(w0), t1 = diff(w1);
-    bucket = kLead ? _mm256_packus_epi16(_mm256_srai_epi16(t0, kShift + 3),
-                                         _mm256_srai_epi16(t1, kShift + 3))
-                   : _mm256_packus_epi16(_mm256_srli_epi16(t0, kShift + 3),
-                                         _mm256_srli_epi16(t1, kShift + 3));
-    offset = _mm256_packus_epi16(odd(t0), odd(t1));
-  } else if constexpr (kLead) {
-    const __m256i t0 = _mm256_sub_epi16(_mm256_and_si256(w0, mag), t0g);
-    const __m256i t1 = _mm256_sub_epi16(_mm256_and_si256(w1, mag), t0g);
-    bucket = _mm256_packus_epi16(_mm256_srai_epi16(t0, kShift), _mm256_srai_epi16(t1, kShift));
-    offset = _mm256_packus_epi16(_mm256_and_si256(w0, within), _mm256_and_si256(w1, within));
-  } else {
-    const __m256i t0 = _mm256_subs_epu16(_mm256_and_si256(w0, mag), t0g);
-    const __m256i t1 = _mm256_subs_epu16(_mm256_and_si256(w1, mag), t0g);
-    bucket = _mm256_packus_epi16(_mm256_srli_epi16(t0, kShift), _mm256_srli_epi16(t1, kShift));
-    offset = _mm256_packus_epi16(_mm256_and_si256(t0, within), _mm256_and_si256(t1, within));
-  }
+    } else {  // with lead from x itself (t0g is a multiple of the bucket size)
+      return _mm256_and_si256(kLead ? w : t, within);
+    }
+  };
+  const __m256i offset = _mm256_packus_epi16(offset_of(w0, t0), offset_of(w1, t1));
   const __m256i passed = _mm256_cmpgt_epi8(offset, _mm256_shuffle_epi8(r.th, bucket));
   // 8 where the sign is clear: a byte shuffle reads 0 where its index has bit 7 set.
   const __m256i positive8 =
@@ -1915,7 +1907,7 @@ HWY_INLINE bool HiF8CodesByTable(const std::uint16_t* HWY_RESTRICT src,
 // bits; a byte shuffle ignores bits 4-6 of an index, so the mask's copy there does no harm.
 struct HiF8LaneRegs {
   hn::Vec<hn::ScalableTag<std::uint8_t>> half2, keep, kept, pos, neg, big_top, small_top;
-  const std::uint8_t* operands;  // detail::HiFloat8LaneTables::operands
+  const std::uint8_t (*operands)[32];  // detail::HiFloat8LaneTables::operands
 };
 
 HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
@@ -1930,13 +1922,7 @@ HWY_INLINE HiF8LaneRegs LoadHiF8LaneRegs() {
           hn::LoadDup128(d8, t.neg),
           hn::LoadDup128(d8, t.operands[detail::kLaneBigTop]),
           hn::LoadDup128(d8, t.operands[detail::kLaneSmallTop]),
-          &t.operands[0][0]};
-}
-
-// Operand i (detail::HiF8LaneOperand) of the lane form.
-template <class DB>
-HWY_INLINE hn::Vec<DB> HiF8Operand(DB d8, const std::uint8_t* operands, int i) {
-  return hn::Load(d8, operands + 32 * i);
+          t.operands};
 }
 
 // What HiF8ByteCodes leaves to the table, as maxima over the bytes seen: the codes are all
@@ -1995,9 +1981,9 @@ HWY_INLINE void HiF8ByteCodes(DB d8, const HiF8LaneRegs& t, const VW* w0, const 
   // one. Left to itself, GCC keeps them all in registers across the row loop, and then spills and
   // reloads the tables in every pair (AVX2 has sixteen vector registers). The empty asm hides the
   // address's value, so that the loads stay where they are used: 1.02-1.03 x on AVX2 (AMD Zen 3).
-  const std::uint8_t* operands = t.operands;
+  const std::uint8_t(*operands)[32] = t.operands;
   asm volatile("" : "+r"(operands));
-  const auto operand = [d8, operands](int i) HWY_ATTR { return HiF8Operand(d8, operands, i); };
+  const auto operand = [d8, operands](int i) HWY_ATTR { return hn::Load(d8, operands[i]); };
   const auto doubled = [d16](VW w) HWY_ATTR {
     if constexpr (kF16) {
       return hn::Add(hn::And(hn::ShiftRight<2>(w), hn::Set(d16, std::uint16_t{0x1FFE})),
