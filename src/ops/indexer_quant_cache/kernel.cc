@@ -557,7 +557,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       set_fast[k / 2] =
           qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + c, subw + c, exp + c, fast + c);
     };
-    const auto by_magnitudes = [&](int k) HWY_ATTR {
+    [[maybe_unused]] const auto by_magnitudes = [&](int k) HWY_ATTR {  // AVX-512 only
       magnitudes(k);
       scales(k);
     };
