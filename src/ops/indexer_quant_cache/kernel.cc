@@ -557,10 +557,6 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       set_fast[k / 2] =
           qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + c, subw + c, exp + c, fast + c);
     };
-    [[maybe_unused]] const auto by_magnitudes = [&](int k) HWY_ATTR {  // AVX-512 only
-      magnitudes(k);
-      scales(k);
-    };
     bool keyed = false;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
     // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16); a
@@ -574,7 +570,10 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
             qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
         for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
           set_fast[k / 2 + j] = (sets >> j) & 1u;
-          if (!set_fast[k / 2 + j]) by_magnitudes(k + 2 * j);
+          if (!set_fast[k / 2 + j]) {
+            magnitudes(k + 2 * j);
+            scales(k + 2 * j);
+          }
         }
       }
     }
@@ -1088,6 +1087,12 @@ void fast_batches_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddres
   };
   Batch b;
   int n = 0;  // b.n lives in a register between the calls
+  // Batch::ahead: the rows of the tokens from r on where x is rank 2 and rows remain.
+  const auto aim = [&](std::int64_t r) {
+    const bool next = kRank2 && r < end;
+    b.ahead = next ? at(a.src(r)) : b.src_at[0];
+    b.ahead_pitch = next ? 2 * a.x0 : 0;
+  };
   for (std::int64_t r = begin; r < end;) {
     const std::int64_t slot = slots[r];
     if (slot < 0) {
@@ -1108,15 +1113,13 @@ void fast_batches_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddres
     r += len;
     if (n == per_batch) {
       b.n = n;
-      b.ahead = kRank2 && r < end ? at(a.src(r)) : b.src_at[0];
-      b.ahead_pitch = kRank2 && r < end ? 2 * a.x0 : 0;
+      aim(r);
       fast_rows(p, s, b);
       n = 0;
     }
   }
   b.n = n;
-  b.ahead = b.src_at[0];
-  b.ahead_pitch = 0;
+  aim(end);
   if (n > 0) fast_rows(p, s, b);
 }
 
