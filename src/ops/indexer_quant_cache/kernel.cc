@@ -32,8 +32,8 @@
 //   VNNI the codes' table indices come out by multishifts and their bytes by dot products.
 //   AVX2 reduces the exponents as bytes the same way and looks the codes up one byte per value,
 //   32 to a vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale
-//   below 2^-123 take the scalar rules. On AVX2 the codes pass prefetches the next batch's rows
-//   (Batch::ahead).
+//   below 2^-123 take the scalar rules. On AVX2 and in the VNNI form the codes pass prefetches
+//   the next batch's rows (Batch::ahead).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -269,9 +269,10 @@ struct Batch {
   int n = 0;
   // Where the next batch's rows most likely are: the rows of the tokens after this batch's
   // (rank-2 x, one pitch apart), else this batch's first row (pitch 0). The mxfp4 kernel's
-  // byte form (AVX2) prefetches them into L2 while it codes this batch from L1
-  // (prefetch_ahead), so that the next batch's first pass, which reads each of its rows, finds
-  // them there. On SSE4, whose codes take three times as long, it gained nothing and cost 1 %.
+  // byte form (AVX2) and its VBMI and VNNI form (AVX-512) prefetch them while they code this
+  // batch from L1 (prefetch_ahead), so that the next batch's first pass, which reads each of
+  // its rows, finds them near. On SSE4, whose codes take three times as long, it gained nothing
+  // and cost 1 %; the fp8 and mxfp8 kernels gained nothing or lost (AVX2, AVX-512).
   std::uint64_t ahead = 0;
   std::int64_t ahead_pitch = 0;
   // Row k of those, row_bytes of it. Past x's end a prefetch fetches nothing.
@@ -709,6 +710,7 @@ KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow
   const __m512i wide = _mm512_load_si512(table.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
   for (int k = 0; k < b.n; ++k) {
+    b.prefetch_ahead(k, 256);
     std::memcpy(b.scale(k), exp + 4 * k, 4);
     qn::QuantizeFP4Pow2Row128Vnni(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
   }
