@@ -1835,7 +1835,7 @@ KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfBf16Bytes(const HiF8ByteRegs& t, __m
   const __m512i half = _mm512_maskz_permutexvar_epi8(low, _mm512_mulhi_epu16(a, by128), t.half);
   const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, half), _mm512_set1_epi16(0x473F));
   const __m512i re = _mm512_mulhi_epu16(u, by128);
-  // HiF8Live on the constants above.
+  // HiF8Live(a), its constants from t.
   const __mmask32 live = _mm512_cmple_epu16_mask(_mm512_add_epi16(a, t.live_bias), t.live_max);
   const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, t.shift));
   const __m512i c = _mm512_maskz_add_epi16(live, kept, _mm512_permutexvar_epi8(re, t.offset));
