@@ -1828,9 +1828,11 @@ HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
 // gives a 16-bit entry in one operation where the 16-bit permute over two registers takes two
 // (on Intel, on the port of the other permutes). The shift replaces the multiply by scale; the
 // codes are the lanes' low bytes (the high bytes are not zero).
-KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfBf16Bytes(const HiF8ByteRegs& t, __m512i w) {
+// HiF8CodesOfMagnitudeBytes works from the magnitudes' bfloat16 bits a and takes the signs from
+// bit 15 of s; HiF8CodesOfBf16Bytes from the bfloat16 values w.
+KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfMagnitudeBytes(const HiF8ByteRegs& t, __m512i a,
+                                                           __m512i s) {
   const __mmask64 low = 0x5555555555555555ull;
-  const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
   const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
   const __m512i half = _mm512_maskz_permutexvar_epi8(low, _mm512_mulhi_epu16(a, by128), t.half);
   const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, half), _mm512_set1_epi16(0x473F));
@@ -1839,21 +1841,19 @@ KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfBf16Bytes(const HiF8ByteRegs& t, __m
   const __mmask32 live = _mm512_cmple_epu16_mask(_mm512_add_epi16(a, t.live_bias), t.live_max);
   const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, t.shift));
   const __m512i c = _mm512_maskz_add_epi16(live, kept, _mm512_permutexvar_epi8(re, t.offset));
-  const __m512i sign = _mm512_maskz_mulhi_epu16(live, w, t.by256);  // w >> 8
+  const __m512i sign = _mm512_maskz_mulhi_epu16(live, s, t.by256);  // s >> 8
   return _mm512_ternarylogic_epi32(c, sign, t.bit7, 0xF8);
 }
 
-// HiF8CodesBf16RowOf by the byte tables: the low bytes of two code vectors in order by one
-// two-register byte permute.
-template <bool kScaled>
-KVS_VBMI_ATTR HWY_INLINE void HiF8CodesBf16RowBytes(const HiF8ByteRegs& t,
-                                                    const std::uint16_t* HWY_RESTRICT src,
-                                                    std::uint8_t* HWY_RESTRICT out,
-                                                    std::int64_t n, __m512 xs) {
-  const auto codes = [&](std::int64_t j) KVS_VBMI_ATTR {
-    return HiF8CodesOfBf16Bytes(
-        t, kScaled ? Bf16ProductsTruncated(src + j, xs) : _mm512_loadu_si512(src + j));
-  };
+KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfBf16Bytes(const HiF8ByteRegs& t, __m512i w) {
+  return HiF8CodesOfMagnitudeBytes(t, _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF)), w);
+}
+
+// The n codes of a row by the byte tables, codes(j) giving the code vector of values j to
+// j + 31: the low bytes of two code vectors in order by one two-register byte permute.
+template <class Codes>
+KVS_VBMI_ATTR HWY_INLINE void HiF8RowBytesOf(const HiF8ByteRegs& t, std::uint8_t* HWY_RESTRICT out,
+                                             std::int64_t n, const Codes& codes) {
   std::int64_t j = 0;
   for (; j + 64 <= n; j += 64) {
     _mm512_storeu_si512(out + j, _mm512_permutex2var_epi8(codes(j), t.even, codes(j + 32)));
@@ -1862,6 +1862,45 @@ KVS_VBMI_ATTR HWY_INLINE void HiF8CodesBf16RowBytes(const HiF8ByteRegs& t,
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
                         _mm512_castsi512_si256(_mm512_permutexvar_epi8(t.even, codes(j))));
   }
+}
+
+// HiF8CodesBf16RowOf by the byte tables.
+template <bool kScaled>
+KVS_VBMI_ATTR HWY_INLINE void HiF8CodesBf16RowBytes(const HiF8ByteRegs& t,
+                                                    const std::uint16_t* HWY_RESTRICT src,
+                                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                                    __m512 xs) {
+  HiF8RowBytesOf(t, out, n, [&](std::int64_t j) KVS_VBMI_ATTR {
+    return HiF8CodesOfBf16Bytes(
+        t, kScaled ? Bf16ProductsTruncated(src + j, xs) : _mm512_loadu_si512(src + j));
+  });
+}
+
+// The same for n float16 values (no x_scale), each truncated to bfloat16 in registers: HiFloat8's
+// codes read four mantissa bits, which truncation keeps. A normal value's truncated bfloat16
+// magnitude is its bits shifted right by 3, masked to the exponent and mantissa, plus 112
+// exponent steps, and the sign stays in the float16 bits: three operations a vector where the
+// pass that rounds a row to bfloat16 stores it and reads it again. Those magnitudes lie in
+// [0x3880, 0x477F] exactly for the normal values: worst takes the largest a - 0x3880 (mod
+// 2^16), below 0x0F00 unless a value is a zero, a subnormal, an infinity or a NaN. Rows holding
+// any are the caller's to take again by that pass (their codes here are not the encoder's).
+KVS_VBMI_ATTR HWY_INLINE void HiF8CodesF16RowBytes(const HiF8ByteRegs& t,
+                                                   const std::uint16_t* HWY_RESTRICT src,
+                                                   std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                                   __m512i& worst) {
+  HiF8RowBytesOf(t, out, n, [&](std::int64_t j) KVS_VBMI_ATTR {
+    const __m512i h = _mm512_loadu_si512(src + j);
+    const __m512i a =
+        _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 3), _mm512_set1_epi16(0x0FFF)),
+                         _mm512_set1_epi16(0x3800));
+    worst = _mm512_max_epu16(worst, _mm512_sub_epi16(a, _mm512_set1_epi16(0x3880)));
+    return HiF8CodesOfMagnitudeBytes(t, a, h);
+  });
+}
+
+// Whether every value that HiF8CodesF16RowBytes took into worst was normal.
+HWY_INLINE bool HiF8F16AllNormal(__m512i worst) {
+  return _mm512_cmpge_epu16_mask(worst, _mm512_set1_epi16(0x0F00)) == 0;
 }
 
 // n bfloat16 values times x_scale (n a multiple of 32), their HiFloat8 codes: round half away

@@ -1217,5 +1217,33 @@ TEST(IndexerSweep, Float16HiFloat8MatchesReference) {
   }
 }
 
+// float16 hifloat8 rows whose values are all normal take the kernels' own float16 forms; the
+// sweep above reaches them only between the chunks that hold zeros, subnormals, infinities or
+// NaNs (after two such chunks a call takes every row through the rounding pass). Here every
+// normal float16 value of either sign, shuffled, fills the rows, and a last stretch puts one
+// subnormal, one infinity and one NaN into rows among normal ones.
+TEST(IndexerSweep, Float16HiFloat8NormalRowsMatchReference) {
+  std::vector<std::uint16_t> normal;
+  for (std::uint32_t p = 0; p < 0x10000; ++p) {
+    const std::uint32_t e = (p >> 10) & 0x1F;
+    if (e != 0 && e != 0x1F) normal.push_back(static_cast<std::uint16_t>(p));
+  }
+  std::mt19937_64 rng(29);
+  std::shuffle(normal.begin(), normal.end(), rng);
+  for (const std::int64_t d : {128, 96}) {
+    std::vector<std::uint16_t> x = normal;
+    x.resize(x.size() / static_cast<std::size_t>(d) * static_cast<std::size_t>(d));
+    const std::size_t tail = x.size();
+    x.insert(x.end(), normal.begin(), normal.begin() + 48 * d);  // three chunks of 16 rows
+    x[tail + 5 * static_cast<std::size_t>(d) + 7] = 0x8001;      // a subnormal
+    x[tail + 21 * static_cast<std::size_t>(d) + 3] = 0x7C00;     // an infinity
+    x[tail + 37 * static_cast<std::size_t>(d) + 1] = 0xFE01;     // a NaN
+    const Hif8Difference f = hif8_first_difference(x, d, 1.0f, {}, DType::float16);
+    ASSERT_EQ(f.at, -1) << "d" << d << " " << f.target << ": f16 0x" << std::hex
+                        << x[static_cast<std::size_t>(f.at)] << " gives 0x" << f.got
+                        << ", the reference 0x" << f.want;
+  }
+}
+
 }  // namespace
 }  // namespace kvscatter

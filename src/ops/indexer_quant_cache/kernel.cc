@@ -24,7 +24,8 @@
 //   (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more than eight groups) only
 //   their largest and smallest magnitudes are rounded, and the groups that pass the tests are
 //   coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (AVX2, d = 128) and
-//   hifloat8 (AVX2, SSE4) take float16 rows in their byte forms (f16_in_kernels).
+//   hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take float16 rows in their byte forms
+//   (f16_in_kernels).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
@@ -876,23 +877,49 @@ void hif8_words(const IndexerQuantCachePlan& p, const RowAddresses& a, const std
   ForEachRow(a, slots, begin, end, row);
 }
 
-template <bool kScaled, std::int64_t kD>
-KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, const RowAddresses& a,
+// kF16 (x_scale 1, where vbmi_usable(): f16_in_kernels): float16 rows truncated to bfloat16 in
+// registers (HiF8CodesF16RowBytes), in chunks of kChunk rows whose values are tested together;
+// a chunk holding a value that is not normal is taken again row by row, in order (so that a
+// repeated slot still ends with its last writer), each row rounded to bfloat16 first. Where that
+// happens twice in a call, such rows are frequent, and the rest of the call takes that way.
+template <bool kScaled, std::int64_t kD, bool kF16 = false>
+KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                               const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const qn::HiF8ByteRegs t = qn::LoadHiF8ByteRegs();
   const __m512 xs = _mm512_set1_ps(p.options.x_scale);
   const std::int64_t d = kD != 0 ? kD : p.d;
-  auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) KVS_VBMI_ATTR {
-    qn::HiF8CodesBf16RowBytes<kScaled>(t, src, codes, d, xs);
-  };
-  ForEachRow(a, slots, begin, end, row);
+  if constexpr (!kF16) {
+    auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*)
+                   KVS_VBMI_ATTR { qn::HiF8CodesBf16RowBytes<kScaled>(t, src, codes, d, xs); };
+    ForEachRow(a, slots, begin, end, row);
+  } else {
+    constexpr std::int64_t kChunk = 16;
+    __m512i worst = _mm512_setzero_si512();
+    auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*)
+                         KVS_VBMI_ATTR { qn::HiF8CodesF16RowBytes(t, src, codes, d, worst); };
+    auto rounded = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) KVS_VBMI_ATTR {
+      qn::HiF8CodesBf16RowBytes<false>(t, f16_row_as_bf16(s, src, p.d), codes, d, xs);
+    };
+    int failed = 0;
+    std::int64_t r = begin;
+    for (; r < end && failed < 2; r += kChunk) {
+      const std::int64_t stop = std::min(end, r + kChunk);
+      worst = _mm512_setzero_si512();
+      ForEachRow(a, slots, r, stop, unchecked);
+      if (HWY_UNLIKELY(!qn::HiF8F16AllNormal(worst))) {
+        ForEachRow(a, slots, r, stop, rounded);
+        ++failed;
+      }
+    }
+    if (r < end) ForEachRow(a, slots, r, end, rounded);
+  }
 }
 
-template <bool kScaled, std::int64_t kD>
-void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch&, const RowAddresses& a,
+template <bool kScaled, std::int64_t kD, bool kF16 = false>
+void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                   const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  if (vbmi_usable()) {
-    hif8_bytes<kScaled, kD>(p, a, slots, begin, end);
+  if (kF16 || vbmi_usable()) {
+    hif8_bytes<kScaled, kD, kF16>(p, s, a, slots, begin, end);
   } else {
     hif8_words<kScaled, kD>(p, a, slots, begin, end);
   }
@@ -983,12 +1010,10 @@ void hif8_rows_by_d(const IndexerQuantCachePlan& p, Scratch& s, const RowAddress
 // x * 1 is x, and a NaN stays a NaN: with x_scale 1 the inputs are their own products.
 void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-#if KVS_HIF8_LANES
   if (p.x.dtype == DType::float16) {  // f16_in_kernels
     hif8_rows_by_d<false, true>(p, s, a, slots, begin, end);
     return;
   }
-#endif
   if (p.options.x_scale == 1.0f) {
     hif8_rows_by_d<false>(p, s, a, slots, begin, end);
   } else {
@@ -1161,7 +1186,8 @@ bool f16_as_bf16(const IndexerQuantCachePlan& p) {
 
 // Whether the kernels take the f16_as_bf16 rows p on their own float16 bits, without the pass:
 // modes fp8 and mxfp8 (f16_magnitudes_as_bf16; mxfp8 rows of at most eight groups), mxfp4 where
-// the byte form codes d = 128 (AVX2), and hifloat8 where the lane form exists (AVX2, SSE4).
+// the byte form codes d = 128 (AVX2), and hifloat8 where the lane form exists (AVX2, SSE4) or
+// the byte tables run (AVX-512 with VBMI).
 bool f16_in_kernels(const IndexerQuantCachePlan& p) {
   switch (p.options.quant_mode) {
     case IndexerQuantMode::fp8:
@@ -1171,7 +1197,7 @@ bool f16_in_kernels(const IndexerQuantCachePlan& p) {
     case IndexerQuantMode::mxfp4:
       return KVS_FP4_BYTES && p.d == 128;
     case IndexerQuantMode::hifloat8:
-      return KVS_HIF8_LANES;
+      return KVS_HIF8_LANES || (KVS_HIF8_BF16 && vbmi_usable());
   }
   return false;
 }
