@@ -1734,10 +1734,12 @@ HWY_INLINE HiF8Bf16Regs LoadHiF8Bf16Regs() {
 
 // The lanes of magnitudes a with codes other than 0x00: 2^-23 <= |x| and no NaN (the only zero
 // has no sign). One compare of a - 2^-23, which wraps below it, where two would share the
-// permutes' port.
-HWY_INLINE __mmask32 HiF8Live(__m512i a) {
-  return _mm512_cmple_epu16_mask(_mm512_sub_epi16(a, _mm512_set1_epi16(0x3400)),
-                                 _mm512_set1_epi16(0x7F80 - 0x3400));
+// permutes' port. Its two constants are parameters, so that a caller may hold them in registers.
+HWY_INLINE __m512i HiF8LiveBias() { return _mm512_set1_epi16(-0x3400); }
+HWY_INLINE __m512i HiF8LiveSpan() { return _mm512_set1_epi16(0x7F80 - 0x3400); }
+HWY_INLINE __mmask32 HiF8Live(__m512i a, __m512i bias = HiF8LiveBias(),
+                              __m512i span = HiF8LiveSpan()) {
+  return _mm512_cmple_epu16_mask(_mm512_add_epi16(a, bias), span);
 }
 
 // Entry i mod 64 of a table held as two halves.
@@ -1808,18 +1810,22 @@ HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* H
 // hifloat8 rows 1.01-1.03 x faster (AMD Zen 5), the epilog's within noise.
 struct HiF8ByteRegs {
   __m512i half, shift, offset, even;
-  __m512i live_bias, live_max, by256, bit7;
+  __m512i live_bias, live_span, by256, bit7;
 };
 
 HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
   const detail::HiFloat8Bf16Tables& t = detail::hifloat8_bf16_tables();
   HWY_ALIGN std::uint8_t even[64];
   for (int i = 0; i < 64; ++i) even[i] = static_cast<std::uint8_t>(2 * i);
-  HiF8ByteRegs r{_mm512_load_si512(t.half8),   _mm512_load_si512(t.shift8),
-                 _mm512_load_si512(t.offset8), _mm512_load_si512(even),
-                 _mm512_set1_epi16(-0x3400),   _mm512_set1_epi16(0x7F80 - 0x3400),
-                 _mm512_set1_epi16(0x100),     _mm512_set1_epi16(0x80)};
-  asm volatile("" : "+v"(r.live_bias), "+v"(r.live_max), "+v"(r.by256), "+v"(r.bit7));
+  HiF8ByteRegs r{_mm512_load_si512(t.half8),
+                 _mm512_load_si512(t.shift8),
+                 _mm512_load_si512(t.offset8),
+                 _mm512_load_si512(even),
+                 HiF8LiveBias(),
+                 HiF8LiveSpan(),
+                 _mm512_set1_epi16(0x100),
+                 _mm512_set1_epi16(0x80)};
+  asm volatile("" : "+v"(r.live_bias), "+v"(r.live_span), "+v"(r.by256), "+v"(r.bit7));
   return r;
 }
 
@@ -1837,8 +1843,7 @@ KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfMagnitudeBytes(const HiF8ByteRegs& t
   const __m512i half = _mm512_maskz_permutexvar_epi8(low, _mm512_mulhi_epu16(a, by128), t.half);
   const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, half), _mm512_set1_epi16(0x473F));
   const __m512i re = _mm512_mulhi_epu16(u, by128);
-  // HiF8Live(a), its constants from t.
-  const __mmask32 live = _mm512_cmple_epu16_mask(_mm512_add_epi16(a, t.live_bias), t.live_max);
+  const __mmask32 live = HiF8Live(a, t.live_bias, t.live_span);
   const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, t.shift));
   const __m512i c = _mm512_maskz_add_epi16(live, kept, _mm512_permutexvar_epi8(re, t.offset));
   const __m512i sign = _mm512_maskz_mulhi_epu16(live, s, t.by256);  // s >> 8

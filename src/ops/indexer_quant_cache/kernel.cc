@@ -862,6 +862,29 @@ bool fast_hif8(const IndexerQuantCachePlan& p) {
 bool fast_hif8(const IndexerQuantCachePlan&) { return false; }
 #endif
 
+#if KVS_HIF8_BF16 || KVS_HIF8_LANES
+// Rows [begin, end) in chunks of 16 rows: fast(r, stop) codes a chunk's rows and says whether
+// they all came out right, where a check per row cost four operations and a branch per 128
+// values; a chunk that did not is taken again by slow(r, stop), in order, so that a repeated slot
+// still ends with its last writer. Where that happens twice in a call, such rows are frequent,
+// and the rest of the call goes by slow.
+template <class Fast, class Slow>
+HWY_INLINE void in_checked_chunks(std::int64_t begin, std::int64_t end, const Fast& fast,
+                                  const Slow& slow) {
+  constexpr std::int64_t kChunk = 16;
+  int failed = 0;
+  std::int64_t r = begin;
+  for (; r < end && failed < 2; r += kChunk) {
+    const std::int64_t stop = std::min(end, r + kChunk);
+    if (HWY_UNLIKELY(!fast(r, stop))) {
+      slow(r, stop);
+      ++failed;
+    }
+  }
+  if (r < end) slow(r, end);
+}
+#endif
+
 #if KVS_HIF8_BF16
 // AVX-512: every lane in registers, NaNs included, by the byte tables where the CPU has VBMI
 // (core/vbmi.h), else by the 16-bit ones.
@@ -878,10 +901,8 @@ void hif8_words(const IndexerQuantCachePlan& p, const RowAddresses& a, const std
 }
 
 // kF16 (x_scale 1, where vbmi_usable(): f16_in_kernels): float16 rows truncated to bfloat16 in
-// registers (HiF8CodesF16RowBytes), in chunks of kChunk rows whose values are tested together;
-// a chunk holding a value that is not normal is taken again row by row, in order (so that a
-// repeated slot still ends with its last writer), each row rounded to bfloat16 first. Where that
-// happens twice in a call, such rows are frequent, and the rest of the call takes that way.
+// registers (HiF8CodesF16RowBytes), their values tested a chunk at a time (in_checked_chunks);
+// the rows of a chunk holding a value that is not normal are rounded to bfloat16 first.
 template <bool kScaled, std::int64_t kD, bool kF16 = false>
 KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                               const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
@@ -893,25 +914,24 @@ KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const 
                    KVS_VBMI_ATTR { qn::HiF8CodesBf16RowBytes<kScaled>(t, src, codes, d, xs); };
     ForEachRow(a, slots, begin, end, row);
   } else {
-    constexpr std::int64_t kChunk = 16;
-    __m512i worst = _mm512_setzero_si512();
+    __m512i worst;
     auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*)
                          KVS_VBMI_ATTR { qn::HiF8CodesF16RowBytes(t, src, codes, d, worst); };
-    auto rounded = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) KVS_VBMI_ATTR {
+    // t by value: the rare rows' path stays out of line, and a reference would keep the hot
+    // loop's tables in memory.
+    auto rounded = [&, t](const std::uint16_t* src, std::uint8_t* codes,
+                          std::uint8_t*) KVS_VBMI_ATTR {
       qn::HiF8CodesBf16RowBytes<false>(t, f16_row_as_bf16(s, src, p.d), codes, d, xs);
     };
-    int failed = 0;
-    std::int64_t r = begin;
-    for (; r < end && failed < 2; r += kChunk) {
-      const std::int64_t stop = std::min(end, r + kChunk);
-      worst = _mm512_setzero_si512();
-      ForEachRow(a, slots, r, stop, unchecked);
-      if (HWY_UNLIKELY(!qn::HiF8F16AllNormal(worst))) {
-        ForEachRow(a, slots, r, stop, rounded);
-        ++failed;
-      }
-    }
-    if (r < end) ForEachRow(a, slots, r, end, rounded);
+    in_checked_chunks(
+        begin, end,
+        [&](std::int64_t r, std::int64_t stop) KVS_VBMI_ATTR {
+          worst = _mm512_setzero_si512();
+          ForEachRow(a, slots, r, stop, unchecked);
+          return qn::HiF8F16AllNormal(worst);
+        },
+        [&](std::int64_t r, std::int64_t stop)
+            KVS_VBMI_ATTR { ForEachRow(a, slots, r, stop, rounded); });
   }
 }
 
@@ -947,23 +967,19 @@ HWY_INLINE void hif8_row(const IndexerQuantCachePlan& p, Scratch& s, const qn::H
   general_row(p, s, src, codes);
 }
 
-// The rows in chunks of kChunk tokens whose flags are checked together, where a check per row
-// cost four operations and a branch per 128 values; a chunk that fails is taken again row by
-// row, in order, so that a repeated slot still ends with its last writer. Where that happens
-// twice in a call, such rows are frequent, and the rest of the call checks each row.
-// kF16: float16 rows (x_scale 1), truncated to bfloat16 in registers by the lane form; a row
-// checked on its own is rounded to bfloat16 first (f16_as_bf16 says why either is exact).
-// GCC on x86 schedules instructions only after register allocation; scheduling this function
-// before it as well, with the registers' pressure in view (KVS_SCHEDULE_FIRST), measured 1.04 x
-// faster on AVX2 and 1.02-1.03 x on SSE4 (AMD Zen 3): the lane form's chain from a load to its
-// store is long, and its tables fill most of AVX2's sixteen registers. The same options for the
-// whole file cost mxfp4 6 %, and for the fp8 and mxfp8 kernels and the epilog's they gained
+// The rows' flags checked a chunk at a time (in_checked_chunks); the rows of a chunk that fails
+// are checked one by one. kF16: float16 rows (x_scale 1), truncated to bfloat16 in registers by the
+// lane form; a row checked on its own is rounded to bfloat16 first (f16_as_bf16 says why either is
+// exact). GCC on x86 schedules instructions only after register allocation; scheduling this
+// function before it as well, with the registers' pressure in view (KVS_SCHEDULE_FIRST),
+// measured 1.04 x faster on AVX2 and 1.02-1.03 x on SSE4 (AMD Zen 3): the lane form's chain from a
+// load to its store is long, and its tables fill most of AVX2's sixteen registers. The same options
+// for the whole file cost mxfp4 6 %, and for the fp8 and mxfp8 kernels and the epilog's they gained
 // nothing or lost, so this function alone takes them.
 template <bool kScaled, std::int64_t kD, bool kF16 = false>
 KVS_SCHEDULE_FIRST void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s,
                                      const RowAddresses& a, const std::int64_t* slots,
                                      std::int64_t begin, std::int64_t end) {
-  constexpr std::int64_t kChunk = 16;
   using DB = hn::ScalableTag<std::uint8_t>;
   const DB d8;
   const qn::HiF8LaneRegs t = qn::LoadHiF8LaneRegs();
@@ -980,18 +996,14 @@ KVS_SCHEDULE_FIRST void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s,
       hif8_row<kScaled, kD>(p, s, t, src, codes);
     }
   };
-  int failed = 0;
-  std::int64_t r = begin;
-  for (; r < end && failed < 2; r += kChunk) {
-    const std::int64_t stop = std::min(end, r + kChunk);
-    flags = qn::HiF8LaneFlags<DB>(d8);
-    ForEachRow(a, slots, r, stop, unchecked);
-    if (HWY_UNLIKELY(!flags.AllRight(d8, t))) {
-      ForEachRow(a, slots, r, stop, checked);
-      ++failed;
-    }
-  }
-  if (r < end) ForEachRow(a, slots, r, end, checked);
+  in_checked_chunks(
+      begin, end,
+      [&](std::int64_t r, std::int64_t stop) HWY_ATTR {
+        flags = qn::HiF8LaneFlags<DB>(d8);
+        ForEachRow(a, slots, r, stop, unchecked);
+        return flags.AllRight(d8, t);
+      },
+      [&](std::int64_t r, std::int64_t stop) HWY_ATTR { ForEachRow(a, slots, r, stop, checked); });
 }
 #endif
 
