@@ -304,8 +304,19 @@ HWY_INLINE bool E4M3Pow2ScalesByKey8(const std::uint16_t* HWY_RESTRICT amax,
 // shifts on one pipe only, and a code takes two there. Which is faster depends on the loop
 // around the codes. On AMD Zen 2 the indexer's fp8 and mxfp8 rows measured 1.02-1.04 x faster
 // by the multiply, the epilog's fp8_bf16 groups 0.96 x; Intel's AVX2 cores shift and multiply
-// on the same two ports.
-enum class HighByte { kShift, kMultiply };
+// on the same two ports. kBytePermute (AVX-512, for a caller that has checked vbmi_usable()):
+// the code stays the high byte of its lane, and the row's store takes the high bytes of two
+// vectors in order by one VBMI byte permute (StoreHighBytePair) where the two shifts, the pack
+// and the lane permute after it take four operations; elsewhere it is kShift.
+enum class HighByte { kShift, kMultiply, kBytePermute };
+
+#undef KVS_HIGH_BYTE_PERMUTE
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define KVS_HIGH_BYTE_PERMUTE 1
+#else
+#define KVS_HIGH_BYTE_PERMUTE 0
+#endif
+
 template <HighByte kHigh, class DI, class V = hn::Vec<DI>>
 HWY_INLINE V SignedHighByte(DI di, V r) {
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
@@ -314,8 +325,25 @@ HWY_INLINE V SignedHighByte(DI di, V r) {
   }
 #endif
   (void)di;
+  if constexpr (KVS_HIGH_BYTE_PERMUTE && kHigh == HighByte::kBytePermute) return r;
   return hn::ShiftRight<8>(r);
 }
+
+#if KVS_HIGH_BYTE_PERMUTE
+// Stores the high bytes of a's 32 lanes, then of b's: byte j of the pair is byte 2j + 1 of a:b.
+// VBMI's vpermt2b by inline assembly, so that the kernels around it need no target attribute
+// beyond Highway's AVX-512 one (a function with one could not inline them); only run it where
+// vbmi_usable().
+HWY_INLINE void StoreHighBytePair(hn::Vec512<std::int16_t> a, hn::Vec512<std::int16_t> b,
+                                  std::uint8_t* HWY_RESTRICT out) {
+  const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
+                                       0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
+                                       0x1F1D1B1917151311, 0x0F0D0B0907050301);
+  __m512i bytes = a.raw;
+  asm("vpermt2b %2, %1, %0" : "+v"(bytes) : "v"(odd), "v"(b.raw));
+  _mm512_storeu_si512(out, bytes);
+}
+#endif
 
 // The e4m3fn code of each lane of w divided by the power of two whose operand is s7 (see
 // E4M3ExpOfKey), as a signed 16-bit value whose low byte is the code (in [-128, 127], so a
@@ -399,7 +427,7 @@ HWY_INLINE void LoadOrderedPair(D d, const std::uint16_t* HWY_RESTRICT x, hn::Ve
 // LoadOrderedPair, so that on AVX2 its pack needs no permute: on a CPU whose permutes take
 // about two cycles of its shuffle pipes (AMD Zen 2), kv_compress_epilog's fp8 modes and the
 // indexer's fp8 and mxfp8 rows measured 1.08-1.17 x faster so at 1,024 tokens.
-template <bool kPerGroup, bool kCheck = false, class Codes>
+template <bool kPerGroup, bool kCheck = false, HighByte kHigh = HighByte::kShift, class Codes>
 HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_RESTRICT x,
                                       std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                       const std::uint32_t* HWY_RESTRICT subw) {
@@ -419,10 +447,19 @@ HWY_INLINE bool QuantizeE4M3Pow2RowBy(Codes codes, const std::uint16_t* HWY_REST
     LoadOrderedPair(d, x + i, wa, wb);
     const auto a = codes(d, wa, kPerGroup ? s7(i) : row_s7, low);
     const auto b = codes(d, wb, kPerGroup ? s7(i + L) : row_s7, low);
+#if KVS_HIGH_BYTE_PERMUTE
+    if constexpr (kHigh == HighByte::kBytePermute) {
+      StoreHighBytePair(a, b, out + i);
+      continue;
+    }
+#endif
     StoreCodePair(di, a, b, out + i);
   }
   if (i < n) {  // an odd number of vectors
-    const auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7, low);
+    auto a = codes(d, hn::LoadU(d, x + i), kPerGroup ? s7(i) : row_s7, low);
+    if constexpr (KVS_HIGH_BYTE_PERMUTE && kHigh == HighByte::kBytePermute) {
+      a = hn::ShiftRight<8>(a);
+    }
     hn::StoreU(hn::DemoteTo(d8, a), d8, reinterpret_cast<std::int8_t*>(out + i));
   }
   if (!kCheck) return false;
@@ -622,7 +659,7 @@ template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
 HWY_INLINE void QuantizeE4M3Pow2RowInRange(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                            const std::uint32_t* HWY_RESTRICT subw) {
-  QuantizeE4M3Pow2RowBy<kPerGroup>(
+  QuantizeE4M3Pow2RowBy<kPerGroup, false, kHigh>(
       [](auto d, auto w, auto s7, auto& low)
           HWY_ATTR { return E4M3Pow2CodesInRange<kHigh>(d, w, s7, low); },
       x, out, n, subw);
@@ -637,7 +674,7 @@ template <bool kPerGroup, HighByte kHigh = HighByte::kShift>
 HWY_INLINE bool QuantizeE4M3Pow2RowChecked(const std::uint16_t* HWY_RESTRICT x,
                                            std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                            const std::uint32_t* HWY_RESTRICT subw) {
-  return QuantizeE4M3Pow2RowBy<kPerGroup, true>(
+  return QuantizeE4M3Pow2RowBy<kPerGroup, true, kHigh>(
       [](auto d, auto w, auto s7, auto& low)
           HWY_ATTR { return E4M3Pow2CodesInRange<kHigh>(d, w, s7, low); },
       x, out, n, subw);
@@ -1687,7 +1724,7 @@ template <bool kPerGroup, HighByte kHigh = HighByte::kShift, bool kF16 = false>
 HWY_INLINE void QuantizeE4M3Pow2RowUnmasked(const std::uint16_t* HWY_RESTRICT x,
                                             std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                             const std::uint32_t* HWY_RESTRICT subw) {
-  QuantizeE4M3Pow2RowBy<kPerGroup>(
+  QuantizeE4M3Pow2RowBy<kPerGroup, false, kHigh>(
       [](auto d, auto w, auto s, auto&) HWY_ATTR {
         if constexpr (kF16) {
           return E4M3Pow2CodesF16<kHigh>(d, w, s);

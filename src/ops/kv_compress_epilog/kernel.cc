@@ -401,7 +401,8 @@ HWY_INLINE void Fp8Pow2Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gr
 // per vector, where masking the magnitude and or-ing the sign back took eight); that form is
 // wrong for zeros, so a group holding one is not fast (GroupMagnitudes' minimum counts zeros)
 // and takes the general path with the reference's rules, as do the rest.
-template <bool kMode0>
+// kHigh: how the codes are narrowed (quant/quant_simd-inl.h, HighByte).
+template <bool kMode0, quant::HWY_NAMESPACE::HighByte kHigh>
 HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
                                 std::int64_t n, std::int64_t groups,
                                 const std::uint16_t* HWY_RESTRICT amax,
@@ -423,8 +424,8 @@ HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_
     // which is below amax / 448 by float32 rounding at most, and no bfloat16 amax lies that
     // close above 448 times a power of two (the nearest is 2^-8 away), so no quotient passes
     // 448.
-    quant::HWY_NAMESPACE::QuantizeE4M3Pow2RowUnmasked<false>(x + 64 * g, data + 64 * g, 64,
-                                                             subw + g);
+    quant::HWY_NAMESPACE::QuantizeE4M3Pow2RowUnmasked<false, kHigh>(x + 64 * g, data + 64 * g, 64,
+                                                                    subw + g);
     if (kMode0) {
       PutBf16(sg, static_cast<std::uint16_t>(e[g] << 7));  // bf16 of 2^(e - 127), exact
     } else {
@@ -443,7 +444,8 @@ void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out,
     alignas(64) std::uint32_t subw[kMaxGroups + 8];
     alignas(64) std::uint8_t e[kMaxGroups + 8], fast[kMaxGroups + 8];
     Fp8Pow2Plan(x, groups, amax, subw, e, fast);
-    Fp8Pow2Quantize<kMode0>(x, out, n, groups, amax, subw, e, fast);
+    Fp8Pow2Quantize<kMode0, quant::HWY_NAMESPACE::HighByte::kShift>(x, out, n, groups, amax, subw,
+                                                                    e, fast);
     return;
   }
 #endif
@@ -722,7 +724,7 @@ constexpr std::int64_t kPrefetchLead = 8;
 constexpr int kFp8BatchRows = 4;
 
 // Rows [begin, end) of an fp8 mode with round_scale, in batches of kFp8BatchRows live rows.
-template <bool kMode0>
+template <bool kMode0, quant::HWY_NAMESPACE::HighByte kHigh>
 void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                  std::int64_t end, bool stream, bool prefetch) {
   constexpr std::int64_t kStride = kMaxGroups + 8;
@@ -756,7 +758,7 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
       // batches ahead; on Zen 2, one batch ahead, L2 was 1.03-1.07 x faster.
       if (prefetch) PrefetchRow<3>(x, p.d, r + i + kPrefetchLead, end);
       std::uint8_t* out = staged.Row(ob[i]);
-      Fp8Pow2Quantize<kMode0>(xb[i], out, n, groups, amax + k, subw + k, e + k, fast + k);
+      Fp8Pow2Quantize<kMode0, kHigh>(xb[i], out, n, groups, amax + k, subw + k, e + k, fast + k);
       if (pad) std::memset(out + p.payload_bytes, 0, pad);
       staged.Done();
     }
@@ -903,10 +905,21 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
     return;
   }
   if (p.round_scale) {
+    using quant::HWY_NAMESPACE::HighByte;
+#if KVS_HIGH_BYTE_PERMUTE
+    if (vbmi_usable()) {
+      if (p.quant_mode == QuantMode::fp8_bf16) {
+        Fp8Pow2Rows<true, HighByte::kBytePermute>(p, slots, begin, end, stream, prefetch);
+      } else {
+        Fp8Pow2Rows<false, HighByte::kBytePermute>(p, slots, begin, end, stream, prefetch);
+      }
+      return;
+    }
+#endif
     if (p.quant_mode == QuantMode::fp8_bf16) {
-      Fp8Pow2Rows<true>(p, slots, begin, end, stream, prefetch);
+      Fp8Pow2Rows<true, HighByte::kShift>(p, slots, begin, end, stream, prefetch);
     } else {
-      Fp8Pow2Rows<false>(p, slots, begin, end, stream, prefetch);
+      Fp8Pow2Rows<false, HighByte::kShift>(p, slots, begin, end, stream, prefetch);
     }
     return;
   }
