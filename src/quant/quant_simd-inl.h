@@ -997,15 +997,32 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 // FP4Pow2CodesWide's but for the bucket index, which VBMI's multishift takes from bits 5 to 12
 // of each lane instead of a shift: 512-bit shifts, saturating adds and one of the word
 // permute's two operations share one port, and the multishift runs on the other.
+// kF16: x holds float16 values whose groups have scales from FP4RowExponents16's kF16 (none of
+// them below E = 5): each is rounded to bfloat16 by round-to-odd in registers, exact for normal
+// values (six operations a vector, where the pass that rounds the rows first stores and loads
+// them again), and a zero or subnormal value becomes a bfloat16 value below 2^-14 with its sign,
+// which codes as 0 with that sign under such a scale, as the value itself does.
+template <bool kF16 = false>
 KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t* HWY_RESTRICT x,
                                                              std::uint8_t* HWY_RESTRICT out,
                                                              const std::uint32_t* HWY_RESTRICT t0g,
                                                              __m512i wide, __m512i bias) {
   const __m512i weights = _mm512_set1_epi32(0x20100201);
   const __m512i index_at = _mm512_set1_epi64(0x0035002500150005);  // bit 5 of each lane
+  const auto load = [&](int g) KVS_VBMI_VNNI_ATTR {
+    const __m512i h = _mm512_loadu_si512(x + 32 * g);
+    if constexpr (!kF16) {
+      return h;
+    } else {  // sign | ((|h| >> 3) + 112 exponent steps), the last bit set by any bit dropped
+      const __m512i r = _mm512_add_epi16(
+          _mm512_and_si512(_mm512_srai_epi16(h, 3), _mm512_set1_epi16(static_cast<short>(0x8FFF))),
+          _mm512_set1_epi16(0x3800));
+      const __m512i one = _mm512_set1_epi16(1);
+      return _mm512_or_si512(r, _mm512_min_epu16(_mm512_and_si512(h, _mm512_set1_epi16(7)), one));
+    }
+  };
   const auto pairs = [&](int g) KVS_VBMI_VNNI_ATTR {
-    const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
-                                     _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
+    const __m512i u = FP4WideOperand(load(g), _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
     const __m512i c = FP4WideCodes(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, weights);
   };
@@ -1126,15 +1143,36 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 // operations instead of three: 512-bit multishifts share their one port with the transposes'
 // shuffles, which the three ops leave alone: the mxfp4 operator measured 2 % faster on AVX-512
 // with the three.
+// kF16: float16 rows, their largest exponents E as those of the rows rounded to bfloat16 by
+// round-to-odd (E + 112), but 255 for infinities and NaNs and 0 (a group that is not fast)
+// below E = 5: where the largest magnitude is at least 2^-10 the scale is at least 2^-12
+// (float4_e1m2: 2^-10), so every zero or subnormal value of the group codes as 0 with its sign
+// (QuantizeFP4Pow2Row128Vnni's kF16). Each field is doubled first, which drops the sign: two
+// operations more per pair of vectors.
+template <bool kF16 = false>
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
   __m512i v[8];
   for (int k = 0; k < 8; ++k) {
     const std::uint16_t* g = r[k / 2] + 64 * (k % 2);
     const __m512i lo = _mm512_loadu_si512(g), hi = _mm512_loadu_si512(g + 32);
-    v[k] = _mm512_mask_blend_epi8(0x5555555555555555ull, _mm512_add_epi16(hi, hi),
-                                  _mm512_srli_epi16(lo, 7));
+    if constexpr (kF16) {
+      v[k] = _mm512_mask_blend_epi8(0x5555555555555555ull,
+                                    _mm512_srli_epi16(_mm512_add_epi16(hi, hi), 3),
+                                    _mm512_srli_epi16(_mm512_add_epi16(lo, lo), 11));
+    } else {
+      v[k] = _mm512_mask_blend_epi8(0x5555555555555555ull, _mm512_add_epi16(hi, hi),
+                                    _mm512_srli_epi16(lo, 7));
+    }
   }
-  return FP4ExponentMaxima16(v);
+  const __m256i e = FP4ExponentMaxima16(v).raw;
+  if constexpr (!kF16) {
+    return hn::Vec256<std::uint16_t>{e};
+  } else {
+    const __m256i rebiased = _mm256_maskz_add_epi16(
+        _mm256_cmpge_epu16_mask(e, _mm256_set1_epi16(5)), e, _mm256_set1_epi16(112));
+    return hn::Vec256<std::uint16_t>{_mm256_mask_blend_epi16(
+        _mm256_cmpeq_epi16_mask(e, _mm256_set1_epi16(31)), rebiased, _mm256_set1_epi16(255))};
+  }
 }
 
 // Sixteen groups' operands (16-bit lanes) into both halves of operand32's entries by one word

@@ -705,18 +705,32 @@ bool fp4_vnni_usable() {
   static const bool has = __builtin_cpu_supports("avx512vnni");
   return has && vbmi_usable();
 }
+// kF16: float16 rows (QuantizeFP4Pow2Row128Vnni's kF16).
+template <bool kF16>
 KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow2Table& table,
-                                                const std::uint8_t* exp,
-                                                const std::uint32_t* t0g) {
+                                                const std::uint8_t* exp, const std::uint32_t* t0g) {
   const __m512i wide = _mm512_load_si512(table.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
   for (int k = 0; k < b.n; ++k) {
     b.prefetch_ahead(k, 256);
     std::memcpy(b.scale(k), exp + 4 * k, 4);
-    qn::QuantizeFP4Pow2Row128Vnni(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
+    qn::QuantizeFP4Pow2Row128Vnni<kF16>(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
   }
 }
 #endif
+
+// Float16 rows of d = 128 in mode mxfp4 go to the kernels (f16_in_kernels) on AVX2 (the byte
+// form) and on AVX-512 where the VNNI form runs.
+bool fp4_f16_in_kernels() {
+#if KVS_FP4_BYTES
+  return true;
+#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return fp4_vnni_usable();
+#else
+  return false;
+#endif
+}
+constexpr bool kFP4F16Kernels = KVS_FP4_BYTES || (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
 
 // Calls rows(codes) with codes(src, out, t0g) writing the FP4 codes of one row of d values
 // from its groups' operands t0g (QuantizeFP4Pow2Row, or on AVX2 its byte form), the constants
@@ -751,11 +765,31 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // Mode mxfp4, rows of at most eight groups: the groups of the batch's rows reduced eight at a
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
-// kF16 (the byte form, d = 128): float16 rows, coded on their own bits (see
-// QuantizeFP4Pow2RowBytes).
+// kF16 (d = 128): float16 rows, coded on their own bits by the byte form (AVX2; see
+// QuantizeFP4Pow2RowBytes), or rounded in registers by the VNNI form (AVX-512; a batch that
+// form does not take is rounded first, fast_mxfp4_f16_rows_rounded).
 template <std::int64_t kD, bool kF16 = false>
+void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b);
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// A batch of float16 rows (d = 128) that the AVX-512 VNNI form does not take whole (a group with
+// an infinity or a NaN, or with no magnitude of 2^-10 or more): its rows rounded to bfloat16
+// (f16_as_bf16 says why that gives the same codes and scales) and quantized as such.
+HWY_NOINLINE void fast_mxfp4_f16_rows_rounded(const IndexerQuantCachePlan& p, Scratch& s,
+                                              const Batch& b) {
+  HWY_ALIGN std::uint16_t rows[kMaxBatch / 4 * 128];
+  Batch c = b;
+  for (int k = 0; k < b.n; ++k) {
+    formats::HWY_NAMESPACE::F16ToBF16Odd(b.src(k), rows + 128 * k, static_cast<std::size_t>(p.d));
+    c.src_at[k] = std::uint64_t{reinterpret_cast<std::uintptr_t>(rows + 128 * k)};
+  }
+  fast_mxfp4_rows<128>(p, s, c);
+}
+#endif
+
+template <std::int64_t kD, bool kF16>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
-  static_assert(!kF16 || (KVS_FP4_BYTES && kD == 128), "float16 rows: the byte form, d = 128");
+  static_assert(!kF16 || (kFP4F16Kernels && kD == 128), "float16 rows: d = 128");
   const std::int64_t d = kD != 0 ? kD : p.d, groups = d / 32;
   const bool e2m1 = p.cache.dtype == DType::float4_e2m1;
   // A copy: the code stores could alias the global, so each row would load its vectors again.
@@ -774,12 +808,16 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
-      const auto m = qn::FP4RowExponents16(rows);
+      const auto m = qn::FP4RowExponents16<kF16>(rows);
       bad16 = _mm256_or_si256(
           bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
     }
     if (fp4_vnni_usable() && _mm256_testz_si256(bad16, bad16)) {
-      fast_mxfp4_rows128_vnni(b, table, exp, t0g);
+      fast_mxfp4_rows128_vnni<kF16>(b, table, exp, t0g);
+      return;
+    }
+    if constexpr (kF16) {
+      fast_mxfp4_f16_rows_rounded(p, s, b);
       return;
     }
     bad = hn::Vec128<std::uint16_t>{_mm_or_si128(_mm256_castsi256_si128(bad16),
@@ -800,32 +838,35 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     bad = hn::Vec128<std::uint16_t>{bad16};
   }
 #endif
-  if (by_groups) {
-    const std::uint16_t* units[kMaxBatch];
-    const int used = batch_groups(b, groups, units);
-    for (int c = 0; c < used; c += 8) {
-      qn::Maxima8<16>(units + c, 32, amax + c);
-      bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, first, exp + c, t0g + c));
+  // AVX-512 has taken float16 rows above.
+  if constexpr (!kF16 || KVS_FP4_BYTES) {
+    if (by_groups) {
+      const std::uint16_t* units[kMaxBatch];
+      const int used = batch_groups(b, groups, units);
+      for (int c = 0; c < used; c += 8) {
+        qn::Maxima8<16>(units + c, 32, amax + c);
+        bad = hn::Or(bad, qn::FP4Pow2Scales8(amax + c, emax, first, exp + c, t0g + c));
+      }
     }
-  }
-  const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
-  with_fp4_codes<kF16>(e2m1, d, table, [&](const auto& codes) HWY_ATTR {
-    if (all) {  // the usual case, in a loop of its own
+    const bool all = hn::AllTrue(d8, hn::Eq(bad, hn::Zero(d8)));
+    with_fp4_codes<kF16>(e2m1, d, table, [&](const auto& codes) HWY_ATTR {
+      if (all) {  // the usual case, in a loop of its own
+        for (int k = 0; k < b.n; ++k) {
+          if constexpr (KVS_FP4_BYTES) b.prefetch_ahead(k, 2 * d);  // see Batch::ahead
+          const std::int64_t u = k * groups;
+          std::memcpy(b.scale(k), exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
+          codes(b.src(k), b.codes(k), t0g + u);
+        }
+        return;
+      }
       for (int k = 0; k < b.n; ++k) {
-        if constexpr (KVS_FP4_BYTES) b.prefetch_ahead(k, 2 * d);  // see Batch::ahead
         const std::int64_t u = k * groups;
         std::memcpy(b.scale(k), exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
         codes(b.src(k), b.codes(k), t0g + u);
+        redo_fp4_groups(s, e2m1, b.src(k), exp + u, groups, b.codes(k), b.scale(k), kF16);
       }
-      return;
-    }
-    for (int k = 0; k < b.n; ++k) {
-      const std::int64_t u = k * groups;
-      std::memcpy(b.scale(k), exp + u, groups == 4 ? 4 : static_cast<std::size_t>(groups));
-      codes(b.src(k), b.codes(k), t0g + u);
-      redo_fp4_groups(s, e2m1, b.src(k), exp + u, groups, b.codes(k), b.scale(k), kF16);
-    }
-  });
+    });
+  }
 }
 
 // Mode mxfp4, rows of more than eight groups: the row's own groups fill the reductions.
@@ -1044,7 +1085,7 @@ void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   if (p.options.quant_mode == IndexerQuantMode::fp8) {
     fast_fp8_rows<kD, kF16, kH>(p, s, b);
   } else if (p.options.quant_mode == IndexerQuantMode::mxfp4) {
-    if constexpr (!kF16 || (KVS_FP4_BYTES && kD == 128)) fast_mxfp4_rows<kD, kF16>(p, s, b);
+    if constexpr (!kF16 || (kFP4F16Kernels && kD == 128)) fast_mxfp4_rows<kD, kF16>(p, s, b);
   } else {
     fast_mxfp8_rows<kD, kF16, kH>(p, s, b);
   }
@@ -1221,7 +1262,7 @@ bool f16_in_kernels(const IndexerQuantCachePlan& p) {
     case IndexerQuantMode::mxfp8:
       return p.d <= 8 * 32;
     case IndexerQuantMode::mxfp4:
-      return KVS_FP4_BYTES && p.d == 128;
+      return p.d == 128 && fp4_f16_in_kernels();
     case IndexerQuantMode::hifloat8:
       return KVS_HIF8_LANES || (KVS_HIF8_BF16 && vbmi_usable());
   }
