@@ -262,7 +262,7 @@ bool fast_e4m3(const IndexerQuantCachePlan& p) {
 // Rows quantized together, in token order (the order they are written in, so a repeated slot
 // still ends with its last writer). Their addresses are kept as integers, so that a run of rows
 // one pitch apart fills them a vector at a time (RunFill), with room for a vector past the last.
-constexpr int kMaxBatch = 128;
+constexpr int kMaxBatch = 256;
 struct Batch {
   static constexpr int kRoom = kMaxBatch + HWY_MAX_BYTES / 8;
   static_assert(sizeof(std::uintptr_t) == sizeof(std::uint64_t), "64-bit addresses");
@@ -305,12 +305,14 @@ inline int batch_groups(const Batch& b, std::int64_t groups, const std::uint16_t
   return used;
 }
 
-// Rows per batch: 64 fp8 rows or 128 mxfp8 / mxfp4 32-groups, in sets of eight that each share
-// one reduction of their magnitudes and one vector of scale rules, so the rows' dependency
-// chains overlap instead of queueing (with one set of eight mxfp8 groups, the chain from the
-// loads to the scales outlasted the batch's work; eight sets beat four, four two). Larger
-// batches also spread each call's setup over more rows: 64 fp8 rows measured 15-20 % faster
-// than 16, 128 mxfp8 groups about 10 % faster than 64 at 1,024 tokens.
+// Rows per batch: 64 fp8 rows or 256 mxfp8 / mxfp4 32-groups (16 KiB of bfloat16 input), in
+// sets of eight that each share one reduction of their magnitudes and one vector of scale rules,
+// so the rows' dependency chains overlap instead of queueing (with one set of eight mxfp8 groups,
+// the chain from the loads to the scales outlasted the batch's work; eight sets beat four, four
+// two). Larger batches also spread each batch's setup over more rows: 64 fp8 rows measured
+// 15-20 % faster than 16, 128 mxfp8 groups about 10 % faster than 64 at 1,024 tokens, and 256
+// groups 1.03-1.05 x faster than 128 for mxfp8 and mxfp4 on AVX-512 (AMD Zen 5; level on AVX2
+// and SSE4), 512 slower again.
 int batch_rows(const IndexerQuantCachePlan& p) {
   const std::int64_t groups = p.d / 32;
   if (p.options.quant_mode == IndexerQuantMode::fp8) return 64;
@@ -548,7 +550,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   if constexpr (kD == 128) {
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
     // last row again past the batch's end). A set whose groups all pass (most sets; about one
-    // 32-row batch in four holds one that does not) takes the unmasked form alone.
+    // in four of 32 rows holds one that does not) takes the unmasked form alone.
     bool set_fast[kMaxBatch / 8];
     const auto magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
