@@ -14,7 +14,7 @@
 //   128-element rows from one key byte per value, reduced as bytes.
 // - QuantizeE4M3Pow2RowUnmasked, QuantizeE4M3Pow2RowInRange, QuantizeE4M3Pow2RowChecked: codes
 //   of a row's groups divided by their powers of two, on 16-bit lanes straight from the bf16
-//   bits, two vectors narrowed together. QuantizeE4M3Pow2RowUnmasked's kF16 + E4M3F16Operands:
+//   bits, two vectors narrowed together (with VBMI by one byte permute, HighByte). QuantizeE4M3Pow2RowUnmasked's kF16 + E4M3F16Operands:
 //   the same codes straight from float16 bits.
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
@@ -28,7 +28,9 @@
 //   groups with power-of-two scales, each from the bf16 bits less the scale's exponent by a
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
 //   packed two per byte. FP4RowExponents16 + FP4Pow2ScalesOf16 (AVX-512): the scales of four
-//   128-element rows from their groups' largest exponents, reduced as bytes.
+//   128-element rows from their groups' largest exponents, reduced as bytes;
+//   QuantizeFP4Pow2Row128Vnni (VBMI and VNNI): the codes of such a row by byte dot products.
+//   Both take float16 rows too (kF16).
 //   FP4BytePairs + QuantizeFP4Pow2RowBytes (AVX2): the same codes one byte per value, 32 per
 //   vector, by two 16-entry byte tables; FP4RowExponentBytes16 + FP4Pow2ScalesOfBytes16: the
 //   scales of four rows as above on 256-bit vectors.

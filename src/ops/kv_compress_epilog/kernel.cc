@@ -765,6 +765,17 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
   }
 }
 
+// Fp8Pow2Rows of the plan's mode.
+template <quant::HWY_NAMESPACE::HighByte kHigh>
+void Fp8Pow2RowsOfMode(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
+                       std::int64_t end, bool stream, bool prefetch) {
+  if (p.quant_mode == QuantMode::fp8_bf16) {
+    Fp8Pow2Rows<true, kHigh>(p, slots, begin, end, stream, prefetch);
+  } else {
+    Fp8Pow2Rows<false, kHigh>(p, slots, begin, end, stream, prefetch);
+  }
+}
+
 // Rows per batch of mode hifloat8_fp4: the plans of all of them, then the rope, codes and scales
 // of each in token order (the plans write nothing to the cache, so duplicate slots still end
 // with the last writer). The plans' dependency chains then overlap instead of following each
@@ -908,19 +919,11 @@ void QuantizeRows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std:
     using quant::HWY_NAMESPACE::HighByte;
 #if KVS_HIGH_BYTE_PERMUTE
     if (vbmi_usable()) {
-      if (p.quant_mode == QuantMode::fp8_bf16) {
-        Fp8Pow2Rows<true, HighByte::kBytePermute>(p, slots, begin, end, stream, prefetch);
-      } else {
-        Fp8Pow2Rows<false, HighByte::kBytePermute>(p, slots, begin, end, stream, prefetch);
-      }
+      Fp8Pow2RowsOfMode<HighByte::kBytePermute>(p, slots, begin, end, stream, prefetch);
       return;
     }
 #endif
-    if (p.quant_mode == QuantMode::fp8_bf16) {
-      Fp8Pow2Rows<true, HighByte::kShift>(p, slots, begin, end, stream, prefetch);
-    } else {
-      Fp8Pow2Rows<false, HighByte::kShift>(p, slots, begin, end, stream, prefetch);
-    }
+    Fp8Pow2RowsOfMode<HighByte::kShift>(p, slots, begin, end, stream, prefetch);
     return;
   }
 #else
