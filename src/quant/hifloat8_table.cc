@@ -23,6 +23,7 @@ const std::uint8_t* hifloat8_sat_table() noexcept {
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
   static const HiFloat8Bf16Tables tables = [] {
     HiFloat8Bf16Tables t{};
+    for (std::uint8_t& h : t.half8) h = kHiFloat8ByteBias & 0xFF;
     for (int biased = 104; biased <= 142; ++biased) {
       const int i = biased % 64, e = biased - 127;
       const int ae = e < 0 ? -e : e;
@@ -34,9 +35,13 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
       t.half[i] = static_cast<std::uint16_t>(1u << (6 - kept));
       t.scale[i] = static_cast<std::uint16_t>(1u << (9 + kept));
       t.offset[i] = static_cast<std::uint16_t>(code - (top >> (7 - kept)));
-      t.half8[i] = static_cast<std::uint8_t>(t.half[i]);
-      t.shift8[i] = static_cast<std::uint8_t>(7 - kept);
-      t.offset8[i] = static_cast<std::uint8_t>(t.offset[i] & 0xFF);
+      // The byte forms (see the header): binade 142 keeps no bit, the rest as above.
+      const int kept8 = biased == 142 ? 0 : kept;
+      const int r = (biased + 49) % 64;  // (top + bias) >> 7, mod 64
+      t.half8[i] = static_cast<std::uint8_t>((1u << (6 - kept8)) + (kHiFloat8ByteBias & 0xFF));
+      t.shift8[r] = static_cast<std::uint8_t>(7 - kept8);
+      t.offset8[r] =
+          static_cast<std::uint8_t>((code - ((top + kHiFloat8ByteBias) >> (7 - kept8))) & 0xFF);
     }
     return t;
   }();

@@ -28,9 +28,18 @@ const std::uint8_t* hifloat8_sat_table() noexcept;
 // Lanes below 2^-23 (code 0) and NaNs (code 0) are the caller's. Since a code depends only on
 // the top 13 bits of a float32 (see above), the bfloat16 that truncates a float32 has the same
 // code.
-// The byte forms, for 64-entry byte permutes: half as it is (at most 64), the shift
-// 16 - log2(scale) in place of the multiply, and the offset's low byte (the code is below 256,
-// so the sum's low byte is the code whatever the high bytes hold).
+// The byte forms, for 64-entry byte permutes, saturate by the add itself instead of the cap:
+// u' = a + kHiFloat8ByteBias + half (saturating at 0xFFFF) is u + kHiFloat8ByteBias up to
+// u = 0x477F, and the bias, a multiple of 128, leaves u' >> 7 and the shifts below exact. So
+// - half8[E] = half[E] + 0x80, the bias's low byte (its high byte 0xB8 comes from the lanes the
+//   permute does not write), 0x80 where no E in range reads it;
+// - R' = u' >> 7 is R + 0x171, so shift8 and offset8 are indexed by (R + 49) mod 64: the shift
+//   16 - log2(scale) in place of the multiply, and the low byte of the offset less the bias's
+//   share of the kept bits (the code is below 256, so the sum's low byte is the code whatever the
+//   high bytes hold);
+// - binade 142 keeps no mantissa bit here: every u in [0x4700, 0x477F] codes as 2^15, and a
+//   saturated u' (0xFFFF, any u from 0x4780 on) reads that entry with the same R' and kept bits.
+inline constexpr std::uint16_t kHiFloat8ByteBias = 0xB880;  // 0xFFFF - 0x477F
 struct HiFloat8Bf16Tables {
   alignas(64) std::uint16_t half[64];
   alignas(64) std::uint16_t scale[64];

@@ -1887,7 +1887,7 @@ HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* H
 // hifloat8 rows 1.01-1.03 x faster (AMD Zen 5), the epilog's within noise.
 struct HiF8ByteRegs {
   __m512i half, shift, offset, even;
-  __m512i live_bias, live_span, by256, bit7;
+  __m512i live_bias, live_span, by256, bit7, bias;
 };
 
 HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
@@ -1901,8 +1901,10 @@ HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
                  HiF8LiveBias(),
                  HiF8LiveSpan(),
                  _mm512_set1_epi16(0x100),
-                 _mm512_set1_epi16(0x80)};
-  asm volatile("" : "+v"(r.live_bias), "+v"(r.live_span), "+v"(r.by256), "+v"(r.bit7));
+                 _mm512_set1_epi16(0x80),
+                 _mm512_set1_epi16(static_cast<short>(detail::kHiFloat8ByteBias & 0xFF00))};
+  asm volatile(""
+               : "+v"(r.live_bias), "+v"(r.live_span), "+v"(r.by256), "+v"(r.bit7), "+v"(r.bias));
   return r;
 }
 
@@ -1912,16 +1914,22 @@ HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
 // (on Intel, on the port of the other permutes). The shift replaces the multiply by scale; the
 // codes are the lanes' low bytes (the high bytes are not zero).
 // HiF8CodesOfMagnitudeBytes works from the magnitudes' bfloat16 bits a and takes the signs from
-// bit 15 of s; HiF8CodesOfBf16Bytes from the bfloat16 values w.
+// bit 15 of s and the first table index from bits 7-14 of ex (a, or bfloat16 values themselves,
+// whose signs land in the high bytes, which the permute ignores: then the index need not wait
+// for the mask that forms a); HiF8CodesOfBf16Bytes from the bfloat16 values w.
 KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfMagnitudeBytes(const HiF8ByteRegs& t, __m512i a,
-                                                           __m512i s) {
+                                                           __m512i s, __m512i ex) {
   const __mmask64 low = 0x5555555555555555ull;
   const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
-  // The first index by a shift: it heads each vector's chain, where the multiply's latency
-  // held AMD Zen 5 back (1.03-1.04 x faster so); the second stays a multiply, which keeps
-  // Zen 4's two shift and shuffle pipes (shared with the lookups) from carrying more.
-  const __m512i half = _mm512_maskz_permutexvar_epi8(low, _mm512_srli_epi16(a, 7), t.half);
-  const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, half), _mm512_set1_epi16(0x473F));
+  // The shifts are multiplies, which keep Zen 4's two shift and shuffle pipes (shared with the
+  // lookups) free. The first index heads each vector's chain: taken from the values themselves
+  // where they are bfloat16, it runs beside the mask, which on AMD Zen 5 gained as much as a
+  // shift in its place (1.03 x). The bias's high byte rides in the lanes the permute leaves,
+  // and the add saturates (see HiFloat8Bf16Tables): one operation where an add and a cap took
+  // two (1.06-1.07 x).
+  const __m512i half =
+      _mm512_mask_permutexvar_epi8(t.bias, low, _mm512_mulhi_epu16(ex, by128), t.half);
+  const __m512i u = _mm512_adds_epu16(a, half);
   const __m512i re = _mm512_mulhi_epu16(u, by128);
   const __mmask32 live = HiF8Live(a, t.live_bias, t.live_span);
   const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, t.shift));
@@ -1931,7 +1939,7 @@ KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfMagnitudeBytes(const HiF8ByteRegs& t
 }
 
 KVS_VBMI_ATTR HWY_INLINE __m512i HiF8CodesOfBf16Bytes(const HiF8ByteRegs& t, __m512i w) {
-  return HiF8CodesOfMagnitudeBytes(t, _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF)), w);
+  return HiF8CodesOfMagnitudeBytes(t, _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF)), w, w);
 }
 
 // The n codes of a row by the byte tables, codes(j) giving the code vector of values j to
@@ -1979,7 +1987,7 @@ KVS_VBMI_ATTR HWY_INLINE void HiF8CodesF16RowBytes(const HiF8ByteRegs& t,
         _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 3), _mm512_set1_epi16(0x0FFF)),
                          _mm512_set1_epi16(0x3800));
     worst = _mm512_max_epu16(worst, _mm512_sub_epi16(a, _mm512_set1_epi16(0x3880)));
-    return HiF8CodesOfMagnitudeBytes(t, a, h);
+    return HiF8CodesOfMagnitudeBytes(t, a, h, a);
   });
 }
 
