@@ -23,25 +23,23 @@ const std::uint8_t* hifloat8_sat_table() noexcept {
 const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
   static const HiFloat8Bf16Tables tables = [] {
     HiFloat8Bf16Tables t{};
-    for (std::uint8_t& h : t.half8) h = kHiFloat8ByteBias & 0xFF;
+    for (std::uint16_t& h : t.half) h = kHiFloat8Bias;
+    for (std::uint8_t& h : t.half8) h = kHiFloat8Bias & 0xFF;
     for (int biased = 104; biased <= 142; ++biased) {
       const int i = biased % 64, e = biased - 127;
       const int ae = e < 0 ? -e : e;
       // Mantissa bits HiFloat8 keeps: 3, 2, 1 in the binades up to 2^+-3, 2^+-7, 2^+-15; none
-      // for the denormals below.
-      const int kept = ae <= 3 ? 3 : ae <= 7 ? 2 : ae <= 15 ? 1 : 0;
+      // for the denormals below, nor (see the header) in binade 142.
+      const int kept = biased == 142 ? 0 : ae <= 3 ? 3 : ae <= 7 ? 2 : ae <= 15 ? 1 : 0;
       const unsigned code = formats::encode_hifloat8(std::ldexp(1.0f, e), true);
       const unsigned top = static_cast<unsigned>(biased) << 7;
-      t.half[i] = static_cast<std::uint16_t>(1u << (6 - kept));
-      t.scale[i] = static_cast<std::uint16_t>(1u << (9 + kept));
-      t.offset[i] = static_cast<std::uint16_t>(code - (top >> (7 - kept)));
-      // The byte forms (see the header): binade 142 keeps no bit, the rest as above.
-      const int kept8 = biased == 142 ? 0 : kept;
       const int r = (biased + 49) % 64;  // (top + bias) >> 7, mod 64
-      t.half8[i] = static_cast<std::uint8_t>((1u << (6 - kept8)) + (kHiFloat8ByteBias & 0xFF));
-      t.shift8[r] = static_cast<std::uint8_t>(7 - kept8);
-      t.offset8[r] =
-          static_cast<std::uint8_t>((code - ((top + kHiFloat8ByteBias) >> (7 - kept8))) & 0xFF);
+      t.half[i] = static_cast<std::uint16_t>((1u << (6 - kept)) + kHiFloat8Bias);
+      t.scale[r] = static_cast<std::uint16_t>(1u << (9 + kept));
+      t.offset[r] = static_cast<std::uint16_t>(code - ((top + kHiFloat8Bias) >> (7 - kept)));
+      t.half8[i] = static_cast<std::uint8_t>(t.half[i] & 0xFF);
+      t.shift8[r] = static_cast<std::uint8_t>(7 - kept);
+      t.offset8[r] = static_cast<std::uint8_t>(t.offset[r] & 0xFF);
     }
     return t;
   }();

@@ -16,30 +16,28 @@ inline constexpr int kHiFloat8TableShift = 19;
 const std::uint8_t* hifloat8_sat_table() noexcept;
 
 // HiFloat8 codes of bfloat16 magnitudes a (15 bits) by exponent field E = a >> 7, each table
-// indexed by E mod 64 (a 64-entry lookup reads an index's low six bits, so no clamp is needed):
-// for 2^-23 <= |x| <= 1.25 * 2^15, E lies in [104, 142], whose residues differ.
-// - u = min(a + half[E], 0x473F) is the magnitude plus half a unit of the last mantissa bit
-//   HiFloat8 keeps in binade E (round half away from zero), capped just below where 2^15
-//   saturates; any E above 142 exceeds the cap, whatever entry it reads.
-// - With R = u >> 7 (the rounded binade; a carry out of the mantissa moves to R = E + 1, where
-//   the bits below those kept stay below the next binade's unit), the code is
-//   (u * scale[R] >> 16) + offset[R] (mod 2^16): scale[R] = 2^(16 - dropped bits) shifts the
-//   kept bits down, offset[R] turns what remains of R into the code of 2^(R - 127).
+// indexed mod 64 (a 64-entry lookup reads an index's low six bits, so no clamp is needed): for
+// 2^-23 <= |x| <= 1.25 * 2^15, E lies in [104, 142], whose residues differ.
+// - u' = a + half[E] (saturating at 0xFFFF) is the magnitude plus half a unit of the last
+//   mantissa bit HiFloat8 keeps in binade E (round half away from zero), plus the bias
+//   kHiFloat8Bias, which takes u = 0x477F to 0xFFFF: the add saturates where 2^15 does, and any
+//   E above 142 saturates whatever entry it reads (the entries no E in range reads hold the bias
+//   alone). The bias is a multiple of 128, so it leaves the shifts below exact.
+// - With R' = u' >> 7, R + 0x171 for the rounded binade R (a carry out of the mantissa moves to
+//   R = E + 1, where the bits below those kept stay below the next binade's unit), the code is
+//   (u' * scale[R'] >> 16) + offset[R'] (mod 2^16), both indexed by R' mod 64 = (R + 49) mod 64:
+//   scale = 2^(16 - dropped bits) shifts the kept bits down, and offset turns what remains of
+//   R and of the bias into the code of 2^(R - 127).
+// - Binade 142 keeps no mantissa bit: every u in [0x4700, 0x477F] codes as 2^15, and a saturated
+//   u' (0xFFFF, any u from 0x4780 on) reads that entry with the same R' and kept bits.
 // Lanes below 2^-23 (code 0) and NaNs (code 0) are the caller's. Since a code depends only on
 // the top 13 bits of a float32 (see above), the bfloat16 that truncates a float32 has the same
 // code.
-// The byte forms, for 64-entry byte permutes, saturate by the add itself instead of the cap:
-// u' = a + kHiFloat8ByteBias + half (saturating at 0xFFFF) is u + kHiFloat8ByteBias up to
-// u = 0x477F, and the bias, a multiple of 128, leaves u' >> 7 and the shifts below exact. So
-// - half8[E] = half[E] + 0x80, the bias's low byte (its high byte 0xB8 comes from the lanes the
-//   permute does not write), 0x80 where no E in range reads it;
-// - R' = u' >> 7 is R + 0x171, so shift8 and offset8 are indexed by (R + 49) mod 64: the shift
-//   16 - log2(scale) in place of the multiply, and the low byte of the offset less the bias's
-//   share of the kept bits (the code is below 256, so the sum's low byte is the code whatever the
-//   high bytes hold);
-// - binade 142 keeps no mantissa bit here: every u in [0x4700, 0x477F] codes as 2^15, and a
-//   saturated u' (0xFFFF, any u from 0x4780 on) reads that entry with the same R' and kept bits.
-inline constexpr std::uint16_t kHiFloat8ByteBias = 0xB880;  // 0xFFFF - 0x477F
+// The byte forms, for 64-entry byte permutes: half8 the low byte of half (the bias's high byte
+// comes from the lanes the permute does not write), the shift 16 - log2(scale) in place of the
+// multiply, and the offset's low byte (the code is below 256, so the sum's low byte is the code
+// whatever the high bytes hold).
+inline constexpr std::uint16_t kHiFloat8Bias = 0xB880;  // 0xFFFF - 0x477F
 struct HiFloat8Bf16Tables {
   alignas(64) std::uint16_t half[64];
   alignas(64) std::uint16_t scale[64];

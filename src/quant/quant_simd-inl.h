@@ -1832,9 +1832,10 @@ HWY_INLINE __m512i LookUp64(const __m512i* tab, __m512i i) {
 HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
   const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
   const __m512i by128 = _mm512_set1_epi16(0x200);  // x >> 7
-  const __m512i e = _mm512_mulhi_epu16(a, by128);
-  const __m512i u = _mm512_min_epu16(_mm512_add_epi16(a, LookUp64(t.half, e)),
-                                     _mm512_set1_epi16(0x473F));  // saturation
+  // The index from the values themselves (the sign lands past the index's six bits), beside
+  // the mask; the add saturates with the bias the tables carry (HiFloat8Bf16Tables).
+  const __m512i e = _mm512_mulhi_epu16(w, by128);
+  const __m512i u = _mm512_adds_epu16(a, LookUp64(t.half, e));
   const __m512i re = _mm512_mulhi_epu16(u, by128);
   // Codes other than 0x00 for 2^-23 <= |x| and no NaN (the only zero has no sign): the masked
   // operations zero the other lanes.
@@ -1902,7 +1903,7 @@ HWY_INLINE HiF8ByteRegs LoadHiF8ByteRegs() {
                  HiF8LiveSpan(),
                  _mm512_set1_epi16(0x100),
                  _mm512_set1_epi16(0x80),
-                 _mm512_set1_epi16(static_cast<short>(detail::kHiFloat8ByteBias & 0xFF00))};
+                 _mm512_set1_epi16(static_cast<short>(detail::kHiFloat8Bias & 0xFF00))};
   asm volatile(""
                : "+v"(r.live_bias), "+v"(r.live_span), "+v"(r.by256), "+v"(r.bit7), "+v"(r.bias));
   return r;
