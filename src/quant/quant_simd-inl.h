@@ -14,8 +14,9 @@
 //   128-element rows from one key byte per value, reduced as bytes.
 // - QuantizeE4M3Pow2RowUnmasked, QuantizeE4M3Pow2RowInRange, QuantizeE4M3Pow2RowChecked: codes
 //   of a row's groups divided by their powers of two, on 16-bit lanes straight from the bf16
-//   bits, two vectors narrowed together (with VBMI by one byte permute, HighByte). QuantizeE4M3Pow2RowUnmasked's kF16 + E4M3F16Operands:
-//   the same codes straight from float16 bits.
+//   bits, two vectors narrowed together (with VBMI by one byte permute, HighByte).
+//   QuantizeE4M3Pow2RowUnmasked's kF16 + E4M3F16Operands: the same codes straight from float16
+//   bits.
 // - E2M1Thresholds + QuantizeE2M1Group: FP4 codes of a group with a bf16 multiplier as seven
 //   16-bit compares per element (the multiply and both roundings folded into the thresholds).
 //
@@ -64,6 +65,7 @@
 
 #include "core/bytes-inl.h"
 #include "core/vbmi.h"
+#include "formats/f16-inl.h"
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
 
@@ -1001,9 +1003,10 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 // permute's two operations share one port, and the multishift runs on the other.
 // kF16: x holds float16 values whose groups have scales from FP4RowExponents16's kF16 (none of
 // them below E = 5): each is rounded to bfloat16 by round-to-odd in registers, exact for normal
-// values (six operations a vector, where the pass that rounds the rows first stores and loads
-// them again), and a zero or subnormal value becomes a bfloat16 value below 2^-14 with its sign,
-// which codes as 0 with that sign under such a scale, as the value itself does.
+// values (F16ToBF16OddNormalBits, six operations a vector, where the pass that rounds the rows
+// first stores and loads them again), and a zero or subnormal value becomes a bfloat16 value below
+// 2^-14 with its sign, which codes as 0 with that sign under such a scale, as the value itself
+// does.
 template <bool kF16 = false>
 KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t* HWY_RESTRICT x,
                                                              std::uint8_t* HWY_RESTRICT out,
@@ -1015,12 +1018,9 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t
     const __m512i h = _mm512_loadu_si512(x + 32 * g);
     if constexpr (!kF16) {
       return h;
-    } else {  // sign | ((|h| >> 3) + 112 exponent steps), the last bit set by any bit dropped
-      const __m512i r = _mm512_add_epi16(
-          _mm512_and_si512(_mm512_srai_epi16(h, 3), _mm512_set1_epi16(static_cast<short>(0x8FFF))),
-          _mm512_set1_epi16(0x3800));
-      const __m512i one = _mm512_set1_epi16(1);
-      return _mm512_or_si512(r, _mm512_min_epu16(_mm512_and_si512(h, _mm512_set1_epi16(7)), one));
+    } else {
+      const hn::Full512<std::uint16_t> du;
+      return formats::HWY_NAMESPACE::F16ToBF16OddNormalBits(du, hn::Vec512<std::uint16_t>{h}).raw;
     }
   };
   const auto pairs = [&](int g) KVS_VBMI_VNNI_ATTR {

@@ -23,9 +23,9 @@
 //   round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
 //   (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more than eight groups) only
 //   their largest and smallest magnitudes are rounded, and the groups that pass the tests are
-//   coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (AVX2, d = 128) and
-//   hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take float16 rows in their byte forms
-//   (f16_in_kernels).
+//   coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (d = 128: AVX2, and
+//   AVX-512 with VBMI and VNNI) and hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take float16 rows in
+//   their own forms (f16_in_kernels).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
@@ -1080,7 +1080,7 @@ void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a
 // The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
 // over rows, groups and vectors unroll: the per-batch bookkeeping of a d = 128 row (the
 // indexer's usual head size) otherwise costs a sizable share of its arithmetic.
-// kF16: float16 rows (f16_in_kernels; mode mxfp4 only where the byte form codes d = 128).
+// kF16: float16 rows (f16_in_kernels; mode mxfp4 only with d = 128, fp4_f16_in_kernels).
 // kH: how the fp8 and mxfp8 codes are narrowed (fast_batches).
 template <qn::HighByte kH, std::int64_t kD, bool kF16 = false>
 void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -1256,9 +1256,9 @@ bool f16_as_bf16(const IndexerQuantCachePlan& p) {
 }
 
 // Whether the kernels take the f16_as_bf16 rows p on their own float16 bits, without the pass:
-// modes fp8 and mxfp8 (f16_magnitudes_as_bf16; mxfp8 rows of at most eight groups), mxfp4 where
-// the byte form codes d = 128 (AVX2), and hifloat8 where the lane form exists (AVX2, SSE4) or
-// the byte tables run (AVX-512 with VBMI).
+// modes fp8 and mxfp8 (f16_magnitudes_as_bf16; mxfp8 rows of at most eight groups), mxfp4 with
+// d = 128 where the byte form (AVX2) or the VNNI form (AVX-512) codes it, and hifloat8 where the
+// lane form exists (AVX2, SSE4) or the byte tables run (AVX-512 with VBMI).
 bool f16_in_kernels(const IndexerQuantCachePlan& p) {
   switch (p.options.quant_mode) {
     case IndexerQuantMode::fp8:

@@ -435,20 +435,12 @@ HWY_INLINE void Fp8Pow2Quantize(const std::uint16_t* HWY_RESTRICT x, std::uint8_
 }
 #endif
 
+// One row of an fp8 mode by the general path: the SIMD targets take calls with round_scale
+// through Fp8Pow2Rows, so here only the scalar target's and those without it.
 template <bool kMode0, bool kRoundScale>
 void Fp8Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT out, std::int64_t n,
             std::int64_t groups) {
   alignas(64) std::uint16_t amax[kMaxGroups + 8];
-#if HWY_TARGET != HWY_SCALAR
-  if (kRoundScale) {
-    alignas(64) std::uint32_t subw[kMaxGroups + 8];
-    alignas(64) std::uint8_t e[kMaxGroups + 8], fast[kMaxGroups + 8];
-    Fp8Pow2Plan(x, groups, amax, subw, e, fast);
-    Fp8Pow2Quantize<kMode0, quant::HWY_NAMESPACE::HighByte::kShift>(x, out, n, groups, amax, subw,
-                                                                    e, fast);
-    return;
-  }
-#endif
   std::memcpy(out, x + n, 128);  // rope: raw little-endian bf16
   std::uint8_t* data = out + 128;
   std::uint8_t* scale = out + 128 + n;
