@@ -88,12 +88,49 @@ void build_mantissa(E2M1Buckets& b, std::uint32_t j) {
   b.byte_max_e[j] = static_cast<std::uint8_t>(byte_usable ? top : 0);
 }
 
+// A group's plan as kv_compress_epilog's reference takes it from its largest magnitude bits a
+// (the multiplier bf16(6 / a), the scale bf16(a * f32(1 / 6))), with the bucket parameters of
+// the multiplier; false where the bucket tables do not serve the group.
+struct AmaxPlan {
+  std::uint16_t scale;
+  std::uint32_t j, base;
+};
+bool amax_plan(const E2M1Buckets& b, std::uint32_t a, AmaxPlan& plan) {
+  const float amax = formats::decode_bfloat16(static_cast<std::uint16_t>(a));
+  const std::uint16_t mult = formats::encode_bfloat16(6.0f / amax);
+  plan.scale = formats::encode_bfloat16(amax * f32_from_bits(kC6Bits));
+  return a != 0 && a < 0x7F80 && e2m1_bucket_params(b, mult, plan.j, plan.base) &&
+         a <= plan.base * 32u + 1023u;
+}
+
+// The amax entries of mantissa m from E = 127; false unless they serve every exponent of
+// [kAmaxMinExp, 254].
+bool build_amax_entries(E2M1Buckets& b, std::uint32_t m) {
+  AmaxPlan p0;
+  if (!amax_plan(b, 127u * 128u + m, p0)) return false;
+  b.amax_table[m] = static_cast<std::uint16_t>(p0.j * 32);
+  b.amax_scale[m] = static_cast<std::uint16_t>(p0.scale - 127u * 128u);
+  b.amax_b64[m] = static_cast<std::uint16_t>(p0.base * 64u - 127u * 256u);
+  for (std::uint32_t e = kAmaxMinExp; e <= 254; ++e) {
+    AmaxPlan p;
+    if (!amax_plan(b, e * 128u + m, p) || p.j * 32 != b.amax_table[m] ||
+        p.scale != static_cast<std::uint16_t>(b.amax_scale[m] + 128u * e) ||
+        static_cast<std::uint16_t>(p.base * 64u) !=
+            static_cast<std::uint16_t>(b.amax_b64[m] + 256u * e)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 const E2M1Buckets& e2m1_buckets() noexcept {
   static const E2M1Buckets* tables = [] {
     static E2M1Buckets b{};
     for (std::uint32_t j = 0; j < 128; ++j) build_mantissa(b, j);
+    b.amax_usable = true;
+    for (std::uint32_t m = 0; m < 128; ++m) b.amax_usable &= build_amax_entries(b, m);
     return &b;
   }();
   return *tables;

@@ -18,6 +18,10 @@
 
 namespace kvscatter::detail {
 
+// The smallest exponent field of a group's largest magnitude that E2M1Buckets' amax entries
+// serve.
+inline constexpr std::uint32_t kAmaxMinExp = 6;
+
 struct E2M1Buckets {
   // For the mantissa j of M (M = 1 + j / 128) and bucket i (bit patterns (base[j] + i) * 32 ...
   // + 31): the entry above, from the threshold inside the bucket and the count of those below.
@@ -42,6 +46,20 @@ struct E2M1Buckets {
   // 4 E, resp. 2 E, at E), and the largest exponent the tables serve (0 for none).
   std::uint16_t base_e0[128], byte_base_e0[128];
   std::uint8_t max_e[128], byte_max_e[128];
+  // kv_compress_epilog's group plans from the group's largest magnitude a = E * 128 + m (bf16
+  // bits) without the division 6 / a: for a = M * 2^(E - 127), the multiplier bf16(6 / a) is
+  // bf16(6 / M) * 2^(127 - E) and the scale bf16(a / 6) is bf16(M / 6) * 2^(E - 127) wherever
+  // they stay normal, so the mantissa m fixes the multiplier's bucket table and E shifts the
+  // rest. For E in [kAmaxMinExp, 254]: the scale's bf16 bits are amax_scale[m] + 128 E, the
+  // group's bucket table is the one at entry[0][amax_table[m]], and its first bucket * 64 is
+  // amax_b64[m] + 256 E (both modulo 2^16), and the bucket tables serve the group
+  // (e2m1_bucket_params holds and a lies within bucket 31). amax_usable: every m and E of that
+  // range was checked against those scalar steps when the tables were built. Zeros, subnormals
+  // (E 0), infinities and NaNs (E 255) and groups below 2^-121 lie outside it.
+  alignas(64) std::uint16_t amax_table[128];
+  alignas(64) std::uint16_t amax_scale[128];
+  alignas(64) std::uint16_t amax_b64[128];
+  bool amax_usable;
 };
 
 // Built on first use from the scalar formats, thread-safe.

@@ -746,13 +746,55 @@ HWY_INLINE __m512i E2M1BucketCodes(__m512i w, __m512i e, __m512i b64) {
       _mm512_ternarylogic_epi32(s, w, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xF8), 12);
 }
 
-// FP4 codes of the groups of kGs (32 or 64) bf16 values at x whose multipliers (mult[g], bf16
-// values, finite) the bucket tables serve, packed two per byte, element 2i in the low nibble,
-// the sign in bit 3 of each nibble, group g at out + g * kGs / 2. Returns how many groups the
-// tables do not serve, listed in rest for the caller, which rewrites them (here they get codes
-// by an arbitrary table, so that all vectors take one path). Four vectors narrow together (see
+// FP4 codes of the groups of kGs (32 or 64) bf16 values at x, packed two per byte, element 2i in
+// the low nibble, the sign in bit 3 of each nibble, group g at out + g * kGs / 2, by the bucket
+// tables that params(g, entry, b64) gives group g: its table and its first bucket * 64 in both
+// halves of a 32-bit word (one 32-bit broadcast per group). Four vectors narrow together (see
 // StoreFP4Nibbles4) where one vpmovdb per vector takes two operations. vpermw has no portable
-// Highway form in this version, so this is written for AVX-512 directly.
+// Highway form in this version, so this is written for AVX-512 directly. kClamp: as
+// E2M1BucketCodes.
+template <std::size_t kGs, bool kClamp, class Params>
+HWY_INLINE void E2M1BucketGroups(const std::uint16_t* HWY_RESTRICT x,
+                                 std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
+                                 const Params& params) {
+  static_assert(kGs == 32 || kGs == 64, "whole vectors of 32 values, four per step");
+  constexpr std::int64_t kPer = static_cast<std::int64_t>(kGs / 32);  // vectors per group
+  constexpr std::int64_t kStep = 4 / kPer;                            // groups per four vectors
+  const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const std::uint16_t* entry[kStep];
+  std::uint32_t b64[kStep];
+  // Pairs of codes (vector v of the step) as bytes in 32-bit lanes.
+  const auto pairs = [&](const std::uint16_t* xs, std::int64_t v) {
+    const std::int64_t k = v / kPer;
+    const __m512i c =
+        E2M1BucketCodes<kClamp>(_mm512_loadu_si512(xs + 32 * v), _mm512_load_si512(entry[k]),
+                                _mm512_set1_epi32(static_cast<int>(b64[k])));
+    return _mm512_madd_epi16(c, weights);
+  };
+  std::int64_t g = 0;
+  for (; g + kStep <= groups; g += kStep) {
+    for (int k = 0; k < kStep; ++k) params(g + k, entry[k], b64[k]);
+    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
+    const __m512i p01 = _mm512_packs_epi32(pairs(xs, 0), pairs(xs, 1));
+    const __m512i p23 = _mm512_packs_epi32(pairs(xs, 2), pairs(xs, 3));
+    // Block b of the bytes holds dwords 4b..4b+3 of the four vectors in turn.
+    _mm512_storeu_si512(out + g * static_cast<std::int64_t>(kGs / 2),
+                        _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
+  }
+  for (; g < groups; ++g) {
+    params(g, entry[0], b64[0]);
+    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
+    std::uint8_t* os = out + g * static_cast<std::int64_t>(kGs / 2);
+    for (std::int64_t v = 0; v < kPer; ++v) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(os + 16 * v), _mm512_cvtepi32_epi8(pairs(xs, v)));
+    }
+  }
+}
+
+// E2M1BucketGroups for groups whose multipliers (mult[g], bf16 values, finite) the bucket tables
+// serve. Returns how many groups they do not serve, listed in rest for the caller, which
+// rewrites them (here they get codes by an arbitrary table, so that all vectors take one path).
 // kBounded: amax[g] is the largest magnitude (bits & 0x7FFF) of group g, and groups whose amax
 // lies past their bucket 31 go to rest (none do where the multiplier is bf16(6 / amax), which
 // puts the amax about 620 patterns above bucket 0), so the others need no clamp; the tests'
@@ -763,56 +805,97 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
                                               const float* HWY_RESTRICT mult,
                                               const std::uint16_t* HWY_RESTRICT amax,
                                               std::int64_t* HWY_RESTRICT rest) {
-  static_assert(kGs == 32 || kGs == 64, "whole vectors of 32 values, four per step");
-  constexpr std::int64_t kPer = static_cast<std::int64_t>(kGs / 32);  // vectors per group
-  constexpr std::int64_t kStep = 4 / kPer;                            // groups per four vectors
   const detail::E2M1Buckets& tables = detail::e2m1_buckets();
-  const __m512i weights = _mm512_set1_epi32(0x00100001);  // even + 16 * odd
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   std::int64_t left = 0;
-  // The step's groups: their tables, and their first bucket * 64 in both halves of a 32-bit
-  // word (one 32-bit broadcast per group).
-  const std::uint16_t* entry[kStep];
-  std::uint32_t b64[kStep];
-  const auto params = [&](std::int64_t g, int k) {
-    std::uint32_t j = 0, base = 0;
-    std::uint32_t mb = 0;
-    std::memcpy(&mb, mult + g, sizeof(mb));
-    if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mb >> 16, j, base) ||
-                     (kBounded && amax[g] > base * 32u + 1023u))) {
-      rest[left++] = g;
-      j = base = 0;
-    }
-    entry[k] = tables.entry[j];
-    b64[k] = base * 64u * 0x10001u;
-  };
-  // Pairs of codes (vector v of the step) as bytes in 32-bit lanes.
-  const auto pairs = [&](const std::uint16_t* xs, std::int64_t v) {
-    const std::int64_t k = v / kPer;
-    const __m512i c =
-        E2M1BucketCodes<!kBounded>(_mm512_loadu_si512(xs + 32 * v), _mm512_load_si512(entry[k]),
-                                   _mm512_set1_epi32(static_cast<int>(b64[k])));
-    return _mm512_madd_epi16(c, weights);
-  };
-  std::int64_t g = 0;
-  for (; g + kStep <= groups; g += kStep) {
-    for (int k = 0; k < kStep; ++k) params(g + k, k);
-    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
-    const __m512i p01 = _mm512_packs_epi32(pairs(xs, 0), pairs(xs, 1));
-    const __m512i p23 = _mm512_packs_epi32(pairs(xs, 2), pairs(xs, 3));
-    // Block b of the bytes holds dwords 4b..4b+3 of the four vectors in turn.
-    _mm512_storeu_si512(out + g * static_cast<std::int64_t>(kGs / 2),
-                        _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
-  }
-  for (; g < groups; ++g) {
-    params(g, 0);
-    const std::uint16_t* xs = x + g * static_cast<std::int64_t>(kGs);
-    std::uint8_t* os = out + g * static_cast<std::int64_t>(kGs / 2);
-    for (std::int64_t v = 0; v < kPer; ++v) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(os + 16 * v), _mm512_cvtepi32_epi8(pairs(xs, v)));
-    }
-  }
+  E2M1BucketGroups<kGs, !kBounded>(
+      x, out, groups,
+      [&](std::int64_t g, const std::uint16_t*& entry, std::uint32_t& b64) HWY_ATTR {
+        std::uint32_t j = 0, base = 0;
+        std::uint32_t mb = 0;
+        std::memcpy(&mb, mult + g, sizeof(mb));
+        if (HWY_UNLIKELY(!detail::e2m1_bucket_params(tables, mb >> 16, j, base) ||
+                         (kBounded && amax[g] > base * 32u + 1023u))) {
+          rest[left++] = g;
+          j = base = 0;
+        }
+        entry = tables.entry[j];
+        b64 = base * 64u * 0x10001u;
+      });
   return left;
+}
+
+// The plans of groups [0, groups) from their largest magnitudes amax[g] (bits & 0x7FFF) by the
+// amax entries of src/quant/e2m1_buckets.h, 32 groups a vector: the scale's bf16 bits to
+// scale[g], the group's bucket table (its first index in the flat entry array) to table[g] and
+// its first bucket * 64 in both halves of b64[g]. False, with the outputs undefined, when some
+// group lies outside the entries' exponents (a zero, a subnormal, an infinity or a NaN in the
+// group, or a largest magnitude below 2^-121): the caller then plans the row by the division.
+// amax holds whole blocks of 8 entries (as GroupMagnitudes writes them) and is read 8 entries
+// at a time: a wider load of entries just stored 8 at a time would wait for those stores to
+// reach the cache, behind a streaming call's stores. The outputs take whole vectors (32
+// entries from each multiple of 32 below groups), unmasked for the same reason.
+HWY_INLINE bool E2M1PlansOfAmax(const std::uint16_t* HWY_RESTRICT amax, std::int64_t groups,
+                                std::uint16_t* HWY_RESTRICT scale,
+                                std::uint16_t* HWY_RESTRICT table,
+                                std::uint32_t* HWY_RESTRICT b64) {
+  const detail::E2M1Buckets& t = detail::e2m1_buckets();
+  if (!t.amax_usable) return false;
+  // A 128-entry lookup of the mantissa (the index's bits 0..6; vpermt2w reads bits 0..5).
+  const auto look = [](const std::uint16_t* entries, __mmask32 upper, __m512i a) HWY_ATTR {
+    const __m512i lo =
+        _mm512_permutex2var_epi16(_mm512_load_si512(entries), a, _mm512_load_si512(entries + 32));
+    const __m512i hi = _mm512_permutex2var_epi16(_mm512_load_si512(entries + 64), a,
+                                                 _mm512_load_si512(entries + 96));
+    return _mm512_mask_blend_epi16(upper, lo, hi);
+  };
+  for (std::int64_t g = 0; g < groups; g += 32) {
+    const std::int64_t live_groups = groups - g < 32 ? groups - g : 32;
+    __m512i a = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g)));
+    if (live_groups > 8) {
+      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 8)), 1);
+    }
+    if (live_groups > 16) {
+      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 16)),
+                             2);
+    }
+    if (live_groups > 24) {
+      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 24)),
+                             3);
+    }
+    const __mmask32 live =
+        static_cast<__mmask32>(_bzhi_u32(~0u, static_cast<unsigned>(live_groups)));
+    const __m512i e = _mm512_srli_epi16(a, 7);
+    // E outside [kAmaxMinExp, 254]: E - kAmaxMinExp (modulo 2^16) above 254 - kAmaxMinExp.
+    const __mmask32 outside = _mm512_mask_cmpgt_epu16_mask(
+        live, _mm512_sub_epi16(e, _mm512_set1_epi16(detail::kAmaxMinExp)),
+        _mm512_set1_epi16(static_cast<short>(254 - detail::kAmaxMinExp)));
+    if (outside != 0) return false;
+    const __mmask32 upper = _mm512_test_epi16_mask(a, _mm512_set1_epi16(64));
+    _mm512_storeu_si512(scale + g,
+                        _mm512_add_epi16(look(t.amax_scale, upper, a), _mm512_slli_epi16(e, 7)));
+    _mm512_storeu_si512(table + g, look(t.amax_table, upper, a));
+    const __m512i b = _mm512_add_epi16(look(t.amax_b64, upper, a), _mm512_slli_epi16(e, 8));
+    // Each 16-bit value in both halves of a 32-bit word: b * 0x10001.
+    const __m512i b0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(b));
+    const __m512i b1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1));
+    _mm512_storeu_si512(b64 + g, _mm512_or_si512(b0, _mm512_slli_epi32(b0, 16)));
+    _mm512_storeu_si512(b64 + g + 16, _mm512_or_si512(b1, _mm512_slli_epi32(b1, 16)));
+  }
+  return true;
+}
+
+// E2M1BucketGroups with the plans of E2M1PlansOfAmax (every group served, none past bucket 31).
+template <std::size_t kGs>
+HWY_INLINE void QuantizeE2M1ByAmaxPlans(const std::uint16_t* HWY_RESTRICT x,
+                                        std::uint8_t* HWY_RESTRICT out, std::int64_t groups,
+                                        const std::uint16_t* HWY_RESTRICT table,
+                                        const std::uint32_t* HWY_RESTRICT b64) {
+  const std::uint16_t* entries = &detail::e2m1_buckets().entry[0][0];
+  E2M1BucketGroups<kGs, false>(
+      x, out, groups, [&](std::int64_t g, const std::uint16_t*& entry, std::uint32_t& b) HWY_ATTR {
+        entry = entries + table[g];
+        b = b64[g];
+      });
 }
 #endif  // KVS_E2M1_BUCKETS
 

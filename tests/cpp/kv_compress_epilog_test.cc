@@ -1077,6 +1077,98 @@ TEST(KvCompressEpilogSimd, E2M1BucketsBelowAmaxMatchReference) {
   }
 }
 
+// The hifloat8_fp4 group plans by the amax entries (AVX-512) against the reference's scalar
+// steps, for every largest magnitude a group can have (0 ... 0x7FFF: zeros, subnormals,
+// infinity and NaNs included) in every lane of rows of 1 to 40 groups: a row is planned by the
+// entries exactly when each of its groups has an exponent field in [6, 254] (a zero, subnormal,
+// non-finite or below 2^-121 group sends it to the division), and then every group's scale
+// bits, bucket table and first bucket match the reference's bf16(a / 6), bf16(6 / a) and the
+// bucket parameters of that multiplier.
+TEST(KvCompressEpilogSimd, E2M1AmaxPlansMatchScalar) {
+  const detail::E2M1Buckets& b = detail::e2m1_buckets();
+  ASSERT_TRUE(b.amax_usable);
+  const float c6 = std::bit_cast<float>(std::uint32_t{0x3E2AAAAB});
+  int ran = 0;
+  for (std::int64_t target : targets()) {
+    const simd_test::PinTarget pin(target);
+    SCOPED_TRACE(simd_test::target_name(target));
+    std::uint16_t one = 0x3F80;
+    std::uint16_t scale[64];
+    std::uint16_t table[64];
+    std::uint32_t b64[64];
+#if HWY_ARCH_X86
+    const bool avx512 = (target & ~simd_test::kNoVbmi) <= HWY_AVX3;
+#else
+    const bool avx512 = false;
+#endif
+    // The AVX-512 targets plan by the entries, the others never.
+    ASSERT_EQ(detail::simd_e2m1_plans_of_amax(&one, 1, scale, table, b64), avx512);
+    if (!avx512) continue;
+    ++ran;
+    std::int64_t planned = 0;
+    for (std::uint32_t a = 0; a < 0x8000; ++a) {
+      const std::int64_t groups = 1 + a % 40;
+      const std::int64_t lane = (a / 40) % groups;
+      // The other groups: normal amaxes of every mantissa.
+      std::vector<std::uint16_t> amax(static_cast<std::size_t>(groups));
+      for (std::int64_t g = 0; g < groups; ++g) {
+        amax[static_cast<std::size_t>(g)] =
+            static_cast<std::uint16_t>(0x3E00 + (a + 37 * g) % 0x500);
+      }
+      amax[static_cast<std::size_t>(lane)] = static_cast<std::uint16_t>(a);
+      const std::uint32_t e = a >> 7;
+      const bool in_range = e >= 6 && e <= 254;
+      const bool got = detail::simd_e2m1_plans_of_amax(amax.data(), groups, scale, table, b64);
+      ASSERT_EQ(got, in_range) << "amax 0x" << std::hex << a;
+      if (!got) continue;
+      ++planned;
+      for (std::int64_t g = 0; g < groups; ++g) {
+        const std::uint16_t m = amax[static_cast<std::size_t>(g)];
+        const float f = formats::decode_bfloat16(m);
+        const std::uint16_t mult = formats::encode_bfloat16(6.0f / f);
+        std::uint32_t j = 0, base = 0;
+        ASSERT_TRUE(detail::e2m1_bucket_params(b, mult, j, base)) << "amax 0x" << std::hex << m;
+        ASSERT_LE(m, base * 32 + 1023) << "amax 0x" << std::hex << m;
+        ASSERT_EQ(scale[g], formats::encode_bfloat16(f * c6)) << "amax 0x" << std::hex << m;
+        ASSERT_EQ(table[g], j * 32) << "amax 0x" << std::hex << m;
+        ASSERT_EQ(b64[g], base * 64 * 0x10001u) << "amax 0x" << std::hex << m;
+      }
+    }
+    EXPECT_EQ(planned, 249 * 128);
+  }
+  std::printf("targets with the amax plans: %d\n", ran);
+}
+
+// Mode hifloat8_fp4 through the operator where every group's largest magnitude sits at the edges
+// of the amax entries' exponents (fields 5, 6, 7, 253 and 254) or in the middle, with each of
+// the 128 mantissas, next to a group at 5 (the division's) or not: group sizes 32 and 64, every
+// target against the reference.
+TEST(KvCompressEpilogSimd, E2M1AmaxPlansEdgesMatchReference) {
+  constexpr std::int64_t kD = 576, kN = 512;
+  std::vector<std::uint16_t> x;
+  for (std::uint32_t e : {5u, 6u, 7u, 127u, 253u, 254u}) {
+    for (std::uint32_t m = 0; m < 128; ++m) {
+      const std::uint32_t amax = e << 7 | m;
+      const std::size_t row = x.size();
+      x.resize(row + kD, 0);
+      for (std::int64_t i = 0; i < kN; ++i) {
+        // Every group of 32 holds +-amax and magnitudes down to amax - 1000; the last one of a
+        // row in every fourth row has its amax two binades lower (field 5 where e is 7).
+        const bool lower = m % 4 == 0 && i >= kN - 32;
+        const std::uint32_t top = lower ? amax - 256 : amax;
+        const std::uint32_t k = static_cast<std::uint32_t>(i % 32) * 31;
+        const std::uint32_t v = i % 32 == 0 ? top : (k < top ? top - k : 0);
+        x[row + static_cast<std::size_t>(i)] =
+            static_cast<std::uint16_t>(v | (i % 3 == 1 ? 0x8000u : 0u));
+      }
+      for (std::int64_t i = kN; i < kD; ++i) x[row + static_cast<std::size_t>(i)] = bf16(-2.5f);
+    }
+  }
+  for (const std::int64_t gs : {std::int64_t{32}, std::int64_t{64}}) {
+    EXPECT_EQ(hif8_fp4_first_difference(x, kD, 384, gs, 1.0f), "") << "group size " << gs;
+  }
+}
+
 // ---- duplicate resolution --------------------------------------------------------------------
 
 // Duplicate resolution on both of its paths (a bitmap over small caches, a hash table over

@@ -567,15 +567,29 @@ HWY_INLINE bool HiF8Rope(const std::uint16_t* HWY_RESTRICT rope, std::uint8_t* H
 }
 #endif
 
+static_assert((kMaxGroups + 31) / 32 * 32 <= kMaxGroups + 8, "E2M1PlansOfAmax's whole vectors");
+
+// How a hifloat8_fp4 row's nope is coded, as its plan found it.
+enum class Fp4Plan : std::uint8_t {
+  kAny,     // some amax or multiplier is not finite: the encoder with the NaN rule
+  kFinite,  // every amax and multiplier finite: the bucket tables or the thresholds
+  kAmax,    // every group planned by the amax entries (E2M1PlansOfAmax): the bucket tables
+};
+
 // First phase of a hifloat8_fp4 row: per-group amax, then every group's scale and multiplier at
-// once (one vector division instead of a scalar one per group; the same IEEE operations as the
-// reference): the maxima (bits & 0x7FFF) to amax_bits, the multipliers to inv_b, the scales'
-// bf16 to scale_code (groups + 8 entries each). True when every amax and multiplier is finite
-// (the normal case). A dependency chain (loads, reductions, a division) with little work, which
-// is why the batch driver plans several rows before coding any of them.
-HWY_INLINE bool Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs,
-                            std::int64_t groups, std::uint16_t* HWY_RESTRICT amax_bits,
-                            float* HWY_RESTRICT inv_b, std::uint32_t* HWY_RESTRICT scale_code) {
+// once: the maxima (bits & 0x7FFF) to amax_bits, the scales' bf16 to scale_code (groups + 8
+// entries each, and room for whole vectors of 32: kMaxGroups + 8 is enough). Where the target has
+// the 16-bit bucket tables (groups of 32 and 64), the scale and the bucket table of a group come
+// from its amax by the amax entries, three table lookups for 32 groups, with the tables to table
+// and b64; a row with a group those entries do not serve (a zero, subnormal or non-finite amax, or
+// one below 2^-121) takes the division: the multipliers to inv_b (one vector division instead of a
+// scalar one per group; the same IEEE operations as the reference). A dependency chain (loads,
+// reductions, a division) with little work, which is why the batch driver plans several rows before
+// coding any of them.
+HWY_INLINE Fp4Plan Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs,
+                               std::int64_t groups, std::uint16_t* HWY_RESTRICT amax_bits,
+                               float* HWY_RESTRICT inv_b, std::uint16_t* HWY_RESTRICT scale_code,
+                               std::uint16_t* HWY_RESTRICT table, std::uint32_t* HWY_RESTRICT b64) {
   const DF df;
   const DU du;
   const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
@@ -587,6 +601,15 @@ HWY_INLINE bool Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs
   } else {
     GroupAmax<64, 32>(x, groups, amax_bits);
   }
+#if KVS_E2M1_BUCKETS
+  if (gs != 16 &&
+      quant::HWY_NAMESPACE::E2M1PlansOfAmax(amax_bits, groups, scale_code, table, b64)) {
+    return Fp4Plan::kAmax;
+  }
+#else
+  (void)table;
+  (void)b64;
+#endif
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
   auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
   const DU16 d16;
@@ -601,14 +624,14 @@ HWY_INLINE bool Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs
     const VU code = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(a)),
                                    hn::Set(du, kBf16CanonicalNaN),
                                    Bf16Lanes(hn::Mul(a, hn::Set(df, c6))));
-    hn::StoreU(code, du, scale_code + g);
+    hn::StoreU(hn::TruncateTo(d16, code), d16, scale_code + g);
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(a)));
     non_finite = hn::Or(non_finite, hn::Not(hn::IsFinite(ib)));
   }
-  return hn::AllFalse(df, non_finite);
+  return hn::AllFalse(df, non_finite) ? Fp4Plan::kFinite : Fp4Plan::kAny;
 }
 
-// Second phase: the nope's codes, then the scales. Finite amax and multipliers (finite true)
+// Second phase: the nope's codes, then the scales. Finite amax and multipliers (kFinite, kAmax)
 // make every product finite (|v * inv_b| <= ~6); any other group sends the row through the
 // encoder with the reference's NaN rule (NaN -> code 0). The scales are written after the codes,
 // in row order: writing them in the first phase measured slower on large batches.
@@ -616,8 +639,19 @@ HWY_INLINE void Hif8Fp4Codes(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* 
                              std::int64_t n, std::int64_t gs, std::int64_t groups,
                              const std::uint16_t* HWY_RESTRICT amax_bits,
                              const float* HWY_RESTRICT inv_b,
-                             const std::uint32_t* HWY_RESTRICT scale_code, bool finite) {
-  if (finite) {
+                             const std::uint16_t* HWY_RESTRICT scale_code,
+                             const std::uint16_t* HWY_RESTRICT table,
+                             const std::uint32_t* HWY_RESTRICT b64, Fp4Plan plan) {
+  if (plan == Fp4Plan::kAmax) {
+#if KVS_E2M1_BUCKETS
+    namespace qn = quant::HWY_NAMESPACE;
+    if (gs == 32) {
+      qn::QuantizeE2M1ByAmaxPlans<32>(x, out + 64, groups, table, b64);
+    } else {
+      qn::QuantizeE2M1ByAmaxPlans<64>(x, out + 64, groups, table, b64);
+    }
+#endif
+  } else if (plan == Fp4Plan::kFinite) {
 #if HWY_TARGET != HWY_SCALAR
     Fp4NopeFinite(x, out + 64, gs, groups, inv_b, amax_bits);
 #else
@@ -627,16 +661,13 @@ HWY_INLINE void Hif8Fp4Codes(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* 
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
-  const DU du;
-  const DU16 d16;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(du));
-  auto* scale_out = reinterpret_cast<std::uint16_t*>(out + 64 + n / 2);  // little-endian bf16
-  std::int64_t g = 0;  // whole vectors, then the rest one by one (no byte past the row)
-  for (; g + L <= groups; g += L) {
-    hn::StoreU(hn::TruncateTo(d16, hn::LoadU(du, scale_code + g)), d16, scale_out + g);
-  }
-  for (; g < groups; ++g) {
-    PutBf16(out + 64 + n / 2 + 2 * g, static_cast<std::uint16_t>(scale_code[g]));
+  (void)table;
+  (void)b64;
+  std::uint8_t* scale_out = out + 64 + n / 2;  // little-endian bf16
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(scale_out, scale_code, static_cast<std::size_t>(2 * groups));
+  } else {
+    for (std::int64_t g = 0; g < groups; ++g) PutBf16(scale_out + 2 * g, scale_code[g]);
   }
 }
 
@@ -657,10 +688,10 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
                 std::int64_t gs, std::int64_t groups, float x_scale) {
   HiF8RopeByLanes(x + n, out, x_scale);
   alignas(64) std::uint16_t amax_bits[kMaxGroups + 8];
-  alignas(32) std::uint32_t scale_code[kMaxGroups + 8];
+  alignas(32) std::uint16_t scale_code[kMaxGroups + 8];
   alignas(32) float inv_b[kMaxGroups + 8];
-  const bool finite = Hif8Fp4Plan(x, gs, groups, amax_bits, inv_b, scale_code);
-  Hif8Fp4Codes(x, out, n, gs, groups, amax_bits, inv_b, scale_code, finite);
+  const Fp4Plan plan = Hif8Fp4Plan(x, gs, groups, amax_bits, inv_b, scale_code, nullptr, nullptr);
+  Hif8Fp4Codes(x, out, n, gs, groups, amax_bits, inv_b, scale_code, nullptr, nullptr, plan);
 }
 
 // The rows of x: dense ones by a multiply, others through the view's strides (x_row_offset, out
@@ -790,8 +821,10 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
   const SlotSplitter split(p.block_size);
   alignas(64) std::uint16_t amax[kFp4BatchRows * kStride];
   alignas(32) float inv_b[kFp4BatchRows * kStride];
-  alignas(32) std::uint32_t scale_code[kFp4BatchRows * kStride];
-  bool finite[kFp4BatchRows];
+  alignas(32) std::uint16_t scale_code[kFp4BatchRows * kStride];
+  alignas(64) std::uint16_t table[kFp4BatchRows * kStride];
+  alignas(64) std::uint32_t b64[kFp4BatchRows * kStride];
+  Fp4Plan plan[kFp4BatchRows];
   const std::uint16_t* xb[kFp4BatchRows];
   std::uint8_t* ob[kFp4BatchRows];
   StagedRows staged(stream, static_cast<std::size_t>(p.row_bytes));
@@ -805,7 +838,8 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
       __builtin_prefetch(xb[rows] + n, 0, 3);
       __builtin_prefetch(xb[rows] + n + 32, 0, 3);
       const std::int64_t k = rows * kStride;
-      finite[rows] = Hif8Fp4Plan(xb[rows], gs, groups, amax + k, inv_b + k, scale_code + k);
+      plan[rows] = Hif8Fp4Plan(xb[rows], gs, groups, amax + k, inv_b + k, scale_code + k, table + k,
+                               b64 + k);
       ++rows;
     }
     for (int i = 0; i < rows; ++i) {
@@ -819,7 +853,8 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
       // memset call per row took longer.
       if (pad) std::memset(out + p.row_bytes - 32, 0, 32);
       if (!rope(xb[i] + n, out)) HiF8RopeByLanes(xb[i] + n, out, p.x_scale);
-      Hif8Fp4Codes(xb[i], out, n, gs, groups, amax + k, inv_b + k, scale_code + k, finite[i]);
+      Hif8Fp4Codes(xb[i], out, n, gs, groups, amax + k, inv_b + k, scale_code + k, table + k,
+                   b64 + k, plan[i]);
       staged.Done();
     }
   }
@@ -1034,6 +1069,23 @@ bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std
 #endif
 }
 
+bool E2M1PlansOfAmaxBatch(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
+                          std::uint16_t* table, std::uint32_t* b64) {
+#if KVS_E2M1_BUCKETS
+  // The kernel reads amax in whole blocks of 8, as GroupMagnitudes writes them.
+  std::vector<std::uint16_t> blocks(static_cast<std::size_t>((groups + 7) / 8 * 8), 0);
+  std::copy(amax, amax + groups, blocks.begin());
+  return quant::HWY_NAMESPACE::E2M1PlansOfAmax(blocks.data(), groups, scale, table, b64);
+#else
+  (void)amax;
+  (void)groups;
+  (void)scale;
+  (void)table;
+  (void)b64;
+  return false;
+#endif
+}
+
 void E2M1ThresholdsBatch(const float* mult, std::int64_t n, std::uint16_t* thr) {
 #if HWY_TARGET != HWY_SCALAR
   quant::HWY_NAMESPACE::E2M1Thresholds(mult, n, thr, n);
@@ -1060,6 +1112,7 @@ HWY_EXPORT(EncodeHiF8Batch);
 HWY_EXPORT(E2M1ThresholdsBatch);
 HWY_EXPORT(HiF8Bf16Batch);
 HWY_EXPORT(E2M1BucketsBatch);
+HWY_EXPORT(E2M1PlansOfAmaxBatch);
 
 void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                    std::int64_t end, bool stream, bool prefetch) {
@@ -1093,6 +1146,10 @@ bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::s
 bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
                                  std::size_t n, std::int64_t group) {
   return HWY_DYNAMIC_DISPATCH(E2M1BucketsBatch)(mult, x, out, n, group);
+}
+bool simd_e2m1_plans_of_amax(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
+                             std::uint16_t* table, std::uint32_t* b64) {
+  return HWY_DYNAMIC_DISPATCH(E2M1PlansOfAmaxBatch)(amax, groups, scale, table, b64);
 }
 
 }  // namespace kvscatter::detail
