@@ -884,6 +884,85 @@ HWY_INLINE bool E2M1PlansOfAmax(const std::uint16_t* HWY_RESTRICT amax, std::int
   return true;
 }
 
+// E2M1PlansOfAmax for `rows` rows (at most 4) of groups each, row r's maxima at amax + r *
+// stride and its outputs at the same offsets of scale, table and b64; ok[r] tells whether row r
+// was planned. Rows of up to 16 groups share vectors (four rows of up to 8, two of up to 16),
+// so the lookups serve 32 groups where a row alone would fill 8 or 16 of its lanes.
+HWY_INLINE void E2M1PlansOfAmaxRows(const std::uint16_t* HWY_RESTRICT amax, std::int64_t stride,
+                                    int rows, std::int64_t groups,
+                                    std::uint16_t* HWY_RESTRICT scale,
+                                    std::uint16_t* HWY_RESTRICT table,
+                                    std::uint32_t* HWY_RESTRICT b64, bool* HWY_RESTRICT ok) {
+  const detail::E2M1Buckets& t = detail::e2m1_buckets();
+  if (groups > 16 || !t.amax_usable) {
+    for (int r = 0; r < rows; ++r) {
+      const std::int64_t k = r * stride;
+      ok[r] = E2M1PlansOfAmax(amax + k, groups, scale + k, table + k, b64 + k);
+    }
+    return;
+  }
+  // Slot s (a 128-bit block of the vector, 8 groups) holds block s % blocks of row r0 + s /
+  // blocks.
+  const int blocks = groups > 8 ? 2 : 1;
+  const int per = 4 / blocks;  // rows per vector
+  // The live lanes of a row's slots: all 8 of a first block of two, the rest of the last.
+  const std::uint32_t row_lanes = _bzhi_u32(~0u, static_cast<unsigned>(groups));
+  const auto look = [](const std::uint16_t* entries, __mmask32 upper, __m512i a) HWY_ATTR {
+    const __m512i lo =
+        _mm512_permutex2var_epi16(_mm512_load_si512(entries), a, _mm512_load_si512(entries + 32));
+    const __m512i hi = _mm512_permutex2var_epi16(_mm512_load_si512(entries + 64), a,
+                                                 _mm512_load_si512(entries + 96));
+    return _mm512_mask_blend_epi16(upper, lo, hi);
+  };
+  const auto at = [&](int r0, int s) { return (r0 + s / blocks) * stride + 8 * (s % blocks); };
+  for (int r0 = 0; r0 < rows; r0 += per) {
+    const int slots = (rows - r0 < per ? rows - r0 : per) * blocks;
+    const auto block = [&](int s) HWY_ATTR {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + at(r0, s)));
+    };
+    __m512i a = _mm512_castsi128_si512(block(0));
+    if (slots > 1) a = _mm512_inserti32x4(a, block(1), 1);
+    if (slots > 2) a = _mm512_inserti32x4(a, block(2), 2);
+    if (slots > 3) a = _mm512_inserti32x4(a, block(3), 3);
+    const __m512i e = _mm512_srli_epi16(a, 7);
+    // Lanes past a row's groups (repeats of its last group) and past the slots do not count.
+    const __mmask32 outside =
+        _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, _mm512_set1_epi16(detail::kAmaxMinExp)),
+                                _mm512_set1_epi16(static_cast<short>(254 - detail::kAmaxMinExp)));
+    for (int v = 0; v < slots / blocks; ++v) {
+      ok[r0 + v] = ((outside >> (8 * blocks * v)) & row_lanes) == 0;
+    }
+    const __mmask32 upper = _mm512_test_epi16_mask(a, _mm512_set1_epi16(64));
+    const __m512i sc = _mm512_add_epi16(look(t.amax_scale, upper, a), _mm512_slli_epi16(e, 7));
+    const __m512i tb = look(t.amax_table, upper, a);
+    const __m512i b = _mm512_add_epi16(look(t.amax_b64, upper, a), _mm512_slli_epi16(e, 8));
+    const __m512i b0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(b));
+    const __m512i b1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1));
+    const __m512i w0 = _mm512_or_si512(b0, _mm512_slli_epi32(b0, 16));
+    const __m512i w1 = _mm512_or_si512(b1, _mm512_slli_epi32(b1, 16));
+    // Each slot's 8 entries back to its row (rows that failed get entries nobody reads).
+    const auto put = [&](int s, __m128i scs, __m128i tbs, __m256i ws) HWY_ATTR {
+      const std::int64_t k = at(r0, s);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(scale + k), scs);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(table + k), tbs);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(b64 + k), ws);
+    };
+    put(0, _mm512_castsi512_si128(sc), _mm512_castsi512_si128(tb), _mm512_castsi512_si256(w0));
+    if (slots > 1) {
+      put(1, _mm512_extracti32x4_epi32(sc, 1), _mm512_extracti32x4_epi32(tb, 1),
+          _mm512_extracti64x4_epi64(w0, 1));
+    }
+    if (slots > 2) {
+      put(2, _mm512_extracti32x4_epi32(sc, 2), _mm512_extracti32x4_epi32(tb, 2),
+          _mm512_castsi512_si256(w1));
+    }
+    if (slots > 3) {
+      put(3, _mm512_extracti32x4_epi32(sc, 3), _mm512_extracti32x4_epi32(tb, 3),
+          _mm512_extracti64x4_epi64(w1, 1));
+    }
+  }
+}
+
 // E2M1BucketGroups with the plans of E2M1PlansOfAmax (every group served, none past bucket 31).
 template <std::size_t kGs>
 HWY_INLINE void QuantizeE2M1ByAmaxPlans(const std::uint16_t* HWY_RESTRICT x,

@@ -1083,19 +1083,34 @@ TEST(KvCompressEpilogSimd, E2M1BucketsBelowAmaxMatchReference) {
 // entries exactly when each of its groups has an exponent field in [6, 254] (a zero, subnormal,
 // non-finite or below 2^-121 group sends it to the division), and then every group's scale
 // bits, bucket table and first bucket match the reference's bf16(a / 6), bf16(6 / a) and the
-// bucket parameters of that multiplier.
+// bucket parameters of that multiplier. Then batches of 1 to 4 rows of 1 to 20 groups (rows of
+// up to 16 share vectors), one row of three holding a magnitude outside the range: each row
+// planned on its own account.
 TEST(KvCompressEpilogSimd, E2M1AmaxPlansMatchScalar) {
   const detail::E2M1Buckets& b = detail::e2m1_buckets();
   ASSERT_TRUE(b.amax_usable);
   const float c6 = std::bit_cast<float>(std::uint32_t{0x3E2AAAAB});
+  // The group of amax m as the reference plans it, against the kernel's entries.
+  const auto check = [&](std::uint16_t m, std::uint16_t scale, std::uint16_t table,
+                         std::uint32_t b64) {
+    const float f = formats::decode_bfloat16(m);
+    const std::uint16_t mult = formats::encode_bfloat16(6.0f / f);
+    std::uint32_t j = 0, base = 0;
+    ASSERT_TRUE(detail::e2m1_bucket_params(b, mult, j, base)) << "amax 0x" << std::hex << m;
+    ASSERT_LE(m, base * 32 + 1023) << "amax 0x" << std::hex << m;
+    ASSERT_EQ(scale, formats::encode_bfloat16(f * c6)) << "amax 0x" << std::hex << m;
+    ASSERT_EQ(table, j * 32) << "amax 0x" << std::hex << m;
+    ASSERT_EQ(b64, base * 64 * 0x10001u) << "amax 0x" << std::hex << m;
+  };
+  const auto in_range = [](std::uint32_t a) { return (a >> 7) >= 6 && (a >> 7) <= 254; };
   int ran = 0;
   for (std::int64_t target : targets()) {
     const simd_test::PinTarget pin(target);
     SCOPED_TRACE(simd_test::target_name(target));
     std::uint16_t one = 0x3F80;
-    std::uint16_t scale[64];
-    std::uint16_t table[64];
-    std::uint32_t b64[64];
+    std::uint16_t scale[4 * 64];
+    std::uint16_t table[4 * 64];
+    std::uint32_t b64[4 * 64];
 #if HWY_ARCH_X86
     const bool avx512 = (target & ~simd_test::kNoVbmi) <= HWY_AVX3;
 #else
@@ -1116,56 +1131,91 @@ TEST(KvCompressEpilogSimd, E2M1AmaxPlansMatchScalar) {
             static_cast<std::uint16_t>(0x3E00 + (a + 37 * g) % 0x500);
       }
       amax[static_cast<std::size_t>(lane)] = static_cast<std::uint16_t>(a);
-      const std::uint32_t e = a >> 7;
-      const bool in_range = e >= 6 && e <= 254;
       const bool got = detail::simd_e2m1_plans_of_amax(amax.data(), groups, scale, table, b64);
-      ASSERT_EQ(got, in_range) << "amax 0x" << std::hex << a;
+      ASSERT_EQ(got, in_range(a)) << "amax 0x" << std::hex << a;
       if (!got) continue;
       ++planned;
       for (std::int64_t g = 0; g < groups; ++g) {
-        const std::uint16_t m = amax[static_cast<std::size_t>(g)];
-        const float f = formats::decode_bfloat16(m);
-        const std::uint16_t mult = formats::encode_bfloat16(6.0f / f);
-        std::uint32_t j = 0, base = 0;
-        ASSERT_TRUE(detail::e2m1_bucket_params(b, mult, j, base)) << "amax 0x" << std::hex << m;
-        ASSERT_LE(m, base * 32 + 1023) << "amax 0x" << std::hex << m;
-        ASSERT_EQ(scale[g], formats::encode_bfloat16(f * c6)) << "amax 0x" << std::hex << m;
-        ASSERT_EQ(table[g], j * 32) << "amax 0x" << std::hex << m;
-        ASSERT_EQ(b64[g], base * 64 * 0x10001u) << "amax 0x" << std::hex << m;
+        check(amax[static_cast<std::size_t>(g)], scale[g], table[g], b64[g]);
       }
     }
     EXPECT_EQ(planned, 249 * 128);
+    std::mt19937 rng(11);
+    constexpr std::int64_t kStride = 64;
+    for (int rows = 1; rows <= 4; ++rows) {
+      for (std::int64_t groups = 1; groups <= 20; ++groups) {
+        for (int iter = 0; iter < 20; ++iter) {
+          std::vector<std::uint16_t> amax(static_cast<std::size_t>(rows * kStride));
+          for (int r = 0; r < rows; ++r) {
+            const bool bad = rng() % 3 == 0;
+            for (std::int64_t g = 0; g < groups; ++g) {
+              amax[static_cast<std::size_t>(r * kStride + g)] =
+                  static_cast<std::uint16_t>(0x0300 + rng() % 0x7C00);  // fields 6 to 253
+            }
+            if (bad) {
+              amax[static_cast<std::size_t>(r * kStride) + rng() % groups] =
+                  static_cast<std::uint16_t>(rng() % 2 == 0 ? rng() % 0x300 : 0x7F80 + rng() % 128);
+            }
+          }
+          bool ok[4] = {};
+          ASSERT_TRUE(detail::simd_e2m1_plans_of_amax_rows(amax.data(), kStride, rows, groups,
+                                                           scale, table, b64, ok));
+          for (int r = 0; r < rows; ++r) {
+            const auto* row = &amax[static_cast<std::size_t>(r * kStride)];
+            const bool want = std::all_of(row, row + groups, in_range);
+            ASSERT_EQ(ok[r], want) << rows << " rows of " << groups << " groups, row " << r;
+            for (std::int64_t g = 0; want && g < groups; ++g) {
+              const std::int64_t k = r * kStride + g;
+              check(row[g], scale[k], table[k], b64[k]);
+            }
+          }
+        }
+      }
+    }
   }
   std::printf("targets with the amax plans: %d\n", ran);
 }
 
 // Mode hifloat8_fp4 through the operator where every group's largest magnitude sits at the edges
 // of the amax entries' exponents (fields 5, 6, 7, 253 and 254) or in the middle, with each of
-// the 128 mantissas, next to a group at 5 (the division's) or not: group sizes 32 and 64, every
-// target against the reference.
+// the 128 mantissas; in every third row one group (a different one from row to row) has its
+// amax two binades lower (field 5 where the others have 7), which sends that row, and no other
+// of its batch, to the division. Rows of 1 to 32 groups (four rows share the lookups up to 8
+// groups, two up to 16), a last batch of three rows, every target against the reference.
 TEST(KvCompressEpilogSimd, E2M1AmaxPlansEdgesMatchReference) {
-  constexpr std::int64_t kD = 576, kN = 512;
-  std::vector<std::uint16_t> x;
-  for (std::uint32_t e : {5u, 6u, 7u, 127u, 253u, 254u}) {
-    for (std::uint32_t m = 0; m < 128; ++m) {
-      const std::uint32_t amax = e << 7 | m;
-      const std::size_t row = x.size();
-      x.resize(row + kD, 0);
-      for (std::int64_t i = 0; i < kN; ++i) {
-        // Every group of 32 holds +-amax and magnitudes down to amax - 1000; the last one of a
-        // row in every fourth row has its amax two binades lower (field 5 where e is 7).
-        const bool lower = m % 4 == 0 && i >= kN - 32;
-        const std::uint32_t top = lower ? amax - 256 : amax;
-        const std::uint32_t k = static_cast<std::uint32_t>(i % 32) * 31;
-        const std::uint32_t v = i % 32 == 0 ? top : (k < top ? top - k : 0);
-        x[row + static_cast<std::size_t>(i)] =
-            static_cast<std::uint16_t>(v | (i % 3 == 1 ? 0x8000u : 0u));
+  for (const auto& [d, gs] : std::vector<std::pair<std::int64_t, std::int64_t>>{{576, 64},
+                                                                                {576, 32},
+                                                                                {1088, 64},
+                                                                                {704, 64},
+                                                                                {320, 32},
+                                                                                {192, 32},
+                                                                                {128, 64},
+                                                                                {1088, 32}}) {
+    const std::int64_t n = d - 64, groups = n / gs;
+    std::vector<std::uint16_t> x;
+    for (std::uint32_t e : {5u, 6u, 7u, 127u, 253u, 254u}) {
+      for (std::uint32_t m = 0; m < 128; ++m) {
+        const std::uint32_t amax = e << 7 | m;
+        const std::size_t row = x.size();
+        const std::int64_t lower_group = (row / static_cast<std::size_t>(d)) % 3 == 0
+                                             ? static_cast<std::int64_t>(m) % groups
+                                             : -1;
+        x.resize(row + static_cast<std::size_t>(d), 0);
+        for (std::int64_t i = 0; i < n; ++i) {
+          // Every group of 32 holds +-amax and magnitudes down to amax - 1000.
+          const std::uint32_t top = i / gs == lower_group ? amax - 256 : amax;
+          const std::uint32_t k = static_cast<std::uint32_t>(i % 32) * 31;
+          const std::uint32_t v = i % 32 == 0 ? top : (k < top ? top - k : 0);
+          x[row + static_cast<std::size_t>(i)] =
+              static_cast<std::uint16_t>(v | (i % 3 == 1 ? 0x8000u : 0u));
+        }
+        for (std::int64_t i = n; i < d; ++i) x[row + static_cast<std::size_t>(i)] = bf16(-2.5f);
       }
-      for (std::int64_t i = kN; i < kD; ++i) x[row + static_cast<std::size_t>(i)] = bf16(-2.5f);
     }
-  }
-  for (const std::int64_t gs : {std::int64_t{32}, std::int64_t{64}}) {
-    EXPECT_EQ(hif8_fp4_first_difference(x, kD, 384, gs, 1.0f), "") << "group size " << gs;
+    x.resize(x.size() - static_cast<std::size_t>(d));  // 767 rows: a last batch of three
+    const std::int64_t payload = 64 + n / 2 + 2 * groups;
+    EXPECT_EQ(hif8_fp4_first_difference(x, d, (payload + 31) / 32 * 32, gs, 1.0f), "")
+        << "d " << d << ", group size " << gs;
   }
 }
 

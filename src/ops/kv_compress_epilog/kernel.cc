@@ -576,24 +576,18 @@ enum class Fp4Plan : std::uint8_t {
   kAmax,    // every group planned by the amax entries (E2M1PlansOfAmax): the bucket tables
 };
 
-// First phase of a hifloat8_fp4 row: per-group amax, then every group's scale and multiplier at
+// First phase of hifloat8_fp4 rows: per-group amax, then every group's scale and multiplier at
 // once: the maxima (bits & 0x7FFF) to amax_bits, the scales' bf16 to scale_code (groups + 8
-// entries each, and room for whole vectors of 32: kMaxGroups + 8 is enough). Where the target has
-// the 16-bit bucket tables (groups of 32 and 64), the scale and the bucket table of a group come
-// from its amax by the amax entries, three table lookups for 32 groups, with the tables to table
-// and b64; a row with a group those entries do not serve (a zero, subnormal or non-finite amax, or
-// one below 2^-121) takes the division: the multipliers to inv_b (one vector division instead of a
-// scalar one per group; the same IEEE operations as the reference). A dependency chain (loads,
-// reductions, a division) with little work, which is why the batch driver plans several rows before
-// coding any of them.
-HWY_INLINE Fp4Plan Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs,
-                               std::int64_t groups, std::uint16_t* HWY_RESTRICT amax_bits,
-                               float* HWY_RESTRICT inv_b, std::uint16_t* HWY_RESTRICT scale_code,
-                               std::uint16_t* HWY_RESTRICT table, std::uint32_t* HWY_RESTRICT b64) {
-  const DF df;
-  const DU du;
-  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
-  const float c6 = f32_from_bits(kC6Bits);
+// entries each, and room for whole vectors of 32: kMaxGroups + 8 is enough). Where the target
+// has the 16-bit bucket tables (groups of 32 and 64), the scale and the bucket table of a group
+// come from its amax by the amax entries, three table lookups for 32 groups (of one row or of a
+// batch's rows), with the tables to table and b64 (quant::E2M1PlansOfAmaxRows); a row with a
+// group those entries do not serve (a zero, subnormal or non-finite amax, or one below 2^-121)
+// takes the division (Hif8Fp4Divide). A dependency chain (loads, reductions, lookups or a
+// division) with little work, which is why the batch driver plans several rows before coding
+// any of them.
+HWY_INLINE void Hif8Fp4Amax(const std::uint16_t* HWY_RESTRICT x, std::int64_t gs,
+                            std::int64_t groups, std::uint16_t* HWY_RESTRICT amax_bits) {
   if (gs == 16) {
     GroupAmax<16>(x, groups, amax_bits);
   } else if (gs == 32) {
@@ -601,15 +595,17 @@ HWY_INLINE Fp4Plan Hif8Fp4Plan(const std::uint16_t* HWY_RESTRICT x, std::int64_t
   } else {
     GroupAmax<64, 32>(x, groups, amax_bits);
   }
-#if KVS_E2M1_BUCKETS
-  if (gs != 16 &&
-      quant::HWY_NAMESPACE::E2M1PlansOfAmax(amax_bits, groups, scale_code, table, b64)) {
-    return Fp4Plan::kAmax;
-  }
-#else
-  (void)table;
-  (void)b64;
-#endif
+}
+
+// The plan of a row by the division: the multipliers to inv_b (one vector division instead of a
+// scalar one per group; the same IEEE operations as the reference) and the scales to scale_code.
+HWY_INLINE Fp4Plan Hif8Fp4Divide(std::int64_t groups, std::uint16_t* HWY_RESTRICT amax_bits,
+                                 float* HWY_RESTRICT inv_b,
+                                 std::uint16_t* HWY_RESTRICT scale_code) {
+  const DF df;
+  const DU du;
+  const std::int64_t L = static_cast<std::int64_t>(hn::Lanes(df));
+  const float c6 = f32_from_bits(kC6Bits);
   for (std::int64_t g = groups; g < groups + L; ++g) amax_bits[g] = 0;  // lanes past the end
   auto non_finite = hn::FirstN(df, 0);  // some amax or multiplier is NaN or infinite
   const DU16 d16;
@@ -690,7 +686,8 @@ void Hif8Fp4Row(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* HWY_RESTRICT 
   alignas(64) std::uint16_t amax_bits[kMaxGroups + 8];
   alignas(32) std::uint16_t scale_code[kMaxGroups + 8];
   alignas(32) float inv_b[kMaxGroups + 8];
-  const Fp4Plan plan = Hif8Fp4Plan(x, gs, groups, amax_bits, inv_b, scale_code, nullptr, nullptr);
+  Hif8Fp4Amax(x, gs, groups, amax_bits);
+  const Fp4Plan plan = Hif8Fp4Divide(groups, amax_bits, inv_b, scale_code);
   Hif8Fp4Codes(x, out, n, gs, groups, amax_bits, inv_b, scale_code, nullptr, nullptr, plan);
 }
 
@@ -837,10 +834,20 @@ HWY_INLINE void Hif8Fp4Rows(const KvCompressEpilogPlan& p, const std::int64_t* s
       // The plan reads the nope only: the rope's two cache lines are fetched meanwhile.
       __builtin_prefetch(xb[rows] + n, 0, 3);
       __builtin_prefetch(xb[rows] + n + 32, 0, 3);
-      const std::int64_t k = rows * kStride;
-      plan[rows] = Hif8Fp4Plan(xb[rows], gs, groups, amax + k, inv_b + k, scale_code + k, table + k,
-                               b64 + k);
+      Hif8Fp4Amax(xb[rows], gs, groups, amax + rows * kStride);
       ++rows;
+    }
+    bool by_amax[kFp4BatchRows] = {};
+#if KVS_E2M1_BUCKETS
+    if (gs != 16) {
+      quant::HWY_NAMESPACE::E2M1PlansOfAmaxRows(amax, kStride, rows, groups, scale_code, table, b64,
+                                                by_amax);
+    }
+#endif
+    for (int i = 0; i < rows; ++i) {
+      const std::int64_t k = i * kStride;
+      plan[i] =
+          by_amax[i] ? Fp4Plan::kAmax : Hif8Fp4Divide(groups, amax + k, inv_b + k, scale_code + k);
     }
     for (int i = 0; i < rows; ++i) {
       const std::int64_t k = i * kStride;
@@ -1086,6 +1093,33 @@ bool E2M1PlansOfAmaxBatch(const std::uint16_t* amax, std::int64_t groups, std::u
 #endif
 }
 
+bool E2M1PlansOfAmaxRowsBatch(const std::uint16_t* amax, std::int64_t stride, int rows,
+                              std::int64_t groups, std::uint16_t* scale, std::uint16_t* table,
+                              std::uint32_t* b64, bool* ok) {
+#if KVS_E2M1_BUCKETS
+  // Whole blocks of 8 per row, repeating the row's last group, as GroupMagnitudes writes them.
+  std::vector<std::uint16_t> blocks(static_cast<std::size_t>(rows * stride), 0);
+  for (int r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < (groups + 7) / 8 * 8; ++g) {
+      blocks[static_cast<std::size_t>(r * stride + g)] = amax[r * stride + std::min(g, groups - 1)];
+    }
+  }
+  quant::HWY_NAMESPACE::E2M1PlansOfAmaxRows(blocks.data(), stride, rows, groups, scale, table, b64,
+                                            ok);
+  return true;
+#else
+  (void)amax;
+  (void)stride;
+  (void)rows;
+  (void)groups;
+  (void)scale;
+  (void)table;
+  (void)b64;
+  (void)ok;
+  return false;
+#endif
+}
+
 void E2M1ThresholdsBatch(const float* mult, std::int64_t n, std::uint16_t* thr) {
 #if HWY_TARGET != HWY_SCALAR
   quant::HWY_NAMESPACE::E2M1Thresholds(mult, n, thr, n);
@@ -1113,6 +1147,7 @@ HWY_EXPORT(E2M1ThresholdsBatch);
 HWY_EXPORT(HiF8Bf16Batch);
 HWY_EXPORT(E2M1BucketsBatch);
 HWY_EXPORT(E2M1PlansOfAmaxBatch);
+HWY_EXPORT(E2M1PlansOfAmaxRowsBatch);
 
 void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
                    std::int64_t end, bool stream, bool prefetch) {
@@ -1150,6 +1185,12 @@ bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_
 bool simd_e2m1_plans_of_amax(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
                              std::uint16_t* table, std::uint32_t* b64) {
   return HWY_DYNAMIC_DISPATCH(E2M1PlansOfAmaxBatch)(amax, groups, scale, table, b64);
+}
+bool simd_e2m1_plans_of_amax_rows(const std::uint16_t* amax, std::int64_t stride, int rows,
+                                  std::int64_t groups, std::uint16_t* scale, std::uint16_t* table,
+                                  std::uint32_t* b64, bool* ok) {
+  return HWY_DYNAMIC_DISPATCH(E2M1PlansOfAmaxRowsBatch)(amax, stride, rows, groups, scale, table,
+                                                        b64, ok);
 }
 
 }  // namespace kvscatter::detail

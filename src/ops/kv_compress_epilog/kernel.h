@@ -47,5 +47,11 @@ bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_
 // and then nothing defined is written. The outputs need room for groups rounded up to 32.
 bool simd_e2m1_plans_of_amax(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
                              std::uint16_t* table, std::uint32_t* b64);
+// The same for `rows` rows (1 to 4) of `groups` groups, row r's at offset r * stride of every
+// array (stride at least groups rounded up to 32), as the kernel's batches take them: ok[r]
+// tells whether row r was planned. False where the target has no such path.
+bool simd_e2m1_plans_of_amax_rows(const std::uint16_t* amax, std::int64_t stride, int rows,
+                                  std::int64_t groups, std::uint16_t* scale, std::uint16_t* table,
+                                  std::uint32_t* b64, bool* ok);
 
 }  // namespace kvscatter::detail
