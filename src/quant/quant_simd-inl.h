@@ -824,62 +824,70 @@ HWY_INLINE std::int64_t QuantizeE2M1ByBuckets(const std::uint16_t* HWY_RESTRICT 
   return left;
 }
 
-// The plans of groups [0, groups) from their largest magnitudes amax[g] (bits & 0x7FFF) by the
-// amax entries of src/quant/e2m1_buckets.h, 32 groups a vector: the scale's bf16 bits to
-// scale[g], the group's bucket table (its first index in the flat entry array) to table[g] and
-// its first bucket * 64 in both halves of b64[g]. False, with the outputs undefined, when some
-// group lies outside the entries' exponents (a zero, a subnormal, an infinity or a NaN in the
-// group, or a largest magnitude below 2^-121): the caller then plans the row by the division.
-// amax holds whole blocks of 8 entries (as GroupMagnitudes writes them) and is read 8 entries
-// at a time: a wider load of entries just stored 8 at a time would wait for those stores to
-// reach the cache, behind a streaming call's stores. The outputs take whole vectors (32
-// entries from each multiple of 32 below groups), unmasked for the same reason.
-HWY_INLINE bool E2M1PlansOfAmax(const std::uint16_t* HWY_RESTRICT amax, std::int64_t groups,
-                                std::uint16_t* HWY_RESTRICT scale,
-                                std::uint16_t* HWY_RESTRICT table,
-                                std::uint32_t* HWY_RESTRICT b64) {
-  const detail::E2M1Buckets& t = detail::e2m1_buckets();
-  if (!t.amax_usable) return false;
-  // A 128-entry lookup of the mantissa (the index's bits 0..6; vpermt2w reads bits 0..5).
-  const auto look = [](const std::uint16_t* entries, __mmask32 upper, __m512i a) HWY_ATTR {
+// The plans of 32 groups from their largest magnitudes (bits & 0x7FFF, 16-bit lanes of a) by the
+// amax entries of src/quant/e2m1_buckets.h: each 128-entry lookup of the mantissa takes two
+// vpermt2w (which read the index's bits 0..5) and a blend on bit 6.
+struct AmaxPlans {
+  __m512i scale;      // the scale's bf16 bits
+  __m512i table;      // the bucket table: its first index in the flat entry array
+  __m512i b64[2];     // the first bucket * 64 in both halves of a 32-bit word, lanes 0-15, 16-31
+  __mmask32 outside;  // lanes whose exponent field lies outside [kAmaxMinExp, 254]
+};
+HWY_INLINE AmaxPlans E2M1AmaxPlans(const detail::E2M1Buckets& t, __m512i a) {
+  const __mmask32 upper = _mm512_test_epi16_mask(a, _mm512_set1_epi16(64));
+  const auto look = [&](const std::uint16_t* entries) HWY_ATTR {
     const __m512i lo =
         _mm512_permutex2var_epi16(_mm512_load_si512(entries), a, _mm512_load_si512(entries + 32));
     const __m512i hi = _mm512_permutex2var_epi16(_mm512_load_si512(entries + 64), a,
                                                  _mm512_load_si512(entries + 96));
     return _mm512_mask_blend_epi16(upper, lo, hi);
   };
+  const __m512i e = _mm512_srli_epi16(a, 7);
+  AmaxPlans p;
+  // E - kAmaxMinExp (modulo 2^16) above 254 - kAmaxMinExp.
+  p.outside =
+      _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, _mm512_set1_epi16(detail::kAmaxMinExp)),
+                              _mm512_set1_epi16(static_cast<short>(254 - detail::kAmaxMinExp)));
+  p.scale = _mm512_add_epi16(look(t.amax_scale), _mm512_slli_epi16(e, 7));
+  p.table = look(t.amax_table);
+  const __m512i b = _mm512_add_epi16(look(t.amax_b64), _mm512_slli_epi16(e, 8));
+  const __m512i b0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(b));
+  const __m512i b1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1));
+  p.b64[0] = _mm512_or_si512(b0, _mm512_slli_epi32(b0, 16));
+  p.b64[1] = _mm512_or_si512(b1, _mm512_slli_epi32(b1, 16));
+  return p;
+}
+
+// The plans of groups [0, groups) from their largest magnitudes amax[g] by E2M1AmaxPlans, 32
+// groups a vector: the scale's bf16 bits to scale[g], the bucket table to table[g] and its first
+// bucket * 64 in both halves of b64[g]. False, with the outputs undefined, when some group lies
+// outside the entries' exponents (a zero, a subnormal, an infinity or a NaN in the group, or a
+// largest magnitude below 2^-121): the caller then plans the row by the division. amax holds
+// whole blocks of 8 entries (as GroupMagnitudes writes them) and is read 8 entries at a time: a
+// wider load of entries just stored 8 at a time would wait for those stores to reach the cache,
+// behind a streaming call's stores. The outputs take whole vectors (32 entries from each
+// multiple of 32 below groups), unmasked for the same reason.
+HWY_INLINE bool E2M1PlansOfAmax(const std::uint16_t* HWY_RESTRICT amax, std::int64_t groups,
+                                std::uint16_t* HWY_RESTRICT scale,
+                                std::uint16_t* HWY_RESTRICT table,
+                                std::uint32_t* HWY_RESTRICT b64) {
+  const detail::E2M1Buckets& t = detail::e2m1_buckets();
+  if (!t.amax_usable) return false;
+  const auto block = [&](std::int64_t g) HWY_ATTR {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g));
+  };
   for (std::int64_t g = 0; g < groups; g += 32) {
-    const std::int64_t live_groups = groups - g < 32 ? groups - g : 32;
-    __m512i a = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g)));
-    if (live_groups > 8) {
-      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 8)), 1);
-    }
-    if (live_groups > 16) {
-      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 16)),
-                             2);
-    }
-    if (live_groups > 24) {
-      a = _mm512_inserti32x4(a, _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 24)),
-                             3);
-    }
-    const __mmask32 live =
-        static_cast<__mmask32>(_bzhi_u32(~0u, static_cast<unsigned>(live_groups)));
-    const __m512i e = _mm512_srli_epi16(a, 7);
-    // E outside [kAmaxMinExp, 254]: E - kAmaxMinExp (modulo 2^16) above 254 - kAmaxMinExp.
-    const __mmask32 outside = _mm512_mask_cmpgt_epu16_mask(
-        live, _mm512_sub_epi16(e, _mm512_set1_epi16(detail::kAmaxMinExp)),
-        _mm512_set1_epi16(static_cast<short>(254 - detail::kAmaxMinExp)));
-    if (outside != 0) return false;
-    const __mmask32 upper = _mm512_test_epi16_mask(a, _mm512_set1_epi16(64));
-    _mm512_storeu_si512(scale + g,
-                        _mm512_add_epi16(look(t.amax_scale, upper, a), _mm512_slli_epi16(e, 7)));
-    _mm512_storeu_si512(table + g, look(t.amax_table, upper, a));
-    const __m512i b = _mm512_add_epi16(look(t.amax_b64, upper, a), _mm512_slli_epi16(e, 8));
-    // Each 16-bit value in both halves of a 32-bit word: b * 0x10001.
-    const __m512i b0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(b));
-    const __m512i b1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1));
-    _mm512_storeu_si512(b64 + g, _mm512_or_si512(b0, _mm512_slli_epi32(b0, 16)));
-    _mm512_storeu_si512(b64 + g + 16, _mm512_or_si512(b1, _mm512_slli_epi32(b1, 16)));
+    const std::int64_t live = groups - g < 32 ? groups - g : 32;
+    __m512i a = _mm512_castsi128_si512(block(g));
+    if (live > 8) a = _mm512_inserti32x4(a, block(g + 8), 1);
+    if (live > 16) a = _mm512_inserti32x4(a, block(g + 16), 2);
+    if (live > 24) a = _mm512_inserti32x4(a, block(g + 24), 3);
+    const AmaxPlans p = E2M1AmaxPlans(t, a);
+    if ((p.outside & _bzhi_u32(~0u, static_cast<unsigned>(live))) != 0) return false;
+    _mm512_storeu_si512(scale + g, p.scale);
+    _mm512_storeu_si512(table + g, p.table);
+    _mm512_storeu_si512(b64 + g, p.b64[0]);
+    _mm512_storeu_si512(b64 + g + 16, p.b64[1]);
   }
   return true;
 }
@@ -905,15 +913,9 @@ HWY_INLINE void E2M1PlansOfAmaxRows(const std::uint16_t* HWY_RESTRICT amax, std:
   // blocks.
   const int blocks = groups > 8 ? 2 : 1;
   const int per = 4 / blocks;  // rows per vector
-  // The live lanes of a row's slots: all 8 of a first block of two, the rest of the last.
+  // A row's groups among the lanes of its slots; the lanes past them (repeats of its last group)
+  // and those of slots no row fills do not count.
   const std::uint32_t row_lanes = _bzhi_u32(~0u, static_cast<unsigned>(groups));
-  const auto look = [](const std::uint16_t* entries, __mmask32 upper, __m512i a) HWY_ATTR {
-    const __m512i lo =
-        _mm512_permutex2var_epi16(_mm512_load_si512(entries), a, _mm512_load_si512(entries + 32));
-    const __m512i hi = _mm512_permutex2var_epi16(_mm512_load_si512(entries + 64), a,
-                                                 _mm512_load_si512(entries + 96));
-    return _mm512_mask_blend_epi16(upper, lo, hi);
-  };
   const auto at = [&](int r0, int s) { return (r0 + s / blocks) * stride + 8 * (s % blocks); };
   for (int r0 = 0; r0 < rows; r0 += per) {
     const int slots = (rows - r0 < per ? rows - r0 : per) * blocks;
@@ -924,22 +926,10 @@ HWY_INLINE void E2M1PlansOfAmaxRows(const std::uint16_t* HWY_RESTRICT amax, std:
     if (slots > 1) a = _mm512_inserti32x4(a, block(1), 1);
     if (slots > 2) a = _mm512_inserti32x4(a, block(2), 2);
     if (slots > 3) a = _mm512_inserti32x4(a, block(3), 3);
-    const __m512i e = _mm512_srli_epi16(a, 7);
-    // Lanes past a row's groups (repeats of its last group) and past the slots do not count.
-    const __mmask32 outside =
-        _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(e, _mm512_set1_epi16(detail::kAmaxMinExp)),
-                                _mm512_set1_epi16(static_cast<short>(254 - detail::kAmaxMinExp)));
+    const AmaxPlans p = E2M1AmaxPlans(t, a);
     for (int v = 0; v < slots / blocks; ++v) {
-      ok[r0 + v] = ((outside >> (8 * blocks * v)) & row_lanes) == 0;
+      ok[r0 + v] = ((p.outside >> (8 * blocks * v)) & row_lanes) == 0;
     }
-    const __mmask32 upper = _mm512_test_epi16_mask(a, _mm512_set1_epi16(64));
-    const __m512i sc = _mm512_add_epi16(look(t.amax_scale, upper, a), _mm512_slli_epi16(e, 7));
-    const __m512i tb = look(t.amax_table, upper, a);
-    const __m512i b = _mm512_add_epi16(look(t.amax_b64, upper, a), _mm512_slli_epi16(e, 8));
-    const __m512i b0 = _mm512_cvtepu16_epi32(_mm512_castsi512_si256(b));
-    const __m512i b1 = _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(b, 1));
-    const __m512i w0 = _mm512_or_si512(b0, _mm512_slli_epi32(b0, 16));
-    const __m512i w1 = _mm512_or_si512(b1, _mm512_slli_epi32(b1, 16));
     // Each slot's 8 entries back to its row (rows that failed get entries nobody reads).
     const auto put = [&](int s, __m128i scs, __m128i tbs, __m256i ws) HWY_ATTR {
       const std::int64_t k = at(r0, s);
@@ -947,18 +937,19 @@ HWY_INLINE void E2M1PlansOfAmaxRows(const std::uint16_t* HWY_RESTRICT amax, std:
       _mm_storeu_si128(reinterpret_cast<__m128i*>(table + k), tbs);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(b64 + k), ws);
     };
-    put(0, _mm512_castsi512_si128(sc), _mm512_castsi512_si128(tb), _mm512_castsi512_si256(w0));
+    put(0, _mm512_castsi512_si128(p.scale), _mm512_castsi512_si128(p.table),
+        _mm512_castsi512_si256(p.b64[0]));
     if (slots > 1) {
-      put(1, _mm512_extracti32x4_epi32(sc, 1), _mm512_extracti32x4_epi32(tb, 1),
-          _mm512_extracti64x4_epi64(w0, 1));
+      put(1, _mm512_extracti32x4_epi32(p.scale, 1), _mm512_extracti32x4_epi32(p.table, 1),
+          _mm512_extracti64x4_epi64(p.b64[0], 1));
     }
     if (slots > 2) {
-      put(2, _mm512_extracti32x4_epi32(sc, 2), _mm512_extracti32x4_epi32(tb, 2),
-          _mm512_castsi512_si256(w1));
+      put(2, _mm512_extracti32x4_epi32(p.scale, 2), _mm512_extracti32x4_epi32(p.table, 2),
+          _mm512_castsi512_si256(p.b64[1]));
     }
     if (slots > 3) {
-      put(3, _mm512_extracti32x4_epi32(sc, 3), _mm512_extracti32x4_epi32(tb, 3),
-          _mm512_extracti64x4_epi64(w1, 1));
+      put(3, _mm512_extracti32x4_epi32(p.scale, 3), _mm512_extracti32x4_epi32(p.table, 3),
+          _mm512_extracti64x4_epi64(p.b64[1], 1));
     }
   }
 }
