@@ -1116,9 +1116,12 @@ TEST(KvCompressEpilogSimd, E2M1AmaxPlansMatchScalar) {
 #else
     const bool avx512 = false;
 #endif
-    // The AVX-512 targets plan by the entries, the others never.
-    ASSERT_EQ(detail::simd_e2m1_plans_of_amax(&one, 1, scale, table, b64), avx512);
+    // The AVX-512 targets plan by the entries (and plan a row of 1.0), the others never.
+    bool one_ok = false;
+    ASSERT_EQ(detail::simd_e2m1_plans_of_amax_rows(&one, 64, 1, 1, scale, table, b64, &one_ok),
+              avx512);
     if (!avx512) continue;
+    ASSERT_TRUE(one_ok);
     ++ran;
     std::int64_t planned = 0;
     for (std::uint32_t a = 0; a < 0x8000; ++a) {
@@ -1131,7 +1134,9 @@ TEST(KvCompressEpilogSimd, E2M1AmaxPlansMatchScalar) {
             static_cast<std::uint16_t>(0x3E00 + (a + 37 * g) % 0x500);
       }
       amax[static_cast<std::size_t>(lane)] = static_cast<std::uint16_t>(a);
-      const bool got = detail::simd_e2m1_plans_of_amax(amax.data(), groups, scale, table, b64);
+      bool got = false;
+      ASSERT_TRUE(detail::simd_e2m1_plans_of_amax_rows(amax.data(), 64, 1, groups, scale, table,
+                                                       b64, &got));
       ASSERT_EQ(got, in_range(a)) << "amax 0x" << std::hex << a;
       if (!got) continue;
       ++planned;

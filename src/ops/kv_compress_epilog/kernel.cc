@@ -646,6 +646,9 @@ HWY_INLINE void Hif8Fp4Codes(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* 
     } else {
       qn::QuantizeE2M1ByAmaxPlans<64>(x, out + 64, groups, table, b64);
     }
+#else
+    (void)table;  // no target without the bucket tables plans by amax
+    (void)b64;
 #endif
   } else if (plan == Fp4Plan::kFinite) {
 #if HWY_TARGET != HWY_SCALAR
@@ -657,8 +660,6 @@ HWY_INLINE void Hif8Fp4Codes(const std::uint16_t* HWY_RESTRICT x, std::uint8_t* 
   } else {
     Fp4Nope<false>(x, out + 64, n, gs, inv_b);
   }
-  (void)table;
-  (void)b64;
   std::uint8_t* scale_out = out + 64 + n / 2;  // little-endian bf16
   if constexpr (std::endian::native == std::endian::little) {
     std::memcpy(scale_out, scale_code, static_cast<std::size_t>(2 * groups));
@@ -1076,23 +1077,6 @@ bool E2M1BucketsBatch(float mult, const std::uint16_t* x, std::uint8_t* out, std
 #endif
 }
 
-bool E2M1PlansOfAmaxBatch(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
-                          std::uint16_t* table, std::uint32_t* b64) {
-#if KVS_E2M1_BUCKETS
-  // The kernel reads amax in whole blocks of 8, as GroupMagnitudes writes them.
-  std::vector<std::uint16_t> blocks(static_cast<std::size_t>((groups + 7) / 8 * 8), 0);
-  std::copy(amax, amax + groups, blocks.begin());
-  return quant::HWY_NAMESPACE::E2M1PlansOfAmax(blocks.data(), groups, scale, table, b64);
-#else
-  (void)amax;
-  (void)groups;
-  (void)scale;
-  (void)table;
-  (void)b64;
-  return false;
-#endif
-}
-
 bool E2M1PlansOfAmaxRowsBatch(const std::uint16_t* amax, std::int64_t stride, int rows,
                               std::int64_t groups, std::uint16_t* scale, std::uint16_t* table,
                               std::uint32_t* b64, bool* ok) {
@@ -1146,7 +1130,6 @@ HWY_EXPORT(EncodeHiF8Batch);
 HWY_EXPORT(E2M1ThresholdsBatch);
 HWY_EXPORT(HiF8Bf16Batch);
 HWY_EXPORT(E2M1BucketsBatch);
-HWY_EXPORT(E2M1PlansOfAmaxBatch);
 HWY_EXPORT(E2M1PlansOfAmaxRowsBatch);
 
 void quantize_rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::int64_t begin,
@@ -1181,10 +1164,6 @@ bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::s
 bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
                                  std::size_t n, std::int64_t group) {
   return HWY_DYNAMIC_DISPATCH(E2M1BucketsBatch)(mult, x, out, n, group);
-}
-bool simd_e2m1_plans_of_amax(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
-                             std::uint16_t* table, std::uint32_t* b64) {
-  return HWY_DYNAMIC_DISPATCH(E2M1PlansOfAmaxBatch)(amax, groups, scale, table, b64);
 }
 bool simd_e2m1_plans_of_amax_rows(const std::uint16_t* amax, std::int64_t stride, int rows,
                                   std::int64_t groups, std::uint16_t* scale, std::uint16_t* table,

@@ -40,16 +40,13 @@ void simd_e2m1_thresholds(const float* mult, std::int64_t n, std::uint16_t* thr)
 bool simd_encode_hifloat8_bf16(const std::uint16_t* x, std::uint8_t* out, std::size_t n);
 bool simd_encode_e2m1_by_buckets(float mult, const std::uint16_t* x, std::uint8_t* out,
                                  std::size_t n, std::int64_t group);
-// The group plans of mode hifloat8_fp4 from the groups' largest magnitudes amax[g] (bf16 bits &
-// 0x7FFF, g < groups) by the amax entries of the bucket tables: each group's scale bits, bucket
-// table (its first index in the flat entry array) and first bucket * 64 (twice, in a 32-bit
-// word). False where the target has no such path or some group lies outside the entries' range,
-// and then nothing defined is written. The outputs need room for groups rounded up to 32.
-bool simd_e2m1_plans_of_amax(const std::uint16_t* amax, std::int64_t groups, std::uint16_t* scale,
-                             std::uint16_t* table, std::uint32_t* b64);
-// The same for `rows` rows (1 to 4) of `groups` groups, row r's at offset r * stride of every
-// array (stride at least groups rounded up to 32), as the kernel's batches take them: ok[r]
-// tells whether row r was planned. False where the target has no such path.
+// The group plans of mode hifloat8_fp4 from the groups' largest magnitudes (bf16 bits & 0x7FFF)
+// by the amax entries of the bucket tables, for `rows` rows (1 to 4) of `groups` groups as the
+// kernel's batches take them, row r's maxima amax[r * stride + g] (g < groups) and its outputs at
+// the same offsets of every array (stride at least groups rounded up to 32): each group's scale
+// bits, bucket table (its first index in the flat entry array) and first bucket * 64 (twice, in a
+// 32-bit word); ok[r] tells whether row r was planned (else its outputs are undefined). False
+// where the target has no such path.
 bool simd_e2m1_plans_of_amax_rows(const std::uint16_t* amax, std::int64_t stride, int rows,
                                   std::int64_t groups, std::uint16_t* scale, std::uint16_t* table,
                                   std::uint32_t* b64, bool* ok);
