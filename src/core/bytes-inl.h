@@ -68,16 +68,18 @@ HWY_INLINE void StreamBytes(unsigned char* HWY_RESTRICT dst, const unsigned char
 }
 
 // Rows bound for cache rows, for calls that write more than the caches hold (`stream`): each row is
-// built in an L1 buffer right after what is left of the rows before it, and once it is complete
-// every whole 64-byte line of the cache that the buffer covers goes out by non-temporal stores,
-// which skip the line's read-for-ownership. Rows that follow each other in the cache form a run,
-// whose first and last lines alone can be partial: those take ordinary stores, the last one once
-// the run ends. Lines going out after every row, rather than four rows' worth at a time, spread the
-// stores among the rows' arithmetic and leave no partial line inside a run: at 16,384 rows on AMD
-// Zen 2, kv_compress_epilog's fp8_bf16 rows (672 bytes) measured 1.08 x faster that way and its
-// fp8_e8m0 rows (644 bytes, which left partial lines wherever four rows ended) 1.11 x;
-// paged_latent_write's fp8_ds_mla entries 0.96-1.04 x, within noise. Rows go out in the order they
-// were handed out (a repeated slot keeps its last writer), all of them, drained by
+// built in an L1 buffer right after what is left of the rows before it, and once the buffer holds
+// kBurst bytes past the run's first line boundary, every whole 64-byte line of the cache that it
+// covers goes out by non-temporal stores, which skip the line's read-for-ownership. Rows that
+// follow each other in the cache form a run, whose first and last lines alone can be partial:
+// those take ordinary stores, the last one once the run ends. Lines going out after every row,
+// rather than four rows' worth at a time with a partial line wherever four rows ended, measured
+// 1.08-1.11 x faster at 16,384 rows on AMD Zen 2 for kv_compress_epilog's fp8 rows. With no
+// partial line inside a run, 2 KiB at a time made those rows 1.06-1.11 x (fp8_bf16) and 1.0-1.06 x
+// (fp8_e8m0) faster than every row on AMD Zen 5 with AVX-512, and paged_latent_write's bfloat16
+// fp8_ds_mla entries 1.05 x; level on AVX2, for hifloat8_fp4's shorter rows and for float16
+// entries. 1, 1.5, 3, 4 and 8 KiB measured 2-13 % slower than 2 there. Rows go out in the order
+// they were handed out (a repeated slot keeps its last writer), all of them, drained by
 // hwy::FlushStream(), before the object dies. Without `stream`, or for rows over kMaxRow bytes
 // (past the rows measured), Row hands out the cache row itself.
 class StagedRows {
@@ -92,8 +94,8 @@ class StagedRows {
   // Where the row bound for cache row `out` is built.
   unsigned char* Row(unsigned char* out) {
     if (!on_) return out;
-    if (out != dst_ + held_) {  // a new run: the last one's partial line goes out
-      CopyBytes(dst_, buf_, held_);
+    if (out != dst_ + held_) {  // a new run: the last one's lines go out
+      StreamBytes(dst_, buf_, held_);
       dst_ = out;
       held_ = 0;
     }
@@ -105,7 +107,7 @@ class StagedRows {
     if (!on_) return;
     held_ += row_bytes_;
     const std::size_t head = (kLine - reinterpret_cast<std::uintptr_t>(dst_) % kLine) % kLine;
-    if (held_ < head + kLine) return;  // no whole line yet
+    if (held_ < head + kBurst) return;  // not yet a burst's worth
     const std::size_t end = head + (held_ - head) / kLine * kLine;
     StreamBytes(dst_, buf_, end);  // ends on a line: nothing partial past `head`
     std::memcpy(buf_, buf_ + end, held_ - end);  // under a line, after `end` >= one line
@@ -115,17 +117,19 @@ class StagedRows {
 
   ~StagedRows() {
     if (!on_) return;
-    CopyBytes(dst_, buf_, held_);
+    StreamBytes(dst_, buf_, held_);
     hwy::FlushStream();  // streaming stores are weakly ordered
   }
 
  private:
   static constexpr std::size_t kLine = 64;
+  static constexpr std::size_t kBurst = 2 << 10;
   const std::size_t row_bytes_;
   const bool on_;
   unsigned char* dst_ = nullptr;  // where buf_[0] goes
   std::size_t held_ = 0;          // bytes in buf_ not yet written
-  alignas(64) unsigned char buf_[kMaxRow + 2 * kLine];
+  // Under head + kBurst bytes held before a row (head < kLine), and the row.
+  alignas(64) unsigned char buf_[kMaxRow + kBurst + kLine];
 };
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2

@@ -760,8 +760,8 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
   alignas(64) std::uint8_t e[kFp8BatchRows * kStride], fast[kFp8BatchRows * kStride];
   const std::uint16_t* xb[kFp8BatchRows];
   std::uint8_t* ob[kFp8BatchRows];
-  // Calls past the caches build their rows in L1 and stream their whole lines out
-  // (StagedRows in core/bytes-inl.h).
+  // Calls past the caches build their rows in L1 and stream their whole lines out, 2 KiB at a
+  // time (StagedRows in core/bytes-inl.h).
   StagedRows staged(stream, static_cast<std::size_t>(p.row_bytes));
   for (std::int64_t r = begin; r < end;) {
     int rows = 0;
