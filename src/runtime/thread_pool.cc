@@ -52,8 +52,8 @@ class Pool {
   void run(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx) {
     grain = std::max<std::int64_t>(grain, 1);
     const std::int64_t chunks = (n + grain - 1) / grain;
-    // The calls that run inline on one thread (the decode steps' small calls among them) skip
-    // the lock: its atomic read-modify-write and release were a sizable share of a 64-token call.
+    // Calls that run inline (one thread, one chunk, or inside a job) skip the lock: its atomic
+    // read-modify-write and release made calls of a few tokens 1.04-1.09 x slower.
     if (chunks < 2 || t_in_parallel || threads() < 2) {
       fn(ctx, 0, n);
       return;

@@ -783,19 +783,19 @@ TEST(KvCompressEpilogSimd, SignedZerosInGroupsOfNormalValues) {
 }
 
 // Calls past the streaming threshold build each row in a buffer and stream the whole cache
-// lines of runs of rows that follow each other in the cache, a row at a time (hifloat8_fp4) or
-// 2 KiB at a time (the fp8 modes). With the threshold at 0: runs that start and end mid-line, a
-// run broken by a skipped token, a slot written twice within one batch and again in a later one,
-// twice in a row, rows written in descending order (a partial line shared by two runs), the last
-// slot of a block, a run over six blocks (many bursts, the call ending in the middle of one),
-// rows apart (a row pitch wider than the row, whose tail stays untouched), and x rows apart
-// (read, and prefetched, through the view's strides), for every mode on every target.
+// lines of runs of rows that follow each other in the cache, 2 KiB at a time. With the threshold
+// at 0: runs that start and end mid-line, a run broken by a skipped token, a slot written twice
+// within one batch and again in a later one, twice in a row, rows written in descending order
+// (a partial line shared by two runs), the last slot of a block, a run over six blocks up to the
+// cache's last slot (many bursts, the call ending in the middle of one), rows apart (a row pitch
+// wider than the row, whose tail stays untouched), and x rows apart (read, and prefetched, through
+// the view's strides), for every mode on every target.
 TEST(KvCompressEpilogSimd, StreamedRowsMatchReference) {
   const std::int64_t saved = detail::set_stream_threshold(0);
   const std::int64_t d = 576, bs = 8, nb = 12;
   std::vector<std::int32_t> slots = {16, 17, 18, 19, 20, 21, -1, 22, 23, 24, 25, 30, 25, 39, 0,
                                      1,  2,  3,  4,  5,  6,  7,  25, 12, 11, 10, 10, 32, 33};
-  for (std::int32_t s = 43; s < 94; ++s) slots.push_back(s);
+  for (std::int32_t s = 43; s < 96; ++s) slots.push_back(s);
   const std::int64_t t = static_cast<std::int64_t>(slots.size());
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 3.0f);

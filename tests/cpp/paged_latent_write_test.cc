@@ -287,15 +287,16 @@ TEST(PagedLatentWriteDsMla, Float16TilesMatchReference) {
 // the threshold at 0, on every target and thread count: runs broken by a skipped token and by a
 // jump, a slot written twice close together and again later, twice in a row, entries written
 // in descending order (a partial line shared by two runs), the last slot of a block, a run over
-// six blocks (many bursts, the call ending in the middle of one), and entries apart (a slot
-// pitch wider than the entry, whose tail stays untouched). bfloat16 and float16 input.
+// six blocks up to the cache's last slot (many bursts, the call ending in the middle of one),
+// and entries apart (a slot pitch wider than the entry, whose tail stays untouched). bfloat16
+// and float16 input.
 TEST(PagedLatentWriteDsMla, StreamedEntriesMatchReference) {
   const std::int64_t saved = detail::set_stream_threshold(0);
   const int threads = get_num_threads();
   const std::int64_t bs = 8, nb = 12;
   std::vector<std::int32_t> slots = {16, 17, 18, 19, 20, 21, -1, 22, 23, 24, 25, 30, 25, 39, 0,
                                      1,  2,  3,  4,  5,  6,  7,  25, 12, 11, 10, 10, 32, 33};
-  for (std::int32_t s = 43; s < 94; ++s) slots.push_back(s);
+  for (std::int32_t s = 43; s < 96; ++s) slots.push_back(s);
   const std::int64_t t = static_cast<std::int64_t>(slots.size());
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 3.0f);
