@@ -858,6 +858,17 @@ HWY_INLINE AmaxPlans E2M1AmaxPlans(const detail::E2M1Buckets& t, __m512i a) {
   return p;
 }
 
+// Up to four 128-bit blocks of 8 maxima, block(0) .. block(n - 1), as one vector (the lanes of
+// blocks not loaded undefined).
+template <class Block>
+HWY_INLINE __m512i AmaxBlocks(int n, const Block& block) {
+  __m512i a = _mm512_castsi128_si512(block(0));
+  if (n > 1) a = _mm512_inserti32x4(a, block(1), 1);
+  if (n > 2) a = _mm512_inserti32x4(a, block(2), 2);
+  if (n > 3) a = _mm512_inserti32x4(a, block(3), 3);
+  return a;
+}
+
 // The plans of groups [0, groups) from their largest magnitudes amax[g] by E2M1AmaxPlans, 32
 // groups a vector: the scale's bf16 bits to scale[g], the bucket table to table[g] and its first
 // bucket * 64 in both halves of b64[g]. False, with the outputs undefined, when some group lies
@@ -873,15 +884,11 @@ HWY_INLINE bool E2M1PlansOfAmax(const std::uint16_t* HWY_RESTRICT amax, std::int
                                 std::uint32_t* HWY_RESTRICT b64) {
   const detail::E2M1Buckets& t = detail::e2m1_buckets();
   if (!t.amax_usable) return false;
-  const auto block = [&](std::int64_t g) HWY_ATTR {
-    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g));
-  };
   for (std::int64_t g = 0; g < groups; g += 32) {
     const std::int64_t live = groups - g < 32 ? groups - g : 32;
-    __m512i a = _mm512_castsi128_si512(block(g));
-    if (live > 8) a = _mm512_inserti32x4(a, block(g + 8), 1);
-    if (live > 16) a = _mm512_inserti32x4(a, block(g + 16), 2);
-    if (live > 24) a = _mm512_inserti32x4(a, block(g + 24), 3);
+    const __m512i a = AmaxBlocks(static_cast<int>((live + 7) / 8), [&](int s) HWY_ATTR {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + g + 8 * s));
+    });
     const AmaxPlans p = E2M1AmaxPlans(t, a);
     if ((p.outside & _bzhi_u32(~0u, static_cast<unsigned>(live))) != 0) return false;
     _mm512_storeu_si512(scale + g, p.scale);
@@ -919,13 +926,9 @@ HWY_INLINE void E2M1PlansOfAmaxRows(const std::uint16_t* HWY_RESTRICT amax, std:
   const auto at = [&](int r0, int s) { return (r0 + s / blocks) * stride + 8 * (s % blocks); };
   for (int r0 = 0; r0 < rows; r0 += per) {
     const int slots = (rows - r0 < per ? rows - r0 : per) * blocks;
-    const auto block = [&](int s) HWY_ATTR {
+    const __m512i a = AmaxBlocks(slots, [&](int s) HWY_ATTR {
       return _mm_loadu_si128(reinterpret_cast<const __m128i*>(amax + at(r0, s)));
-    };
-    __m512i a = _mm512_castsi128_si512(block(0));
-    if (slots > 1) a = _mm512_inserti32x4(a, block(1), 1);
-    if (slots > 2) a = _mm512_inserti32x4(a, block(2), 2);
-    if (slots > 3) a = _mm512_inserti32x4(a, block(3), 3);
+    });
     const AmaxPlans p = E2M1AmaxPlans(t, a);
     for (int v = 0; v < slots / blocks; ++v) {
       ok[r0 + v] = ((p.outside >> (8 * blocks * v)) & row_lanes) == 0;
