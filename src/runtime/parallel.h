@@ -16,6 +16,13 @@ using RangeFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end);
 
 void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx);
 
+// Whether parallel_for(n, grain, ...) called now from this thread may run on more than one
+// thread: at least two grains of work, a pool of two threads or more, not inside a job. A job
+// whose chunks must not write the same bytes drops the earlier writers of a repeated slot only
+// then, and otherwise passes n as its grain, so that a change of the pool's size in between
+// cannot split it: one pass in token order keeps the last writer by itself.
+bool parallel_may_split(std::int64_t n, std::int64_t grain);
+
 template <class F>
 void parallel_for(std::int64_t n, std::int64_t grain, F&& f) {
   if (n <= 0) return;

@@ -165,6 +165,11 @@ Pool& pool() {
 
 }  // namespace
 
+bool parallel_may_split(std::int64_t n, std::int64_t grain) {
+  grain = std::max<std::int64_t>(grain, 1);
+  return n > grain && !t_in_parallel && pool().threads() >= 2;
+}
+
 void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx) {
   if (n <= 0) return;
   pool().run(n, grain, fn, ctx);

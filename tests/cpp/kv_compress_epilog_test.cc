@@ -18,12 +18,14 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/slots.h"
 #include "core/streaming.h"
 #include "kvscatter/error.h"
 #include "kvscatter/formats.h"
+#include "kvscatter/runtime.h"
 #include "ops/kv_compress_epilog/kernel.h"
 #include "quant/e2m1_buckets.h"
 #include "quant/hifloat8_table.h"
@@ -837,6 +839,53 @@ TEST(KvCompressEpilogSimd, StreamedRowsMatchReference) {
     }
   }
   detail::set_stream_threshold(saved);
+}
+
+// Calls of many grains with many repeated slots, cached and streamed: on one thread the rows go
+// through in token order with every repeat left in (the earlier writers are dropped only for a
+// split call), and every thread count ends with the reference's cache, the last writer of each
+// slot, for every mode.
+TEST(KvCompressEpilogSimd, LargeCallsWithRepeatedSlotsMatchReference) {
+  const std::int64_t d = 576, bs = 8, nb = 8, t = 1500;  // about ten grains of rows
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::uint16_t> x(static_cast<std::size_t>(t * d));
+  for (auto& v : x) v = bf16(normal(rng));
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(t));
+  for (auto& s : slots) {  // 6 in 70 skip (-1), the rest on 64 slots
+    const auto r = static_cast<std::int64_t>(rng() % (nb * bs + 6));
+    s = r < 6 ? -1 : r - 6;
+  }
+  const int threads = get_num_threads();
+  for (std::int64_t threshold : {std::int64_t{0}, detail::stream_threshold_bytes().load()}) {
+    const std::int64_t saved = detail::set_stream_threshold(threshold);
+    for (const auto& mode_group : {std::pair{QuantMode::fp8_bf16, std::int64_t{64}},
+                                   std::pair{QuantMode::fp8_e8m0, std::int64_t{64}},
+                                   std::pair{QuantMode::hifloat8_fp4, std::int64_t{32}}}) {
+      const QuantMode mode = mode_group.first;
+      const std::int64_t group = mode_group.second;
+      const auto plan_for = [&](Bytes& cache, std::int64_t width) {
+        return plan_kv_compress_epilog(TensorView(cache.data(), DType::uint8, {nb, bs, 1, width}),
+                                       TensorView(x.data(), DType::bfloat16, {t, d}),
+                                       TensorView(slots.data(), DType::int64, {t}), group, mode,
+                                       true, 1.0f);
+      };
+      Bytes probe(1);
+      const std::int64_t width = plan_for(probe, 1 << 12).row_bytes;
+      Bytes ref(static_cast<std::size_t>(nb * bs * width), 0xCD);
+      reference::execute(plan_for(ref, width));
+      for (int n : {1, 2, 3}) {
+        SCOPED_TRACE("mode " + std::to_string(static_cast<int>(mode)) + ", " + std::to_string(n) +
+                     " threads, streaming threshold " + std::to_string(threshold));
+        set_num_threads(n);
+        Bytes cache(ref.size(), 0xCD);
+        execute(plan_for(cache, width));
+        EXPECT_EQ(dump(cache), dump(ref));
+      }
+    }
+    detail::set_stream_threshold(saved);
+  }
+  set_num_threads(threads);
 }
 
 TEST(KvCompressEpilogSimd, EncodersMatchScalarDense) { sweep_encoders(dense_floats()); }

@@ -345,6 +345,54 @@ TEST(PagedLatentWriteDsMla, StreamedEntriesMatchReference) {
   detail::set_stream_threshold(saved);
 }
 
+// Calls of many grains with many repeated slots, cached and streamed, in every format: on one
+// thread the tokens go through in token order with every repeat left in (the earlier writers are
+// dropped only for a split call), and every thread count ends with the reference's cache.
+TEST(PagedLatentWrite, LargeCallsWithRepeatedSlotsMatchReference) {
+  const std::int64_t bs = 8, nb = 8, t = 1500;  // about ten grains of tokens
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<std::uint16_t> kv_c(static_cast<std::size_t>(t * 512)), k_pe(t * 64);
+  for (auto& v : kv_c) v = bf16(normal(rng));
+  for (auto& v : k_pe) v = bf16(normal(rng));
+  std::vector<std::int64_t> slots(static_cast<std::size_t>(t));
+  for (auto& s : slots) s = static_cast<std::int64_t>(rng() % (nb * bs + 6)) - 6;  // 6 in 70 skip
+  float scale = 0.25f;
+  const int threads = get_num_threads();
+  for (std::int64_t threshold : {std::int64_t{0}, detail::stream_threshold_bytes().load()}) {
+    const std::int64_t saved = detail::set_stream_threshold(threshold);
+    for (LatentCacheFormat f :
+         {LatentCacheFormat::copy, LatentCacheFormat::fp8_e4m3, LatentCacheFormat::fp8_ds_mla}) {
+      PagedLatentWriteOptions o;
+      o.format = f;
+      if (f == LatentCacheFormat::fp8_e4m3) o.scale = TensorView(&scale, DType::float32, {1});
+      const std::int64_t entry = f == LatentCacheFormat::copy       ? 2 * 576
+                                 : f == LatentCacheFormat::fp8_e4m3 ? 576
+                                                                    : 656;
+      const auto plan_for = [&](Bytes& cache) {
+        return plan_paged_latent_write(
+            TensorView(kv_c.data(), DType::bfloat16, {t, 512}),
+            TensorView(k_pe.data(), DType::bfloat16, {t, 64}),
+            f == LatentCacheFormat::copy ? TensorView(cache.data(), DType::bfloat16, {nb, bs, 576})
+                                         : TensorView(cache.data(), DType::uint8, {nb, bs, entry}),
+            TensorView(slots.data(), DType::int64, {t}), o);
+      };
+      Bytes ref(static_cast<std::size_t>(nb * bs * entry), 0xCD);
+      reference::execute(plan_for(ref));
+      for (int n : {1, 2, 3}) {
+        SCOPED_TRACE("format " + std::to_string(static_cast<int>(f)) + ", " + std::to_string(n) +
+                     " threads, streaming threshold " + std::to_string(threshold));
+        set_num_threads(n);
+        Bytes cache(ref.size(), 0xCD);
+        execute(plan_for(cache));
+        EXPECT_EQ(cache, ref);
+      }
+    }
+    detail::set_stream_threshold(saved);
+  }
+  set_num_threads(threads);
+}
+
 TEST(PagedLatentWriteExamples, DsMlaBfloat16) {
   std::vector<std::uint16_t> kv_c(512, 0), k_pe(64, 0);
   const float vals[4] = {7.0f, 1.0f, -0.5f, 7.0f / 128};
