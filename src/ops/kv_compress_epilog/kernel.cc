@@ -386,10 +386,11 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
 // multiply on 32-bit lanes the call took 1.06-1.09 x as long on AVX2, AMD Zen 2). The plan is a
 // long dependency chain (loads, reductions, scale rule) with little work, so the driver plans
 // several rows before quantizing any of them: the chains then overlap instead of following
-// each other. The scale rule waits on the end of its row's reductions; issued right behind them
-// its operations held the scheduler's entries while the row's loads and reductions ran, and
-// issued after the batch's other rows' magnitudes they find their inputs ready: 1.07-1.11 x
-// faster at 1,024 and 16,384 tokens on AMD Zen 5 (AVX-512).
+// each other. The scale rule waits on the end of its row's reductions: issued right behind them,
+// its operations waited in the core's scheduler while the row's loads and reductions ran (as
+// builds that skip or move the rule tell; no counters were at hand), and issued after the
+// batch's other rows' magnitudes they find their inputs ready: 1.07-1.12 x faster at
+// 1,024-16,384 tokens on AMD Zen 5 (AVX-512), 1.03-1.05 x on AVX2.
 HWY_INLINE void Fp8Pow2Magnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
                                   std::uint16_t* HWY_RESTRICT amax,
                                   std::uint16_t* HWY_RESTRICT min1) {
