@@ -17,10 +17,7 @@ using RangeFn = void (*)(void* ctx, std::int64_t begin, std::int64_t end);
 void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx);
 
 // Whether parallel_for(n, grain, ...) called now from this thread may run on more than one
-// thread: at least two grains of work, a pool of two threads or more, not inside a job. A job
-// whose chunks must not write the same bytes drops the earlier writers of a repeated slot only
-// then, and otherwise passes n as its grain, so that a change of the pool's size in between
-// cannot split it: one pass in token order keeps the last writer by itself.
+// thread: at least two grains of work, a pool of two threads or more, not inside a job.
 bool parallel_may_split(std::int64_t n, std::int64_t grain);
 
 template <class F>
@@ -30,6 +27,18 @@ void parallel_for(std::int64_t n, std::int64_t grain, F&& f) {
   parallel_for_impl(
       n, grain, [](void* ctx, std::int64_t b, std::int64_t e) { (*static_cast<Fn*>(ctx))(b, e); },
       const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+// parallel_for over tokens whose slots may repeat, with the last-writer rule: a job the pool
+// would split runs drop_earlier_writers() first (keep_last_writers, so that no two chunks write
+// the same row); any other runs as one pass in token order, which keeps the last writer by
+// itself, with n as its grain, so that a change of the pool's size in between cannot split it.
+template <class Drop, class F>
+void parallel_for_last_writers(std::int64_t n, std::int64_t grain, Drop&& drop_earlier_writers,
+                               F&& f) {
+  const bool split = parallel_may_split(n, grain);
+  if (split) drop_earlier_writers();
+  parallel_for(n, split ? grain : n, f);
 }
 
 // Grain that gives each chunk about `bytes_per_chunk` bytes of traffic.

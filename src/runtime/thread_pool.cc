@@ -49,15 +49,20 @@ class Pool {
     target_.store(n, std::memory_order_relaxed);
   }
 
+  // At least two chunks, two threads or more, not inside a job.
+  bool may_split(std::int64_t n, std::int64_t grain) const {
+    return n > std::max<std::int64_t>(grain, 1) && !t_in_parallel && threads() >= 2;
+  }
+
   void run(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx) {
-    grain = std::max<std::int64_t>(grain, 1);
-    const std::int64_t chunks = (n + grain - 1) / grain;
-    // Calls that run inline (one thread, one chunk, or inside a job) skip the lock: its atomic
-    // read-modify-write and release made calls of a few tokens 1.04-1.09 x slower.
-    if (chunks < 2 || t_in_parallel || threads() < 2) {
+    // Calls that run inline skip the lock: its atomic read-modify-write and release made calls
+    // of a few tokens 1.04-1.09 x slower.
+    if (!may_split(n, grain)) {
       fn(ctx, 0, n);
       return;
     }
+    grain = std::max<std::int64_t>(grain, 1);
+    const std::int64_t chunks = (n + grain - 1) / grain;
     std::unique_lock<std::mutex> run(run_mutex_, std::try_to_lock);
     if (!run.owns_lock()) {  // another caller's job holds the workers
       fn(ctx, 0, n);
@@ -165,10 +170,7 @@ Pool& pool() {
 
 }  // namespace
 
-bool parallel_may_split(std::int64_t n, std::int64_t grain) {
-  grain = std::max<std::int64_t>(grain, 1);
-  return n > grain && !t_in_parallel && pool().threads() >= 2;
-}
+bool parallel_may_split(std::int64_t n, std::int64_t grain) { return pool().may_split(n, grain); }
 
 void parallel_for_impl(std::int64_t n, std::int64_t grain, RangeFn fn, void* ctx) {
   if (n <= 0) return;

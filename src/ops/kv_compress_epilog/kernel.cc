@@ -381,7 +381,7 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
 #if HWY_TARGET != HWY_SCALAR
 // The plan of an fp8 row with power-of-two scales (round_scale), in two steps that the row
 // driver takes for all the rows of a batch in turn: the magnitudes of all the row's groups,
-// eight at a time (Fp8Pow2Magnitudes), then their scales (Fp8Pow2Scales): E4M3Pow2ScalesByKey8
+// eight at a time (GroupMagnitudes), then their scales (Fp8Pow2Scales): E4M3Pow2ScalesByKey8
 // gives subw, e and fast by the scale rule in integer steps on 16-bit lanes (with a float
 // multiply on 32-bit lanes the call took 1.06-1.09 x as long on AVX2, AMD Zen 2). The plan is a
 // long dependency chain (loads, reductions, scale rule) with little work, so the driver plans
@@ -391,11 +391,6 @@ HWY_INLINE void Fp8GroupAny(const std::uint16_t* HWY_RESTRICT xg, std::uint8_t* 
 // builds that skip or move the rule tell; no counters were at hand), and issued after the
 // batch's other rows' magnitudes they find their inputs ready: 1.07-1.12 x faster at
 // 1,024-16,384 tokens on AMD Zen 5 (AVX-512), 1.03-1.05 x on AVX2.
-HWY_INLINE void Fp8Pow2Magnitudes(const std::uint16_t* HWY_RESTRICT x, std::int64_t groups,
-                                  std::uint16_t* HWY_RESTRICT amax,
-                                  std::uint16_t* HWY_RESTRICT min1) {
-  quant::HWY_NAMESPACE::GroupMagnitudes<64, true, 16>(x, groups, amax, min1);
-}
 HWY_INLINE void Fp8Pow2Scales(std::int64_t groups, const std::uint16_t* HWY_RESTRICT amax,
                               const std::uint16_t* HWY_RESTRICT min1,
                               std::uint32_t* HWY_RESTRICT subw, std::uint8_t* HWY_RESTRICT e,
@@ -780,7 +775,7 @@ void Fp8Pow2Rows(const KvCompressEpilogPlan& p, const std::int64_t* slots, std::
       xb[rows] = x[r];
       ob[rows] = split.address(cache, p.cache.stride(0), p.cache.stride(1), slots[r]);
       const std::int64_t k = rows * kStride;
-      Fp8Pow2Magnitudes(xb[rows], groups, amax + k, min1 + k);
+      quant::HWY_NAMESPACE::GroupMagnitudes<64, true, 16>(xb[rows], groups, amax + k, min1 + k);
       ++rows;
     }
     for (int i = 0; i < rows; ++i) {

@@ -63,13 +63,10 @@ void run(const PagedKvWritePlan& plan) {
   job.stream =
       plan.format == KvCacheFormat::copy && use_streaming_stores(plan.num_tokens * token_bytes);
   const std::int64_t grain = grain_for_bytes(token_bytes);
-  // A call that runs as one pass writes in token order already; a split one must not let two
-  // chunks write the same slot, so only the last writer of each slot is kept.
-  const bool split = parallel_may_split(plan.num_tokens, grain);
-  if (split) keep_last_writers(data.slots, plan.num_slots);
   job.slots = data.slots.data();
-  parallel_for(plan.num_tokens, split ? grain : plan.num_tokens,
-               [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
+  parallel_for_last_writers(
+      plan.num_tokens, grain, [&] { keep_last_writers(data.slots, plan.num_slots); },
+      [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
 }
 
 }  // namespace

@@ -26,11 +26,6 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
         const std::int64_t bytes_per_token =
             2 * p.num_heads * (p.key_head_size + p.value_head_size + 4);
         const std::int64_t grain = grain_for_bytes(bytes_per_token);
-        // Threads split tokens: dropping the earlier writers of a repeated slot makes the chunks
-        // write disjoint rows, with the result of a sequential pass (which a call that runs as
-        // one pass keeps by itself).
-        const bool split = parallel_may_split(p.num_tokens, grain);
-        if (split) keep_last_writers(slots, p.num_slots);
         k_scale::TokenJob job;
         job.plan = &p;
         job.slots = slots.data();
@@ -42,8 +37,8 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
             cache_bytes().load(std::memory_order_relaxed));
         job.stream = how.stream;
         job.tile = how.tile;
-        parallel_for(
-            p.num_tokens, split ? grain : p.num_tokens,
+        parallel_for_last_writers(
+            p.num_tokens, grain, [&] { keep_last_writers(slots, p.num_slots); },
             [&](std::int64_t begin, std::int64_t end) { k_scale::token_range(job, begin, end); });
       });
 }
