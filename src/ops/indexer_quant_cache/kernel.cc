@@ -9,18 +9,18 @@
 //   One row at a time, the reduction and the scale rule are a dependency chain several times
 //   longer than the row's arithmetic; a batch's rows overlap theirs. With AVX-512 and d = 128,
 //   mxfp8's scales come from one key byte per value instead (E4M3RowKeys16), four rows at a
-//   time. Batches are filled run by run, a vector at a time: a prefill's consecutive slots
-//   compared alone.
+//   time, with each group's normal test. Batches are filled run by run, a vector at a time: a
+//   prefill's consecutive slots compared alone.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
 //   not exact) are redone by the scalar rules over a lane form exact for zeros. Rows whose
-//   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups)
-//   take a cheaper form without the sign mask, which only zeros and those lanes need; other
-//   mxfp8 rows learn whether they hold any from the quantizing pass itself.
-//   Groups (or fp8 rows) with a non-finite element and every other combination of mode and
-//   dtype take the general path: the row widened to float32, the scalar scale rules of
-//   internal.h and the batch encoders shared with kv_compress_epilog, bit-identical to the
-//   reference. float16 rows in the modes whose codes and scales survive rounding to bfloat16 by
-//   round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
+//   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups,
+//   with AVX-512 and d = 128 each group's own) take a cheaper form without the sign mask, which
+//   only zeros and those lanes need; other mxfp8 rows learn whether they hold any from the
+//   quantizing pass itself. Groups (or fp8 rows) with a non-finite element and every other
+//   combination of mode and dtype take the general path: the row widened to float32, the scalar
+//   scale rules of internal.h and the batch encoders shared with kv_compress_epilog, bit-identical
+//   to the reference. float16 rows in the modes whose codes and scales survive rounding to bfloat16
+//   by round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
 //   (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more than eight groups) only
 //   their largest and smallest magnitudes are rounded, and the groups that pass the tests are
 //   coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (d = 128: AVX2, and
@@ -551,32 +551,38 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
     // last row again past the batch's end). A set whose groups all pass (most sets; about one
     // in four of 32 rows holds one that does not) takes the unmasked form alone.
-    bool set_fast[kMaxBatch / 8];
+    bool row_fast[kMaxBatch];
     const auto magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + 4 * k, min1 + 4 * k);
     };
     const auto scales = [&](int k) HWY_ATTR {
       const int c = 4 * k;
-      set_fast[k / 2] =
+      row_fast[k] = row_fast[k + 1] =
           qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + c, subw + c, exp + c, fast + c);
     };
     bool keyed = false;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16); a
-    // set that the keys do not show fast (rare) is planned again from its magnitudes.
+    // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16),
+    // with a test per group; a set of two rows that holds a row the keys do not show fast (rare)
+    // is planned again from its magnitudes.
     if constexpr (!kF16) {
       keyed = true;
       for (int k = 0; k < b.n; k += 4) {
         const std::uint16_t* rows[4];
         b.four_rows(k, rows);
-        const unsigned sets =
+        const unsigned ok =
             qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
-        for (int j = 0; j < 2 && k + 2 * j < b.n; ++j) {
-          set_fast[k / 2 + j] = (sets >> j) & 1u;
-          if (!set_fast[k / 2 + j]) {
-            magnitudes(k + 2 * j);
-            scales(k + 2 * j);
+        for (int j = 0; j < 4; ++j) row_fast[k + j] = ((ok >> (4 * j)) & 0xFu) == 0xFu;
+        if (HWY_UNLIKELY(ok != 0xFFFFu)) {
+          for (int j = 0; j < 4 && k + j < b.n; j += 2) {
+            if (!row_fast[k + j] || !row_fast[k + j + 1]) {
+              const bool first = row_fast[k + j], second = row_fast[k + j + 1];
+              magnitudes(k + j);
+              scales(k + j);
+              row_fast[k + j] = first;  // the keys' own tests, one per group
+              row_fast[k + j + 1] = second;
+            }
           }
         }
       }
@@ -593,7 +599,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     }
     for (int k = 0; k < b.n; ++k) {
       const int u = 4 * k;
-      if (HWY_LIKELY(set_fast[k / 2])) {
+      if (HWY_LIKELY(row_fast[k])) {
         std::memcpy(b.scale(k), exp + u, 4);
         qn::QuantizeE4M3Pow2RowUnmasked<true, kH, kF16>(b.src(k), b.codes(k), d, ops + u);
       } else {
