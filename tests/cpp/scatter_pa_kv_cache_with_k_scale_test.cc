@@ -80,7 +80,7 @@ std::uint32_t to_bits(float f) {
 // The paths give the same bytes (the harness checks them all); which one a call takes is the
 // documented rule: streamed once the call's footprint (twice what it writes) reaches three
 // quarters of the last-level cache and it writes at least the threshold, else tiled while the
-// footprint is at most half the cache or under the threshold.
+// footprint is under three quarters of the cache or under the threshold.
 TEST(ScatterPaKvCacheWithKScaleStrategy, FollowsThresholdAndCacheSize) {
   constexpr std::int64_t MiB = std::int64_t{1} << 20;
   using detail::k_scale::choose_strategy;
@@ -98,18 +98,19 @@ TEST(ScatterPaKvCacheWithKScaleStrategy, FollowsThresholdAndCacheSize) {
       {8 * MiB, 8 * MiB, 0, true, 1},
       {4 * MiB, 8 * MiB, 8 * MiB, false, 1},
       {8 * MiB, 8 * MiB, 8 * MiB, true, 1},
-      // 16 MiB: tiles up to a footprint of 8 MiB, streaming from 8 MiB written.
+      // 16 MiB: tiles under a footprint of 12 MiB, streaming from 8 MiB written.
       {2 * MiB, 8 * MiB, 16 * MiB, false, kTile},
       {4 * MiB, 8 * MiB, 16 * MiB, false, kTile},
-      {4 * MiB + 1, 8 * MiB, 16 * MiB, false, 1},
+      {6 * MiB - 1, 8 * MiB, 16 * MiB, false, kTile},
+      {6 * MiB, 8 * MiB, 16 * MiB, false, 1},
       {8 * MiB - 1, 8 * MiB, 16 * MiB, false, 1},
       {8 * MiB, 8 * MiB, 16 * MiB, true, 1},
-      // 32 MiB: tiles up to a footprint of 16 MiB (4,096 tokens of 8 heads of 128-byte key and
-      // value rows; 4,097 leave them), streaming from a footprint of 24 MiB.
+      // 32 MiB: tiles under a footprint of 24 MiB (6,143 tokens of 8 heads of 128-byte key and
+      // value rows), streaming from there.
       {4 * MiB, 8 * MiB, 32 * MiB, false, kTile},
       {8 * MiB, 8 * MiB, 32 * MiB, false, kTile},
-      {8 * MiB + 2048, 8 * MiB, 32 * MiB, false, 1},
-      {12 * MiB - 1, 8 * MiB, 32 * MiB, false, 1},
+      {8 * MiB + 2048, 8 * MiB, 32 * MiB, false, kTile},
+      {12 * MiB - 1, 8 * MiB, 32 * MiB, false, kTile},
       {12 * MiB, 8 * MiB, 32 * MiB, true, 1},
       {64 * MiB, 8 * MiB, 32 * MiB, true, 1},
       // The tests' setting (threshold and cache 0): every call streams, empty ones included.

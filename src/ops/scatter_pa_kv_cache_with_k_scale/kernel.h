@@ -24,12 +24,13 @@ inline constexpr std::int64_t kTile = 8;
 // last-level cache (core/streaming.h). The call reads as much as it writes, so its footprint is
 // twice that. Streaming stores send each head's short runs of rows to memory: worth it once
 // the footprint outgrows three quarters of the cache, not before, where the rows would have
-// stayed cached. Tiles pay off while the footprint is at most half of it (or under the
-// threshold): past that their strided reads of the input cost more than the contiguous writes
-// save. At exactly half, tiles ran 1.1 x as fast as token-by-token copies on AMD Zen 3 (within
-// that host's noise) and 1.26 x on Zen 5, where the token-by-token copies fall furthest behind.
-// With the default threshold (8 MiB) and a cache of 8 MiB or less, both follow from the
-// threshold alone.
+// stayed cached. Calls short of that point are tiled while the footprint is under three
+// quarters of the cache (or under the threshold): on AMD Zen 3 tiles ran 1.1 x as fast as
+// token-by-token copies at half the cache (within that host's noise) and 0.83 x at the whole of
+// it, so about level in between, while on Zen 5, where about half of the L3 holds one core's
+// data, tiles ran 1.17-1.35 x as fast from half to three quarters (and streaming faster still,
+// which would lose a third at half the cache on Zen 3). With the default threshold (8 MiB) and a
+// cache of 8 MiB or less, both follow from the threshold alone.
 struct Strategy {
   bool stream;
   std::int64_t tile;
@@ -37,7 +38,7 @@ struct Strategy {
 inline Strategy choose_strategy(std::int64_t written, std::int64_t threshold, std::int64_t cache) {
   const std::int64_t footprint = 2 * written;
   const bool stream = written >= threshold && 4 * footprint >= 3 * cache;
-  const bool tiled = !stream && (footprint < threshold || 2 * footprint <= cache);
+  const bool tiled = !stream && (footprint < threshold || 4 * footprint < 3 * cache);
   return {stream, tiled ? kTile : 1};
 }
 
