@@ -549,8 +549,8 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   if constexpr (kD == 128) {
     // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
-    // last row again past the batch's end). A set whose groups all pass (most sets; about one
-    // in four of 32 rows holds one that does not) takes the unmasked form alone.
+    // last row again past the batch's end). A row whose set's groups all pass (most rows; with
+    // AVX-512's keys, whose own groups pass) takes the unmasked form alone.
     bool row_fast[kMaxBatch];
     const auto magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
