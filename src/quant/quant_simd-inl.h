@@ -692,10 +692,10 @@ HWY_INLINE std::uint32_t E4M3NormalThreshold(std::uint32_t subw) {
 }
 
 // Calls f(i) for every i in [0, n) (n a multiple of 32; x finite) whose bf16 magnitude
-// x[i] & 0x7FFF is nonzero and below `threshold`: the lanes a group that failed only
-// E4M3Pow2ScalesByKey8's normal test must code apart (their rounding:
+// x[i] & 0x7FFF is nonzero (kZeros: or zero) and below `threshold`: the lanes a group that
+// failed only E4M3Pow2ScalesByKey8's normal test must code apart (their rounding:
 // docs/operators/indexer_quant_cache.md, "Quantization (bit-exact)").
-template <class F>
+template <bool kZeros = false, class F>
 HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std::int64_t n,
                                         std::uint32_t threshold, F&& f) {
   const GroupTag<32> d;
@@ -707,7 +707,8 @@ HWY_INLINE void ForE4M3LanesBelowNormal(const std::uint16_t* HWY_RESTRICT x, std
   const auto mag = hn::Set(d, std::uint16_t{0x7FFF});
   for (std::int64_t i = 0; i < n; i += L) {
     const auto m = hn::BitCast(di, hn::And(hn::LoadU(d, x + i), mag));
-    const auto below = hn::And(hn::Gt(m, hn::Zero(di)), hn::Lt(m, limit));
+    const auto below =
+        kZeros ? hn::Lt(m, limit) : hn::And(hn::Gt(m, hn::Zero(di)), hn::Lt(m, limit));
     if (hn::AllFalse(di, below)) continue;
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3 && HWY_TARGET <= HWY_SSE4
     // Two bits a lane, from the mask's bytes: Highway narrows a 16-bit lane mask to one bit a
@@ -1409,8 +1410,10 @@ HWY_INLINE E4M3RowKeys E4M3RowKeys16(const std::uint16_t* const* r) {
 
 // E4M3Pow2ScalesByKey8<105>'s subw and exp8 for the sixteen groups of E4M3RowKeys16. Returns a bit
 // per group (bit 4r + j: group j of row r), set where the group is finite and every lane of it
-// stays e4m3-normal: there the unmasked form is exact. The entries of every finite group are
-// those E4M3Pow2ScalesByKey8 gives; a row with a group whose bit is clear takes that rule.
+// stays e4m3-normal: there the unmasked form is exact; and in bits 16 up one per group set
+// where its largest key is below 255 (finite): the entries of those groups are the ones
+// E4M3Pow2ScalesByKey8 gives, and the unmasked form is exact for each of their lanes at or above
+// E4M3NormalThreshold.
 HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* HWY_RESTRICT subw,
                                        std::uint8_t* HWY_RESTRICT exp16) {
   const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
@@ -1421,8 +1424,10 @@ HWY_INLINE unsigned E4M3ScalesOfKeys16(const E4M3RowKeys& keys, std::uint32_t* H
   // E4M3Pow2CodesOfT7's operand in both halves by one word permute.
   StoreScales16(E4M3S7OfExp(d16, ev).raw, e, subw, exp16);
   // Each group's smallest key, plus 5, against its e; its largest key below 255.
-  return _mm256_mask_cmple_epu16_mask(_mm256_cmplt_epu16_mask(g, set(255)), e,
-                                      _mm256_add_epi16(keys.min.raw, set(5)));
+  const __mmask16 finite = _mm256_cmplt_epu16_mask(g, set(255));
+  const __mmask16 pass =
+      _mm256_mask_cmple_epu16_mask(finite, e, _mm256_add_epi16(keys.min.raw, set(5)));
+  return static_cast<unsigned>(pass) | static_cast<unsigned>(finite) << 16;
 }
 #endif
 

@@ -13,19 +13,20 @@
 //   prefill's consecutive slots compared alone.
 // - The lanes of a group whose quotients fall below e4m3's normal range (where the lane form is
 //   not exact) are redone by the scalar rules over a lane form exact for zeros. Rows whose
-//   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups,
-//   with AVX-512 and d = 128 each group's own) take a cheaper form without the sign mask, which
-//   only zeros and those lanes need; other mxfp8 rows learn whether they hold any from the
-//   quantizing pass itself. Groups (or fp8 rows) with a non-finite element and every other
-//   combination of mode and dtype take the general path: the row widened to float32, the scalar
-//   scale rules of internal.h and the batch encoders shared with kv_compress_epilog, bit-identical
-//   to the reference. float16 rows in the modes whose codes and scales survive rounding to bfloat16
-//   by round-to-odd are rounded so, 16 KiB of rows at a time, and take the bfloat16 paths
-//   (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more than eight groups) only
-//   their largest and smallest magnitudes are rounded, and the groups that pass the tests are
-//   coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (d = 128: AVX2, and
-//   AVX-512 with VBMI and VNNI) and hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take float16 rows in
-//   their own forms (f16_in_kernels).
+//   minimum magnitude shows none (fp8: the row's own; mxfp8: one for each set of eight groups)
+//   take a cheaper form without the sign mask, which only zeros and those lanes need; other
+//   mxfp8 rows learn whether they hold any from the quantizing pass itself. With AVX-512 and
+//   d = 128 every mxfp8 row takes the cheaper form, and a group whose own smallest key shows
+//   such lanes has them (and its zeros) redone right after its row. Groups (or fp8 rows) with a
+//   non-finite element and every other combination of mode and dtype take the general path: the row
+//   widened to float32, the scalar scale rules of internal.h and the batch encoders shared with
+//   kv_compress_epilog, bit-identical to the reference. float16 rows in the modes whose codes and
+//   scales survive rounding to bfloat16 by round-to-odd are rounded so, 16 KiB of rows at a time,
+//   and take the bfloat16 paths (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more
+//   than eight groups) only their largest and smallest magnitudes are rounded, and the groups that
+//   pass the tests are coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (d =
+//   128: AVX2, and AVX-512 with VBMI and VNNI) and hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take
+//   float16 rows in their own forms (f16_in_kernels).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
@@ -335,12 +336,14 @@ inline std::uint8_t e4m3_code_below_normal(std::uint16_t bits, float mul) {
 }
 
 // The lanes of a group with a finite amax whose quotients fall below e4m3's normal range
-// (where the lane form is not exact), rewritten over the lane form's codes.
+// (where the lane form is not exact), rewritten over the lane form's codes; kZeros: zeros too
+// (over the unmasked form, which codes a negative zero wrong).
 // threshold: E4M3NormalThreshold of the group; e: its scale's biased exponent.
+template <bool kZeros = false>
 void fix_lanes_below_normal(const std::uint16_t* src, std::uint8_t* codes, std::int64_t n,
                             std::uint32_t threshold, std::uint32_t e) {
   const float mul = pow2_from(e);
-  qn::ForE4M3LanesBelowNormal(
+  qn::ForE4M3LanesBelowNormal<kZeros>(
       src, n, threshold, [&](std::int64_t i) { codes[i] = e4m3_code_below_normal(src[i], mul); });
 }
 
@@ -534,6 +537,27 @@ void mxfp8_row_any(Scratch& s, const std::uint16_t* src, std::uint8_t* codes, st
   if (low || !finite) redo_groups(s, src, amax, subw, exp, groups, codes, scale);
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The groups of one row that the unmasked form may have coded wrong, from E4M3ScalesOfKeys16's
+// tests (bit j: group j passed; bit 16 + j: its largest key is below 255): a finite group's
+// lanes below e4m3's normal range, zeros included, by the scalar rules (the unmasked form is
+// exact for every other lane), or the whole group by the general path.
+HWY_NOINLINE void redo_keyed_groups(Scratch& s, const std::uint16_t* src, std::uint8_t* codes,
+                                    std::uint8_t* scale, const std::uint32_t* subw,
+                                    const std::uint8_t* exp, std::uint32_t tests) {
+  for (int g = 0; g < 4; ++g) {
+    if ((tests >> g) & 1u) continue;
+    if ((tests >> (16 + g)) & 1u) {
+      fix_lanes_below_normal<true>(src + 32 * g, codes + 32 * g, 32,
+                                   qn::E4M3NormalThreshold(subw[g]), exp[g]);
+    } else {
+      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
+      mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
+    }
+  }
+}
+#endif
+
 // Mode mxfp8, rows of at most eight groups. Each set of eight groups has one minimum magnitude
 // besides their largest ones: a row whose groups all pass the normal test with it takes the
 // unmasked form. Any other row learns whether a lane fell below e4m3's normal range from the
@@ -548,9 +572,34 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   const std::uint32_t* ops = kF16 ? s63w : subw;  // the unmasked codes' operands
   HWY_ALIGN std::uint8_t exp[kMaxBatch], fast[kMaxBatch];
   if constexpr (kD == 128) {
-    // Four groups to a row: each set of eight is two rows, found from the rows themselves (the
-    // last row again past the batch's end). A row whose set's groups all pass (most rows; with
-    // AVX-512's keys, whose own groups pass) takes the unmasked form alone.
+    // Four groups to a row.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16),
+    // with each group's tests. Every row takes the unmasked form; a row with a group that did
+    // not pass (rare) has that group's lanes below e4m3's normal range (zeros included) redone
+    // at once, or the whole group where its largest key is 255, before the next row.
+    if constexpr (!kF16) {
+      std::uint32_t tests[kMaxBatch / 4];
+      for (int k = 0; k < b.n; k += 4) {
+        const std::uint16_t* rows[4];
+        b.four_rows(k, rows);
+        tests[k / 4] = qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
+      }
+      for (int k = 0; k < b.n; ++k) {
+        const int u = 4 * k;
+        std::memcpy(b.scale(k), exp + u, 4);
+        qn::QuantizeE4M3Pow2RowUnmasked<true, kH>(b.src(k), b.codes(k), d, subw + u);
+        const std::uint32_t t = tests[k / 4] >> (4 * (k % 4));
+        if (HWY_UNLIKELY((t & 0xFu) != 0xFu)) {
+          redo_keyed_groups(s, b.src(k), b.codes(k), b.scale(k), subw + u, exp + u, t);
+        }
+      }
+      return;
+    }
+#endif
+    // Each set of eight groups is two rows, found from the rows themselves (the last row again
+    // past the batch's end). A row whose set's groups all pass (most rows) takes the unmasked
+    // form alone.
     bool row_fast[kMaxBatch];
     const auto magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
@@ -561,36 +610,9 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       row_fast[k] = row_fast[k + 1] =
           qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + c, subw + c, exp + c, fast + c);
     };
-    bool keyed = false;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16),
-    // with a test per group; a set of two rows that holds a row the keys do not show fast (rare)
-    // is planned again from its magnitudes.
-    if constexpr (!kF16) {
-      keyed = true;
-      for (int k = 0; k < b.n; k += 4) {
-        const std::uint16_t* rows[4];
-        b.four_rows(k, rows);
-        const unsigned ok =
-            qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
-        for (int j = 0; j < 4; ++j) row_fast[k + j] = ((ok >> (4 * j)) & 0xFu) == 0xFu;
-        if (HWY_UNLIKELY(ok != 0xFFFFu)) {
-          for (int j = 0; j < 4 && k + j < b.n; j += 2) {
-            if (!row_fast[k + j] || !row_fast[k + j + 1]) {
-              const bool first = row_fast[k + j], second = row_fast[k + j + 1];
-              magnitudes(k + j);
-              scales(k + j);
-              row_fast[k + j] = first;  // the keys' own tests, one per group
-              row_fast[k + j + 1] = second;
-            }
-          }
-        }
-      }
-    }
-#endif
     // The magnitudes of all sets, then their scales: float16 rounds the magnitudes between the
     // two, and set by set bfloat16 ran 1.06-1.07 x slower on SSE4 (the same on AVX2).
-    if (!keyed) {
+    {
       const int entries = (4 * b.n + 7) / 8 * 8;
       for (int k = 0; k < b.n; k += 2) magnitudes(k);
       if constexpr (kF16) f16_magnitudes_as_bf16(amax, min1, entries);
