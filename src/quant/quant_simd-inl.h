@@ -1382,10 +1382,10 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
 // each group its smallest key by the same transposes: a key k means an exponent field of at
 // least k - 1, so keys of at least e - 5 leave every quotient e4m3-normal (and no lane zero).
 // One smallest key per group rather than per pair of rows, compared in the same vector as the
-// scales, sends fewer than half as many rows to the checked form (about 1 % of the bench's
-// normally distributed rows, where a pair's test sent 3 %) and leaves no scalar step (a
-// horizontal minimum, a move to a general register and a broadcast back) in the chain from the
-// loads to the test: mxfp8 rows 1.07-1.08 x faster at 1,024-16,384 tokens (AMD Zen 5).
+// scales, flags fewer than half as many rows (about 1 % of the bench's normally distributed
+// rows, where a pair's test flagged 3 %) and leaves no scalar step (a horizontal minimum, a move
+// to a general register and a broadcast back) in the chain from the loads to the test: mxfp8
+// rows 1.07-1.08 x faster at 1,024-16,384 tokens (AMD Zen 5).
 struct E4M3RowKeys {
   hn::Vec256<std::uint16_t> max;  // the sixteen groups' largest keys, in row order
   hn::Vec256<std::uint16_t> min;  // and their smallest

@@ -605,16 +605,16 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     }
 #endif
     // Each set of eight groups is two rows, found from the rows themselves (the last row again
-    // past the batch's end). A row whose set's groups all pass (most rows) takes the unmasked
-    // form alone.
-    bool row_fast[kMaxBatch];
+    // past the batch's end). A set whose groups all pass (most sets; about one in four of 32
+    // rows holds one that does not) takes the unmasked form alone.
+    bool set_fast[kMaxBatch / 8];
     const auto magnitudes = [&](int k) HWY_ATTR {  // the set of rows k and k + 1
       const std::uint16_t* two[2] = {b.src(k), b.src(k + 1 < b.n ? k + 1 : k)};
       qn::Magnitudes8Min<16, true, 4>(two, 32, amax + 4 * k, min1 + 4 * k);
     };
     const auto scales = [&](int k) HWY_ATTR {
       const int c = 4 * k;
-      row_fast[k] = row_fast[k + 1] =
+      set_fast[k / 2] =
           qn::E4M3Pow2ScalesByKey8<105>(amax + c, min1 + c, subw + c, exp + c, fast + c);
     };
     // The magnitudes of all sets, then their scales: float16 rounds the magnitudes between the
@@ -628,7 +628,7 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
     }
     for (int k = 0; k < b.n; ++k) {
       const int u = 4 * k;
-      if (HWY_LIKELY(row_fast[k])) {
+      if (HWY_LIKELY(set_fast[k / 2])) {
         std::memcpy(b.scale(k), exp + u, 4);
         qn::QuantizeE4M3Pow2RowUnmasked<true, kH, kF16>(b.src(k), b.codes(k), d, ops + u);
       } else {
