@@ -1151,18 +1151,19 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 #undef KVS_VBMI_VNNI_ATTR
 #define KVS_VBMI_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi,avx512vnni")))
 
-// QuantizeFP4Pow2Row of a row of 128 elements (wide, bias: the table's vectors) by VNNI: one
-// dot product of each 32-bit lane's bytes (two codes, each with its sign two bits up) by
-// (1, 2, 16, 32) forms the lane's byte, then two byte permutes of two vectors each and a blend
-// narrow the four: 11 operations per row after the codes where the byte multiply-adds take 14
-// (three packs and a dword permute narrowed them 1.01-1.05 x slower on AMD Zen 5, whose two
-// shuffle pipes also serve the codes' word permutes). The codes are FP4Pow2CodesWide's but for
-// the bucket index, which VBMI's multishift takes from bits 5 to 12 of each lane instead of a
-// shift: on Intel's cores 512-bit shifts, saturating adds and one of the word permute's two
-// operations share one port and the multishift runs on the other; on Zen 5 shifts and
-// multishifts issue on disjoint pairs of its four vector pipes (bench/simd_ports_bench.cc).
-// Per row that is 31 vector operations, at least 7.75 cycles on Zen 5's four pipes; a second
-// call on each row, its input in L1, added about 9 cycles a row there.
+// QuantizeFP4Pow2Row of a row of 128 elements (wide, bias: the table's vectors) by VNNI: one dot
+// product of each 32-bit lane's bytes (two codes, each with its sign two bits up) by (1, 2, 16, 32)
+// forms the lane's byte, then two byte permutes of two vectors each and a blend narrow the four: 11
+// operations per row after the codes where the byte multiply-adds take 14. Three packs and a dword
+// permute narrowed them 1.01-1.05 x slower on AMD Zen 5, whose two shuffle pipes also serve the
+// codes' word permutes; on an Intel Sapphire Rapids machine, where vpermt2b takes two slots, the
+// byte permutes measured 4 % slower in an earlier build (the performance notes). The codes are
+// FP4Pow2CodesWide's but for the bucket index, which VBMI's multishift takes from bits 5 to 12 of
+// each lane instead of a shift: on Intel's cores 512-bit shifts, saturating adds and one of the
+// word permute's two operations share one port and the multishift runs on the other; on Zen 5
+// shifts and multishifts issue on disjoint pairs of its four vector pipes
+// (bench/simd_ports_bench.cc). Per row that is 31 vector operations, at least 7.75 cycles on Zen
+// 5's four pipes; a second call on each row, its input in L1, added about 9 cycles a row there.
 // kF16: x holds float16 values whose groups have scales from FP4RowExponents16's kF16 (none of
 // them below E = 5): each is rounded to bfloat16 by round-to-odd in registers, exact for normal
 // values (F16ToBF16OddNormalBits, six operations a vector, where the pass that rounds the rows
