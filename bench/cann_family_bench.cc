@@ -1,6 +1,7 @@
 // gather_pa_kv_cache (Norm, bfloat16, 8 heads x 128), scatter_pa_cache (plain, bfloat16, 8 x 128)
 // and indexer_quant_cache (fp8 and mxfp8, bfloat16 d = 128 into float8_e4m3fn) at 1, 64 and 4096
-// tokens. Run: build/release/bench/cann_family_bench
+// tokens; indexer_quant_cache mxfp4 (into float4_e2m1) at 64-4096 tokens.
+// Run: build/release/bench/cann_family_bench
 //   counters: bytes_per_second (read + written) and vs_memcpy (memcpy of the same traffic, same
 //   run; targets at 4096 tokens, 1 thread: gather >= 0.8, scatter_pa_cache as scatter_pa_kv_cache,
 //   indexer fp8 and mxfp8 >= 0.3).
@@ -73,24 +74,27 @@ void BM_ScatterPaCache(benchmark::State& state) {
 void BM_Indexer(benchmark::State& state, IndexerQuantMode mode) {
   const std::int64_t tokens = state.range(0), nb = blocks_for(tokens), d = kDim;
   set_num_threads(static_cast<int>(state.range(1)));
-  const bool mx = mode == IndexerQuantMode::mxfp8;
+  const bool fp4 = mode == IndexerQuantMode::mxfp4;
+  const bool mx = mode == IndexerQuantMode::mxfp8 || fp4;
+  const std::int64_t row = fp4 ? d / 2 : d;  // code bytes per row
   std::vector<std::uint16_t> x(static_cast<std::size_t>(tokens * d));
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   for (auto& v : x) v = formats::encode_bfloat16(nd(rng));
-  std::vector<std::uint8_t> cache(static_cast<std::size_t>(nb * kBlock * d));
+  std::vector<std::uint8_t> cache(static_cast<std::size_t>(nb * kBlock * row));
   std::vector<std::uint8_t> scale(static_cast<std::size_t>(nb * kBlock * (mx ? d / 32 : 4)));
   std::vector<std::int64_t> slots(static_cast<std::size_t>(tokens));
   std::iota(slots.begin(), slots.end(), 0);
   IndexerQuantCacheOptions opt;
   opt.quant_mode = mode;
   const IndexerQuantCachePlan plan = plan_indexer_quant_cache(
-      TensorView(cache.data(), DType::float8_e4m3fn, {nb, kBlock, 1, d}),
+      TensorView(cache.data(), fp4 ? DType::float4_e2m1 : DType::float8_e4m3fn,
+                 {nb, kBlock, 1, d}),  // FP4: elements, not bytes
       mx ? TensorView(scale.data(), DType::float8_e8m0, {nb, kBlock, 1, d / 32})
          : TensorView(scale.data(), DType::float32, {nb, kBlock, 1, 1}),
       TensorView(x.data(), DType::bfloat16, {tokens, d}),
       TensorView(slots.data(), DType::int64, {tokens}), opt);
-  const std::int64_t traffic = tokens * (2 * d + d + (mx ? d / 32 : 4) + 8);
+  const std::int64_t traffic = tokens * (2 * d + row + (mx ? d / 32 : 4) + 8);
   bench::run_against_memcpy(state, traffic, [&] { execute(plan); });
   set_num_threads(0);
 }
@@ -106,6 +110,16 @@ BENCHMARK(BM_Gather)->Apply(Args);
 BENCHMARK(BM_ScatterPaCache)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Indexer, fp8, IndexerQuantMode::fp8)->Apply(Args);
 BENCHMARK_CAPTURE(BM_Indexer, mxfp8, IndexerQuantMode::mxfp8)->Apply(Args);
+// mxfp4, one thread, from rows that fit in L1 between calls (64 tokens: 16 KiB of input) to rows
+// read from L2.
+BENCHMARK_CAPTURE(BM_Indexer, mxfp4, IndexerQuantMode::mxfp4)
+    ->ArgNames({"tokens", "threads"})
+    ->Args({64, 1})
+    ->Args({128, 1})
+    ->Args({256, 1})
+    ->Args({1024, 1})
+    ->Args({4096, 1})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace kvscatter
