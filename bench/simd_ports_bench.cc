@@ -80,6 +80,8 @@ constexpr int kSteps = 1024;  // loop steps per timed call: 12 * 1024 operations
 
 // 512-bit operations, each as op(v, k) with v the chain's vector.
 #define Z_ADD(v, k) _mm512_add_epi16(v, k)
+#define Z_ADD_MERGE(v, k) _mm512_mask_add_epi16(v, 0x55555555u, v, k)  // merge-masked
+#define Z_ADD_ZERO(v, k) _mm512_maskz_add_epi16(0x55555555u, v, k)     // zero-masked
 #define Z_ADDS(v, k) _mm512_adds_epu16(v, k)
 #define Z_SRLI(v, k) _mm512_srli_epi16(v, 5)
 #define Z_MAXU8(v, k) _mm512_max_epu8(v, k)
@@ -109,6 +111,8 @@ constexpr int kSteps = 1024;  // loop steps per timed call: 12 * 1024 operations
   KVS_PORTS_KERNEL(NAME, KVS_PORTS_256, __m256i, _mm256_set1_epi32, A, B)
 
 KVS_PORTS_512_KERNEL(z_add, Z_ADD, Z_ADD)
+KVS_PORTS_512_KERNEL(z_add_merge, Z_ADD_MERGE, Z_ADD_MERGE)
+KVS_PORTS_512_KERNEL(z_add_zero, Z_ADD_ZERO, Z_ADD_ZERO)
 KVS_PORTS_512_KERNEL(z_adds, Z_ADDS, Z_ADDS)
 KVS_PORTS_512_KERNEL(z_srli, Z_SRLI, Z_SRLI)
 KVS_PORTS_512_KERNEL(z_maxu8, Z_MAXU8, Z_MAXU8)
@@ -171,6 +175,8 @@ void run_ports(benchmark::State& state, void (*kernel)(), bool usable) {
   BENCHMARK(BM_##NAME)
 
 KVS_PORTS_ROW(z_add, cpu_has_512);
+KVS_PORTS_ROW(z_add_merge, cpu_has_512);
+KVS_PORTS_ROW(z_add_zero, cpu_has_512);
 KVS_PORTS_ROW(z_adds, cpu_has_512);
 KVS_PORTS_ROW(z_srli, cpu_has_512);
 KVS_PORTS_ROW(z_maxu8, cpu_has_512);
