@@ -1157,7 +1157,7 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 // operations per row after the codes where the byte multiply-adds take 14. Three packs and a dword
 // permute narrowed them 1.01-1.05 x slower on AMD Zen 5, whose two shuffle pipes also serve the
 // codes' word permutes; on an Intel Sapphire Rapids machine, where vpermt2b takes two slots, the
-// byte permutes measured 4 % slower in an earlier build (the performance notes). The codes are
+// byte permutes measured 4 % slower in an earlier build (bench/performance_notes.md). The codes are
 // FP4Pow2CodesWide's but for the bucket index, which VBMI's multishift takes from bits 5 to 12 of
 // each lane instead of a shift: on Intel's cores 512-bit shifts, saturating adds and one of the
 // word permute's two operations share one port and the multishift runs on the other; on Zen 5
