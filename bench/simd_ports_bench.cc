@@ -60,23 +60,20 @@ constexpr int kSteps = 1024;  // loop steps per timed call: 12 * 1024 operations
     VEC v6 = SET1(7), v7 = SET1(8), v8 = SET1(9), v9 = SET1(10), v10 = SET1(11);            \
     VEC v11 = SET1(12);                                                                     \
     for (int i = 0; i < kSteps; ++i) {                                                      \
-      v0 = A(v0, k);                                                                        \
-      v1 = B(v1, k);                                                                        \
-      v2 = A(v2, k);                                                                        \
-      v3 = B(v3, k);                                                                        \
-      v4 = A(v4, k);                                                                        \
-      v5 = B(v5, k);                                                                        \
-      v6 = A(v6, k);                                                                        \
-      v7 = B(v7, k);                                                                        \
-      v8 = A(v8, k);                                                                        \
-      v9 = B(v9, k);                                                                        \
-      v10 = A(v10, k);                                                                      \
-      v11 = B(v11, k);                                                                      \
+      KVS_PORTS_PAIR(A, B, v0, v1)                                                          \
+      KVS_PORTS_PAIR(A, B, v2, v3)                                                          \
+      KVS_PORTS_PAIR(A, B, v4, v5)                                                          \
+      KVS_PORTS_PAIR(A, B, v6, v7)                                                          \
+      KVS_PORTS_PAIR(A, B, v8, v9)                                                          \
+      KVS_PORTS_PAIR(A, B, v10, v11)                                                        \
       asm volatile(""                                                                       \
                    : "+v"(v0), "+v"(v1), "+v"(v2), "+v"(v3), "+v"(v4), "+v"(v5), "+v"(v6),  \
                      "+v"(v7), "+v"(v8), "+v"(v9), "+v"(v10), "+v"(v11), "+v"(k));          \
     }                                                                                       \
   }
+#define KVS_PORTS_PAIR(A, B, a, b) \
+  a = A(a, k);                     \
+  b = B(b, k);
 
 // 512-bit operations, each as op(v, k) with v the chain's vector.
 #define Z_ADD(v, k) _mm512_add_epi16(v, k)
