@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvscatter/tensor.h"
+#include "runtime/parallel.h"
 
 namespace kvscatter::detail {
 
@@ -46,6 +47,19 @@ class SlotSplitter {
 // result of a sequential pass in token order. Entries must be negative (skipped) or in
 // [0, num_slots). Returns whether any entry was dropped. Allocates nothing once warm.
 bool keep_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots);
+
+// parallel_for over the tokens of `slots` (which may repeat) with the last-writer rule: a job
+// the pool would split runs keep_last_writers first, so that no two chunks write the same row;
+// any other runs as one pass in token order, which keeps the last writer by itself, with n as
+// its grain, so that a change of the pool's size in between cannot split it.
+template <class F>
+void parallel_for_last_writers(std::span<std::int64_t> slots, std::int64_t num_slots,
+                               std::int64_t grain, F&& f) {
+  const auto n = static_cast<std::int64_t>(slots.size());
+  const bool split = parallel_may_split(n, grain);
+  if (split) keep_last_writers(slots, num_slots);
+  parallel_for(n, split ? grain : n, f);
+}
 
 // The index of the first slot of slots[0, n) that is neither -1 (skip) nor in [0, num_slots),
 // or -1 when there is none: the check of the operators whose only padding is -1. A vector scan

@@ -29,18 +29,6 @@ void parallel_for(std::int64_t n, std::int64_t grain, F&& f) {
       const_cast<void*>(static_cast<const void*>(&f)));
 }
 
-// parallel_for over tokens whose slots may repeat, with the last-writer rule: a job the pool
-// would split runs drop_earlier_writers() first (keep_last_writers, so that no two chunks write
-// the same row); any other runs as one pass in token order, which keeps the last writer by
-// itself, with n as its grain, so that a change of the pool's size in between cannot split it.
-template <class Drop, class F>
-void parallel_for_last_writers(std::int64_t n, std::int64_t grain, Drop&& drop_earlier_writers,
-                               F&& f) {
-  const bool split = parallel_may_split(n, grain);
-  if (split) drop_earlier_writers();
-  parallel_for(n, split ? grain : n, f);
-}
-
 // Grain that gives each chunk about `bytes_per_chunk` bytes of traffic.
 inline std::int64_t grain_for_bytes(std::int64_t bytes_per_item,
                                     std::int64_t bytes_per_chunk = 256 * 1024) {

@@ -6,7 +6,6 @@
 
 #include "core/index.h"
 #include "core/slots.h"
-#include "kvscatter/runtime.h"
 #include "ops/indexer_quant_cache/internal.h"
 #include "ops/indexer_quant_cache/kernel.h"
 #include "runtime/parallel.h"
@@ -23,7 +22,7 @@ void run(const IndexerQuantCachePlan& p) {
   const std::int64_t grain = detail::grain_for_bytes(4 * p.d);
   // One pass in token order leaves every repeated slot with its last writer by itself: no
   // dedup pass, and the slots are read where they lie when they are contiguous int64.
-  const bool one_pass = p.num_rows <= 4 * grain || get_num_threads() == 1;
+  const bool one_pass = !detail::parallel_may_split(p.num_rows, 4 * grain);
   std::vector<std::int64_t> storage;
   const std::int64_t* slots = detail::indexer::checked_slots(p, storage, !one_pass);
   if (p.num_rows == 0) return;

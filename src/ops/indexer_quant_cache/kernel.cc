@@ -495,6 +495,26 @@ void fast_fp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
   }
 }
 
+// One mxfp8 group of 32 bfloat16 values by the general path (widened to float32).
+void mxfp8_group_bf16(Scratch& s, const std::uint16_t* src, std::uint8_t* codes,
+                      std::uint8_t* scale) {
+  formats::bfloat16_to_float32(src, s.x, 32);
+  mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes, scale);
+}
+
+// One mxfp8 group that a lane form may have coded wrong, rewritten by the scalar rules: a finite
+// group's lanes below e4m3's normal range (kZeros: zeros too, see fix_lanes_below_normal), any
+// other group whole by the general path. subw, exp: the group's lane-form operand and scale.
+template <bool kZeros = false>
+void redo_group(Scratch& s, const std::uint16_t* src, std::uint8_t* codes, std::uint8_t* scale,
+                bool finite, std::uint32_t subw, std::uint32_t exp) {
+  if (finite) {
+    fix_lanes_below_normal<kZeros>(src, codes, 32, qn::E4M3NormalThreshold(subw), exp);
+  } else {
+    mxfp8_group_bf16(s, src, codes, scale);
+  }
+}
+
 // The groups of one mxfp8 row that the checked form may not cover exactly: their lanes below
 // e4m3's normal range, or (a non-finite element) the whole group, rewritten from the scalar
 // rules over the checked form's output.
@@ -503,13 +523,7 @@ void redo_groups(Scratch& s, const std::uint16_t* src, const std::uint16_t* amax
                  std::uint8_t* codes, std::uint8_t* scale) {
   for (std::int64_t g = 0; g < groups; ++g) {
     if (amax[g] == 0) continue;  // an all-zero group is right as it is
-    if (amax[g] < kInfBits) {
-      fix_lanes_below_normal(src + 32 * g, codes + 32 * g, 32, qn::E4M3NormalThreshold(subw[g]),
-                             exp[g]);
-      continue;
-    }
-    formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
-    mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
+    redo_group(s, src + 32 * g, codes + 32 * g, scale + g, amax[g] < kInfBits, subw[g], exp[g]);
   }
 }
 
@@ -547,13 +561,8 @@ HWY_NOINLINE void redo_keyed_groups(Scratch& s, const std::uint16_t* src, std::u
                                     const std::uint8_t* exp, std::uint32_t tests) {
   for (int g = 0; g < 4; ++g) {
     if ((tests >> g) & 1u) continue;
-    if ((tests >> (16 + g)) & 1u) {
-      fix_lanes_below_normal<true>(src + 32 * g, codes + 32 * g, 32,
-                                   qn::E4M3NormalThreshold(subw[g]), exp[g]);
-    } else {
-      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
-      mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, scale + g);
-    }
+    redo_group<true>(s, src + 32 * g, codes + 32 * g, scale + g, ((tests >> (16 + g)) & 1u) != 0,
+                     subw[g], exp[g]);
   }
 }
 #endif
@@ -678,8 +687,7 @@ void fast_mxfp8_row(std::int64_t d, Scratch& s, const std::uint16_t* src, std::u
                                s.scale[g]);
       }
     } else {
-      formats::bfloat16_to_float32(src + 32 * g, s.x, 32);
-      mxfp8_group(DType::float8_e4m3fn, s.x, s.y, codes + 32 * g, s.scale + g);
+      mxfp8_group_bf16(s, src + 32 * g, codes + 32 * g, s.scale + g);
     }
   }
   std::memcpy(scale, s.scale, static_cast<std::size_t>(groups));

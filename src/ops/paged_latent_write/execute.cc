@@ -42,9 +42,8 @@ void run(const PagedLatentWritePlan& plan) {
                 use_streaming_stores(plan.num_tokens * kDsEntryBytes));
   const std::int64_t grain = grain_for_bytes(token_bytes);
   job.slots = data.slots.data();
-  parallel_for_last_writers(
-      plan.num_tokens, grain, [&] { keep_last_writers(data.slots, plan.num_slots); },
-      [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
+  parallel_for_last_writers(data.slots, plan.num_slots, grain,
+                            [&](std::int64_t b, std::int64_t e) { write_token_range(job, b, e); });
 }
 
 }  // namespace

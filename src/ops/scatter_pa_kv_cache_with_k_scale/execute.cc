@@ -38,7 +38,7 @@ void execute(const ScatterPaKvCacheWithKScalePlan& plan) {
         job.stream = how.stream;
         job.tile = how.tile;
         parallel_for_last_writers(
-            p.num_tokens, grain, [&] { keep_last_writers(slots, p.num_slots); },
+            slots, p.num_slots, grain,
             [&](std::int64_t begin, std::int64_t end) { k_scale::token_range(job, begin, end); });
       });
 }
