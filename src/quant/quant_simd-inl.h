@@ -1396,12 +1396,22 @@ HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t 
 // rows, where a pair's test flagged 3 %) and leaves no scalar step (a horizontal minimum, a move
 // to a general register and a broadcast back) in the chain from the loads to the test: mxfp8
 // rows 1.07-1.08 x faster at 1,024-16,384 tokens (AMD Zen 5).
+// kF16: float16 rows, keyed as the rows rounded to bfloat16 by round-to-odd would be. For a
+// normal float16 magnitude h (exponent field E, mantissa M) the rounded value's key is E + 112
+// plus one where M > 768 (where its seven kept mantissa bits with the sticky bit exceed 96), that
+// is ((h + 255) >> 10) + 112; the bytes hold (h + 255) >> 7, whose extremes give the keys by a
+// shift. A largest byte from 0xF9 on (magnitudes from 61,472 on, infinities and NaNs, which the
+// bytes do not tell apart) reads as key 255, the general path; one below 16 (subnormals and zeros
+// among them) gives a key of at most 113, and so the floor's exponent 105, as the rounded value's
+// key does. A smallest byte below 16 (a zero or a subnormal, which the float16 codes cannot take,
+// or a magnitude below 1.07e-4) reads as key 0, which fails the normal test.
 struct E4M3RowKeys {
   hn::Vec256<std::uint16_t> max;  // the sixteen groups' largest keys, in row order
   hn::Vec256<std::uint16_t> min;  // and their smallest
 };
+template <bool kF16 = false>
 HWY_INLINE E4M3RowKeys E4M3RowKeys16(const std::uint16_t* const* r) {
-  const __m512i carry = _mm512_set1_epi16(62);  // 31, doubled
+  const __m512i carry = _mm512_set1_epi16(kF16 ? 510 : 62);  // 255 or 31, doubled
   const auto key = [&](const std::uint16_t* at) HWY_ATTR {
     const __m512i w = _mm512_loadu_si512(at);
     return _mm512_adds_epu16(_mm512_add_epi16(w, w), carry);  // the key in the high byte
@@ -1415,6 +1425,15 @@ HWY_INLINE E4M3RowKeys E4M3RowKeys16(const std::uint16_t* const* r) {
   E4M3RowKeys out;
   out.max = FP4ExponentMaxima16(v);
   out.min = FP4ExponentMaxima16<true>(v);
+  if constexpr (kF16) {
+    const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
+    const auto keys = [&](__m256i b)
+                          HWY_ATTR { return _mm256_add_epi16(_mm256_srli_epi16(b, 3), set(112)); };
+    const __m256i hi = out.max.raw, lo = out.min.raw;
+    out.max.raw =
+        _mm256_mask_blend_epi16(_mm256_cmplt_epu16_mask(hi, set(0xF9)), set(255), keys(hi));
+    out.min.raw = _mm256_maskz_mov_epi16(_mm256_cmpge_epu16_mask(lo, set(16)), keys(lo));
+  }
   return out;
 }
 

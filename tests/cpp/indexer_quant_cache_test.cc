@@ -1130,24 +1130,46 @@ TEST(IndexerSweep, Bfloat16Mxfp4LaneFormEdges) {
 }
 
 // Batches of d = 128 rows of every length up to past one batch: the AVX-512 maxima take the
-// rows two at a time, so an odd count leaves its last row alone, and two rows on one slot must
-// still end with the later one's bytes.
-TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
+// rows four at a time, so a count that is not a multiple of four leaves its last rows in a
+// partial set, whose scales and operands must still be the rows' own (not a previous batch's),
+// and two rows on one slot must still end with the later one's bytes. Modes mxfp4 (bfloat16 and
+// float16 rows) and mxfp8 (both).
+TEST(IndexerSweep, MxRowCounts) {
+  struct Case {
+    IndexerQuantMode mode;
+    DType cdt, xdt;
+  };
+  const Case cases[] = {{IndexerQuantMode::mxfp4, DType::float4_e2m1, DType::bfloat16},
+                        {IndexerQuantMode::mxfp4, DType::float4_e1m2, DType::bfloat16},
+                        {IndexerQuantMode::mxfp4, DType::float4_e2m1, DType::float16},
+                        {IndexerQuantMode::mxfp8, DType::float8_e4m3fn, DType::bfloat16},
+                        {IndexerQuantMode::mxfp8, DType::float8_e4m3fn, DType::float16}};
   std::mt19937_64 rng(5);
-  for (const DType cdt : {DType::float4_e2m1, DType::float4_e1m2}) {
-    for (const std::int64_t rows : {1, 2, 3, 7, 31, 32, 33, 63, 65}) {
-      const std::int64_t d = 128;
+  for (const Case& c : cases) {
+    const bool f16 = c.xdt == DType::float16;
+    const std::uint32_t inf = f16 ? 0x7C00 : 0x7F80;
+    for (const std::int64_t rows : {1, 2, 3, 5, 7, 31, 32, 33, 63, 65, 66, 67}) {
+      const std::int64_t d = 128, w = c.mode == IndexerQuantMode::mxfp4 ? d / 2 : d;
       // Any bits, with zero groups and infinities (rows the scalar rules finish), or finite
-      // exponents from 10 to 249 alone (every group in the lane form); the rows reversed, or
-      // each pair of rows on one slot (the later row's bytes win).
+      // exponents alone, four binades a group from a base that differs from group to group
+      // (bfloat16 10 to 249, float16 1 to 29: every group in the lane forms, scales that differ
+      // from row to row); the rows reversed, or each pair of rows on one slot (the later row's
+      // bytes win).
       for (const bool finite : {false, true}) {
         std::vector<std::uint16_t> x(static_cast<std::size_t>(rows * d));
         for (std::size_t i = 0; i < x.size(); ++i) {
           const std::uint32_t group = static_cast<std::uint32_t>(i / 32), kind = group * 7 % 11;
           const auto bits = static_cast<std::uint32_t>(rng());
           x[i] = static_cast<std::uint16_t>(kind == 3 && !finite ? (i % 2) << 15 : bits);
-          if (kind == 5 && i % 32 == 9 && !finite) x[i] = 0x7F80;
-          if (finite) x[i] = static_cast<std::uint16_t>((bits & 0x807F) | (10 + bits % 240) << 7);
+          if (kind == 5 && i % 32 == 9 && !finite) x[i] = static_cast<std::uint16_t>(inf);
+          const std::uint32_t spread = bits % 4;
+          if (finite && f16) {
+            x[i] =
+                static_cast<std::uint16_t>((bits & 0x83FF) | (1 + group * 5 % 25 + spread) << 10);
+          } else if (finite) {
+            x[i] =
+                static_cast<std::uint16_t>((bits & 0x807F) | (10 + group * 37 % 237 + spread) << 7);
+          }
         }
         for (const bool shared : {false, true}) {
           std::vector<std::int64_t> slots(static_cast<std::size_t>(rows));
@@ -1155,23 +1177,24 @@ TEST(IndexerSweep, Bfloat16Mxfp4RowCounts) {
             slots[static_cast<std::size_t>(r)] = shared ? r / 2 : rows - 1 - r;
           }
           IndexerQuantCacheOptions o;
-          o.quant_mode = IndexerQuantMode::mxfp4;
-          const auto go = [&](bool ref, Bytes& c, Bytes& s) {
-            run(plan_rows(x, d, slots, c, cdt, d / 2, s, DType::float8_e8m0, 4, o), ref);
+          o.quant_mode = c.mode;
+          const auto go = [&](bool ref, Bytes& cache, Bytes& scale) {
+            run(plan_rows(x, d, slots, cache, c.cdt, w, scale, DType::float8_e8m0, 4, o, c.xdt),
+                ref);
           };
-          Bytes want_c(static_cast<std::size_t>(rows * d / 2), 0x5A);  // slots left unwritten
+          Bytes want_c(static_cast<std::size_t>(rows * w), 0x5A);  // slots left unwritten
           Bytes want_s(static_cast<std::size_t>(rows * 4), 0x5A);
           go(true, want_c, want_s);
           for (std::int64_t target : simd_test::simd_targets()) {
             simd_test::PinTarget pin(target);
-            Bytes c(want_c.size(), 0x5A), s(want_s.size(), 0x5A);
-            go(false, c, s);
-            const std::string what = std::string(dtype_name(cdt)) + " rows " +
-                                     std::to_string(rows) + (finite ? " finite" : "") +
-                                     (shared ? " shared" : "") + " " +
-                                     simd_test::target_name(target);
-            EXPECT_EQ(c, want_c) << what;
-            EXPECT_EQ(s, want_s) << what;
+            Bytes cache(want_c.size(), 0x5A), scale(want_s.size(), 0x5A);
+            go(false, cache, scale);
+            const std::string what =
+                std::string(dtype_name(c.cdt)) + " " + std::string(dtype_name(c.xdt)) + " rows " +
+                std::to_string(rows) + (finite ? " finite" : "") + (shared ? " shared" : "") + " " +
+                simd_test::target_name(target);
+            EXPECT_EQ(cache, want_c) << what;
+            EXPECT_EQ(scale, want_s) << what;
           }
         }
       }
@@ -1197,9 +1220,10 @@ TEST(IndexerSweep, Float16PowerOfTwoModesMatchReference) {
       expect_rows_match(x, d, c.mode, c.cdt, DType::float16);
       if (HasFatalFailure()) return;
     }
-    // Every float16 largest magnitude, the other lanes up to about three binades below it.
+    // Every float16 largest magnitude, infinity and the NaNs included, the other lanes up to
+    // about three binades below it.
     std::vector<std::uint16_t> top =
-        every_largest_magnitude(c.mode == IndexerQuantMode::fp8 ? 128 : 32, 43, 0x7C00, 3000);
+        every_largest_magnitude(c.mode == IndexerQuantMode::fp8 ? 128 : 32, 43, 0x8000, 3000);
     expect_rows_match(top, 128, c.mode, c.cdt, DType::float16);
     if (HasFatalFailure()) return;
   }

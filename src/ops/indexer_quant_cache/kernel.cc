@@ -24,7 +24,8 @@
 //   scales survive rounding to bfloat16 by round-to-odd are rounded so, 16 KiB of rows at a time,
 //   and take the bfloat16 paths (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more
 //   than eight groups) only their largest and smallest magnitudes are rounded, and the groups that
-//   pass the tests are coded straight from the float16 bits (f16_magnitudes_as_bf16); mxfp4 (d =
+//   pass the tests are coded straight from the float16 bits (f16_magnitudes_as_bf16; with AVX-512
+//   and d = 128 mxfp8 keys them on their own bits, E4M3RowKeys16's kF16); mxfp4 (d =
 //   128: AVX2, and AVX-512 with VBMI and VNNI) and hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take
 //   float16 rows in their own forms (f16_in_kernels).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
@@ -583,30 +584,43 @@ void fast_mxfp8_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   if constexpr (kD == 128) {
     // Four groups to a row.
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-    // AVX-512: the scales of four bfloat16 rows from one key byte per value (E4M3RowKeys16),
-    // with each group's tests. Every row takes the unmasked form; a row with a group that did
-    // not pass (rare) has that group's lanes below e4m3's normal range (zeros included) redone
-    // at once, or the whole group where its largest key is 255, before the next row. The rows
-    // go four at a time with one look at the four's tests (each row's own only where one
-    // fails): 1.03-1.05 x over a look per row.
-    if constexpr (!kF16) {
+    // AVX-512: the scales of four rows from one key byte per value (E4M3RowKeys16), with each
+    // group's tests. Every row takes the unmasked form; a row with a group that did not pass
+    // (rare) has that group's lanes below e4m3's normal range (zeros included) redone at once,
+    // or the whole group where its largest key is 255, before the next row. The rows go four
+    // at a time with one look at the four's tests (each row's own only where one fails):
+    // 1.03-1.05 x over a look per row. float16 rows are keyed on their own bits and coded from
+    // them (E4M3F16Operands); a row with a group that did not pass is rounded to bfloat16 first
+    // and takes the bfloat16 forms. bfloat16 rows look at their tests after their codes: the
+    // look before them, as float16 rows need it, made them 0.96-0.98 x slower.
+    {
       std::uint32_t tests[kMaxBatch / 4];
       for (int k = 0; k < b.n; k += 4) {
         const std::uint16_t* rows[4];
         b.four_rows(k, rows);
-        tests[k / 4] = qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16(rows), subw + 4 * k, exp + 4 * k);
+        tests[k / 4] =
+            qn::E4M3ScalesOfKeys16(qn::E4M3RowKeys16<kF16>(rows), subw + 4 * k, exp + 4 * k);
       }
+      if constexpr (kF16) qn::E4M3F16Operands(exp, (4 * b.n + 7) / 8 * 8, s63w);
       for (int k = 0; k < b.n; k += 4) {
         const int m = std::min(4, b.n - k);
         const bool all = (tests[k / 4] & 0xFFFFu) == 0xFFFFu;
         for (int j = 0; j < m; ++j) {
           const int u = 4 * (k + j);
           std::memcpy(b.scale(k + j), exp + u, 4);
-          qn::QuantizeE4M3Pow2RowUnmasked<true, kH>(b.src(k + j), b.codes(k + j), d, subw + u);
           const std::uint32_t t = tests[k / 4] >> (4 * j);
-          if (HWY_UNLIKELY(!all) && (t & 0xFu) != 0xFu) {
-            redo_keyed_groups(s, b.src(k + j), b.codes(k + j), b.scale(k + j), subw + u, exp + u,
-                              t);
+          const std::uint16_t* src = b.src(k + j);
+          if constexpr (kF16) {
+            if (HWY_UNLIKELY(!all) && (t & 0xFu) != 0xFu) {
+              src = f16_row_as_bf16(s, src, d);
+              qn::QuantizeE4M3Pow2RowUnmasked<true, kH>(src, b.codes(k + j), d, subw + u);
+              redo_keyed_groups(s, src, b.codes(k + j), b.scale(k + j), subw + u, exp + u, t);
+              continue;
+            }
+          }
+          qn::QuantizeE4M3Pow2RowUnmasked<true, kH, kF16>(src, b.codes(k + j), d, ops + u);
+          if (!kF16 && HWY_UNLIKELY(!all) && (t & 0xFu) != 0xFu) {
+            redo_keyed_groups(s, src, b.codes(k + j), b.scale(k + j), subw + u, exp + u, t);
           }
         }
       }
