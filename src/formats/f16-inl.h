@@ -57,17 +57,25 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
 // F16ToBF16OddNormal: F16ToBF16Odd by it where n is a multiple of the lanes and every value is
 // normal (false, with dst partly written, where one is zero, subnormal, infinite or NaN): a normal
 // value's bfloat16 is its bits shifted right by 3 with the sign kept (an arithmetic shift, the
-// sign's copies masked off), 112 exponent steps (0x3800) added, and the dropped bits' sticky bit
-// or-ed in: six operations per vector, and three for the test (2h - 0x0800 wraps to 0xF000 or more
-// exactly for the other values, and its maximum is tested once), where AVX2's float32 route takes
-// about fourteen per two vectors' worth and the bits route below a test and a branch per vector.
-template <class DU>
+// sign's copies masked off), the dropped bits' sticky bit or-ed in, and 112 exponent steps
+// (0x3800) added: five operations per vector on AVX-512, six elsewhere, and three for the test (2h
+// - 0x0800 wraps to 0xF000 or more exactly for the other values, and its maximum is tested once),
+// where AVX2's float32 route takes about fourteen per two vectors' worth and the bits route below a
+// test and a branch per vector. The sticky bit is or-ed in before the 112 steps are added (bit 0,
+// which the add leaves alone), so that the mask and the or are one operation on AVX-512 (a ternary
+// logic op). kRebias false: without the 112 steps, for a caller that subtracts them from its own
+// operand instead (the sign stays in bit 15 either way): four operations per vector on AVX-512.
+template <bool kRebias = true, class DU>
 HWY_INLINE hn::Vec<DU> F16ToBF16OddNormalBits(DU du, hn::Vec<DU> h) {
   const hn::RebindToSigned<DU> d;
-  const auto r = hn::Add(
-      hn::And(hn::ShiftRight<3>(hn::BitCast(d, h)), hn::Set(d, static_cast<std::int16_t>(0x8FFF))),
-      hn::Set(d, 0x3800));
-  return hn::Or(hn::BitCast(du, r), hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1)));
+  const auto sticky = hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1));
+  const auto r =
+      hn::OrAnd(sticky, hn::BitCast(du, hn::ShiftRight<3>(hn::BitCast(d, h))), hn::Set(du, 0x8FFF));
+  if constexpr (kRebias) {
+    return hn::Add(r, hn::Set(du, 0x3800));
+  } else {
+    return r;
+  }
 }
 
 HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,

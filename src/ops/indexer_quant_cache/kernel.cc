@@ -868,8 +868,10 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
       const auto m = qn::FP4RowExponents16<kF16>(rows);
-      bad16 = _mm256_or_si256(
-          bad16, qn::FP4Pow2ScalesOf16(m, emax, table.first, exp + 4 * k, t0g + 4 * k));
+      // float16 rows: the VNNI form's rounding leaves its 112 exponent steps to the operands.
+      const auto first = static_cast<std::uint16_t>(table.first - (kF16 ? 0x3800 : 0));
+      bad16 =
+          _mm256_or_si256(bad16, qn::FP4Pow2ScalesOf16(m, emax, first, exp + 4 * k, t0g + 4 * k));
     }
     if (fp4_vnni_usable() && _mm256_testz_si256(bad16, bad16)) {
       fast_mxfp4_rows128_vnni<kF16>(b, table, exp, t0g);
