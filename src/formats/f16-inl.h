@@ -63,19 +63,14 @@ HWY_INLINE std::uint16_t F16ToBF16OddScalar(std::uint16_t h) {
 // where AVX2's float32 route takes about fourteen per two vectors' worth and the bits route below a
 // test and a branch per vector. The sticky bit is or-ed in before the 112 steps are added (bit 0,
 // which the add leaves alone), so that the mask and the or are one operation on AVX-512 (a ternary
-// logic op). kRebias false: without the 112 steps, for a caller that subtracts them from its own
-// operand instead (the sign stays in bit 15 either way): four operations per vector on AVX-512.
-template <bool kRebias = true, class DU>
+// logic op).
+template <class DU>
 HWY_INLINE hn::Vec<DU> F16ToBF16OddNormalBits(DU du, hn::Vec<DU> h) {
   const hn::RebindToSigned<DU> d;
   const auto sticky = hn::Min(hn::And(h, hn::Set(du, 7)), hn::Set(du, 1));
   const auto r =
       hn::OrAnd(sticky, hn::BitCast(du, hn::ShiftRight<3>(hn::BitCast(d, h))), hn::Set(du, 0x8FFF));
-  if constexpr (kRebias) {
-    return hn::Add(r, hn::Set(du, 0x3800));
-  } else {
-    return r;
-  }
+  return hn::Add(r, hn::Set(du, 0x3800));
 }
 
 HWY_INLINE bool F16ToBF16OddNormal(const std::uint16_t* HWY_RESTRICT src,

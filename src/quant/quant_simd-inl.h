@@ -30,8 +30,9 @@
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
 //   packed two per byte. FP4RowExponents16 + FP4Pow2ScalesOf16 (AVX-512): the scales of four
 //   128-element rows from their groups' largest exponents, reduced as bytes;
-//   QuantizeFP4Pow2Row128Vnni (VBMI and VNNI): the codes of such a row by byte dot products.
-//   Both take float16 rows too (kF16).
+//   QuantizeFP4Pow2Row128Vnni (VBMI and VNNI): the codes of such a row by byte dot products,
+//   QuantizeFP4Pow2Row128F16 those of a float16 row from its own bits (FP4RowExponents16 and
+//   FP4Pow2ScalesOf16 take float16 rows too, kF16).
 //   FP4BytePairs + QuantizeFP4Pow2RowBytes (AVX2): the same codes one byte per value, 32 per
 //   vector, by two 16-entry byte tables; FP4RowExponentBytes16 + FP4Pow2ScalesOfBytes16: the
 //   scales of four rows as above on 256-bit vectors.
@@ -993,6 +994,44 @@ HWY_INLINE void QuantizeE2M1ByAmaxPlans(const std::uint16_t* HWY_RESTRICT x,
 // wide[31], which no bucket uses, is 1: a positive lane below t0g saturates its operand to
 // 0xFFFF and reads that entry, so that the sum wraps to 0, code 0 (see FP4WideOperand).
 constexpr std::uint16_t kFP4Span = 0xA0;
+
+// The wide entries alone, for buckets of `unit` bit patterns (32 for bfloat16 bits, 256 for
+// float16 bits, whose quotients' patterns step 8 times finer) from thresholds thr and the
+// largest pattern; smax: the largest scale exponent s a group may have, four buckets a binade.
+struct FP4Pow2Wide {
+  alignas(64) std::uint16_t wide[32] = {};
+  std::uint16_t bias = 0;
+  bool ok = true;
+};
+constexpr FP4Pow2Wide MakeFP4Pow2Wide(const std::uint16_t* thr, std::uint16_t largest, int emax,
+                                      int unit, int smax) {
+  FP4Pow2Wide t;
+  // The bias: a multiple of the unit, at least the largest lane-form t0g, leaving the buckets in
+  // use clear of entry 31 and the biased operands of negative lanes below 0x10000.
+  const int buckets = (largest - thr[0]) / unit + 1;
+  const int t0g_max = thr[0] + (smax - emax - 127) * 4 * unit;
+  int bias = (t0g_max + unit - 1) / unit * unit;
+  while ((bias / unit) % 32 + buckets > 31 && bias + largest - thr[0] <= 0x7FFF) bias += unit;
+  t.ok = (bias / unit) % 32 + buckets <= 31 && bias + largest - thr[0] <= 0x7FFF;
+  t.bias = static_cast<std::uint16_t>(bias);
+  t.wide[31] = 1;
+  for (int b = 0; b < buckets; ++b) {
+    const int lo = thr[0] + unit * b;
+    int below = 0, inside = 0, offset = unit - 1;
+    for (int k = 0; k < 7; ++k) {
+      below += thr[k] < lo;
+      if (thr[k] >= lo && thr[k] < lo + unit) {
+        ++inside;
+        offset = thr[k] - lo;
+      }
+    }
+    t.ok = t.ok && inside <= 1;
+    t.wide[(b + bias / unit) % 32] =
+        static_cast<std::uint16_t>(unit * below - unit * b + unit - 1 - offset - bias);
+  }
+  return t;
+}
+
 struct FP4Pow2Table {
   std::uint16_t first = 0;
   alignas(16) std::uint8_t entry[16] = {};
@@ -1022,28 +1061,10 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
     t.entry[i] = static_cast<std::uint8_t>(32 * below + 31 - offset);
   }
   t.ok = t.ok && t.entry[0] == 0;
-  // The bias: a multiple of 32, at least the largest lane-form t0g, leaving the buckets in use
-  // clear of entry 31 and the biased operands of negative lanes below 0x10000.
-  const int buckets = (largest - thr[0]) / 32 + 1, t0g_max = thr[0] + (254 - emax - 127) * 128;
-  int bias = (t0g_max + 31) / 32 * 32;
-  while ((bias / 32) % 32 + buckets > 31 && bias + largest - thr[0] <= 0x7FFF) bias += 32;
-  t.ok = t.ok && (bias / 32) % 32 + buckets <= 31 && bias + largest - thr[0] <= 0x7FFF;
-  t.bias = static_cast<std::uint16_t>(bias);
-  t.wide[31] = 1;
-  for (int b = 0; b < buckets; ++b) {
-    const int lo = thr[0] + 32 * b;
-    int below = 0, inside = 0, offset = 31;
-    for (int k = 0; k < 7; ++k) {
-      below += thr[k] < lo;
-      if (thr[k] >= lo && thr[k] < lo + 32) {
-        ++inside;
-        offset = thr[k] - lo;
-      }
-    }
-    t.ok = t.ok && inside <= 1;
-    t.wide[(b + bias / 32) % 32] =
-        static_cast<std::uint16_t>(32 * below - 32 * b + 31 - offset - bias);
-  }
+  const FP4Pow2Wide w = MakeFP4Pow2Wide(thr, largest, emax, 32, 254);
+  t.ok = t.ok && w.ok;
+  t.bias = w.bias;
+  for (int i = 0; i < 32; ++i) t.wide[i] = w.wide[i];
   return t;
 }
 
@@ -1164,32 +1185,15 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
 // shifts and multishifts issue on disjoint pairs of its four vector pipes
 // (bench/simd_ports_bench.cc). Per row that is 31 vector operations, at least 7.75 cycles on Zen
 // 5's four pipes; a second call on each row, its input in L1, added about 9 cycles a row there.
-// kF16: x holds float16 values whose groups have scales from FP4RowExponents16's kF16 (none of
-// them below E = 5): each is rounded to bfloat16 by round-to-odd in registers, exact for normal
-// values (F16ToBF16OddNormalBits, where the pass that rounds the rows first stores and loads them
-// again), and a zero or subnormal value becomes a bfloat16 value below 2^-14 with its sign, which
-// codes as 0 with that sign under such a scale, as the value itself does. The rounding leaves out
-// its 112 exponent steps, which the caller takes off the operands t0g instead (the difference
-// w - t0g is the same): four operations a vector where six took 1.05-1.10 x longer (AMD Zen 5).
-template <bool kF16 = false>
 KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t* HWY_RESTRICT x,
                                                              std::uint8_t* HWY_RESTRICT out,
                                                              const std::uint32_t* HWY_RESTRICT t0g,
                                                              __m512i wide, __m512i bias) {
   const __m512i weights = _mm512_set1_epi32(0x20100201);
   const __m512i index_at = _mm512_set1_epi64(0x0035002500150005);  // bit 5 of each lane
-  const auto load = [&](int g) KVS_VBMI_VNNI_ATTR {
-    const __m512i h = _mm512_loadu_si512(x + 32 * g);
-    if constexpr (!kF16) {
-      return h;
-    } else {
-      const hn::Full512<std::uint16_t> du;
-      return formats::HWY_NAMESPACE::F16ToBF16OddNormalBits<false>(du, hn::Vec512<std::uint16_t>{h})
-          .raw;
-    }
-  };
   const auto pairs = [&](int g) KVS_VBMI_VNNI_ATTR {
-    const __m512i u = FP4WideOperand(load(g), _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
+    const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
+                                     _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
     const __m512i c = FP4WideCodes(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, weights);
   };
@@ -1202,6 +1206,45 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t
   const __m512i lo = _mm512_permutex2var_epi8(pairs(0), both, pairs(1));
   const __m512i hi = _mm512_permutex2var_epi8(pairs(2), both, pairs(3));
   _mm512_storeu_si512(out, _mm512_mask_blend_epi64(0xF0, lo, hi));
+}
+
+// The same codes from float16 bits: a row of 128 normal-scaled float16 values (groups whose
+// largest exponent field is 5 to 30) against the thresholds as float16 patterns, in buckets of
+// 256 (MakeFP4Pow2Wide's unit 256: float16's quotients step eight times finer than bfloat16's,
+// so each bucket of the bfloat16 table becomes one of 256 patterns and each threshold falls in
+// its own), with t0g = first + (s - 127) * 1024 (FP4Pow2ScalesOf16's kF16). A rounding midpoint
+// is a float16 pattern, so the codes are exact without rounding the values first; zeros and
+// subnormals lie below every such group's t0g (at least 0x400) and code as 0 with their sign.
+// Each lane's sum then holds its code in bits 8-10 and its sign in bit 15, so the codes are the
+// sums' high bytes (two byte permutes gather them, element i in byte i), each pair of bytes
+// joined by one byte multiply-add by (1, 16), the two signs moved from bits 7 and 11 to 3 and 7
+// by a shift and a ternary-logic select, and one byte permute narrows the pairs: 29 operations a
+// row where rounding in registers and the bfloat16 form took 47 (1.20-1.29 x slower on AMD Zen 5).
+KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t* HWY_RESTRICT x,
+                                                            std::uint8_t* HWY_RESTRICT out,
+                                                            const std::uint32_t* HWY_RESTRICT t0g,
+                                                            __m512i wide, __m512i bias) {
+  const __m512i index_at = _mm512_set1_epi64(0x0038002800180008);  // bits 8-15 of each lane
+  const auto sums = [&](int g) KVS_VBMI_VNNI_ATTR {
+    const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
+                                     _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
+    return _mm512_add_epi16(
+        _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(index_at, u), wide), u);
+  };
+  // Byte i: byte 2i + 1 of the first vector (i < 32) or of the second (bit 6).
+  const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
+                                       0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
+                                       0x1F1D1B1917151311, 0x0F0D0B0907050301);
+  const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_VNNI_ATTR {
+    const __m512i codes = _mm512_permutex2var_epi8(a, odd, b);  // code | sign << 7, one a byte
+    const __m512i l = _mm512_maddubs_epi16(codes, _mm512_set1_epi16(0x1001));
+    // (l & 0x77) | ((l >> 4) & ~0x77): l is below 4096, so the high byte comes out 0.
+    return _mm512_ternarylogic_epi32(l, _mm512_srli_epi16(l, 4), _mm512_set1_epi16(0x77), 0xE4);
+  };
+  const __m512i lo = nibbles(sums(0), sums(1)), hi = nibbles(sums(2), sums(3));
+  // Byte i: byte 2i of lo (i < 32) or of hi.
+  const __m512i even = _mm512_sub_epi8(odd, _mm512_set1_epi8(1));
+  _mm512_storeu_si512(out, _mm512_permutex2var_epi8(lo, even, hi));
 }
 #endif
 
@@ -1328,7 +1371,7 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 // round-to-odd (E + 112), but 255 for infinities and NaNs and 0 (a group that is not fast)
 // below E = 5: where the largest magnitude is at least 2^-10 the scale is at least 2^-12
 // (float4_e1m2: 2^-10), so every zero or subnormal value of the group codes as 0 with its sign
-// (QuantizeFP4Pow2Row128Vnni's kF16). Each field is doubled first, which drops the sign: two
+// (QuantizeFP4Pow2Row128F16). Each field is doubled first, which drops the sign: two
 // operations more per pair of vectors.
 template <bool kF16 = false>
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
@@ -1370,13 +1413,16 @@ HWY_INLINE void StoreScales16(__m256i operand, __m256i scale,
   _mm_storeu_si128(reinterpret_cast<__m128i*>(bytes16), bytes);
 }
 
-// FP4Pow2Scales8 for sixteen groups from their exponent fields m.
+// FP4Pow2Scales8 for sixteen groups from their exponent fields m. kF16: the operands for
+// QuantizeFP4Pow2Row128F16, first + (s - 127) * 1024 with first a float16 pattern.
+template <bool kF16 = false>
 HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t emax,
                                      std::uint16_t first, std::uint8_t* HWY_RESTRICT scale16,
                                      std::uint32_t* HWY_RESTRICT t0g) {
   const auto set = [](int v) HWY_ATTR { return _mm256_set1_epi16(static_cast<std::int16_t>(v)); };
+  constexpr int kShift = kF16 ? 10 : 7;
   const __m256i s = _mm256_subs_epu16(m.raw, set(emax));
-  const __m256i t = _mm256_add_epi16(_mm256_slli_epi16(s, 7), set(first - 127 * 128));
+  const __m256i t = _mm256_add_epi16(_mm256_slli_epi16(s, kShift), set(first - (127 << kShift)));
   StoreScales16(t, s, t0g, scale16);
   // Nonzero where m > 254 or s < 4.
   return _mm256_or_si256(_mm256_subs_epu16(m.raw, set(254)), _mm256_subs_epu16(set(4), s));

@@ -1142,6 +1142,7 @@ TEST(IndexerSweep, MxRowCounts) {
   const Case cases[] = {{IndexerQuantMode::mxfp4, DType::float4_e2m1, DType::bfloat16},
                         {IndexerQuantMode::mxfp4, DType::float4_e1m2, DType::bfloat16},
                         {IndexerQuantMode::mxfp4, DType::float4_e2m1, DType::float16},
+                        {IndexerQuantMode::mxfp4, DType::float4_e1m2, DType::float16},
                         {IndexerQuantMode::mxfp8, DType::float8_e4m3fn, DType::bfloat16},
                         {IndexerQuantMode::mxfp8, DType::float8_e4m3fn, DType::float16}};
   std::mt19937_64 rng(5);

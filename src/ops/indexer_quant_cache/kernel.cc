@@ -717,6 +717,30 @@ constexpr std::uint16_t kE1M2Steps[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90,
 constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF, 2);
 constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF, 0);
 static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
+// The same thresholds as float16 patterns (for QuantizeFP4Pow2Row128F16): a rounding midpoint
+// has at most three mantissa bits, so its bfloat16 pattern is a multiple of 16 and a step is
+// either one below it (ties up: 15 mod 16) or it (ties down); its float16 pattern is 8 times its
+// bfloat16 one less 112 exponent steps, and the step one below that or it.
+struct FP4Steps16 {
+  std::uint16_t v[7] = {};
+  bool ok = true;
+};
+constexpr FP4Steps16 MakeFP4Steps16(const std::uint16_t (&bf16)[7]) {
+  FP4Steps16 t;
+  for (int k = 0; k < 7; ++k) {
+    const int up = bf16[k] % 16 == 15, midpoint = bf16[k] + up;
+    t.ok = t.ok && midpoint % 16 == 0;
+    t.v[k] = static_cast<std::uint16_t>(8 * (midpoint - 0x3800) - up);
+  }
+  return t;
+}
+constexpr FP4Steps16 kE2M1Steps16 = MakeFP4Steps16(kE2M1Steps);
+constexpr FP4Steps16 kE1M2Steps16 = MakeFP4Steps16(kE1M2Steps);
+// The largest float16 exponent field of a group in that form is 30: s up to 142 - emax.
+constexpr qn::FP4Pow2Wide kE2M1Wide16 = qn::MakeFP4Pow2Wide(kE2M1Steps16.v, 0x47FF, 2, 256, 142);
+constexpr qn::FP4Pow2Wide kE1M2Wide16 = qn::MakeFP4Pow2Wide(kE1M2Steps16.v, 0x3FFF, 0, 256, 142);
+static_assert(kE2M1Steps16.ok && kE1M2Steps16.ok && kE2M1Wide16.ok && kE1M2Wide16.ok,
+              "midpoints of at most three mantissa bits, one threshold per bucket");
 #if KVS_FP4_BYTES
 constexpr qn::FP4ByteTable kE2M1Bytes = qn::MakeFP4ByteTable(kE2M1Steps, 0x40FF, 6, true);
 constexpr qn::FP4ByteTable kE1M2Bytes = qn::MakeFP4ByteTable(kE1M2Steps, 0x3FFF, 5, false);
@@ -764,16 +788,22 @@ bool fp4_vnni_usable() {
   static const bool has = __builtin_cpu_supports("avx512vnni");
   return has && vbmi_usable();
 }
-// kF16: float16 rows (QuantizeFP4Pow2Row128Vnni's kF16).
+// kF16: float16 rows, by QuantizeFP4Pow2Row128F16 and the float16 table.
 template <bool kF16>
-KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, const qn::FP4Pow2Table& table,
-                                                const std::uint8_t* exp, const std::uint32_t* t0g) {
-  const __m512i wide = _mm512_load_si512(table.wide);
-  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(table.bias));
+KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, bool e2m1, const std::uint8_t* exp,
+                                                const std::uint32_t* t0g) {
+  const qn::FP4Pow2Table& t = e2m1 ? kE2M1Table : kE1M2Table;
+  const qn::FP4Pow2Wide& t16 = e2m1 ? kE2M1Wide16 : kE1M2Wide16;
+  const __m512i wide = _mm512_load_si512(kF16 ? t16.wide : t.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(kF16 ? t16.bias : t.bias));
   for (int k = 0; k < b.n; ++k) {
     b.prefetch_ahead(k, 256);
     std::memcpy(b.scale(k), exp + 4 * k, 4);
-    qn::QuantizeFP4Pow2Row128Vnni<kF16>(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
+    if constexpr (kF16) {
+      qn::QuantizeFP4Pow2Row128F16(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
+    } else {
+      qn::QuantizeFP4Pow2Row128Vnni(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
+    }
   }
 }
 #endif
@@ -825,8 +855,9 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
 // kF16 (d = 128): float16 rows, coded on their own bits by the byte form (AVX2; see
-// QuantizeFP4Pow2RowBytes), or rounded in registers by the VNNI form (AVX-512; a batch that
-// form does not take is rounded first, fast_mxfp4_f16_rows_rounded).
+// QuantizeFP4Pow2RowBytes), or on AVX-512 with VBMI and VNNI by their own table
+// (QuantizeFP4Pow2Row128F16; a batch that form does not take is rounded first,
+// fast_mxfp4_f16_rows_rounded).
 template <std::int64_t kD, bool kF16 = false>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b);
 
@@ -868,13 +899,12 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
       const auto m = qn::FP4RowExponents16<kF16>(rows);
-      // float16 rows: the VNNI form's rounding leaves its 112 exponent steps to the operands.
-      const auto first = static_cast<std::uint16_t>(table.first - (kF16 ? 0x3800 : 0));
-      bad16 =
-          _mm256_or_si256(bad16, qn::FP4Pow2ScalesOf16(m, emax, first, exp + 4 * k, t0g + 4 * k));
+      const std::uint16_t first = kF16 ? (e2m1 ? kE2M1Steps16 : kE1M2Steps16).v[0] : table.first;
+      bad16 = _mm256_or_si256(
+          bad16, qn::FP4Pow2ScalesOf16<kF16>(m, emax, first, exp + 4 * k, t0g + 4 * k));
     }
     if (fp4_vnni_usable() && _mm256_testz_si256(bad16, bad16)) {
-      fast_mxfp4_rows128_vnni<kF16>(b, table, exp, t0g);
+      fast_mxfp4_rows128_vnni<kF16>(b, e2m1, exp, t0g);
       return;
     }
     if constexpr (kF16) {
