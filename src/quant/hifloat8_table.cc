@@ -46,6 +46,27 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept {
   return tables;
 }
 
+const HiFloat8F16Tables& hifloat8_f16_tables() noexcept {
+  static const HiFloat8F16Tables tables = [] {
+    HiFloat8F16Tables t{};
+    for (std::uint16_t& h : t.half) h = kHiFloat8F16Bias;
+    for (int biased = 1; biased <= 30; ++biased) {
+      const int e = biased - 15, ae = e < 0 ? -e : e;
+      // Mantissa bits kept as in hifloat8_bf16_tables(); binade 30 is 2^15, the bfloat16 142.
+      const int kept = biased == 30 ? 0 : ae <= 3 ? 3 : ae <= 7 ? 2 : 1;
+      const unsigned code = formats::encode_hifloat8(std::ldexp(1.0f, e), true);
+      const unsigned top = static_cast<unsigned>(biased) << 10;
+      const int r = biased + 33;  // (top + bias) >> 10
+      t.half[biased] = static_cast<std::uint16_t>((1u << (9 - kept)) + kHiFloat8F16Bias);
+      t.shift8[r] = static_cast<std::uint8_t>(10 - kept);
+      t.offset8[r] =
+          static_cast<std::uint8_t>((code - ((top + kHiFloat8F16Bias) >> (10 - kept))) & 0xFF);
+    }
+    return t;
+  }();
+  return tables;
+}
+
 const HiFloat8LaneTables& hifloat8_lane_tables() noexcept {
   static const HiFloat8LaneTables tables = [] {
     HiFloat8LaneTables t{};

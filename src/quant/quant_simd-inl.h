@@ -37,7 +37,8 @@
 //   vector, by two 16-entry byte tables; FP4RowExponentBytes16 + FP4Pow2ScalesOfBytes16: the
 //   scales of four rows as above on 256-bit vectors.
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
-//   per vector: the products truncated to bf16, then 64-entry exponent tables in registers.
+//   per vector: the products truncated to bf16, then 64-entry exponent tables in registers;
+//   HiF8CodesF16RowBytes (VBMI) those of float16 values from their own bits and tables.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
 //   HiF8CodesByLanes (AVX2, SSE4): the same codes one byte per value by 16-entry byte
 //   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
@@ -2209,31 +2210,46 @@ KVS_VBMI_ATTR HWY_INLINE void HiF8CodesBf16RowBytes(const HiF8ByteRegs& t,
   });
 }
 
-// The same for n float16 values (no x_scale), each truncated to bfloat16 in registers: HiFloat8's
-// codes read four mantissa bits, which truncation keeps. A normal value's truncated bfloat16
-// magnitude is its bits shifted right by 3, masked to the exponent and mantissa, plus 112
-// exponent steps, and the sign stays in the float16 bits: three operations a vector where the
-// pass that rounds a row to bfloat16 stores it and reads it again. Those magnitudes lie in
-// [0x3880, 0x477F] exactly for the normal values: worst takes the largest a - 0x3880 (mod
-// 2^16), below 0x0F00 unless a value is a zero, a subnormal, an infinity or a NaN. Rows holding
-// any are the caller's to take again by that pass (their codes here are not the encoder's).
-KVS_VBMI_ATTR HWY_INLINE void HiF8CodesF16RowBytes(const HiF8ByteRegs& t,
+// The same for n float16 values (no x_scale) from their own bits, by the float16 tables
+// (HiFloat8F16Tables): the first index is the exponent field (the high half of a product by 64,
+// whose sign bit lands past the 16-bit permute's five index bits), the rounding increment with
+// its bias a 32-entry 16-bit permute, and every normal value has a code other than 0x00, so the
+// signs need no mask. Eleven operations a vector where truncating each to bfloat16 first (a
+// shift, a mask and an add) and the bfloat16 form's mask of the lanes took sixteen. worst takes
+// the largest a - 0x0400 (mod 2^16), below 0x7800 unless a value is a zero, a subnormal, an
+// infinity or a NaN: rows holding any are the caller's to take again (their codes here are not
+// the encoder's).
+struct HiF8F16Regs {
+  __m512i half, shift, offset;
+};
+HWY_INLINE HiF8F16Regs LoadHiF8F16Regs() {
+  const detail::HiFloat8F16Tables& t = detail::hifloat8_f16_tables();
+  return HiF8F16Regs{_mm512_load_si512(t.half), _mm512_load_si512(t.shift8),
+                     _mm512_load_si512(t.offset8)};
+}
+KVS_VBMI_ATTR HWY_INLINE void HiF8CodesF16RowBytes(const HiF8ByteRegs& t, const HiF8F16Regs& f,
                                                    const std::uint16_t* HWY_RESTRICT src,
                                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                                    __m512i& worst) {
+  const __mmask64 low = 0x5555555555555555ull;
+  const __m512i by1024 = _mm512_set1_epi16(0x40);  // x >> 10
   HiF8RowBytesOf(t, out, n, [&](std::int64_t j) KVS_VBMI_ATTR {
     const __m512i h = _mm512_loadu_si512(src + j);
-    const __m512i a =
-        _mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(h, 3), _mm512_set1_epi16(0x0FFF)),
-                         _mm512_set1_epi16(0x3800));
-    worst = _mm512_max_epu16(worst, _mm512_sub_epi16(a, _mm512_set1_epi16(0x3880)));
-    return HiF8CodesOfMagnitudeBytes(t, a, h, a);
+    const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
+    worst = _mm512_max_epu16(worst, _mm512_sub_epi16(a, _mm512_set1_epi16(0x0400)));
+    const __m512i half = _mm512_permutexvar_epi16(_mm512_mulhi_epu16(h, by1024), f.half);
+    const __m512i u = _mm512_adds_epu16(a, half);
+    const __m512i re = _mm512_mulhi_epu16(u, by1024);
+    const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, f.shift));
+    const __m512i c = _mm512_add_epi16(kept, _mm512_permutexvar_epi8(re, f.offset));
+    const __m512i sign = _mm512_mulhi_epu16(h, t.by256);  // h >> 8
+    return _mm512_ternarylogic_epi32(c, sign, t.bit7, 0xF8);
   });
 }
 
 // Whether every value that HiF8CodesF16RowBytes took into worst was normal.
 HWY_INLINE bool HiF8F16AllNormal(__m512i worst) {
-  return _mm512_cmpge_epu16_mask(worst, _mm512_set1_epi16(0x0F00)) == 0;
+  return _mm512_cmpge_epu16_mask(worst, _mm512_set1_epi16(0x7800)) == 0;
 }
 
 // n bfloat16 values times x_scale (n a multiple of 32), their HiFloat8 codes: round half away

@@ -1032,8 +1032,8 @@ void hif8_words(const IndexerQuantCachePlan& p, const RowAddresses& a, const std
   ForEachRow(a, slots, begin, end, row);
 }
 
-// kF16 (x_scale 1, where vbmi_usable(): f16_in_kernels): float16 rows truncated to bfloat16 in
-// registers (HiF8CodesF16RowBytes), their values tested a chunk at a time (in_checked_chunks);
+// kF16 (x_scale 1, where vbmi_usable(): f16_in_kernels): float16 rows coded from their own bits
+// (HiF8CodesF16RowBytes), their values tested a chunk at a time (in_checked_chunks);
 // the rows of a chunk holding a value that is not normal are rounded to bfloat16 first.
 template <bool kScaled, std::int64_t kD, bool kF16 = false>
 KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
@@ -1046,9 +1046,10 @@ KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const 
                    KVS_VBMI_ATTR { qn::HiF8CodesBf16RowBytes<kScaled>(t, src, codes, d, xs); };
     ForEachRow(a, slots, begin, end, row);
   } else {
+    const qn::HiF8F16Regs f = qn::LoadHiF8F16Regs();
     __m512i worst;
     auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*)
-                         KVS_VBMI_ATTR { qn::HiF8CodesF16RowBytes(t, src, codes, d, worst); };
+                         KVS_VBMI_ATTR { qn::HiF8CodesF16RowBytes(t, f, src, codes, d, worst); };
     // t by value: the rare rows' path stays out of line, and a reference would keep the hot
     // loop's tables in memory.
     auto rounded = [&, t](const std::uint16_t* src, std::uint8_t* codes,
