@@ -996,6 +996,25 @@ HWY_INLINE void QuantizeE2M1ByAmaxPlans(const std::uint16_t* HWY_RESTRICT x,
 // 0xFFFF and reads that entry, so that the sum wraps to 0, code 0 (see FP4WideOperand).
 constexpr std::uint16_t kFP4Span = 0xA0;
 
+// The thresholds thr[from..6] against the bucket [lo, lo + size): how many lie below it, how
+// many inside, and the offset of the (last) one inside, size - 1 for none: the census each
+// table below takes of its buckets.
+struct FP4Bucket {
+  int below = 0, inside = 0, offset = 0;
+};
+constexpr FP4Bucket FP4BucketOf(const std::uint16_t* thr, int from, int lo, int size) {
+  FP4Bucket b;
+  b.offset = size - 1;
+  for (int k = from; k < 7; ++k) {
+    b.below += thr[k] < lo;
+    if (thr[k] >= lo && thr[k] < lo + size) {
+      ++b.inside;
+      b.offset = thr[k] - lo;
+    }
+  }
+  return b;
+}
+
 // The wide entries alone, for buckets of `unit` bit patterns (32 for bfloat16 bits, 256 for
 // float16 bits, whose quotients' patterns step 8 times finer) from thresholds thr and the
 // largest pattern; smax: the largest scale exponent s a group may have, four buckets a binade.
@@ -1017,18 +1036,10 @@ constexpr FP4Pow2Wide MakeFP4Pow2Wide(const std::uint16_t* thr, std::uint16_t la
   t.bias = static_cast<std::uint16_t>(bias);
   t.wide[31] = 1;
   for (int b = 0; b < buckets; ++b) {
-    const int lo = thr[0] + unit * b;
-    int below = 0, inside = 0, offset = unit - 1;
-    for (int k = 0; k < 7; ++k) {
-      below += thr[k] < lo;
-      if (thr[k] >= lo && thr[k] < lo + unit) {
-        ++inside;
-        offset = thr[k] - lo;
-      }
-    }
-    t.ok = t.ok && inside <= 1;
+    const FP4Bucket c = FP4BucketOf(thr, 0, thr[0] + unit * b, unit);
+    t.ok = t.ok && c.inside <= 1;
     t.wide[(b + bias / unit) % 32] =
-        static_cast<std::uint16_t>(unit * below - unit * b + unit - 1 - offset - bias);
+        static_cast<std::uint16_t>(unit * c.below - unit * b + unit - 1 - c.offset - bias);
   }
   return t;
 }
@@ -1049,17 +1060,9 @@ constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint
   const int from = thr[0] + kFP4Span;
   t.ok = thr[1] >= from && largest - from < 16 * 32;
   for (int i = 0; i < 16; ++i) {
-    const int lo = from + 32 * i;
-    int below = 0, inside = 0, offset = 31;
-    for (int k = 1; k < 7; ++k) {
-      below += thr[k] < lo;
-      if (thr[k] >= lo && thr[k] < lo + 32) {
-        ++inside;
-        offset = thr[k] - lo;
-      }
-    }
-    t.ok = t.ok && inside <= 1;
-    t.entry[i] = static_cast<std::uint8_t>(32 * below + 31 - offset);
+    const FP4Bucket c = FP4BucketOf(thr, 1, from + 32 * i, 32);
+    t.ok = t.ok && c.inside <= 1;
+    t.entry[i] = static_cast<std::uint8_t>(32 * c.below + 31 - c.offset);
   }
   t.ok = t.ok && t.entry[0] == 0;
   const FP4Pow2Wide w = MakeFP4Pow2Wide(thr, largest, emax, 32, 254);
@@ -1548,18 +1551,10 @@ constexpr FP4ByteTable MakeFP4ByteTable(const std::uint16_t (&thr)[7], std::uint
   const int from = thr[0] - t.lead;
   t.ok = (largest - from) >> shift < 16;
   for (int i = 0; i < 16; ++i) {
-    const int lo = from + size * i;
-    int below = 0, inside = 0, offset = size - 1;
-    for (int k = 0; k < 7; ++k) {
-      below += thr[k] < lo;
-      if (thr[k] >= lo && thr[k] < lo + size) {
-        ++inside;
-        offset = thr[k] - lo;
-      }
-    }
-    t.ok = t.ok && inside <= 1;
-    t.th[i] = static_cast<std::int8_t>(offset);
-    t.below8[i] = static_cast<std::uint8_t>(below + 8);
+    const FP4Bucket c = FP4BucketOf(thr, 0, from + size * i, size);
+    t.ok = t.ok && c.inside <= 1;
+    t.th[i] = static_cast<std::int8_t>(c.offset);
+    t.below8[i] = static_cast<std::uint8_t>(c.below + 8);
   }
   return t;
 }
