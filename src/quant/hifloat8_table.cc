@@ -58,9 +58,10 @@ const HiFloat8F16Tables& hifloat8_f16_tables() noexcept {
       const unsigned top = static_cast<unsigned>(biased) << 10;
       const int r = biased + 33;  // (top + bias) >> 10
       t.half[biased] = static_cast<std::uint16_t>((1u << (9 - kept)) + kHiFloat8F16Bias);
+      t.scale[r] = static_cast<std::uint16_t>(1u << (6 + kept));
+      t.offset[r] = static_cast<std::uint16_t>(code - ((top + kHiFloat8F16Bias) >> (10 - kept)));
       t.shift8[r] = static_cast<std::uint8_t>(10 - kept);
-      t.offset8[r] =
-          static_cast<std::uint8_t>((code - ((top + kHiFloat8F16Bias) >> (10 - kept))) & 0xFF);
+      t.offset8[r] = static_cast<std::uint8_t>(t.offset[r] & 0xFF);
     }
     return t;
   }();

@@ -52,15 +52,12 @@ const HiFloat8Bf16Tables& hifloat8_bf16_tables() noexcept;
 // u' = a + half[E] with a bias of 0x8400 (a multiple of 1024, so that R' = u' >> 10 = R + 33
 // names the rounded binade R exactly, 34 to 63), which leaves every u' of binades up to 29
 // below 0xFFFF and saturates only within binade 30 (2^15, no mantissa bit kept), whose entry
-// a saturated u' reads. half: 32 16-bit entries by E; shift8 and offset8 by R' as above, with
-// ten mantissa bits. Values that are not normal (zeros, subnormals, infinities, NaNs) are the
-// caller's.
+// a saturated u' reads. The layout above: half by E (its first 32 entries; a 16-bit permute of
+// one register reads them, so half8 is not used), scale and offset (the multiply form) and
+// shift8 and offset8 (the byte form) by R', with ten mantissa bits. Values that are not normal
+// (zeros, subnormals, infinities, NaNs) are the caller's.
 inline constexpr std::uint16_t kHiFloat8F16Bias = 0x8400;
-struct HiFloat8F16Tables {
-  alignas(64) std::uint16_t half[32];
-  alignas(64) std::uint8_t shift8[64];
-  alignas(64) std::uint8_t offset8[64];
-};
+using HiFloat8F16Tables = HiFloat8Bf16Tables;
 const HiFloat8F16Tables& hifloat8_f16_tables() noexcept;
 
 // 16-entry byte tables for HiFloat8 codes of bfloat16 values with byte shuffles (targets

@@ -38,7 +38,8 @@
 //   scales of four rows as above on 256-bit vectors.
 // - HiF8CodesBf16Row (AVX-512 only): HiFloat8 codes of bf16 values times a float32 scale, 32
 //   per vector: the products truncated to bf16, then 64-entry exponent tables in registers;
-//   HiF8CodesF16RowBytes (VBMI) those of float16 values from their own bits and tables.
+//   HiF8CodesF16RowWords and HiF8CodesF16RowBytes (VBMI) those of float16 values from their
+//   own bits and tables.
 //   HiF8CodesByTable (other targets): the same codes from an 8,192-entry byte table.
 //   HiF8CodesByLanes (AVX2, SSE4): the same codes one byte per value by 16-entry byte
 //   shuffles, for rows without NaNs or magnitudes in [2^-23, 2^-15) or from 2^15 (the caller
@@ -2081,6 +2082,36 @@ HWY_INLINE __m512i HiF8CodesOfBf16(const HiF8Bf16Regs& t, __m512i w) {
   return _mm512_ternarylogic_epi32(c, sign, _mm512_set1_epi16(0x80), 0xF8);
 }
 
+// HiF8CodesOfBf16 for 32 normal float16 values h from their own bits, by the float16 tables
+// (HiFloat8F16Tables: the exponent field indexes a 32-entry half table, one 16-bit permute, and
+// the rounded binade R' the two 64-entry ones). Every normal float16 value has a code other than
+// 0x00, so no lane needs masking; values that are not normal are the caller's (see
+// HiF8CodesF16RowBytes).
+struct HiF8F16WordRegs {
+  __m512i half, scale[2], offset[2];
+};
+HWY_INLINE HiF8F16WordRegs LoadHiF8F16WordRegs() {
+  const detail::HiFloat8F16Tables& t = detail::hifloat8_f16_tables();
+  HiF8F16WordRegs r;
+  r.half = _mm512_load_si512(t.half);
+  for (int k = 0; k < 2; ++k) {
+    r.scale[k] = _mm512_load_si512(t.scale + 32 * k);
+    r.offset[k] = _mm512_load_si512(t.offset + 32 * k);
+  }
+  return r;
+}
+HWY_INLINE __m512i HiF8CodesOfF16(const HiF8F16WordRegs& t, __m512i h) {
+  const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
+  const __m512i by1024 = _mm512_set1_epi16(0x40);  // x >> 10
+  const __m512i u =
+      _mm512_adds_epu16(a, _mm512_permutexvar_epi16(_mm512_mulhi_epu16(h, by1024), t.half));
+  const __m512i re = _mm512_mulhi_epu16(u, by1024);
+  const __m512i c =
+      _mm512_add_epi16(_mm512_mulhi_epu16(u, LookUp64(t.scale, re)), LookUp64(t.offset, re));
+  const __m512i sign = _mm512_mulhi_epu16(h, _mm512_set1_epi16(0x100));  // h >> 8
+  return _mm512_ternarylogic_epi32(c, sign, _mm512_set1_epi16(0x80), 0xF8);
+}
+
 // The 32 bfloat16 at src times x_scale, each float32 product truncated to a bfloat16, in
 // element order. The truncation keeps a product's HiFloat8 code (its top 13 bits), infinities,
 // and NaNs: a NaN from arithmetic is quiet, and its quiet bit (22) is kept.
@@ -2101,20 +2132,40 @@ HWY_INLINE __m512i HiF8Codes32(const HiF8Bf16Regs& t, const std::uint16_t* HWY_R
   return HiF8CodesOfBf16(t, kScaled ? Bf16ProductsTruncated(src, xs) : _mm512_loadu_si512(src));
 }
 
-template <bool kScaled>
-HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* HWY_RESTRICT src,
-                                   std::uint8_t* HWY_RESTRICT out, std::int64_t n, __m512 xs) {
+// The n codes of a row, codes(j) giving the code vector (one per 16-bit lane, high bytes zero)
+// of values j to j + 31: two vectors narrowed together by a pack and a qword permute.
+template <class Codes>
+HWY_INLINE void HiF8RowWordsOf(std::uint8_t* HWY_RESTRICT out, std::int64_t n, const Codes& codes) {
   const __m512i order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
   std::int64_t j = 0;
   for (; j + 64 <= n; j += 64) {
-    const __m512i lo = HiF8Codes32<kScaled>(t, src + j, xs);
-    const __m512i hi = HiF8Codes32<kScaled>(t, src + j + 32, xs);
+    const __m512i lo = codes(j), hi = codes(j + 32);
     _mm512_storeu_si512(out + j, _mm512_permutexvar_epi64(order, _mm512_packus_epi16(lo, hi)));
   }
   if (j < n) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j),
-                        _mm512_cvtepi16_epi8(HiF8Codes32<kScaled>(t, src + j, xs)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm512_cvtepi16_epi8(codes(j)));
   }
+}
+
+template <bool kScaled>
+HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* HWY_RESTRICT src,
+                                   std::uint8_t* HWY_RESTRICT out, std::int64_t n, __m512 xs) {
+  HiF8RowWordsOf(out, n,
+                 [&](std::int64_t j) HWY_ATTR { return HiF8Codes32<kScaled>(t, src + j, xs); });
+}
+
+// The codes of n float16 values (no x_scale) by HiF8CodesOfF16, worst as HiF8CodesF16RowBytes
+// takes it.
+HWY_INLINE void HiF8CodesF16RowWords(const HiF8F16WordRegs& t,
+                                     const std::uint16_t* HWY_RESTRICT src,
+                                     std::uint8_t* HWY_RESTRICT out, std::int64_t n,
+                                     __m512i& worst) {
+  HiF8RowWordsOf(out, n, [&](std::int64_t j) HWY_ATTR {
+    const __m512i h = _mm512_loadu_si512(src + j);
+    worst = _mm512_max_epu16(worst, _mm512_sub_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x7FFF)),
+                                                     _mm512_set1_epi16(0x0400)));
+    return HiF8CodesOfF16(t, h);
+  });
 }
 
 // The byte tables of hifloat8_bf16_tables() in registers, for the VBMI form, and its constants,

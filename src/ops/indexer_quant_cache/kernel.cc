@@ -1019,22 +1019,43 @@ HWY_INLINE void in_checked_chunks(std::int64_t begin, std::int64_t end, const Fa
 
 #if KVS_HIF8_BF16
 // AVX-512: every lane in registers, NaNs included, by the byte tables where the CPU has VBMI
-// (core/vbmi.h), else by the 16-bit ones.
-template <bool kScaled, std::int64_t kD>
-void hif8_words(const IndexerQuantCachePlan& p, const RowAddresses& a, const std::int64_t* slots,
-                std::int64_t begin, std::int64_t end) {
+// (core/vbmi.h), else by the 16-bit ones. kF16 (x_scale 1: f16_in_kernels): float16 rows coded
+// from their own bits by the float16 tables (HiF8CodesF16RowWords, HiF8CodesF16RowBytes), their
+// values tested a chunk at a time (in_checked_chunks); the rows of a chunk holding a value that
+// is not normal are rounded to bfloat16 first. Each form spells out its own loops: lambdas
+// shared between them would carry only the base target's attributes, and the byte form's code
+// called from them out of line ran 0.64 x as fast.
+template <bool kScaled, std::int64_t kD, bool kF16 = false>
+void hif8_words(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
+                const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
   const qn::HiF8Bf16Regs t = qn::LoadHiF8Bf16Regs();
   const __m512 xs = _mm512_set1_ps(p.options.x_scale);
   const std::int64_t d = kD != 0 ? kD : p.d;
-  auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
-    qn::HiF8CodesBf16RowOf<kScaled>(t, src, codes, d, xs);
-  };
-  ForEachRow(a, slots, begin, end, row);
+  if constexpr (!kF16) {
+    (void)s;
+    auto row = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*)
+                   HWY_ATTR { qn::HiF8CodesBf16RowOf<kScaled>(t, src, codes, d, xs); };
+    ForEachRow(a, slots, begin, end, row);
+  } else {
+    const qn::HiF8F16WordRegs f = qn::LoadHiF8F16WordRegs();
+    __m512i worst;
+    auto unchecked = [&](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*)
+                         HWY_ATTR { qn::HiF8CodesF16RowWords(f, src, codes, d, worst); };
+    auto rounded = [&, t](const std::uint16_t* src, std::uint8_t* codes, std::uint8_t*) HWY_ATTR {
+      qn::HiF8CodesBf16RowOf<false>(t, f16_row_as_bf16(s, src, p.d), codes, d, xs);
+    };
+    in_checked_chunks(
+        begin, end,
+        [&](std::int64_t r, std::int64_t stop) HWY_ATTR {
+          worst = _mm512_setzero_si512();
+          ForEachRow(a, slots, r, stop, unchecked);
+          return qn::HiF8F16AllNormal(worst);
+        },
+        [&](std::int64_t r, std::int64_t stop)
+            HWY_ATTR { ForEachRow(a, slots, r, stop, rounded); });
+  }
 }
 
-// kF16 (x_scale 1, where vbmi_usable(): f16_in_kernels): float16 rows coded from their own bits
-// (HiF8CodesF16RowBytes), their values tested a chunk at a time (in_checked_chunks);
-// the rows of a chunk holding a value that is not normal are rounded to bfloat16 first.
 template <bool kScaled, std::int64_t kD, bool kF16 = false>
 KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                               const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
@@ -1071,10 +1092,10 @@ KVS_VBMI_ATTR void hif8_bytes(const IndexerQuantCachePlan& p, Scratch& s, const 
 template <bool kScaled, std::int64_t kD, bool kF16 = false>
 void hif8_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a,
                   const std::int64_t* slots, std::int64_t begin, std::int64_t end) {
-  if (kF16 || vbmi_usable()) {
+  if (vbmi_usable()) {
     hif8_bytes<kScaled, kD, kF16>(p, s, a, slots, begin, end);
   } else {
-    hif8_words<kScaled, kD>(p, a, slots, begin, end);
+    hif8_words<kScaled, kD, kF16>(p, s, a, slots, begin, end);
   }
 }
 #elif KVS_HIF8_LANES
@@ -1347,8 +1368,8 @@ bool f16_as_bf16(const IndexerQuantCachePlan& p) {
 
 // Whether the kernels take the f16_as_bf16 rows p on their own float16 bits, without the pass:
 // modes fp8 and mxfp8 (f16_magnitudes_as_bf16; mxfp8 rows of at most eight groups), mxfp4 with
-// d = 128 where the byte form (AVX2) or the VNNI form (AVX-512) codes it, and hifloat8 where the
-// lane form exists (AVX2, SSE4) or the byte tables run (AVX-512 with VBMI).
+// d = 128 where the byte form (AVX2) or the VNNI form (AVX-512) codes it, and hifloat8 on x86
+// (the lane form on AVX2 and SSE4, the float16 tables on AVX-512).
 bool f16_in_kernels(const IndexerQuantCachePlan& p) {
   switch (p.options.quant_mode) {
     case IndexerQuantMode::fp8:
@@ -1358,7 +1379,7 @@ bool f16_in_kernels(const IndexerQuantCachePlan& p) {
     case IndexerQuantMode::mxfp4:
       return p.d == 128 && fp4_f16_in_kernels();
     case IndexerQuantMode::hifloat8:
-      return KVS_HIF8_LANES || (KVS_HIF8_BF16 && vbmi_usable());
+      return KVS_HIF8_LANES || KVS_HIF8_BF16;
   }
   return false;
 }
