@@ -1253,6 +1253,34 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t*
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// QuantizeFP4Pow2Row128F16 without VBMI: the table index and the code bytes by shifts (the
+// code | sign << 7 in each lane's low byte), packs where the byte permutes gathered them (each
+// pack keeps a 128-bit block's pairs of neighbours together, so the multiply-add still joins
+// element 2i with 2i + 1), and one dword permute puts the blocks in order: 34 operations a row.
+HWY_INLINE void QuantizeFP4Pow2Row128F16Words(const std::uint16_t* HWY_RESTRICT x,
+                                              std::uint8_t* HWY_RESTRICT out,
+                                              const std::uint32_t* HWY_RESTRICT t0g, __m512i wide,
+                                              __m512i bias) {
+  const auto codes = [&](int g) HWY_ATTR {
+    const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
+                                     _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
+    const __m512i sum =
+        _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(u, 8), wide), u);
+    return _mm512_srli_epi16(sum, 8);
+  };
+  const auto nibbles = [&](__m512i a, __m512i b) HWY_ATTR {
+    const __m512i l = _mm512_maddubs_epi16(_mm512_packus_epi16(a, b), _mm512_set1_epi16(0x1001));
+    return _mm512_ternarylogic_epi32(l, _mm512_srli_epi16(l, 4), _mm512_set1_epi16(0x77), 0xE4);
+  };
+  // Block k of the packed bytes holds dword k of each of the four vectors' pairs in turn.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i bytes =
+      _mm512_packus_epi16(nibbles(codes(0), codes(1)), nibbles(codes(2), codes(3)));
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+}
+#endif
+
 // FP4 codes of a row of n bf16 values (n a multiple of 32) whose 32-groups g have the
 // FP4Pow2Codes operands t0g[g] (in both halves: a 32-bit broadcast from memory is a load alone,
 // a 16-bit one also takes a shuffle), packed two per byte into n / 2 bytes at out.

@@ -806,19 +806,22 @@ KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, bool e2m1, const
     }
   }
 }
+// Float16 rows where the VNNI form does not run: the same table, by QuantizeFP4Pow2Row128F16Words.
+void fast_mxfp4_f16_rows128_words(const Batch& b, bool e2m1, const std::uint8_t* exp,
+                                  const std::uint32_t* t0g) {
+  const qn::FP4Pow2Wide& t16 = e2m1 ? kE2M1Wide16 : kE1M2Wide16;
+  const __m512i wide = _mm512_load_si512(t16.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t16.bias));
+  for (int k = 0; k < b.n; ++k) {
+    b.prefetch_ahead(k, 256);
+    std::memcpy(b.scale(k), exp + 4 * k, 4);
+    qn::QuantizeFP4Pow2Row128F16Words(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
+  }
+}
 #endif
 
 // Float16 rows of d = 128 in mode mxfp4 go to the kernels (f16_in_kernels) on AVX2 (the byte
-// form) and on AVX-512 where the VNNI form runs.
-bool fp4_f16_in_kernels() {
-#if KVS_FP4_BYTES
-  return true;
-#elif HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  return fp4_vnni_usable();
-#else
-  return false;
-#endif
-}
+// form) and on AVX-512 (the float16 table).
 constexpr bool kFP4F16Kernels = KVS_FP4_BYTES || (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3);
 
 // Calls rows(codes) with codes(src, out, t0g) writing the FP4 codes of one row of d values
@@ -908,7 +911,11 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       return;
     }
     if constexpr (kF16) {
-      fast_mxfp4_f16_rows_rounded(p, s, b);
+      if (_mm256_testz_si256(bad16, bad16)) {
+        fast_mxfp4_f16_rows128_words(b, e2m1, exp, t0g);
+      } else {
+        fast_mxfp4_f16_rows_rounded(p, s, b);
+      }
       return;
     }
     bad = hn::Vec128<std::uint16_t>{_mm_or_si128(_mm256_castsi256_si128(bad16),
@@ -1191,7 +1198,7 @@ void hif8_rows(const IndexerQuantCachePlan& p, Scratch& s, const RowAddresses& a
 // The batch kernels for a row length kD known at compile time (0: p.d), so that their loops
 // over rows, groups and vectors unroll: the per-batch bookkeeping of a d = 128 row (the
 // indexer's usual head size) otherwise costs a sizable share of its arithmetic.
-// kF16: float16 rows (f16_in_kernels; mode mxfp4 only with d = 128, fp4_f16_in_kernels).
+// kF16: float16 rows (f16_in_kernels; mode mxfp4 only with d = 128, kFP4F16Kernels).
 // kH: how the fp8 and mxfp8 codes are narrowed (fast_batches).
 template <qn::HighByte kH, std::int64_t kD, bool kF16 = false>
 void fast_rows_of(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b) {
@@ -1377,7 +1384,7 @@ bool f16_in_kernels(const IndexerQuantCachePlan& p) {
     case IndexerQuantMode::mxfp8:
       return p.d <= 8 * 32;
     case IndexerQuantMode::mxfp4:
-      return p.d == 128 && fp4_f16_in_kernels();
+      return p.d == 128 && kFP4F16Kernels;
     case IndexerQuantMode::hifloat8:
       return KVS_HIF8_LANES || KVS_HIF8_BF16;
   }
