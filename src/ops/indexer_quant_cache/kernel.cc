@@ -25,9 +25,9 @@
 //   and take the bfloat16 paths (f16_rows_as_bf16). In the e4m3 modes (but for mxfp8 rows of more
 //   than eight groups) only their largest and smallest magnitudes are rounded, and the groups that
 //   pass the tests are coded straight from the float16 bits (f16_magnitudes_as_bf16; with AVX-512
-//   and d = 128 mxfp8 keys them on their own bits, E4M3RowKeys16's kF16); mxfp4 (d =
-//   128: AVX2, and AVX-512 with VBMI and VNNI) and hifloat8 (AVX2, SSE4, AVX-512 with VBMI) take
-//   float16 rows in their own forms (f16_in_kernels).
+//   and d = 128 mxfp8 keys them on their own bits, E4M3RowKeys16's kF16); mxfp4 (d = 128: AVX2
+//   and AVX-512) and hifloat8 (AVX2, SSE4, AVX-512) take float16 rows in their own forms
+//   (f16_in_kernels).
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
@@ -858,9 +858,9 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
 // kF16 (d = 128): float16 rows, coded on their own bits by the byte form (AVX2; see
-// QuantizeFP4Pow2RowBytes), or on AVX-512 with VBMI and VNNI by their own table
-// (QuantizeFP4Pow2Row128F16; a batch that form does not take is rounded first,
-// fast_mxfp4_f16_rows_rounded).
+// QuantizeFP4Pow2RowBytes), or on AVX-512 by their own table (QuantizeFP4Pow2Row128F16 with
+// VBMI and VNNI, QuantizeFP4Pow2Row128F16Words without; a batch those forms do not take is
+// rounded first, fast_mxfp4_f16_rows_rounded).
 template <std::int64_t kD, bool kF16 = false>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b);
 
@@ -1375,8 +1375,8 @@ bool f16_as_bf16(const IndexerQuantCachePlan& p) {
 
 // Whether the kernels take the f16_as_bf16 rows p on their own float16 bits, without the pass:
 // modes fp8 and mxfp8 (f16_magnitudes_as_bf16; mxfp8 rows of at most eight groups), mxfp4 with
-// d = 128 where the byte form (AVX2) or the VNNI form (AVX-512) codes it, and hifloat8 on x86
-// (the lane form on AVX2 and SSE4, the float16 tables on AVX-512).
+// d = 128 on AVX2 (the byte form) and AVX-512 (the float16 table), and hifloat8 on x86 (the lane
+// form on AVX2 and SSE4, the float16 tables on AVX-512).
 bool f16_in_kernels(const IndexerQuantCachePlan& p) {
   switch (p.options.quant_mode) {
     case IndexerQuantMode::fp8:
