@@ -1019,14 +1019,17 @@ constexpr FP4Bucket FP4BucketOf(const std::uint16_t* thr, int from, int lo, int 
 // The wide entries alone, for buckets of `unit` bit patterns (32 for bfloat16 bits, 256 for
 // float16 bits, whose quotients' patterns step 8 times finer) from thresholds thr and the
 // largest pattern; smax: the largest scale exponent s a group may have, four buckets a binade.
+// first: thr[0], which the operands t0g take.
 struct FP4Pow2Wide {
   alignas(64) std::uint16_t wide[32] = {};
+  std::uint16_t first = 0;
   std::uint16_t bias = 0;
   bool ok = true;
 };
 constexpr FP4Pow2Wide MakeFP4Pow2Wide(const std::uint16_t* thr, std::uint16_t largest, int emax,
                                       int unit, int smax) {
   FP4Pow2Wide t;
+  t.first = thr[0];
   // The bias: a multiple of the unit, at least the largest lane-form t0g, leaving the buckets in
   // use clear of entry 31 and the biased operands of negative lanes below 0x10000.
   const int buckets = (largest - thr[0]) / unit + 1;
@@ -1045,31 +1048,23 @@ constexpr FP4Pow2Wide MakeFP4Pow2Wide(const std::uint16_t* thr, std::uint16_t la
   return t;
 }
 
-struct FP4Pow2Table {
-  std::uint16_t first = 0;
+// The bfloat16 table: the wide entries (buckets of 32) and the byte entries.
+struct FP4Pow2Table : FP4Pow2Wide {
   alignas(16) std::uint8_t entry[16] = {};
-  alignas(64) std::uint16_t wide[32] = {};
-  std::uint16_t bias = 0;
-  bool ok = true;
 };
 
 // emax: the format's, which bounds the operand t0g (FP4Pow2Scales8) from above.
 constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest,
                                         int emax) {
-  FP4Pow2Table t;
-  t.first = thr[0];
+  FP4Pow2Table t{MakeFP4Pow2Wide(thr, largest, emax, 32, 254)};
   const int from = thr[0] + kFP4Span;
-  t.ok = thr[1] >= from && largest - from < 16 * 32;
+  t.ok = t.ok && thr[1] >= from && largest - from < 16 * 32;
   for (int i = 0; i < 16; ++i) {
     const FP4Bucket c = FP4BucketOf(thr, 1, from + 32 * i, 32);
     t.ok = t.ok && c.inside <= 1;
     t.entry[i] = static_cast<std::uint8_t>(32 * c.below + 31 - c.offset);
   }
   t.ok = t.ok && t.entry[0] == 0;
-  const FP4Pow2Wide w = MakeFP4Pow2Wide(thr, largest, emax, 32, 254);
-  t.ok = t.ok && w.ok;
-  t.bias = w.bias;
-  for (int i = 0; i < 32; ++i) t.wide[i] = w.wide[i];
   return t;
 }
 
@@ -1102,8 +1097,13 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
 HWY_INLINE __m512i FP4WideOperand(__m512i w, __m512i t0g, __m512i bias) {
   return _mm512_adds_epu16(_mm512_subs_epi16(w, t0g), bias);
 }
+// FP4WideSum: u plus its bucket's entry, the code from bit 5 up (bit 8 up for the float16
+// table's buckets of 256, QuantizeFP4Pow2Row128F16).
+HWY_INLINE __m512i FP4WideSum(__m512i u, __m512i index, __m512i wide) {
+  return _mm512_add_epi16(_mm512_permutexvar_epi16(index, wide), u);
+}
 HWY_INLINE __m512i FP4WideCodes(__m512i u, __m512i index, __m512i wide) {
-  return _mm512_srli_epi16(_mm512_add_epi16(_mm512_permutexvar_epi16(index, wide), u), 5);
+  return _mm512_srli_epi16(FP4WideSum(u, index, wide), 5);
 }
 HWY_INLINE hn::Vec512<std::uint16_t> FP4Pow2CodesWide(hn::Vec512<std::uint16_t> w,
                                                       hn::Vec512<std::uint16_t> t0g, __m512i wide,
@@ -1160,14 +1160,28 @@ HWY_INLINE __m512i FP4SignedPairs(hn::Vec512<std::uint16_t> a, hn::Vec512<std::u
                                         _mm512_maddubs_epi16(b.raw, sign));
   return _mm512_maddubs_epi16(n, pair);
 }
+// The last step of either: the nibble pairs of four vectors' codes, in the low bytes of the
+// 16-bit lanes of p01 (the first two vectors, by blocks) and p23, packed into bytes (block b
+// then holds dwords 4b..4b+3 of the four vectors' pairs in turn) and put in order by one dword
+// permute.
+HWY_INLINE void StoreFP4PairBlocks(__m512i p01, __m512i p23, std::uint8_t* HWY_RESTRICT out) {
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, _mm512_packus_epi16(p01, p23)));
+}
 template <class D>
 HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std::uint16_t> c1,
                                  hn::Vec512<std::uint16_t> c2, hn::Vec512<std::uint16_t> c3,
                                  std::uint8_t* HWY_RESTRICT out) {
-  const __m512i bytes = _mm512_packus_epi16(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3));
-  // Block b of the bytes holds dwords 4b..4b+3 of c0, c1, c2, c3 in turn.
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+  StoreFP4PairBlocks(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3), out);
+}
+
+// The float16 forms' pairs: bytes holding code | sign << 7, element 2i then 2i + 1, joined by
+// one multiply-add by (1, 16) into a 16-bit lane below 4096 (the signs in bits 7 and 11), the
+// signs moved to bits 3 and 7 by a shift and a ternary-logic select, (l & 0x77) | ((l >> 4) &
+// ~0x77): each pair's byte in its lane's low byte, the high byte 0.
+HWY_INLINE __m512i FP4NibblePairsOfSignedBytes(__m512i codes) {
+  const __m512i l = _mm512_maddubs_epi16(codes, _mm512_set1_epi16(0x1001));
+  return _mm512_ternarylogic_epi32(l, _mm512_srli_epi16(l, 4), _mm512_set1_epi16(0x77), 0xE4);
 }
 #endif
 
@@ -1223,7 +1237,8 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t
 // Each lane's sum then holds its code in bits 8-10 and its sign in bit 15, so the codes are the
 // sums' high bytes (two byte permutes gather them, element i in byte i), each pair of bytes
 // joined by one byte multiply-add by (1, 16), the two signs moved from bits 7 and 11 to 3 and 7
-// by a shift and a ternary-logic select, and one byte permute narrows the pairs: 29 operations a
+// by a shift and a ternary-logic select (FP4NibblePairsOfSignedBytes), and one byte permute
+// narrows the pairs: 29 operations a
 // row where rounding in registers and the bfloat16 form took 47 (1.20-1.29 x slower on AMD Zen 5).
 KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t* HWY_RESTRICT x,
                                                             std::uint8_t* HWY_RESTRICT out,
@@ -1233,18 +1248,14 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t*
   const auto sums = [&](int g) KVS_VBMI_VNNI_ATTR {
     const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
                                      _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
-    return _mm512_add_epi16(
-        _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(index_at, u), wide), u);
+    return FP4WideSum(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
   };
   // Byte i: byte 2i + 1 of the first vector (i < 32) or of the second (bit 6).
   const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
                                        0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
                                        0x1F1D1B1917151311, 0x0F0D0B0907050301);
   const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_VNNI_ATTR {
-    const __m512i codes = _mm512_permutex2var_epi8(a, odd, b);  // code | sign << 7, one a byte
-    const __m512i l = _mm512_maddubs_epi16(codes, _mm512_set1_epi16(0x1001));
-    // (l & 0x77) | ((l >> 4) & ~0x77): l is below 4096, so the high byte comes out 0.
-    return _mm512_ternarylogic_epi32(l, _mm512_srli_epi16(l, 4), _mm512_set1_epi16(0x77), 0xE4);
+    return FP4NibblePairsOfSignedBytes(_mm512_permutex2var_epi8(a, odd, b));
   };
   const __m512i lo = nibbles(sums(0), sums(1)), hi = nibbles(sums(2), sums(3));
   // Byte i: byte 2i of lo (i < 32) or of hi.
@@ -1265,19 +1276,12 @@ HWY_INLINE void QuantizeFP4Pow2Row128F16Words(const std::uint16_t* HWY_RESTRICT 
   const auto codes = [&](int g) HWY_ATTR {
     const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
                                      _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
-    const __m512i sum =
-        _mm512_add_epi16(_mm512_permutexvar_epi16(_mm512_srli_epi16(u, 8), wide), u);
-    return _mm512_srli_epi16(sum, 8);
+    return _mm512_srli_epi16(FP4WideSum(u, _mm512_srli_epi16(u, 8), wide), 8);
   };
   const auto nibbles = [&](__m512i a, __m512i b) HWY_ATTR {
-    const __m512i l = _mm512_maddubs_epi16(_mm512_packus_epi16(a, b), _mm512_set1_epi16(0x1001));
-    return _mm512_ternarylogic_epi32(l, _mm512_srli_epi16(l, 4), _mm512_set1_epi16(0x77), 0xE4);
+    return FP4NibblePairsOfSignedBytes(_mm512_packus_epi16(a, b));
   };
-  // Block k of the packed bytes holds dword k of each of the four vectors' pairs in turn.
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  const __m512i bytes =
-      _mm512_packus_epi16(nibbles(codes(0), codes(1)), nibbles(codes(2), codes(3)));
-  _mm512_storeu_si512(out, _mm512_permutexvar_epi32(order, bytes));
+  StoreFP4PairBlocks(nibbles(codes(0), codes(1)), nibbles(codes(2), codes(3)), out);
 }
 #endif
 
@@ -2128,12 +2132,27 @@ HWY_INLINE HiF8F16WordRegs LoadHiF8F16WordRegs() {
   }
   return r;
 }
-HWY_INLINE __m512i HiF8CodesOfF16(const HiF8F16WordRegs& t, __m512i h) {
+// The float16 forms' first steps. HiF8F16Magnitudes: the magnitudes a of values h, folded into
+// worst as a - 0x0400 (mod 2^16), below 0x7800 exactly for the normal values
+// (HiF8F16AllNormal). HiF8F16Sum: the rounded sums u = a + half[E] (saturating), the exponent
+// field E the high half of h times 64 (whose sign bit lands past the 16-bit permute's five
+// index bits).
+HWY_INLINE __m512i HiF8F16Magnitudes(__m512i h, __m512i& worst) {
   const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
-  const __m512i by1024 = _mm512_set1_epi16(0x40);  // x >> 10
-  const __m512i u =
-      _mm512_adds_epu16(a, _mm512_permutexvar_epi16(_mm512_mulhi_epu16(h, by1024), t.half));
-  const __m512i re = _mm512_mulhi_epu16(u, by1024);
+  worst = _mm512_max_epu16(worst, _mm512_sub_epi16(a, _mm512_set1_epi16(0x0400)));
+  return a;
+}
+HWY_INLINE bool HiF8F16AllNormal(__m512i worst) {
+  return _mm512_cmpge_epu16_mask(worst, _mm512_set1_epi16(0x7800)) == 0;
+}
+HWY_INLINE __m512i HiF8F16Sum(__m512i h, __m512i a, __m512i half) {
+  return _mm512_adds_epu16(
+      a, _mm512_permutexvar_epi16(_mm512_mulhi_epu16(h, _mm512_set1_epi16(0x40)), half));
+}
+
+HWY_INLINE __m512i HiF8CodesOfF16(const HiF8F16WordRegs& t, __m512i h, __m512i a) {
+  const __m512i u = HiF8F16Sum(h, a, t.half);
+  const __m512i re = _mm512_mulhi_epu16(u, _mm512_set1_epi16(0x40));  // u >> 10
   const __m512i c =
       _mm512_add_epi16(_mm512_mulhi_epu16(u, LookUp64(t.scale, re)), LookUp64(t.offset, re));
   const __m512i sign = _mm512_mulhi_epu16(h, _mm512_set1_epi16(0x100));  // h >> 8
@@ -2182,7 +2201,7 @@ HWY_INLINE void HiF8CodesBf16RowOf(const HiF8Bf16Regs& t, const std::uint16_t* H
                  [&](std::int64_t j) HWY_ATTR { return HiF8Codes32<kScaled>(t, src + j, xs); });
 }
 
-// The codes of n float16 values (no x_scale) by HiF8CodesOfF16, worst as HiF8CodesF16RowBytes
+// The codes of n float16 values (no x_scale) by HiF8CodesOfF16, worst as HiF8F16Magnitudes
 // takes it.
 HWY_INLINE void HiF8CodesF16RowWords(const HiF8F16WordRegs& t,
                                      const std::uint16_t* HWY_RESTRICT src,
@@ -2190,9 +2209,7 @@ HWY_INLINE void HiF8CodesF16RowWords(const HiF8F16WordRegs& t,
                                      __m512i& worst) {
   HiF8RowWordsOf(out, n, [&](std::int64_t j) HWY_ATTR {
     const __m512i h = _mm512_loadu_si512(src + j);
-    worst = _mm512_max_epu16(worst, _mm512_sub_epi16(_mm512_and_si512(h, _mm512_set1_epi16(0x7FFF)),
-                                                     _mm512_set1_epi16(0x0400)));
-    return HiF8CodesOfF16(t, h);
+    return HiF8CodesOfF16(t, h, HiF8F16Magnitudes(h, worst));
   });
 }
 
@@ -2285,14 +2302,12 @@ KVS_VBMI_ATTR HWY_INLINE void HiF8CodesBf16RowBytes(const HiF8ByteRegs& t,
 }
 
 // The same for n float16 values (no x_scale) from their own bits, by the float16 tables
-// (HiFloat8F16Tables): the first index is the exponent field (the high half of a product by 64,
-// whose sign bit lands past the 16-bit permute's five index bits), the rounding increment with
-// its bias a 32-entry 16-bit permute, and every normal value has a code other than 0x00, so the
-// signs need no mask. Eleven operations a vector where truncating each to bfloat16 first (a
-// shift, a mask and an add) and the bfloat16 form's mask of the lanes took sixteen. worst takes
-// the largest a - 0x0400 (mod 2^16), below 0x7800 unless a value is a zero, a subnormal, an
-// infinity or a NaN: rows holding any are the caller's to take again (their codes here are not
-// the encoder's).
+// (HiFloat8F16Tables): worst and the rounded sums by HiF8F16Magnitudes and HiF8F16Sum, and every
+// normal value has a
+// code other than 0x00, so the signs need no mask. Eleven operations a vector where truncating
+// each to bfloat16 first (a shift, a mask and an add) and the bfloat16 form's mask of the lanes
+// took sixteen. Rows holding a value that is not normal (HiF8F16AllNormal) are the caller's to
+// take again (their codes here are not the encoder's).
 struct HiF8F16Regs {
   __m512i half, shift, offset;
 };
@@ -2306,24 +2321,15 @@ KVS_VBMI_ATTR HWY_INLINE void HiF8CodesF16RowBytes(const HiF8ByteRegs& t, const 
                                                    std::uint8_t* HWY_RESTRICT out, std::int64_t n,
                                                    __m512i& worst) {
   const __mmask64 low = 0x5555555555555555ull;
-  const __m512i by1024 = _mm512_set1_epi16(0x40);  // x >> 10
   HiF8RowBytesOf(t, out, n, [&](std::int64_t j) KVS_VBMI_ATTR {
     const __m512i h = _mm512_loadu_si512(src + j);
-    const __m512i a = _mm512_and_si512(h, _mm512_set1_epi16(0x7FFF));
-    worst = _mm512_max_epu16(worst, _mm512_sub_epi16(a, _mm512_set1_epi16(0x0400)));
-    const __m512i half = _mm512_permutexvar_epi16(_mm512_mulhi_epu16(h, by1024), f.half);
-    const __m512i u = _mm512_adds_epu16(a, half);
-    const __m512i re = _mm512_mulhi_epu16(u, by1024);
+    const __m512i u = HiF8F16Sum(h, HiF8F16Magnitudes(h, worst), f.half);
+    const __m512i re = _mm512_mulhi_epu16(u, _mm512_set1_epi16(0x40));  // u >> 10
     const __m512i kept = _mm512_srlv_epi16(u, _mm512_maskz_permutexvar_epi8(low, re, f.shift));
     const __m512i c = _mm512_add_epi16(kept, _mm512_permutexvar_epi8(re, f.offset));
     const __m512i sign = _mm512_mulhi_epu16(h, t.by256);  // h >> 8
     return _mm512_ternarylogic_epi32(c, sign, t.bit7, 0xF8);
   });
-}
-
-// Whether every value that HiF8CodesF16RowBytes took into worst was normal.
-HWY_INLINE bool HiF8F16AllNormal(__m512i worst) {
-  return _mm512_cmpge_epu16_mask(worst, _mm512_set1_epi16(0x7800)) == 0;
 }
 
 // n bfloat16 values times x_scale (n a multiple of 32), their HiFloat8 codes: round half away

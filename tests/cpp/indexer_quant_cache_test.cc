@@ -952,15 +952,16 @@ TEST(IndexerSweep, Bfloat16HiFloat8SpecialRowsInChunks) {
   }
 }
 
-// Groups of `lanes` values whose largest magnitude is each finite bf16 magnitude (below `inf`,
-// float16's 0x7C00 for float16) in turn (either sign), at a lane that moves from group to group,
+// Groups of `lanes` values whose largest magnitude is each magnitude pattern below `end` in
+// turn (either sign): by default every finite bfloat16 one; 0x8000 takes every float16 pattern,
+// infinity and the NaNs included. The largest sits at a lane that moves from group to group,
 // the other lanes at most `spread` bit patterns below it.
 std::vector<std::uint16_t> every_largest_magnitude(std::uint32_t lanes, std::uint64_t seed,
-                                                   std::uint32_t inf = 0x7F80,
+                                                   std::uint32_t end = 0x7F80,
                                                    std::uint32_t spread = 200) {
   std::mt19937_64 rng(seed);
   std::vector<std::uint16_t> x;
-  for (std::uint32_t top = 0; top < inf; ++top) {
+  for (std::uint32_t top = 0; top < end; ++top) {
     for (std::uint32_t k = 0; k < lanes; ++k) {
       const std::uint32_t below = static_cast<std::uint32_t>(rng() % (std::min(top, spread) + 1));
       const std::uint32_t mag = k == top % lanes ? top : top - below;
@@ -1246,7 +1247,9 @@ TEST(IndexerSweep, Float16HiFloat8MatchesReference) {
 // sweep above reaches them only between the chunks that hold zeros, subnormals, infinities or
 // NaNs (after two such chunks a call takes every row through the rounding pass). Here every
 // normal float16 value of either sign, shuffled, fills the rows, and a last stretch puts one
-// subnormal, one infinity and one NaN into rows among normal ones.
+// subnormal, one infinity and one NaN into rows among normal ones; then each value that is not
+// normal alone (zeros, the smallest and largest subnormals, infinity, a NaN, either sign) among
+// normal ones, so that the fast form's own test must find it.
 TEST(IndexerSweep, Float16HiFloat8NormalRowsMatchReference) {
   std::vector<std::uint16_t> normal;
   for (std::uint32_t p = 0; p < 0x10000; ++p) {
@@ -1267,6 +1270,23 @@ TEST(IndexerSweep, Float16HiFloat8NormalRowsMatchReference) {
     ASSERT_EQ(f.at, -1) << "d" << d << " " << f.target << ": f16 0x" << std::hex
                         << x[static_cast<std::size_t>(f.at)] << " gives 0x" << f.got
                         << ", the reference 0x" << f.want;
+    // Each special value alone, among 32 rows whose other values lie below 2^14 (exponent fields
+    // up to 29), so that no value near the top of the range decides a chunk's test (after two
+    // chunks that fail it a call takes the rest by the rounding pass, where the fast form's test
+    // no longer matters).
+    std::vector<std::uint16_t> below;
+    for (const std::uint16_t v : normal) {
+      if ((v & 0x7FFF) < 0x7800) below.push_back(v);
+    }
+    for (const std::uint32_t special :
+         {0x0000u, 0x8000u, 0x0001u, 0x83FFu, 0x03FFu, 0x7C00u, 0xFC00u, 0x7E01u}) {
+      x.assign(below.begin(), below.begin() + 32 * d);
+      x[21 * static_cast<std::size_t>(d) + 7] = static_cast<std::uint16_t>(special);
+      const Hif8Difference g = hif8_first_difference(x, d, 1.0f, {}, DType::float16);
+      ASSERT_EQ(g.at, -1) << "d" << d << " special 0x" << std::hex << special << " " << g.target
+                          << ": f16 0x" << x[static_cast<std::size_t>(g.at)] << " gives 0x" << g.got
+                          << ", the reference 0x" << g.want;
+    }
   }
 }
 

@@ -741,6 +741,15 @@ constexpr qn::FP4Pow2Wide kE2M1Wide16 = qn::MakeFP4Pow2Wide(kE2M1Steps16.v, 0x47
 constexpr qn::FP4Pow2Wide kE1M2Wide16 = qn::MakeFP4Pow2Wide(kE1M2Steps16.v, 0x3FFF, 0, 256, 142);
 static_assert(kE2M1Steps16.ok && kE1M2Steps16.ok && kE2M1Wide16.ok && kE1M2Wide16.ok,
               "midpoints of at most three mantissa bits, one threshold per bucket");
+// The wide table of an FP4 cache's format for bfloat16 rows or (kF16) float16 rows.
+template <bool kF16>
+const qn::FP4Pow2Wide& fp4_wide(bool e2m1) {
+  if constexpr (kF16) {
+    return e2m1 ? kE2M1Wide16 : kE1M2Wide16;
+  } else {
+    return e2m1 ? kE2M1Table : kE1M2Table;
+  }
+}
 #if KVS_FP4_BYTES
 constexpr qn::FP4ByteTable kE2M1Bytes = qn::MakeFP4ByteTable(kE2M1Steps, 0x40FF, 6, true);
 constexpr qn::FP4ByteTable kE1M2Bytes = qn::MakeFP4ByteTable(kE1M2Steps, 0x3FFF, 5, false);
@@ -792,10 +801,9 @@ bool fp4_vnni_usable() {
 template <bool kF16>
 KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, bool e2m1, const std::uint8_t* exp,
                                                 const std::uint32_t* t0g) {
-  const qn::FP4Pow2Table& t = e2m1 ? kE2M1Table : kE1M2Table;
-  const qn::FP4Pow2Wide& t16 = e2m1 ? kE2M1Wide16 : kE1M2Wide16;
-  const __m512i wide = _mm512_load_si512(kF16 ? t16.wide : t.wide);
-  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(kF16 ? t16.bias : t.bias));
+  const qn::FP4Pow2Wide& t = fp4_wide<kF16>(e2m1);
+  const __m512i wide = _mm512_load_si512(t.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t.bias));
   for (int k = 0; k < b.n; ++k) {
     b.prefetch_ahead(k, 256);
     std::memcpy(b.scale(k), exp + 4 * k, 4);
@@ -809,9 +817,9 @@ KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, bool e2m1, const
 // Float16 rows where the VNNI form does not run: the same table, by QuantizeFP4Pow2Row128F16Words.
 void fast_mxfp4_f16_rows128_words(const Batch& b, bool e2m1, const std::uint8_t* exp,
                                   const std::uint32_t* t0g) {
-  const qn::FP4Pow2Wide& t16 = e2m1 ? kE2M1Wide16 : kE1M2Wide16;
-  const __m512i wide = _mm512_load_si512(t16.wide);
-  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t16.bias));
+  const qn::FP4Pow2Wide& t = fp4_wide<true>(e2m1);
+  const __m512i wide = _mm512_load_si512(t.wide);
+  const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t.bias));
   for (int k = 0; k < b.n; ++k) {
     b.prefetch_ahead(k, 256);
     std::memcpy(b.scale(k), exp + 4 * k, 4);
@@ -898,13 +906,13 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   if constexpr (kD == 128) {  // four rows per reduction, read from their own addresses
     by_groups = false;
     __m256i bad16 = _mm256_setzero_si256();
+    const std::uint16_t first_step = fp4_wide<kF16>(e2m1).first;
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
       const auto m = qn::FP4RowExponents16<kF16>(rows);
-      const std::uint16_t first = kF16 ? (e2m1 ? kE2M1Steps16 : kE1M2Steps16).v[0] : table.first;
       bad16 = _mm256_or_si256(
-          bad16, qn::FP4Pow2ScalesOf16<kF16>(m, emax, first, exp + 4 * k, t0g + 4 * k));
+          bad16, qn::FP4Pow2ScalesOf16<kF16>(m, emax, first_step, exp + 4 * k, t0g + 4 * k));
     }
     if (fp4_vnni_usable() && _mm256_testz_si256(bad16, bad16)) {
       fast_mxfp4_rows128_vnni<kF16>(b, e2m1, exp, t0g);
