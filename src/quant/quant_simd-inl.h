@@ -30,9 +30,9 @@
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
 //   packed two per byte. FP4RowExponents16 + FP4Pow2ScalesOf16 (AVX-512): the scales of four
 //   128-element rows from their groups' largest exponents, reduced as bytes;
-//   QuantizeFP4Pow2Row128Vnni (VBMI and VNNI): the codes of such a row by byte dot products,
-//   QuantizeFP4Pow2Row128F16 those of a float16 row from its own bits (FP4RowExponents16 and
-//   FP4Pow2ScalesOf16 take float16 rows too, kF16).
+//   QuantizeFP4Pow2Row128High (VBMI): the codes of such a row, bfloat16 or float16 (from its
+//   own bits), each in its sum's high byte (FP4RowExponents16 and FP4Pow2ScalesOf16 take
+//   float16 rows too, kF16).
 //   FP4BytePairs + QuantizeFP4Pow2RowBytes (AVX2): the same codes one byte per value, 32 per
 //   vector, by two 16-entry byte tables; FP4RowExponentBytes16 + FP4Pow2ScalesOfBytes16: the
 //   scales of four rows as above on 256-bit vectors.
@@ -1019,7 +1019,11 @@ constexpr FP4Bucket FP4BucketOf(const std::uint16_t* thr, int from, int lo, int 
 // The wide entries alone, for buckets of `unit` bit patterns (32 for bfloat16 bits, 256 for
 // float16 bits, whose quotients' patterns step 8 times finer) from thresholds thr and the
 // largest pattern; smax: the largest scale exponent s a group may have, four buckets a binade.
-// first: thr[0], which the operands t0g take.
+// carry: the code's unit in the sums, 32 for FP4Pow2CodesWide (the code from bit 5 up) and 256
+// for QuantizeFP4Pow2Row128High (the code in each sum's high byte): E[b] = carry * (the
+// thresholds below bucket b) - unit * b + carry - 1 - (the offset of the one inside it), so
+// that a lane's offset in its bucket (below unit) carries into the code's bit exactly past the
+// bucket's threshold, whatever the unit. first: thr[0], which the operands t0g take.
 struct FP4Pow2Wide {
   alignas(64) std::uint16_t wide[32] = {};
   std::uint16_t first = 0;
@@ -1027,8 +1031,9 @@ struct FP4Pow2Wide {
   bool ok = true;
 };
 constexpr FP4Pow2Wide MakeFP4Pow2Wide(const std::uint16_t* thr, std::uint16_t largest, int emax,
-                                      int unit, int smax) {
+                                      int unit, int smax, int carry) {
   FP4Pow2Wide t;
+  t.ok = carry >= unit;
   t.first = thr[0];
   // The bias: a multiple of the unit, at least the largest lane-form t0g, leaving the buckets in
   // use clear of entry 31 and the biased operands of negative lanes below 0x10000.
@@ -1036,14 +1041,14 @@ constexpr FP4Pow2Wide MakeFP4Pow2Wide(const std::uint16_t* thr, std::uint16_t la
   const int t0g_max = thr[0] + (smax - emax - 127) * 4 * unit;
   int bias = (t0g_max + unit - 1) / unit * unit;
   while ((bias / unit) % 32 + buckets > 31 && bias + largest - thr[0] <= 0x7FFF) bias += unit;
-  t.ok = (bias / unit) % 32 + buckets <= 31 && bias + largest - thr[0] <= 0x7FFF;
+  t.ok = t.ok && (bias / unit) % 32 + buckets <= 31 && bias + largest - thr[0] <= 0x7FFF;
   t.bias = static_cast<std::uint16_t>(bias);
   t.wide[31] = 1;
   for (int b = 0; b < buckets; ++b) {
     const FP4Bucket c = FP4BucketOf(thr, 0, thr[0] + unit * b, unit);
     t.ok = t.ok && c.inside <= 1;
     t.wide[(b + bias / unit) % 32] =
-        static_cast<std::uint16_t>(unit * c.below - unit * b + unit - 1 - c.offset - bias);
+        static_cast<std::uint16_t>(carry * c.below - unit * b + carry - 1 - c.offset - bias);
   }
   return t;
 }
@@ -1056,7 +1061,7 @@ struct FP4Pow2Table : FP4Pow2Wide {
 // emax: the format's, which bounds the operand t0g (FP4Pow2Scales8) from above.
 constexpr FP4Pow2Table MakeFP4Pow2Table(const std::uint16_t (&thr)[7], std::uint16_t largest,
                                         int emax) {
-  FP4Pow2Table t{MakeFP4Pow2Wide(thr, largest, emax, 32, 254)};
+  FP4Pow2Table t{MakeFP4Pow2Wide(thr, largest, emax, 32, 254, 32)};
   const int from = thr[0] + kFP4Span;
   t.ok = t.ok && thr[1] >= from && largest - from < 16 * 32;
   for (int i = 0; i < 16; ++i) {
@@ -1097,8 +1102,8 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
 HWY_INLINE __m512i FP4WideOperand(__m512i w, __m512i t0g, __m512i bias) {
   return _mm512_adds_epu16(_mm512_subs_epi16(w, t0g), bias);
 }
-// FP4WideSum: u plus its bucket's entry, the code from bit 5 up (bit 8 up for the float16
-// table's buckets of 256, QuantizeFP4Pow2Row128F16).
+// FP4WideSum: u plus its bucket's entry, the code from bit 5 up (bit 8 up for the tables of
+// carry 256, QuantizeFP4Pow2Row128High).
 HWY_INLINE __m512i FP4WideSum(__m512i u, __m512i index, __m512i wide) {
   return _mm512_add_epi16(_mm512_permutexvar_epi16(index, wide), u);
 }
@@ -1186,66 +1191,37 @@ HWY_INLINE __m512i FP4NibblePairsOfSignedBytes(__m512i codes) {
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// AVX-512 VNNI's byte dot products (Ice Lake and later, Zen 4: every CPU with VBMI but Cannon
-// Lake), for the kernels that run where vbmi_usable() and the CPU has VNNI as well.
-#undef KVS_VBMI_VNNI_ATTR
-#define KVS_VBMI_VNNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi,avx512vnni")))
-
-// QuantizeFP4Pow2Row of a row of 128 elements (wide, bias: the table's vectors) by VNNI: one dot
-// product of each 32-bit lane's bytes (two codes, each with its sign two bits up) by (1, 2, 16, 32)
-// forms the lane's byte, then two byte permutes of two vectors each and a blend narrow the four: 11
-// operations per row after the codes where the byte multiply-adds take 14. Three packs and a dword
-// permute narrowed them 1.01-1.05 x slower on AMD Zen 5, whose two shuffle pipes also serve the
-// codes' word permutes; on an Intel Sapphire Rapids machine, where vpermt2b takes two slots, the
-// byte permutes measured 4 % slower in an earlier build (bench/performance_notes.md). The codes are
-// FP4Pow2CodesWide's but for the bucket index, which VBMI's multishift takes from bits 5 to 12 of
-// each lane instead of a shift: on Intel's cores 512-bit shifts, saturating adds and one of the
-// word permute's two operations share one port and the multishift runs on the other; on Zen 5
-// shifts and multishifts issue on disjoint pairs of its four vector pipes
-// (bench/simd_ports_bench.cc). Per row that is 31 vector operations, at least 7.75 cycles on Zen
-// 5's four pipes; a second call on each row, its input in L1, added about 9 cycles a row there.
-KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128Vnni(const std::uint16_t* HWY_RESTRICT x,
-                                                             std::uint8_t* HWY_RESTRICT out,
-                                                             const std::uint32_t* HWY_RESTRICT t0g,
-                                                             __m512i wide, __m512i bias) {
-  const __m512i weights = _mm512_set1_epi32(0x20100201);
-  const __m512i index_at = _mm512_set1_epi64(0x0035002500150005);  // bit 5 of each lane
-  const auto pairs = [&](int g) KVS_VBMI_VNNI_ATTR {
-    const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
-                                     _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
-    const __m512i c = FP4WideCodes(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), c, weights);
-  };
-  // Byte i of either half: the low byte of lane i % 16 of the first vector (i % 32 < 16) or of
-  // the second (bit 6 of the index).
-  const __m512i both = _mm512_setr_epi32(
-      0x0C080400, 0x1C181410, 0x2C282420, 0x3C383430, 0x4C484440, 0x5C585450, 0x6C686460,
-      0x7C787470, 0x0C080400, 0x1C181410, 0x2C282420, 0x3C383430, 0x4C484440, 0x5C585450,
-      0x6C686460, 0x7C787470);
-  const __m512i lo = _mm512_permutex2var_epi8(pairs(0), both, pairs(1));
-  const __m512i hi = _mm512_permutex2var_epi8(pairs(2), both, pairs(3));
-  _mm512_storeu_si512(out, _mm512_mask_blend_epi64(0xF0, lo, hi));
-}
-
-// The same codes from float16 bits: a row of 128 normal-scaled float16 values (groups whose
-// largest exponent field is 5 to 30) against the thresholds as float16 patterns, in buckets of
-// 256 (MakeFP4Pow2Wide's unit 256: float16's quotients step eight times finer than bfloat16's,
-// so each bucket of the bfloat16 table becomes one of 256 patterns and each threshold falls in
-// its own), with t0g = first + (s - 127) * 1024 (FP4Pow2ScalesOf16's kF16). A rounding midpoint
-// is a float16 pattern, so the codes are exact without rounding the values first; zeros and
-// subnormals lie below every such group's t0g (at least 0x400) and code as 0 with their sign.
-// Each lane's sum then holds its code in bits 8-10 and its sign in bit 15, so the codes are the
-// sums' high bytes (two byte permutes gather them, element i in byte i), each pair of bytes
-// joined by one byte multiply-add by (1, 16), the two signs moved from bits 7 and 11 to 3 and 7
-// by a shift and a ternary-logic select (FP4NibblePairsOfSignedBytes), and one byte permute
-// narrows the pairs: 29 operations a
-// row where rounding in registers and the bfloat16 form took 47 (1.20-1.29 x slower on AMD Zen 5).
-KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t* HWY_RESTRICT x,
-                                                            std::uint8_t* HWY_RESTRICT out,
-                                                            const std::uint32_t* HWY_RESTRICT t0g,
-                                                            __m512i wide, __m512i bias) {
-  const __m512i index_at = _mm512_set1_epi64(0x0038002800180008);  // bits 8-15 of each lane
-  const auto sums = [&](int g) KVS_VBMI_VNNI_ATTR {
+// QuantizeFP4Pow2Row of a row of 128 elements by VBMI, with the table of MakeFP4Pow2Wide's
+// carry 256 (wide, bias: its vectors), whose sums hold each lane's code in bits 8-10 and its
+// sign in bit 15 (bits 11-14 clear): the codes are the sums' high bytes, two byte permutes
+// gather them (element i in byte i), one byte multiply-add by (1, 16) joins each pair, a shift
+// and a ternary-logic select move the two signs from bits 7 and 11 to 3 and 7
+// (FP4NibblePairsOfSignedBytes), and one byte permute narrows the pairs. A multishift takes each
+// lane's bucket index out of its operand, bits kShift up: 29 operations a row.
+// - bfloat16 rows (kShift 5: buckets of 32 patterns). The table of carry 32 (FP4Pow2CodesWide)
+//   left the codes in bits 5 up, which four shifts and four VNNI byte dot products (by (1, 2,
+//   16, 32)) joined, and two byte permutes and a blend narrowed: 31 operations, eight of them on
+//   the pair of Zen 5's pipes that the multishifts use (six here), 1.04 x slower on AMD Zen 5.
+//   Intel's cores issue vpermt2b as two operations, and this form has three to that one's two;
+//   it has not been measured there.
+// - float16 rows from their own bits (kShift 8): normal-scaled rows (groups whose largest
+//   exponent field is 5 to 30) against the thresholds as float16 patterns, in buckets of 256
+//   (MakeFP4Pow2Wide's unit 256: float16's quotients step eight times finer than bfloat16's, so
+//   each bucket of the bfloat16 table becomes one of 256 patterns and each threshold falls in
+//   its own), with t0g = first + (s - 127) * 1024 (FP4Pow2ScalesOf16's kF16). A rounding
+//   midpoint is a float16 pattern, so the codes are exact without rounding the values first;
+//   zeros and subnormals lie below every such group's t0g (at least 0x400) and code as 0 with
+//   their sign. Rounding in registers and the bfloat16 form took 47 operations (1.20-1.29 x
+//   slower on AMD Zen 5).
+template <int kShift>
+KVS_VBMI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128High(const std::uint16_t* HWY_RESTRICT x,
+                                                        std::uint8_t* HWY_RESTRICT out,
+                                                        const std::uint32_t* HWY_RESTRICT t0g,
+                                                        __m512i wide, __m512i bias) {
+  static_assert(kShift == 5 || kShift == 8, "bfloat16 or float16 buckets");
+  // Byte 2j of each 64-bit lane: bits 16j + kShift and up (word j's bucket index).
+  const __m512i index_at = _mm512_set1_epi64(0x0030002000100000 + 0x0001000100010001 * kShift);
+  const auto sums = [&](int g) KVS_VBMI_ATTR {
     const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
                                      _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
     return FP4WideSum(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
@@ -1254,7 +1230,7 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t*
   const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
                                        0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
                                        0x1F1D1B1917151311, 0x0F0D0B0907050301);
-  const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_VNNI_ATTR {
+  const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_ATTR {
     return FP4NibblePairsOfSignedBytes(_mm512_permutex2var_epi8(a, odd, b));
   };
   const __m512i lo = nibbles(sums(0), sums(1)), hi = nibbles(sums(2), sums(3));
@@ -1265,7 +1241,7 @@ KVS_VBMI_VNNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128F16(const std::uint16_t*
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// QuantizeFP4Pow2Row128F16 without VBMI: the table index and the code bytes by shifts (the
+// QuantizeFP4Pow2Row128High<8> without VBMI: the table index and the code bytes by shifts (the
 // code | sign << 7 in each lane's low byte), packs where the byte permutes gathered them (each
 // pack keeps a 128-bit block's pairs of neighbours together, so the multiply-add still joins
 // element 2i with 2i + 1), and one dword permute puts the blocks in order: 34 operations a row.
@@ -1408,7 +1384,7 @@ HWY_INLINE hn::Vec256<std::uint16_t> FP4ExponentMaxima16(const __m512i* v) {
 // round-to-odd (E + 112), but 255 for infinities and NaNs and 0 (a group that is not fast)
 // below E = 5: where the largest magnitude is at least 2^-10 the scale is at least 2^-12
 // (float4_e1m2: 2^-10), so every zero or subnormal value of the group codes as 0 with its sign
-// (QuantizeFP4Pow2Row128F16). Each field is doubled first, which drops the sign: two
+// (QuantizeFP4Pow2Row128High<8>). Each field is doubled first, which drops the sign: two
 // operations more per pair of vectors.
 template <bool kF16 = false>
 HWY_INLINE hn::Vec256<std::uint16_t> FP4RowExponents16(const std::uint16_t* const* r) {
@@ -1451,7 +1427,7 @@ HWY_INLINE void StoreScales16(__m256i operand, __m256i scale,
 }
 
 // FP4Pow2Scales8 for sixteen groups from their exponent fields m. kF16: the operands for
-// QuantizeFP4Pow2Row128F16, first + (s - 127) * 1024 with first a float16 pattern.
+// QuantizeFP4Pow2Row128High<8>, first + (s - 127) * 1024 with first a float16 pattern.
 template <bool kF16 = false>
 HWY_INLINE __m256i FP4Pow2ScalesOf16(hn::Vec256<std::uint16_t> m, std::uint16_t emax,
                                      std::uint16_t first, std::uint8_t* HWY_RESTRICT scale16,

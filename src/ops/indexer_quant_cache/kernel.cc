@@ -31,11 +31,12 @@
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
-//   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI and
-//   VNNI the codes' table indices come out by multishifts and their bytes by dot products.
+//   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI the
+//   codes' table indices come out by multishifts and the codes in the sums' high bytes, which
+//   byte permutes gather (QuantizeFP4Pow2Row128High).
 //   AVX2 reduces the exponents as bytes the same way and looks the codes up one byte per value,
 //   32 to a vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale
-//   below 2^-123 take the scalar rules. On AVX2 and in the VNNI form the codes pass prefetches
+//   below 2^-123 take the scalar rules. On AVX2 and in the VBMI form the codes pass prefetches
 //   the next batch's rows (Batch::ahead).
 #include <algorithm>
 #include <cmath>
@@ -272,7 +273,7 @@ struct Batch {
   int n = 0;
   // Where the next batch's rows most likely are: the rows of the tokens after this batch's
   // (rank-2 x, one pitch apart), else this batch's first row (pitch 0). The mxfp4 kernel's
-  // byte form (AVX2) and its VBMI and VNNI form (AVX-512) prefetch them while they code this
+  // byte form (AVX2) and its VBMI form (AVX-512) prefetch them while they code this
   // batch from L1 (prefetch_ahead), so that the next batch's first pass, which reads each of
   // its rows, finds them near. On SSE4, whose codes take three times as long, it gained nothing
   // and cost 1 %; the fp8 and mxfp8 kernels gained nothing or lost (AVX2, AVX-512).
@@ -717,7 +718,11 @@ constexpr std::uint16_t kE1M2Steps[7] = {0x3E00, 0x3EBF, 0x3F20, 0x3F5F, 0x3F90,
 constexpr qn::FP4Pow2Table kE2M1Table = qn::MakeFP4Pow2Table(kE2M1Steps, 0x40FF, 2);
 constexpr qn::FP4Pow2Table kE1M2Table = qn::MakeFP4Pow2Table(kE1M2Steps, 0x3FFF, 0);
 static_assert(kE2M1Table.ok && kE1M2Table.ok, "one threshold per bucket, the range covered");
-// The same thresholds as float16 patterns (for QuantizeFP4Pow2Row128F16): a rounding midpoint
+// The same buckets with the codes carried into the sums' high bytes (QuantizeFP4Pow2Row128High).
+constexpr qn::FP4Pow2Wide kE2M1High = qn::MakeFP4Pow2Wide(kE2M1Steps, 0x40FF, 2, 32, 254, 256);
+constexpr qn::FP4Pow2Wide kE1M2High = qn::MakeFP4Pow2Wide(kE1M2Steps, 0x3FFF, 0, 32, 254, 256);
+static_assert(kE2M1High.ok && kE1M2High.ok, "one threshold per bucket, the range covered");
+// The same thresholds as float16 patterns (for QuantizeFP4Pow2Row128High<8>): a rounding midpoint
 // has at most three mantissa bits, so its bfloat16 pattern is a multiple of 16 and a step is
 // either one below it (ties up: 15 mod 16) or it (ties down); its float16 pattern is 8 times its
 // bfloat16 one less 112 exponent steps, and the step one below that or it.
@@ -737,17 +742,20 @@ constexpr FP4Steps16 MakeFP4Steps16(const std::uint16_t (&bf16)[7]) {
 constexpr FP4Steps16 kE2M1Steps16 = MakeFP4Steps16(kE2M1Steps);
 constexpr FP4Steps16 kE1M2Steps16 = MakeFP4Steps16(kE1M2Steps);
 // The largest float16 exponent field of a group in that form is 30: s up to 142 - emax.
-constexpr qn::FP4Pow2Wide kE2M1Wide16 = qn::MakeFP4Pow2Wide(kE2M1Steps16.v, 0x47FF, 2, 256, 142);
-constexpr qn::FP4Pow2Wide kE1M2Wide16 = qn::MakeFP4Pow2Wide(kE1M2Steps16.v, 0x3FFF, 0, 256, 142);
+constexpr qn::FP4Pow2Wide kE2M1Wide16 =
+    qn::MakeFP4Pow2Wide(kE2M1Steps16.v, 0x47FF, 2, 256, 142, 256);
+constexpr qn::FP4Pow2Wide kE1M2Wide16 =
+    qn::MakeFP4Pow2Wide(kE1M2Steps16.v, 0x3FFF, 0, 256, 142, 256);
 static_assert(kE2M1Steps16.ok && kE1M2Steps16.ok && kE2M1Wide16.ok && kE1M2Wide16.ok,
               "midpoints of at most three mantissa bits, one threshold per bucket");
-// The wide table of an FP4 cache's format for bfloat16 rows or (kF16) float16 rows.
+// The table of QuantizeFP4Pow2Row128High (and its words form) for an FP4 cache's format, for
+// bfloat16 rows or (kF16) float16 rows.
 template <bool kF16>
-const qn::FP4Pow2Wide& fp4_wide(bool e2m1) {
+const qn::FP4Pow2Wide& fp4_high(bool e2m1) {
   if constexpr (kF16) {
     return e2m1 ? kE2M1Wide16 : kE1M2Wide16;
   } else {
-    return e2m1 ? kE2M1Table : kE1M2Table;
+    return e2m1 ? kE2M1High : kE1M2High;
   }
 }
 #if KVS_FP4_BYTES
@@ -791,33 +799,24 @@ void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std:
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Mode mxfp4, d = 128, where vbmi_usable() and the CPU has VNNI and every group of the batch
-// takes the lane form: the rows' scales from exp and their codes by QuantizeFP4Pow2Row128Vnni.
-bool fp4_vnni_usable() {
-  static const bool has = __builtin_cpu_supports("avx512vnni");
-  return has && vbmi_usable();
-}
-// kF16: float16 rows, by QuantizeFP4Pow2Row128F16 and the float16 table.
+// Mode mxfp4, d = 128, where vbmi_usable() and every group of the batch takes the lane form: the
+// rows' scales from exp and their codes by QuantizeFP4Pow2Row128High (kF16: float16 rows).
 template <bool kF16>
-KVS_VBMI_VNNI_ATTR void fast_mxfp4_rows128_vnni(const Batch& b, bool e2m1, const std::uint8_t* exp,
-                                                const std::uint32_t* t0g) {
-  const qn::FP4Pow2Wide& t = fp4_wide<kF16>(e2m1);
+KVS_VBMI_ATTR void fast_mxfp4_rows128_vbmi(const Batch& b, bool e2m1, const std::uint8_t* exp,
+                                           const std::uint32_t* t0g) {
+  const qn::FP4Pow2Wide& t = fp4_high<kF16>(e2m1);
   const __m512i wide = _mm512_load_si512(t.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t.bias));
   for (int k = 0; k < b.n; ++k) {
     b.prefetch_ahead(k, 256);
     std::memcpy(b.scale(k), exp + 4 * k, 4);
-    if constexpr (kF16) {
-      qn::QuantizeFP4Pow2Row128F16(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
-    } else {
-      qn::QuantizeFP4Pow2Row128Vnni(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
-    }
+    qn::QuantizeFP4Pow2Row128High<kF16 ? 8 : 5>(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
   }
 }
-// Float16 rows where the VNNI form does not run: the same table, by QuantizeFP4Pow2Row128F16Words.
+// Float16 rows where the VBMI form does not run: the same table, by QuantizeFP4Pow2Row128F16Words.
 void fast_mxfp4_f16_rows128_words(const Batch& b, bool e2m1, const std::uint8_t* exp,
                                   const std::uint32_t* t0g) {
-  const qn::FP4Pow2Wide& t = fp4_wide<true>(e2m1);
+  const qn::FP4Pow2Wide& t = fp4_high<true>(e2m1);
   const __m512i wide = _mm512_load_si512(t.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t.bias));
   for (int k = 0; k < b.n; ++k) {
@@ -866,14 +865,14 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // time, their scales as one vector, then each row's codes. A row with a group the lane form
 // does not cover is finished by the scalar rules before the next row is written.
 // kF16 (d = 128): float16 rows, coded on their own bits by the byte form (AVX2; see
-// QuantizeFP4Pow2RowBytes), or on AVX-512 by their own table (QuantizeFP4Pow2Row128F16 with
-// VBMI and VNNI, QuantizeFP4Pow2Row128F16Words without; a batch those forms do not take is
+// QuantizeFP4Pow2RowBytes), or on AVX-512 by their own table (QuantizeFP4Pow2Row128High<8> with
+// VBMI, QuantizeFP4Pow2Row128F16Words without; a batch those forms do not take is
 // rounded first, fast_mxfp4_f16_rows_rounded).
 template <std::int64_t kD, bool kF16 = false>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b);
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// A batch of float16 rows (d = 128) that the AVX-512 VNNI form does not take whole (a group with
+// A batch of float16 rows (d = 128) that the AVX-512 forms do not take whole (a group with
 // an infinity or a NaN, or with no magnitude of 2^-10 or more): its rows rounded to bfloat16
 // (f16_as_bf16 says why that gives the same codes and scales) and quantized as such.
 HWY_NOINLINE void fast_mxfp4_f16_rows_rounded(const IndexerQuantCachePlan& p, Scratch& s,
@@ -906,7 +905,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
   if constexpr (kD == 128) {  // four rows per reduction, read from their own addresses
     by_groups = false;
     __m256i bad16 = _mm256_setzero_si256();
-    const std::uint16_t first_step = fp4_wide<kF16>(e2m1).first;
+    const std::uint16_t first_step = fp4_high<kF16>(e2m1).first;
     for (int k = 0; k < b.n; k += 4) {
       const std::uint16_t* rows[4];
       b.four_rows(k, rows);
@@ -914,8 +913,8 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       bad16 = _mm256_or_si256(
           bad16, qn::FP4Pow2ScalesOf16<kF16>(m, emax, first_step, exp + 4 * k, t0g + 4 * k));
     }
-    if (fp4_vnni_usable() && _mm256_testz_si256(bad16, bad16)) {
-      fast_mxfp4_rows128_vnni<kF16>(b, e2m1, exp, t0g);
+    if (vbmi_usable() && _mm256_testz_si256(bad16, bad16)) {
+      fast_mxfp4_rows128_vbmi<kF16>(b, e2m1, exp, t0g);
       return;
     }
     if constexpr (kF16) {
