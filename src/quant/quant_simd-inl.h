@@ -1180,7 +1180,7 @@ HWY_INLINE void StoreFP4Nibbles4(D, hn::Vec512<std::uint16_t> c0, hn::Vec512<std
   StoreFP4PairBlocks(FP4SignedPairs(c0, c1), FP4SignedPairs(c2, c3), out);
 }
 
-// The float16 forms' pairs: bytes holding code | sign << 7, element 2i then 2i + 1, joined by
+// The words form's pairs: bytes holding code | sign << 7, element 2i then 2i + 1, joined by
 // one multiply-add by (1, 16) into a 16-bit lane below 4096 (the signs in bits 7 and 11), the
 // signs moved to bits 3 and 7 by a shift and a ternary-logic select, (l & 0x77) | ((l >> 4) &
 // ~0x77): each pair's byte in its lane's low byte, the high byte 0.
@@ -1191,19 +1191,27 @@ HWY_INLINE __m512i FP4NibblePairsOfSignedBytes(__m512i codes) {
 #endif
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// QuantizeFP4Pow2Row of a row of 128 elements by VBMI, with the table of MakeFP4Pow2Wide's
-// carry 256 (wide, bias: its vectors), whose sums hold each lane's code in bits 8-10 and its
-// sign in bit 15 (bits 11-14 clear): the codes are the sums' high bytes, two byte permutes
-// gather them (element i in byte i), one byte multiply-add by (1, 16) joins each pair, a shift
-// and a ternary-logic select move the two signs from bits 7 and 11 to 3 and 7
-// (FP4NibblePairsOfSignedBytes), and one byte permute narrows the pairs. A multishift takes each
-// lane's bucket index out of its operand, bits kShift up: 29 operations a row.
+// GFNI's byte affine transform (a bit matrix applied to each byte: Ice Lake and later, Zen 4;
+// every CPU with VBMI but Cannon Lake), for the kernels that run where vbmi_usable() and the
+// CPU has GFNI as well.
+#undef KVS_VBMI_GFNI_ATTR
+#define KVS_VBMI_GFNI_ATTR __attribute__((target(HWY_TARGET_STR ",avx512vbmi,gfni")))
+
+// QuantizeFP4Pow2Row of a row of 128 elements by VBMI and GFNI, with the table of
+// MakeFP4Pow2Wide's carry 256 (wide, bias: its vectors), whose sums hold each lane's code in
+// bits 8-10 and its sign in bit 15 (bits 11-14 clear). A multishift takes each lane's bucket
+// index out of its operand, bits kShift up. The codes are the sums' high bytes: two byte
+// permutes gather them (element i in byte i), one affine transform moves each byte's sign from
+// bit 7 to bit 3 (the matrix's rows, from output bit 7 down: 0, 0, 0, 0, bit 7, bit 2, bit 1,
+// bit 0), one byte multiply-add by (1, 16) joins each pair, and one byte permute narrows the
+// pairs: 27 operations a row.
 // - bfloat16 rows (kShift 5: buckets of 32 patterns). The table of carry 32 (FP4Pow2CodesWide)
 //   left the codes in bits 5 up, which four shifts and four VNNI byte dot products (by (1, 2,
-//   16, 32)) joined, and two byte permutes and a blend narrowed: 31 operations, eight of them on
-//   the pair of Zen 5's pipes that the multishifts use (six here), 1.04 x slower on AMD Zen 5.
-//   Intel's cores issue vpermt2b as two operations, and this form has three to that one's two;
-//   it has not been measured there.
+//   16, 32)) joined, and two byte permutes and a blend narrowed: 31 operations, 1.02-1.06 x
+//   slower on AMD Zen 5 at 1,024-16,384 tokens. Intel's cores issue vpermt2b as two
+//   operations, and this form has three to that one's two; it has not been measured there.
+// - The signs were first moved by a shift and a ternary-logic select after the multiply-add
+//   (FP4NibblePairsOfSignedBytes, 29 operations), 1.01-1.06 x slower on Zen 5.
 // - float16 rows from their own bits (kShift 8): normal-scaled rows (groups whose largest
 //   exponent field is 5 to 30) against the thresholds as float16 patterns, in buckets of 256
 //   (MakeFP4Pow2Wide's unit 256: float16's quotients step eight times finer than bfloat16's, so
@@ -1214,14 +1222,14 @@ HWY_INLINE __m512i FP4NibblePairsOfSignedBytes(__m512i codes) {
 //   their sign. Rounding in registers and the bfloat16 form took 47 operations (1.20-1.29 x
 //   slower on AMD Zen 5).
 template <int kShift>
-KVS_VBMI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128High(const std::uint16_t* HWY_RESTRICT x,
-                                                        std::uint8_t* HWY_RESTRICT out,
-                                                        const std::uint32_t* HWY_RESTRICT t0g,
-                                                        __m512i wide, __m512i bias) {
+KVS_VBMI_GFNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128High(const std::uint16_t* HWY_RESTRICT x,
+                                                             std::uint8_t* HWY_RESTRICT out,
+                                                             const std::uint32_t* HWY_RESTRICT t0g,
+                                                             __m512i wide, __m512i bias) {
   static_assert(kShift == 5 || kShift == 8, "bfloat16 or float16 buckets");
   // Byte 2j of each 64-bit lane: bits 16j + kShift and up (word j's bucket index).
   const __m512i index_at = _mm512_set1_epi64(0x0030002000100000 + 0x0001000100010001 * kShift);
-  const auto sums = [&](int g) KVS_VBMI_ATTR {
+  const auto sums = [&](int g) KVS_VBMI_GFNI_ATTR {
     const __m512i u = FP4WideOperand(_mm512_loadu_si512(x + 32 * g),
                                      _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
     return FP4WideSum(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
@@ -1230,8 +1238,11 @@ KVS_VBMI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128High(const std::uint16_t* HWY
   const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
                                        0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
                                        0x1F1D1B1917151311, 0x0F0D0B0907050301);
-  const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_ATTR {
-    return FP4NibblePairsOfSignedBytes(_mm512_permutex2var_epi8(a, odd, b));
+  const __m512i sign_to_bit3 = _mm512_set1_epi64(0x0102048000000000);
+  const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_GFNI_ATTR {
+    const __m512i codes = _mm512_permutex2var_epi8(a, odd, b);
+    return _mm512_maddubs_epi16(_mm512_gf2p8affine_epi64_epi8(codes, sign_to_bit3, 0),
+                                _mm512_set1_epi16(0x1001));
   };
   const __m512i lo = nibbles(sums(0), sums(1)), hi = nibbles(sums(2), sums(3));
   // Byte i: byte 2i of lo (i < 32) or of hi.

@@ -31,9 +31,9 @@
 // - bfloat16 rows in mode mxfp4 are batched the same way; each code comes from the bf16 bits
 //   less the scale's exponent by a 16-entry byte table (FP4Pow2Codes), or on AVX-512 a 32-entry
 //   word table (FP4Pow2CodesWide); on AVX-512 with d = 128 the groups' largest exponents are
-//   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI the
-//   codes' table indices come out by multishifts and the codes in the sums' high bytes, which
-//   byte permutes gather (QuantizeFP4Pow2Row128High).
+//   reduced as bytes, four rows at a time (FP4RowExponents16), and where the CPU has VBMI and
+//   GFNI the codes' table indices come out by multishifts and the codes in the sums' high bytes,
+//   which byte permutes gather and an affine transform signs (QuantizeFP4Pow2Row128High).
 //   AVX2 reduces the exponents as bytes the same way and looks the codes up one byte per value,
 //   32 to a vector (FP4BytePairs). Groups of zeros, with a non-finite element, or with a scale
 //   below 2^-123 take the scalar rules. On AVX2 and in the VBMI form the codes pass prefetches
@@ -799,11 +799,16 @@ void redo_fp4_groups(Scratch& s, bool e2m1, const std::uint16_t* src, const std:
 }
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Mode mxfp4, d = 128, where vbmi_usable() and every group of the batch takes the lane form: the
-// rows' scales from exp and their codes by QuantizeFP4Pow2Row128High (kF16: float16 rows).
+// Mode mxfp4, d = 128, where vbmi_usable() and the CPU has GFNI and every group of the batch
+// takes the lane form: the rows' scales from exp and their codes by QuantizeFP4Pow2Row128High
+// (kF16: float16 rows).
+bool fp4_vbmi_usable() {
+  static const bool has = __builtin_cpu_supports("gfni");
+  return has && vbmi_usable();
+}
 template <bool kF16>
-KVS_VBMI_ATTR void fast_mxfp4_rows128_vbmi(const Batch& b, bool e2m1, const std::uint8_t* exp,
-                                           const std::uint32_t* t0g) {
+KVS_VBMI_GFNI_ATTR void fast_mxfp4_rows128_vbmi(const Batch& b, bool e2m1, const std::uint8_t* exp,
+                                                const std::uint32_t* t0g) {
   const qn::FP4Pow2Wide& t = fp4_high<kF16>(e2m1);
   const __m512i wide = _mm512_load_si512(t.wide);
   const __m512i bias = _mm512_set1_epi16(static_cast<std::int16_t>(t.bias));
@@ -813,7 +818,8 @@ KVS_VBMI_ATTR void fast_mxfp4_rows128_vbmi(const Batch& b, bool e2m1, const std:
     qn::QuantizeFP4Pow2Row128High<kF16 ? 8 : 5>(b.src(k), b.codes(k), t0g + 4 * k, wide, bias);
   }
 }
-// Float16 rows where the VBMI form does not run: the same table, by QuantizeFP4Pow2Row128F16Words.
+// Float16 rows where the VBMI form does not run (no VBMI or no GFNI): the same table, by
+// QuantizeFP4Pow2Row128F16Words.
 void fast_mxfp4_f16_rows128_words(const Batch& b, bool e2m1, const std::uint8_t* exp,
                                   const std::uint32_t* t0g) {
   const qn::FP4Pow2Wide& t = fp4_high<true>(e2m1);
@@ -866,7 +872,7 @@ HWY_INLINE void with_fp4_codes(bool e2m1, std::int64_t d, const qn::FP4Pow2Table
 // does not cover is finished by the scalar rules before the next row is written.
 // kF16 (d = 128): float16 rows, coded on their own bits by the byte form (AVX2; see
 // QuantizeFP4Pow2RowBytes), or on AVX-512 by their own table (QuantizeFP4Pow2Row128High<8> with
-// VBMI, QuantizeFP4Pow2Row128F16Words without; a batch those forms do not take is
+// VBMI and GFNI, QuantizeFP4Pow2Row128F16Words without; a batch those forms do not take is
 // rounded first, fast_mxfp4_f16_rows_rounded).
 template <std::int64_t kD, bool kF16 = false>
 void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b);
@@ -913,7 +919,7 @@ void fast_mxfp4_rows(const IndexerQuantCachePlan& p, Scratch& s, const Batch& b)
       bad16 = _mm256_or_si256(
           bad16, qn::FP4Pow2ScalesOf16<kF16>(m, emax, first_step, exp + 4 * k, t0g + 4 * k));
     }
-    if (vbmi_usable() && _mm256_testz_si256(bad16, bad16)) {
+    if (fp4_vbmi_usable() && _mm256_testz_si256(bad16, bad16)) {
       fast_mxfp4_rows128_vbmi<kF16>(b, e2m1, exp, t0g);
       return;
     }
