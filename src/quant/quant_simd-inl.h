@@ -30,8 +30,8 @@
 //   16-entry byte table (FP4Pow2Codes; on AVX-512 a 32-entry word table, FP4Pow2CodesWide),
 //   packed two per byte. FP4RowExponents16 + FP4Pow2ScalesOf16 (AVX-512): the scales of four
 //   128-element rows from their groups' largest exponents, reduced as bytes;
-//   QuantizeFP4Pow2Row128High (VBMI): the codes of such a row, bfloat16 or float16 (from its
-//   own bits), each in its sum's high byte (FP4RowExponents16 and FP4Pow2ScalesOf16 take
+//   QuantizeFP4Pow2Row128High (VBMI and GFNI): the codes of such a row, bfloat16 or float16
+//   (from its own bits), each in its sum's high byte (FP4RowExponents16 and FP4Pow2ScalesOf16 take
 //   float16 rows too, kF16).
 //   FP4BytePairs + QuantizeFP4Pow2RowBytes (AVX2): the same codes one byte per value, 32 per
 //   vector, by two 16-entry byte tables; FP4RowExponentBytes16 + FP4Pow2ScalesOfBytes16: the
