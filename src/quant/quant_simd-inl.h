@@ -1097,8 +1097,8 @@ HWY_INLINE V FP4Pow2Codes(D d, V w, V t0g, VB entries) {
 // w at least t0g, and for a negative one gives -32768 plus its magnitude's difference saturated
 // at 0; plus the bias (saturating), it has t + bias in its low 15 bits. A positive w below t0g
 // gives a negative difference, which plus the bias saturates to 0xFFFF: entry 31, 1, and a sum
-// of 0 (code 0, no sign). FP4WideOperand forms that operand u; FP4WideCodes finishes from u and
-// the lanes' bucket indices (u >> 5, of which the permute reads the low five bits).
+// of 0 (code 0, no sign). FP4WideOperand forms that operand u; the sum with the entry of each
+// lane's bucket (u >> 5, of which the permute reads the low five bits), shifted down, is the code.
 HWY_INLINE __m512i FP4WideOperand(__m512i w, __m512i t0g, __m512i bias) {
   return _mm512_adds_epu16(_mm512_subs_epi16(w, t0g), bias);
 }
@@ -1107,14 +1107,12 @@ HWY_INLINE __m512i FP4WideOperand(__m512i w, __m512i t0g, __m512i bias) {
 HWY_INLINE __m512i FP4WideSum(__m512i u, __m512i index, __m512i wide) {
   return _mm512_add_epi16(_mm512_permutexvar_epi16(index, wide), u);
 }
-HWY_INLINE __m512i FP4WideCodes(__m512i u, __m512i index, __m512i wide) {
-  return _mm512_srli_epi16(FP4WideSum(u, index, wide), 5);
-}
 HWY_INLINE hn::Vec512<std::uint16_t> FP4Pow2CodesWide(hn::Vec512<std::uint16_t> w,
                                                       hn::Vec512<std::uint16_t> t0g, __m512i wide,
                                                       __m512i bias) {
   const __m512i u = FP4WideOperand(w.raw, t0g.raw, bias);
-  return hn::Vec512<std::uint16_t>{FP4WideCodes(u, _mm512_srli_epi16(u, 5), wide)};
+  return hn::Vec512<std::uint16_t>{
+      _mm512_srli_epi16(FP4WideSum(u, _mm512_srli_epi16(u, 5), wide), 5)};
 }
 #endif
 
