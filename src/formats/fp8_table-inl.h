@@ -662,14 +662,14 @@ struct Fp8F16Bytes {
   HWY_ALIGN std::int8_t first[16] = {}, step1[16] = {}, step2[16] = {};
 };
 
+// The codes of 1.m / scale for float16's 1,024 mantissas m (the float16 values with exponent
+// field 15), counted past the exponent field's width; false where some quotient is not a normal
+// float32 (then neither is the argument above).
 template <bool kE4M3>
-Fp8F16Bytes MakeFp8F16Bytes(float scale) {
+bool Fp8F16Codes(float scale, int* code) {
   constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15, kShift = 23 - kMant;
-  constexpr int kMaxCode = kE4M3 ? 0x7E : 0x7B;
-  Fp8F16Bytes t;
   // 1.m / s must stay a normal float32; then it is normal for every m.
-  if (!KVS_FP8_F16_BYTES || !RecipShortcutScale(scale)) return t;
-  int code[1024];  // at e = 15, counted past the exponent field's width
+  if (!RecipShortcutScale(scale)) return false;
   for (int m = 0; m < 1024; ++m) {
     const float y = (1.0f + static_cast<float>(m) / 1024.0f) / scale;
     std::uint32_t b;
@@ -677,6 +677,16 @@ Fp8F16Bytes MakeFp8F16Bytes(float scale) {
     const std::uint32_t r = (b + (1u << (kShift - 1)) - 1u + ((b >> kShift) & 1u)) >> kShift;
     code[m] = static_cast<int>(r) - ((127 - kBias) << kMant);
   }
+  return true;
+}
+
+template <bool kE4M3>
+Fp8F16Bytes MakeFp8F16Bytes(float scale) {
+  constexpr int kMant = kE4M3 ? 3 : 2, kBias = kE4M3 ? 7 : 15;
+  constexpr int kMaxCode = kE4M3 ? 0x7E : 0x7B;
+  Fp8F16Bytes t;
+  int code[1024];  // at e = 15, counted past the exponent field's width
+  if (!KVS_FP8_F16_BYTES || !Fp8F16Codes<kE4M3>(scale, code)) return t;
   int first[8], step1[8], step2[8];
   for (int blk = 0; blk < 8; ++blk) {
     const int* e = code + 128 * blk;

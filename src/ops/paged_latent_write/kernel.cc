@@ -777,6 +777,118 @@ HWY_INLINE void DsF16Tile(const DsF16Table* tables, const std::uint16_t* HWY_RES
 }
 #endif
 
+#if KVS_FP8_F16_BLOCKS && HWY_TARGET <= HWY_AVX3
+// The carry form of the float16 tile tables (AVX-512 with VBMI). For table a's scale s
+// (F16TileTables), code[m] is the code of 1.m / s counted past the exponent field's width
+// (Fp8F16Codes), so a lane of exponent field e (1 to 30) in a tile of exponent et has the code
+// code[m] + 8 * (e - 15) + 8 * (30 - et) wherever that is a normal float8 value. A quotient in
+// float8's binade [2^k, 2^(k+1)) steps every 2^k / 8, that is every 128 * s * 2^k mantissas, and
+// 1 <= 1.m < 2 puts s * 2^k between 1/2 and 2: the code steps (rounding midpoints, across a
+// binade's edge too) lie more than 64 mantissas apart, so at most one falls in each bucket of 64
+// mantissas (m >> 6), and one 16-bit entry per bucket carries a lane past it. With v(m) = code[m]
+// + 136 (at least 128), ent[b] = 128 * v(64 b) - 64 b, or where v steps after mantissa t,
+// 128 * (v(t) + 1) - (t + 1), gives (m + ent[m >> 6]) >> 7 = v(m). The magnitude bits h = 1024 e
+// + m then give (h + ent) >> 7 = 8 e + v(m) (below 2^16 for e <= 30), and the lane's code is
+// that less 16 + 8 et. The builder checks every mantissa of every table.
+struct alignas(64) DsF16Carry {
+  std::uint16_t ent[16];  // both halves of a word permute's table (the index's bit 4 is e's last)
+  bool usable = false;
+};
+
+const DsF16Carry* F16CarryTables() {
+  static const DsF16Carry* tables = [] {
+    auto* t = new DsF16Carry[1024];  // lives for the process, as the dispatch tables do
+    int code[1024];
+    for (int a = 0; a < 1024; ++a) {
+      const float scale = (1.0f + static_cast<float>(a) / 1024.0f) / 448.0f * 32768.0f;
+      if (!formats::HWY_NAMESPACE::Fp8F16Codes<true>(scale, code)) continue;
+      const auto v = [&](int m) { return code[m] + 136; };
+      // The tile's largest magnitude (mantissa a, exponent et) codes as code[a] + 120, at most
+      // 0x7E (448), and every other lane lies at or below it: no clamp needed.
+      bool ok = v(0) >= 128 && v(1023) <= 200 && code[a] + 120 <= 0x7E;
+      for (int b = 0; b < 16 && ok; ++b) {
+        const int lo = 64 * b, hi = lo + 63;
+        int steps = 0, last = hi;  // last: the bucket's last mantissa before its step
+        for (int m = lo; m < hi; ++m) {
+          if (v(m + 1) != v(m)) {
+            ++steps;
+            last = m;
+          }
+        }
+        ok = steps <= 1 && v(hi) - v(lo) == steps;
+        t[a].ent[b] = static_cast<std::uint16_t>(steps == 0 ? 128 * v(lo) - lo
+                                                            : 128 * (v(last) + 1) - (last + 1));
+      }
+      for (int m = 0; m < 1024 && ok; ++m) ok = ((m + t[a].ent[m >> 6]) >> 7) == v(m);
+      t[a].usable = ok;
+    }
+    return t;
+  }();
+  return tables;
+}
+
+// The constants of DsF16TileCarry, built once per call and hidden from the compiler by an empty
+// asm statement (as BlockConstants), which would otherwise build each again (an integer move and
+// a broadcast) in every tile. odd gathers the high bytes of two vectors of 16-bit lanes (byte i:
+// byte 2i + 1 of the first, i < 32, or of the second), even their low bytes.
+struct CarryConstants {
+  __m512i magnitude, exponent, eight, sign, subnormal, odd, even;
+};
+KVS_VBMI_ATTR HWY_INLINE CarryConstants MakeCarryConstants() {
+  const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
+                                       0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
+                                       0x1F1D1B1917151311, 0x0F0D0B0907050301);
+  CarryConstants k{_mm512_set1_epi16(0x7FFF),
+                   _mm512_set1_epi8(0x7C),
+                   _mm512_set1_epi8(8),
+                   _mm512_set1_epi8(static_cast<char>(0x80)),
+                   _mm512_set1_epi16(0x3FF),
+                   odd,
+                   _mm512_sub_epi8(odd, _mm512_set1_epi8(1))};
+  asm volatile(""
+               : "+v"(k.magnitude), "+v"(k.exponent), "+v"(k.eight), "+v"(k.sign),
+                 "+v"(k.subnormal), "+v"(k.odd), "+v"(k.even));
+  return k;
+}
+
+// The codes of one float16 tile of exponent et by its carry table c into codes; lanes whose
+// exponent field is below zb round to zero. False where a lane of exponent field max(zb, 1) or
+// more has a code below 8 (a float8 subnormal, which the carry does not give), or (zb 0) a lane
+// is a float16 subnormal: the caller codes the tile again. Zeros code as 0 with their sign.
+// About 25 operations per 64 values where F16RowByteCodes512 takes about 45.
+KVS_VBMI_ATTR HWY_INLINE bool DsF16TileCarry(const CarryConstants& k, const DsF16Carry& c, int et,
+                                             int zb, const std::uint16_t* HWY_RESTRICT tile,
+                                             unsigned char* HWY_RESTRICT codes) {
+  const __m512i ent =
+      _mm512_broadcast_i64x4(_mm256_load_si256(reinterpret_cast<const __m256i*>(c.ent)));
+  const __m512i less = _mm512_set1_epi16(static_cast<short>(16 + 8 * et));
+  const __m512i zb4 = _mm512_set1_epi8(static_cast<char>(4 * (zb > 1 ? zb : 1)));
+  __mmask64 bad = 0;
+  for (int i = 0; i < kDsTile; i += 64) {
+    const __m512i x0 = _mm512_loadu_si512(tile + i), x1 = _mm512_loadu_si512(tile + i + 32);
+    const __m512i h0 = _mm512_and_si512(x0, k.magnitude), h1 = _mm512_and_si512(x1, k.magnitude);
+    const auto code16 = [&](__m512i h) KVS_VBMI_ATTR {
+      const __m512i sum =
+          _mm512_add_epi16(h, _mm512_permutexvar_epi16(_mm512_srli_epi16(h, 6), ent));
+      return _mm512_subs_epu16(_mm512_srli_epi16(sum, 7), less);
+    };
+    const __m512i code = _mm512_permutex2var_epi8(code16(h0), k.even, code16(h1));
+    const __m512i high = _mm512_permutex2var_epi8(x0, k.odd, x1);
+    const __mmask64 live = _mm512_cmpge_epu8_mask(_mm512_and_si512(high, k.exponent), zb4);
+    bad |= _mm512_mask_cmplt_epu8_mask(live, code, k.eight);
+    if (zb == 0) {  // float16 subnormals: 1 <= h < 0x400, so h - 1 < 0x3FF
+      const __m512i minus1 = _mm512_set1_epi32(-1);
+      bad |= _mm512_kunpackd(_mm512_cmplt_epu16_mask(_mm512_add_epi16(h1, minus1), k.subnormal),
+                             _mm512_cmplt_epu16_mask(_mm512_add_epi16(h0, minus1), k.subnormal));
+    }
+    // (code, 0 where not live) | sign
+    _mm512_storeu_si512(codes + i, _mm512_ternarylogic_epi32(_mm512_maskz_mov_epi8(live, code),
+                                                             high, k.sign, 0xF8));
+  }
+  return bad == 0;
+}
+#endif
+
 #if KVS_FP8_TABLE_BLOCKS
 // TileMaxima on AVX2: the four tile maxima of a token's kv_c (32 vectors of 16 bfloat16), tile i
 // in bits 16 i up, reduced together.
@@ -883,6 +995,37 @@ HWY_NOINLINE void WriteDsMlaF16Blocks(const Job& job, std::int64_t begin, std::i
         for (int i = 0; i < 4; ++i) hwy::Prefetch(tables + ((all >> (16 * i)) & 0x3FF));
       });
 }
+
+#if HWY_TARGET <= HWY_AVX3
+// WriteDsMlaF16Blocks where the CPU has VBMI: each tile by the carry form (DsF16TileCarry) where
+// its table has one and a lane's exponent below 1 rounds to zero, else as there.
+KVS_VBMI_ATTR HWY_NOINLINE void WriteDsMlaF16Carry(const Job& job, std::int64_t begin,
+                                                   std::int64_t end) {
+  const DsF16Table* tables = F16TileTables();
+  const DsF16Carry* carry = F16CarryTables();
+  const CarryConstants k = MakeCarryConstants();
+  DsMlaBlockTokens(
+      job, begin, end,
+      [tables, carry, &k](const std::uint16_t* tile, std::uint16_t m, unsigned char* codes,
+                          float& scale) KVS_VBMI_ATTR {
+        const int a = m & 0x3FF, e = m >> 10;
+        const DsF16Table& t = tables[a];
+        const int zb = std::max(t.zero_below + e - 30, 0);
+        if (HWY_LIKELY(e >= 1 && e <= 30 && t.usable && carry[a].usable) &&
+            DsF16TileCarry(k, carry[a], e, zb, tile, codes)) {
+          scale = TimesPow2(t.scale, e - 15);
+          return;
+        }
+        DsF16Tile(tables, tile, m, codes, scale);
+      },
+      [tables, carry](std::uint64_t all) {
+        for (int i = 0; i < 4; ++i) {
+          hwy::Prefetch(tables + ((all >> (16 * i)) & 0x3FF));
+          hwy::Prefetch(carry + ((all >> (16 * i)) & 0x3FF));
+        }
+      });
+}
+#endif
 #endif
 
 #if KVS_FP8_TABLE_BYTES16
@@ -1287,6 +1430,12 @@ void WriteTokenRange(const Job& job, std::int64_t begin, std::int64_t end) {
   if (job.format == LatentCacheFormat::fp8_ds_mla && job.dtype == DType::float16 &&
       even(job.kv_c, job.kv_c_token)) {
 #if KVS_FP8_F16_BLOCKS
+#if HWY_TARGET <= HWY_AVX3
+    if (vbmi_usable()) {
+      WriteDsMlaF16Carry(job, begin, end);
+      return;
+    }
+#endif
     WriteDsMlaF16Blocks(job, begin, end);
 #else
     WriteDsMlaF16Bytes16(job, begin, end);
