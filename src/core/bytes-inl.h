@@ -149,6 +149,17 @@ HWY_INLINE void LoadCrossedPair(const std::uint16_t* HWY_RESTRICT x, __m256i& a,
 }
 #endif
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// The index of a two-vector byte permute (vpermt2b, VBMI) that gathers the high bytes of two
+// vectors of 16-bit lanes: byte i is byte 2i + 1 of the first (i < 32) or of the second (bit 6).
+// Less one in every byte, it gathers their low bytes.
+HWY_INLINE __m512i HighBytesOfWordPairs() {
+  return _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
+                          0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
+                          0x1F1D1B1917151311, 0x0F0D0B0907050301);
+}
+#endif
+
 }  // namespace kvscatter::detail::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 

@@ -343,9 +343,7 @@ HWY_INLINE V SignedHighByte(DI di, V r) {
 // vbmi_usable().
 HWY_INLINE void StoreHighBytePair(hn::Vec512<std::int16_t> a, hn::Vec512<std::int16_t> b,
                                   std::uint8_t* HWY_RESTRICT out) {
-  const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
-                                       0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
-                                       0x1F1D1B1917151311, 0x0F0D0B0907050301);
+  const __m512i odd = kvscatter::detail::HWY_NAMESPACE::HighBytesOfWordPairs();
   __m512i bytes = a.raw;
   asm("vpermt2b %2, %1, %0" : "+v"(bytes) : "v"(odd), "v"(b.raw));
   _mm512_storeu_si512(out, bytes);
@@ -1232,10 +1230,7 @@ KVS_VBMI_GFNI_ATTR HWY_INLINE void QuantizeFP4Pow2Row128High(const std::uint16_t
                                      _mm512_set1_epi32(static_cast<int>(t0g[g])), bias);
     return FP4WideSum(u, _mm512_multishift_epi64_epi8(index_at, u), wide);
   };
-  // Byte i: byte 2i + 1 of the first vector (i < 32) or of the second (bit 6).
-  const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
-                                       0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
-                                       0x1F1D1B1917151311, 0x0F0D0B0907050301);
+  const __m512i odd = kvscatter::detail::HWY_NAMESPACE::HighBytesOfWordPairs();
   const __m512i sign_to_bit3 = _mm512_set1_epi64(0x0102048000000000);
   const auto nibbles = [&](__m512i a, __m512i b) KVS_VBMI_GFNI_ATTR {
     const __m512i codes = _mm512_permutex2var_epi8(a, odd, b);

@@ -806,19 +806,14 @@ const DsF16Carry* F16CarryTables() {
       // The tile's largest magnitude (mantissa a, exponent et) codes as code[a] + 120, at most
       // 0x7E (448), and every other lane lies at or below it: no clamp needed.
       bool ok = v(0) >= 128 && v(1023) <= 200 && code[a] + 120 <= 0x7E;
-      for (int b = 0; b < 16 && ok; ++b) {
+      for (int b = 0; b < 16; ++b) {
         const int lo = 64 * b, hi = lo + 63;
-        int steps = 0, last = hi;  // last: the bucket's last mantissa before its step
-        for (int m = lo; m < hi; ++m) {
-          if (v(m + 1) != v(m)) {
-            ++steps;
-            last = m;
-          }
-        }
-        ok = steps <= 1 && v(hi) - v(lo) == steps;
-        t[a].ent[b] = static_cast<std::uint16_t>(steps == 0 ? 128 * v(lo) - lo
+        int last = lo;  // the bucket's last mantissa before its step (hi: none)
+        while (last < hi && v(last + 1) == v(lo)) ++last;
+        t[a].ent[b] = static_cast<std::uint16_t>(last == hi ? 128 * v(lo) - lo
                                                             : 128 * (v(last) + 1) - (last + 1));
       }
+      // A bucket with more than one step, or a step of more than one code, fails here.
       for (int m = 0; m < 1024 && ok; ++m) ok = ((m + t[a].ent[m >> 6]) >> 7) == v(m);
       t[a].usable = ok;
     }
@@ -829,15 +824,13 @@ const DsF16Carry* F16CarryTables() {
 
 // The constants of DsF16TileCarry, built once per call and hidden from the compiler by an empty
 // asm statement (as BlockConstants), which would otherwise build each again (an integer move and
-// a broadcast) in every tile. odd gathers the high bytes of two vectors of 16-bit lanes (byte i:
-// byte 2i + 1 of the first, i < 32, or of the second), even their low bytes.
+// a broadcast) in every tile. odd gathers the high bytes of two vectors of 16-bit lanes, even
+// their low bytes (HighBytesOfWordPairs).
 struct CarryConstants {
   __m512i magnitude, exponent, eight, sign, subnormal, odd, even;
 };
 KVS_VBMI_ATTR HWY_INLINE CarryConstants MakeCarryConstants() {
-  const __m512i odd = _mm512_set_epi64(0x7F7D7B7977757371, 0x6F6D6B6967656361, 0x5F5D5B5957555351,
-                                       0x4F4D4B4947454341, 0x3F3D3B3937353331, 0x2F2D2B2927252321,
-                                       0x1F1D1B1917151311, 0x0F0D0B0907050301);
+  const __m512i odd = detail::HWY_NAMESPACE::HighBytesOfWordPairs();
   CarryConstants k{_mm512_set1_epi16(0x7FFF),
                    _mm512_set1_epi8(0x7C),
                    _mm512_set1_epi8(8),
